@@ -1,0 +1,93 @@
+"""Admission of one Pod: annotations -> request -> decision -> quota -> patch, as a Verdict.
+
+`evaluate` is the pure core (no I/O, no clock): the same function answers kube-apiserver through the
+Flask app and the user through `gpupool explain`. `Admitter` binds it to a policy and an inventory and
+records a reservation for each real (not dry-run) placement.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from webhook import verdict
+from webhook.annotations import RequestError, parse_request, wants_gpus
+from webhook.decision import check_quotas, decide
+from webhook.inventory import Inventory
+from webhook.patch import build_patch
+from webhook.policy import Policy
+from webhook.pool_index import PoolIndex
+from webhook.verdict import Placement, Verdict
+
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+
+
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def evaluate(pod: Mapping[str, Any], namespace: str, policy: Policy, index: PoolIndex) -> Verdict:
+    """The verdict for a Pod being created in `namespace`."""
+    if not isinstance(pod, Mapping):
+        return verdict.deny("the object is not a Pod", code=verdict.CODE_INVALID)
+    meta = _map(pod.get("metadata"))
+    spec = _map(pod.get("spec"))
+    if MIRROR_ANNOTATION in _map(meta.get("annotations")):
+        return verdict.allow("mirror Pod: created by the kubelet, not placed by gpupool")
+    if spec.get("nodeName"):
+        return verdict.allow(f"already bound to node {spec['nodeName']}")
+    if not wants_gpus(pod, policy):
+        return verdict.allow("no gpupool.io/ annotation and no GPU resource")
+    try:
+        req = parse_request(pod, namespace, policy)
+    except RequestError as exc:
+        return verdict.deny(str(exc), code=verdict.CODE_INVALID)
+
+    decision = decide(req, index, policy)
+    reasons = decision.explain()
+    chosen = decision.chosen
+    if chosen is None:
+        return verdict.deny(decision.denial, reasons=reasons)
+    quota_problem = check_quotas(req, index, chosen.resource)
+    if quota_problem:
+        return verdict.deny(quota_problem, reasons=reasons)
+    placement = Placement(
+        pool=chosen.pool,
+        resource=chosen.resource,
+        count=req.count,
+        pod_total=req.pod_total,
+        selector=chosen.selector,
+        has_capacity=chosen.fits,
+        fallback=chosen.fallback,
+    )
+    patch = build_patch(
+        pod,
+        selector=dict(chosen.selector),
+        gpu_taints=chosen.gpu_taints,
+        tolerations=req.tolerations,
+        container_index=req.container_index,
+        resource=chosen.resource,
+        count=req.count,
+        pool=str(chosen.pool),
+    )
+    return verdict.place(placement, patch, warnings=decision.warnings, reasons=reasons)
+
+
+class Admitter:
+    """The core bound to a policy and an inventory, as the server uses it."""
+
+    def __init__(self, policy: Policy, inventory: Inventory, clock: Callable[[], float] = time.monotonic) -> None:
+        self.policy = policy
+        self.inventory = inventory
+        self._clock = clock
+
+    def admit(self, pod: Mapping[str, Any], *, namespace: str, dry_run: bool = False) -> Verdict:
+        with self.inventory.read() as index:
+            index.expire(self._clock())
+            result = evaluate(pod, namespace, self.policy, index)
+            placement = result.placement
+            # A Pod placed on an earlier call (reinvocation) has an empty patch and is not reserved twice.
+            if placement is not None and result.patch and not dry_run:
+                index.reserve(namespace, placement.pool, placement.selector, placement.pod_total, self._clock())
+        return result

@@ -1,0 +1,238 @@
+"""The decision: which pool a GpuRequest goes to, or why none can take it.
+
+A pure function of the request, the pool index and the policy. Every pool of the Pod's vendor is
+judged; each judgement says why the pool was taken or passed over, so `gpupool explain` and denial
+messages can show the user the nearest misses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from webhook.annotations import PREFIX, GpuRequest
+from webhook.model import PoolKey, Taint
+from webhook.nodes import Selector
+from webhook.policy import Policy
+from webhook.pool_index import Group, Pool, PoolIndex
+from webhook.products import format_version, matches, tokens, version_at_least
+from webhook.quantity import format_mib
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A pool the Pod may go to, through one selector of it."""
+
+    pool: PoolKey
+    resource: str
+    selector: Selector
+    gpu_taints: tuple[Taint, ...]  # to tolerate on the Pod's behalf
+    memory_mib: int
+    max_free: int  # most free GPUs on one usable node the Pod tolerates
+    free_total: int
+    fits: bool
+    fallback: bool  # of a class the Pod did not ask for
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    pool: PoolKey
+    reasons: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return f"{self.pool.product} ({self.pool}): {'; '.join(self.reasons)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Either a chosen candidate (with warnings) or a denial message; plus every judgement made."""
+
+    chosen: Candidate | None
+    denial: str
+    warnings: tuple[str, ...]
+    candidates: tuple[Candidate, ...]
+    rejections: tuple[Rejection, ...]
+
+    def explain(self) -> tuple[str, ...]:
+        lines = []
+        for c in self.candidates:
+            verdict = "chosen" if c == self.chosen else ("fits" if c.fits else "no capacity")
+            note = " (fallback)" if c.fallback else ""
+            lines.append(
+                f"{c.pool}: {verdict}{note}: {format_mib(c.memory_mib)} per GPU, "
+                f"{c.free_total} free, at most {c.max_free} on one node"
+            )
+        lines.extend(f"{r.pool}: rejected: {'; '.join(r.reasons)}" for r in self.rejections)
+        return tuple(lines)
+
+
+def decide(req: GpuRequest, index: PoolIndex, policy: Policy) -> Decision:
+    requested = req.classes or req.allowed_classes
+    top = max(policy.class_rank(c) for c in requested)
+    fallback_classes = tuple(c for c in req.allowed_classes if policy.class_rank(c) > top) if req.fallback else ()
+    candidates: list[Candidate] = []
+    rejections: list[Rejection] = []
+    for pool in index.pools(req.vendor.name):
+        reasons = _pool_reasons(req, pool, requested, fallback_classes, policy)
+        if reasons:
+            rejections.append(Rejection(pool.key, tuple(reasons)))
+            continue
+        candidate, why = _best_selector(req, pool, pool.key.gpu_class in fallback_classes)
+        if candidate is None:
+            rejections.append(Rejection(pool.key, tuple(why)))
+        else:
+            candidates.append(candidate)
+
+    order = {c: i for i, c in enumerate(req.classes)} if req.classes else {c: policy.class_rank(c) for c in requested}
+
+    def rank(c: Candidate) -> tuple[int, int, int, int, str]:
+        tier = order.get(c.pool.gpu_class, len(order) + policy.class_rank(c.pool.gpu_class))
+        return (int(c.fallback), tier, c.memory_mib, -c.free_total, c.pool.product)
+
+    candidates.sort(key=rank)
+    rejections.sort(key=lambda r: (len(r.reasons), r.pool))
+    quota_note, candidates = _class_quota(req, index, policy, candidates)
+    primary = [c for c in candidates if not c.fallback]
+    chosen = next((c for c in candidates if c.fits), None)
+    warnings: list[str] = []
+    if chosen is not None:
+        if chosen.fallback:
+            warnings.append(
+                f"gpupool: no free {'/'.join(requested)} GPUs; fell back to class {chosen.pool.gpu_class} "
+                f"({chosen.pool.product})"
+            )
+        return Decision(chosen, "", tuple(warnings), tuple(candidates), tuple(rejections))
+    waiting = primary[0] if primary else (candidates[0] if candidates else None)
+    if waiting is None:
+        if quota_note:
+            return Decision(None, quota_note, (), (), tuple(rejections))
+        nearest = "; ".join(str(r) for r in rejections[:3]) or f"the inventory has no {req.vendor.name} GPU pools"
+        return Decision(None, f"no GPU pool matches the Pod: {nearest}", (), (), tuple(rejections))
+    need = f"{req.pod_total} free {req.vendor.resource} on one node"
+    if policy.defaults.on_no_capacity == "deny":
+        return Decision(
+            None,
+            f"no capacity: no pool that matches has {need} (best match {waiting.pool}, at most "
+            f"{waiting.max_free} free on one node); policy onNoCapacity is deny",
+            (),
+            tuple(candidates),
+            tuple(rejections),
+        )
+    warnings.append(f"gpupool: no {waiting.pool.product} node has {req.pod_total} free GPUs now; the Pod will wait")
+    return Decision(waiting, "", tuple(warnings), tuple(candidates), tuple(rejections))
+
+
+def _pool_reasons(
+    req: GpuRequest, pool: Pool, requested: tuple[str, ...], fallback: tuple[str, ...], policy: Policy
+) -> list[str]:
+    """Why a pool cannot take the Pod at all (not counting capacity); empty when it can."""
+    key = pool.key
+    reasons = []
+    if req.pool_pin is not None and req.pool_pin != key:
+        reasons.append(f"{PREFIX}pool pins {req.pool_pin}")
+    if key.gpu_class not in req.allowed_classes:
+        reasons.append(f"class {key.gpu_class} is not allowed in namespace {req.namespace}")
+    elif key.gpu_class not in requested and key.gpu_class not in fallback:
+        reasons.append(f"class {key.gpu_class} not in {'/'.join(requested)} ({req.class_source})")
+    if req.products:
+        product = tokens(key.product, req.vendor.product_prefixes)
+        if not any(matches(q, product) for q in req.products):
+            reasons.append(f"product {key.product} does not match {PREFIX}gpu-product {req.product_text}")
+    return reasons
+
+
+def _best_selector(req: GpuRequest, pool: Pool, fallback: bool) -> tuple[Candidate | None, list[str]]:
+    """The pool's best way to pin the Pod (its selector groups), or why none works."""
+    best: Candidate | None = None
+    why: list[str] = []
+    pins = dict(req.pins)
+    for selector, groups in pool.by_selector().items():
+        labels = dict(selector)
+        clash = [f"nodeSelector {k}={v}" for k, v in pins.items() if labels.get(k) != v]
+        if clash:
+            why.append(f"{', '.join(clash)} excludes it")
+            continue
+        tolerated = [g for g in groups if all(_tolerated(t, req) for t in g.other_taints)]
+        if not tolerated:
+            taints = {
+                f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
+                for g in groups
+                for t in g.other_taints
+            }
+            why.append(f"every node has taints the Pod does not tolerate: {', '.join(sorted(taints))}")
+            continue
+        problem = _group_problem(req, tolerated)
+        if problem:
+            why.append(problem)
+            continue
+        max_free = max(g.max_free() for g in tolerated)
+        candidate = Candidate(
+            pool=pool.key,
+            resource=pool.resource,
+            selector=selector,
+            gpu_taints=tuple(sorted({t for g in tolerated for t in g.gpu_taints}, key=lambda t: (t.key, t.effect))),
+            memory_mib=min(g.min_memory_mib() for g in tolerated),
+            max_free=max_free,
+            free_total=sum(g.free_total for g in tolerated),
+            fits=max_free >= req.pod_total,
+            fallback=fallback,
+        )
+        if best is None or (candidate.fits, candidate.free_total) > (best.fits, best.free_total):
+            best = candidate
+    return best, sorted(set(why))
+
+
+def _group_problem(req: GpuRequest, groups: list[Group]) -> str:
+    """Memory and driver must hold on every node the selector can reach, since the scheduler may pick any."""
+    memory = min(g.min_memory_mib() for g in groups)
+    if req.min_memory_mib and memory < req.min_memory_mib:
+        have = format_mib(memory) if memory else "unknown memory"
+        return f"{have} < min-memory {format_mib(req.min_memory_mib)}"
+    if req.min_driver is not None:
+        drivers = [g.min_driver() for g in groups]
+        if any(d is None for d in drivers):
+            return f"driver version unknown on some nodes (min-driver {format_version(req.min_driver)})"
+        oldest = min(d for d in drivers if d is not None)
+        if not version_at_least(oldest, req.min_driver):
+            return f"driver {format_version(oldest)} < min-driver {format_version(req.min_driver)}"
+    return ""
+
+
+def _tolerated(taint: Taint, req: GpuRequest) -> bool:
+    return any(t.tolerates(taint) for t in req.tolerations)
+
+
+def _class_quota(
+    req: GpuRequest, index: PoolIndex, policy: Policy, candidates: list[Candidate]
+) -> tuple[str, list[Candidate]]:
+    """Drop candidates whose class would exceed the namespace's per-class quota."""
+    limits = policy.namespace(req.namespace).class_quota
+    if not limits:
+        return "", candidates
+    kept, notes = [], []
+    for c in candidates:
+        limit = limits.get(c.pool.gpu_class)
+        used = index.class_used(req.namespace, c.pool.gpu_class)
+        if limit is not None and used + req.pod_total > limit:
+            notes.append(
+                f"class quota {c.pool.gpu_class} in namespace {req.namespace} exceeded: used {used} + "
+                f"requested {req.pod_total} > hard {limit}"
+            )
+        else:
+            kept.append(c)
+    return (notes[0] if notes else ""), kept
+
+
+def check_quotas(req: GpuRequest, index: PoolIndex, resource: str) -> str:
+    """The namespace's ResourceQuotas on `requests.<resource>`: a denial message, or ""."""
+    key = f"requests.{resource}"
+    pending = index.reserved(req.namespace, resource)
+    for quota in sorted(index.quotas(req.namespace), key=lambda q: q.name):
+        if quota.scoped or key not in quota.hard:
+            continue
+        used = quota.used.get(key, 0) + pending
+        if used + req.pod_total > quota.hard[key]:
+            return (
+                f"exceeded quota {quota.name} in namespace {req.namespace}: {key} used {used} + "
+                f"requested {req.pod_total} > hard {quota.hard[key]}"
+            )
+    return ""

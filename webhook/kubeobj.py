@@ -1,0 +1,130 @@
+"""Projections of raw Kubernetes JSON (as the API or `kubectl get -o yaml` gives it) onto the domain.
+
+Shared by the snapshot file and the watch cache. Only GPU resources are kept, and Pods that neither hold
+GPUs nor carry a gpupool placement project to None, so the inventory never stores the bulk of a large
+cluster's Pods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from webhook.model import NodeInfo, PodInfo, QuotaInfo, Taint, Toleration
+from webhook.quantity import parse_count
+
+POOL_ANNOTATION = "gpupool.io/pool"
+
+
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def node_from_obj(obj: Mapping[str, Any], resources: Collection[str]) -> NodeInfo:
+    meta, spec, status = _map(obj.get("metadata")), _map(obj.get("spec")), _map(obj.get("status"))
+    allocatable = _map(status.get("allocatable"))
+    conditions = _list(status.get("conditions"))
+    ready = any(_map(c).get("type") == "Ready" and _map(c).get("status") == "True" for c in conditions)
+    labels = {str(k): str(v) for k, v in _map(meta.get("labels")).items()}
+    return NodeInfo(
+        name=str(meta.get("name", "")),
+        labels=labels,
+        taints=tuple(
+            Taint(str(t.get("key", "")), str(t.get("value", "") or ""), str(t.get("effect", "")))
+            for t in (_map(x) for x in _list(spec.get("taints")))
+        ),
+        allocatable={r: parse_count(allocatable[r]) for r in resources if r in allocatable},
+        unschedulable=bool(spec.get("unschedulable", False)),
+        ready=ready,
+    )
+
+
+def container_gpus(container: Mapping[str, Any], resource: str) -> int:
+    """A container's request for an extended resource; requests default to limits for those."""
+    res = _map(container.get("resources"))
+    requests, limits = _map(res.get("requests")), _map(res.get("limits"))
+    if resource in requests:
+        return parse_count(requests[resource])
+    return parse_count(limits[resource]) if resource in limits else 0
+
+
+def effective_gpus(containers: list[int], inits: list[tuple[int, bool]]) -> int:
+    """A Pod's effective request of one resource, as the scheduler computes it: the larger of the
+    running containers (plus restartable "sidecar" init containers) and the peak during init.
+    `inits` holds (GPUs, is_sidecar) in order."""
+    sidecars = init_peak = 0
+    for n, sidecar in inits:
+        if sidecar:
+            sidecars += n
+            init_peak = max(init_peak, sidecars)
+        else:
+            init_peak = max(init_peak, sidecars + n)
+    return max(sum(containers) + sidecars, init_peak)
+
+
+def pod_gpu_requests(spec: Mapping[str, Any], resources: Collection[str]) -> dict[str, int]:
+    """The Pod's effective request per GPU resource."""
+    containers = [_map(c) for c in _list(spec.get("containers"))]
+    inits = [_map(c) for c in _list(spec.get("initContainers"))]
+    result: dict[str, int] = {}
+    for resource in resources:
+        total = effective_gpus(
+            [container_gpus(c, resource) for c in containers],
+            [(container_gpus(c, resource), c.get("restartPolicy") == "Always") for c in inits],
+        )
+        if total:
+            result[resource] = total
+    return result
+
+
+def pod_from_obj(obj: Mapping[str, Any], resources: Collection[str]) -> PodInfo | None:
+    """The Pod, or None when it neither requests a GPU nor carries a gpupool placement."""
+    meta, spec, status = _map(obj.get("metadata")), _map(obj.get("spec")), _map(obj.get("status"))
+    requests = pod_gpu_requests(spec, resources)
+    pool = str(_map(meta.get("annotations")).get(POOL_ANNOTATION, ""))
+    if not requests and not pool:
+        return None
+    return PodInfo(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        node=str(spec.get("nodeName", "") or ""),
+        phase=str(status.get("phase", "Pending") or "Pending"),
+        gpu_requests=requests,
+        pool=pool,
+        node_selector={str(k): str(v) for k, v in _map(spec.get("nodeSelector")).items()},
+    )
+
+
+def quota_from_obj(obj: Mapping[str, Any], resources: Collection[str]) -> QuotaInfo | None:
+    """The quota's GPU entries (`requests.<resource>`, and the unenforced bare `<resource>` so it can be
+    flagged); None when it limits no GPU resource."""
+    meta, spec, status = _map(obj.get("metadata")), _map(obj.get("spec")), _map(obj.get("status"))
+    keys = {f"requests.{r}" for r in resources} | set(resources) | {f"limits.{r}" for r in resources}
+    hard = {k: parse_count(v) for k, v in _map(spec.get("hard") or status.get("hard")).items() if k in keys}
+    if not hard:
+        return None
+    used = {k: parse_count(v) for k, v in _map(status.get("used")).items() if k in keys}
+    scoped = bool(_list(spec.get("scopes")) or _map(spec.get("scopeSelector")))
+    return QuotaInfo(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        hard=hard,
+        used=used,
+        scoped=scoped,
+    )
+
+
+def tolerations_of(spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
+    return tuple(
+        Toleration(
+            key=str(t.get("key", "") or ""),
+            operator=str(t.get("operator", "") or "Equal"),
+            value=str(t.get("value", "") or ""),
+            effect=str(t.get("effect", "") or ""),
+        )
+        for t in (_map(x) for x in _list(spec.get("tolerations")))
+    )

@@ -1,0 +1,400 @@
+"""The pool index: GPU pools with per-node free GPUs, kept up to date one object at a time.
+
+The snapshot file and the live watch cache both feed it node, Pod and quota changes; the decision only
+reads it. Everything a decision reads is kept incrementally, so a decision costs the same for 50 Pods as
+for 150,000: per pool, nodes are grouped by the labels that pin them and the taints they carry, and each
+group keeps its usable nodes in buckets by number of free GPUs.
+
+Capacity that is promised but not yet on a node (a Pending Pod pinned by gpupool, or an admission the
+watch has not shown yet) is placed *virtually* on the best-fitting node of its pool, so a burst of
+admissions cannot oversubscribe a pool through gpupool's own decisions.
+
+Not thread-safe: the inventory that owns it serialises access.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter, deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.inventory import PoolStats
+from webhook.model import NodeInfo, PodInfo, PodKey, PoolKey, QuotaInfo, Taint
+from webhook.nodes import NodeFacts, Selector, Unclassified, node_facts
+from webhook.policy import Policy
+
+TaintSet = tuple[Taint, ...]
+
+
+@dataclass(eq=False, slots=True)
+class Group:
+    """Nodes of one pool that share a selector and taints: the unit the scheduler cannot tell apart."""
+
+    selector: Selector
+    gpu_taints: TaintSet
+    other_taints: TaintSet
+    nodes: dict[str, NodeFacts] = field(default_factory=dict)
+    free_of: dict[str, int] = field(default_factory=dict)  # usable node -> free GPUs
+    buckets: dict[int, set[str]] = field(default_factory=dict)  # free GPUs -> usable nodes
+    free_total: int = 0
+    memory: Counter[int] = field(default_factory=Counter)
+    drivers: Counter[tuple[int, ...] | None] = field(default_factory=Counter)
+
+    def max_free(self) -> int:
+        return max((n for n, nodes in self.buckets.items() if nodes), default=0)
+
+    def min_memory_mib(self) -> int:
+        return min(self.memory) if self.memory else 0
+
+    def min_driver(self) -> tuple[int, ...] | None:
+        """The oldest driver in the group; None when any node's driver is unknown."""
+        if None in self.drivers or not self.drivers:
+            return None
+        return min(d for d in self.drivers if d is not None)
+
+    def best_fit(self, need: int) -> str | None:
+        """The usable node with the fewest free GPUs that still holds `need`."""
+        for free in sorted(n for n, nodes in self.buckets.items() if nodes and n >= need):
+            return next(iter(self.buckets[free]))
+        return None
+
+
+@dataclass(eq=False, slots=True)
+class Pool:
+    key: PoolKey
+    resource: str
+    groups: dict[tuple[Selector, TaintSet, TaintSet], Group] = field(default_factory=dict)
+    pending: int = 0  # GPUs promised to Pods not yet on a node
+
+    def by_selector(self) -> dict[Selector, list[Group]]:
+        out: dict[Selector, list[Group]] = {}
+        for g in self.groups.values():
+            out.setdefault(g.selector, []).append(g)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Claim:
+    """What one Pod or reservation adds to the index, so it can be taken back exactly."""
+
+    namespace: str
+    node: str = ""  # real usage on this node
+    requests: tuple[tuple[str, int], ...] = ()
+    virtual_node: str = ""  # pending: placed here virtually
+    pool: PoolKey | None = None
+    pool_gpus: int = 0  # GPUs of the pool's resource (class usage, pending)
+    reserved: tuple[str, int] = ("", 0)  # (resource, GPUs) not yet in any quota's status.used
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    token: int
+    namespace: str
+    pool: PoolKey
+    gpus: int
+    expires_at: float
+
+
+class PoolIndex:
+    """GPU pools, free GPUs per node, quotas and per-class usage, updated incrementally."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self._resources = policy.gpu_resources
+        self._pools: dict[PoolKey, Pool] = {}
+        self._facts: dict[str, list[NodeFacts]] = {}
+        self._unclassified: dict[str, list[Unclassified]] = {}
+        self._used: dict[str, Counter[str]] = {}  # node -> resource -> GPUs held by Pods on it
+        self._virtual: dict[str, Counter[str]] = {}  # node -> resource -> GPUs promised to Pending Pods
+        self._pods: dict[PodKey, _Claim] = {}
+        self._quotas: dict[str, dict[str, QuotaInfo]] = {}
+        self._class_used: dict[str, Counter[str]] = {}
+        self._reserved: Counter[tuple[str, str]] = Counter()  # (namespace, resource) -> GPUs
+        self._reservations: dict[int, tuple[Reservation, _Claim]] = {}
+        self._waiting: dict[tuple[str, PoolKey, int], deque[int]] = {}
+        self._expiry: deque[tuple[float, int]] = deque()  # (expires_at, token), oldest first
+        self._tokens = itertools.count(1)
+
+    # --- nodes ---------------------------------------------------------------------------------------
+
+    def upsert_node(self, node: NodeInfo) -> None:
+        self.remove_node(node.name)
+        facts, problems = node_facts(node, self.policy)
+        if problems:
+            self._unclassified[node.name] = problems
+        if not facts:
+            return
+        self._facts[node.name] = facts
+        for f in facts:
+            pool = self._pools.get(f.pool)
+            if pool is None:
+                pool = self._pools[f.pool] = Pool(f.pool, f.resource)
+            gkey = (f.selector, f.gpu_taints, f.other_taints)
+            group = pool.groups.get(gkey)
+            if group is None:
+                group = pool.groups[gkey] = Group(f.selector, f.gpu_taints, f.other_taints)
+            group.nodes[f.node] = f
+            group.memory[f.memory_mib] += 1
+            group.drivers[f.driver] += 1
+        self._refresh(node.name)
+
+    def remove_node(self, name: str) -> None:
+        self._unclassified.pop(name, None)
+        for f in self._facts.pop(name, []):
+            pool = self._pools[f.pool]
+            gkey = (f.selector, f.gpu_taints, f.other_taints)
+            group = pool.groups[gkey]
+            self._set_free(group, name, None)
+            del group.nodes[name]
+            _decrement(group.memory, f.memory_mib)
+            _decrement(group.drivers, f.driver)
+            if not group.nodes:
+                del pool.groups[gkey]
+            if not pool.groups and not pool.pending:
+                del self._pools[f.pool]
+
+    def _refresh(self, name: str) -> None:
+        """Recompute the free GPUs of a node after its usage changed."""
+        used, virtual = self._used.get(name), self._virtual.get(name)
+        for f in self._facts.get(name, ()):
+            group = self._pools[f.pool].groups[(f.selector, f.gpu_taints, f.other_taints)]
+            if not f.usable:
+                continue
+            taken = (used[f.resource] if used else 0) + (virtual[f.resource] if virtual else 0)
+            self._set_free(group, name, max(f.allocatable - taken, 0))
+
+    @staticmethod
+    def _set_free(group: Group, name: str, free: int | None) -> None:
+        old = group.free_of.pop(name, None)
+        if old is not None:
+            group.buckets[old].discard(name)
+            group.free_total -= old
+        if free is not None:
+            group.free_of[name] = free
+            group.buckets.setdefault(free, set()).add(name)
+            group.free_total += free
+
+    # --- Pods ----------------------------------------------------------------------------------------
+
+    def upsert_pod(self, pod: PodInfo | None, key: PodKey | None = None) -> None:
+        """Add or replace a Pod. None (a Pod that holds no GPUs) just removes what `key` held."""
+        key = pod.key if pod is not None else key
+        if key is None:
+            return
+        first_sight = key not in self._pods
+        self.remove_pod(key)
+        if pod is None or pod.terminal:
+            return
+        if first_sight and pod.pool:
+            self._settle_reservation(pod)
+        claim = self._claim_for(pod)
+        if claim is not None:
+            self._pods[key] = claim
+            self._apply(claim, +1)
+
+    def remove_pod(self, key: PodKey) -> None:
+        claim = self._pods.pop(key, None)
+        if claim is not None:
+            self._apply(claim, -1)
+
+    def _claim_for(self, pod: PodInfo) -> _Claim | None:
+        pool = PoolKey.parse(pod.pool) if pod.pool else None
+        vendor = self.policy.vendors.get(pool.vendor) if pool else None
+        pool_gpus = pod.gpu_requests.get(vendor.resource, 0) if vendor else 0
+        if pool is not None and (vendor is None or pool.gpu_class not in self.policy.classes):
+            pool = None  # a placement this policy cannot account for: count the node usage only
+        if pod.node:
+            if not pod.gpu_requests and pool is None:
+                return None
+            return _Claim(
+                pod.namespace,
+                node=pod.node,
+                requests=tuple(pod.gpu_requests.items()),
+                pool=pool,
+                pool_gpus=pool_gpus if pool else 0,
+            )
+        if pool is None or not pool_gpus:
+            return None
+        selector = tuple((k, v) for k, v in pod.node_selector.items())
+        return _Claim(
+            pod.namespace,
+            virtual_node=self._place_virtually(pool, selector, pool_gpus) or "",
+            pool=pool,
+            pool_gpus=pool_gpus,
+        )
+
+    def _place_virtually(self, pool_key: PoolKey, pins: Selector, gpus: int) -> str | None:
+        """The best-fitting usable node of the pool that the Pod's nodeSelector allows."""
+        pool = self._pools.get(pool_key)
+        if pool is None:
+            return None
+        pinned = dict(pins)
+        best: tuple[int, str] | None = None
+        for group in pool.groups.values():
+            if any(pinned.get(k, v) != v for k, v in group.selector):
+                continue
+            node = group.best_fit(gpus)
+            if node is not None and (best is None or group.free_of[node] < best[0]):
+                best = (group.free_of[node], node)
+        return best[1] if best else None
+
+    def _apply(self, claim: _Claim, sign: int) -> None:
+        if claim.node:
+            used = self._used.setdefault(claim.node, Counter())
+            for resource, n in claim.requests:
+                used[resource] += sign * n
+            if not +used:
+                del self._used[claim.node]
+            self._refresh(claim.node)
+        if claim.pool is not None and claim.pool_gpus:
+            cls = self._class_used.setdefault(claim.namespace, Counter())
+            cls[claim.pool.gpu_class] += sign * claim.pool_gpus
+            if not claim.node:
+                pool = self._pools.get(claim.pool)
+                if pool is None and sign > 0:
+                    pool = self._pools[claim.pool] = Pool(claim.pool, self.policy.vendors[claim.pool.vendor].resource)
+                if pool is not None:
+                    pool.pending += sign * claim.pool_gpus
+                    if not pool.groups and not pool.pending:
+                        del self._pools[claim.pool]
+        if claim.virtual_node:
+            resource = self.policy.vendors[claim.pool.vendor].resource if claim.pool else ""
+            virtual = self._virtual.setdefault(claim.virtual_node, Counter())
+            virtual[resource] += sign * claim.pool_gpus
+            if not +virtual:
+                del self._virtual[claim.virtual_node]
+            self._refresh(claim.virtual_node)
+        if claim.reserved[1]:
+            self._reserved[(claim.namespace, claim.reserved[0])] += sign * claim.reserved[1]
+
+    # --- reservations --------------------------------------------------------------------------------
+
+    def reserve(self, namespace: str, pool: PoolKey, selector: Selector, gpus: int, now: float) -> int:
+        """Count an admitted Pod against its pool until the watch shows it; returns a token."""
+        resource = self.policy.vendors[pool.vendor].resource
+        claim = _Claim(
+            namespace,
+            virtual_node=self._place_virtually(pool, selector, gpus) or "",
+            pool=pool,
+            pool_gpus=gpus,
+            reserved=(resource, gpus),
+        )
+        token = next(self._tokens)
+        reservation = Reservation(token, namespace, pool, gpus, now + self.policy.defaults.reservation_seconds)
+        self._reservations[token] = (reservation, claim)
+        self._waiting.setdefault((namespace, pool, gpus), deque()).append(token)
+        self._expiry.append((reservation.expires_at, token))
+        self._apply(claim, +1)
+        return token
+
+    def release(self, token: int) -> None:
+        entry = self._reservations.pop(token, None)
+        if entry is None:
+            return
+        reservation, claim = entry
+        queue = self._waiting.get((reservation.namespace, reservation.pool, reservation.gpus))
+        if queue is not None:
+            queue.remove(token)
+            if not queue:
+                del self._waiting[(reservation.namespace, reservation.pool, reservation.gpus)]
+        self._apply(claim, -1)
+
+    def expire(self, now: float) -> int:
+        """Drop reservations whose Pod never showed up (its creation failed later in admission)."""
+        dropped = 0
+        while self._expiry and self._expiry[0][0] <= now:
+            _, token = self._expiry.popleft()
+            if token in self._reservations:
+                self.release(token)
+                dropped += 1
+        return dropped
+
+    def _settle_reservation(self, pod: PodInfo) -> None:
+        """A Pod placed by gpupool shows up: it takes over from the oldest matching reservation.
+        Admissions do not know the Pod's final name (generateName), so they are matched by namespace,
+        pool and GPUs, first in first out."""
+        pool = PoolKey.parse(pod.pool)
+        vendor = self.policy.vendors.get(pool.vendor) if pool else None
+        if pool is None or vendor is None:
+            return
+        queue = self._waiting.get((pod.namespace, pool, pod.gpu_requests.get(vendor.resource, 0)))
+        if queue:
+            self.release(queue[0])
+
+    @property
+    def reservations(self) -> int:
+        return len(self._reservations)
+
+    # --- quotas --------------------------------------------------------------------------------------
+
+    def upsert_quota(self, quota: QuotaInfo | None, namespace: str = "", name: str = "") -> None:
+        if quota is None:
+            self.remove_quota(namespace, name)
+            return
+        self._quotas.setdefault(quota.namespace, {})[quota.name] = quota
+
+    def remove_quota(self, namespace: str, name: str) -> None:
+        quotas = self._quotas.get(namespace)
+        if quotas is not None:
+            quotas.pop(name, None)
+            if not quotas:
+                del self._quotas[namespace]
+
+    # --- reading -------------------------------------------------------------------------------------
+
+    def pools(self, vendor: str | None = None) -> Iterator[Pool]:
+        return (p for p in self._pools.values() if vendor is None or p.key.vendor == vendor)
+
+    def quotas(self, namespace: str) -> list[QuotaInfo]:
+        return list(self._quotas.get(namespace, {}).values())
+
+    def all_quotas(self) -> list[QuotaInfo]:
+        return [q for quotas in self._quotas.values() for q in quotas.values()]
+
+    def reserved(self, namespace: str, resource: str) -> int:
+        """GPUs admitted in the namespace that no quota's status.used can include yet."""
+        return self._reserved.get((namespace, resource), 0)
+
+    def class_used(self, namespace: str, gpu_class: str) -> int:
+        return self._class_used.get(namespace, Counter())[gpu_class]
+
+    def unclassified(self) -> list[Unclassified]:
+        return [u for problems in self._unclassified.values() for u in problems]
+
+    def pool_stats(self) -> list[PoolStats]:
+        stats = []
+        for pool in sorted(self._pools.values(), key=lambda p: p.key):
+            nodes = usable = total = allocated = free = 0
+            memory = [g.min_memory_mib() for g in pool.groups.values()]
+            for group in pool.groups.values():
+                nodes += len(group.nodes)
+                for name, f in group.nodes.items():
+                    if name not in group.free_of:
+                        continue
+                    usable += 1
+                    total += f.allocatable
+                    held = self._used.get(name, Counter())[f.resource]
+                    allocated += min(held, f.allocatable)
+                free += group.free_total
+            stats.append(
+                PoolStats(
+                    pool.key,
+                    pool.resource,
+                    min(memory, default=0),
+                    nodes,
+                    usable,
+                    total,
+                    allocated,
+                    free,
+                    pool.pending,
+                )
+            )
+        return stats
+
+
+def _decrement(counter: Counter[Any], key: object) -> None:
+    counter[key] -= 1
+    if counter[key] <= 0:
+        del counter[key]

@@ -1,0 +1,61 @@
+"""GPU product names: normalisation and token-exact matching.
+
+GPU Feature Discovery writes the product with spaces turned into dashes (`NVIDIA-A100-SXM4-40GB`),
+appends `-SHARED` under time-slicing or MPS and the MIG profile under the single MIG strategy. None of
+those change what the card is, so they are stripped before grouping. Matching works on whole tokens so
+that `A100` never matches `A10` and `H20` never matches `H200`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+_SHARED = re.compile(r"-SHARED$", re.IGNORECASE)
+_MIG = re.compile(r"-MIG-\d+g\.\d+gb(?:\+me)?$", re.IGNORECASE)
+_SPLIT = re.compile(r"[-_\s/]+")
+
+Tokens = tuple[str, ...]
+
+
+def normalise_product(label: str) -> str:
+    """The product a node's label names, without GFD's sharing and MIG suffixes."""
+    product = label.strip()
+    product = _SHARED.sub("", product)
+    return _MIG.sub("", product)
+
+
+def tokens(name: str, prefixes: Iterable[str] = ()) -> Tokens:
+    """Lower-case tokens of a product name, vendor prefixes (`NVIDIA`, `Tesla`) dropped from the front."""
+    parts = [p for p in _SPLIT.split(name.lower()) if p]
+    drop = {p.lower() for p in prefixes}
+    while len(parts) > 1 and parts[0] in drop:
+        parts.pop(0)
+    return tuple(parts)
+
+
+def matches(query: Tokens, product: Tokens) -> bool:
+    """True when every query token appears in the product, in order: `A100-80GB` matches
+    `A100-SXM4-80GB`; `A10` does not match `A100`."""
+    if not query:
+        return False
+    it = iter(product)
+    return all(any(tok == p for p in it) for tok in query)
+
+
+def parse_version(text: str) -> tuple[int, ...] | None:
+    """A dotted driver version (`535`, `535.104.05`) as numbers, or None when it is not one."""
+    parts = text.strip().split(".")
+    if not parts or len(parts) > 4 or not all(p.isdigit() for p in parts):
+        return None
+    return tuple(int(p) for p in parts)
+
+
+def version_at_least(have: tuple[int, ...], need: tuple[int, ...]) -> bool:
+    """Compare versions of different lengths as if padded with zeros (`535` == `535.0.0`)."""
+    width = max(len(have), len(need))
+    return have + (0,) * (width - len(have)) >= need + (0,) * (width - len(need))
+
+
+def format_version(version: tuple[int, ...]) -> str:
+    return ".".join(str(p) for p in version)
