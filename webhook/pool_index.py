@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter, deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from webhook.inventory import PoolStats
@@ -26,6 +26,7 @@ from webhook.nodes import NodeFacts, Selector, Unclassified, node_facts
 from webhook.policy import Policy
 
 TaintSet = tuple[Taint, ...]
+_Owner = PodKey | int  # a Pod, or a reservation token
 
 
 @dataclass(eq=False, slots=True)
@@ -54,10 +55,12 @@ class Group:
             return None
         return min(d for d in self.drivers if d is not None)
 
-    def best_fit(self, need: int) -> str | None:
+    def best_fit(self, need: int, exclude: str = "") -> str | None:
         """The usable node with the fewest free GPUs that still holds `need`."""
         for free in sorted(n for n, nodes in self.buckets.items() if nodes and n >= need):
-            return next(iter(self.buckets[free]))
+            node = next((n for n in self.buckets[free] if n != exclude), None)
+            if node is not None:
+                return node
         return None
 
 
@@ -83,6 +86,7 @@ class _Claim:
     node: str = ""  # real usage on this node
     requests: tuple[tuple[str, int], ...] = ()
     virtual_node: str = ""  # pending: placed here virtually
+    pins: Selector = ()  # the Pod's nodeSelector, to place it virtually again
     pool: PoolKey | None = None
     pool_gpus: int = 0  # GPUs of the pool's resource (class usage, pending)
     reserved: tuple[str, int] = ("", 0)  # (resource, GPUs) not yet in any quota's status.used
@@ -116,6 +120,7 @@ class PoolIndex:
         self._waiting: dict[tuple[str, PoolKey, int], deque[int]] = {}
         self._expiry: deque[tuple[float, int]] = deque()  # (expires_at, token), oldest first
         self._tokens = itertools.count(1)
+        self._holds: dict[str, set[_Owner]] = {}  # node -> claims holding GPUs on it virtually
 
     # --- nodes ---------------------------------------------------------------------------------------
 
@@ -192,12 +197,12 @@ class PoolIndex:
         claim = self._claim_for(pod)
         if claim is not None:
             self._pods[key] = claim
-            self._apply(claim, +1)
+            self._apply(claim, +1, key)
 
     def remove_pod(self, key: PodKey) -> None:
         claim = self._pods.pop(key, None)
         if claim is not None:
-            self._apply(claim, -1)
+            self._apply(claim, -1, key)
 
     def _claim_for(self, pod: PodInfo) -> _Claim | None:
         pool = PoolKey.parse(pod.pool) if pod.pool else None
@@ -221,11 +226,12 @@ class PoolIndex:
         return _Claim(
             pod.namespace,
             virtual_node=self._place_virtually(pool, selector, pool_gpus) or "",
+            pins=selector,
             pool=pool,
             pool_gpus=pool_gpus,
         )
 
-    def _place_virtually(self, pool_key: PoolKey, pins: Selector, gpus: int) -> str | None:
+    def _place_virtually(self, pool_key: PoolKey, pins: Selector, gpus: int, exclude: str = "") -> str | None:
         """The best-fitting usable node of the pool that the Pod's nodeSelector allows."""
         pool = self._pools.get(pool_key)
         if pool is None:
@@ -235,12 +241,12 @@ class PoolIndex:
         for group in pool.groups.values():
             if any(pinned.get(k, v) != v for k, v in group.selector):
                 continue
-            node = group.best_fit(gpus)
+            node = group.best_fit(gpus, exclude)
             if node is not None and (best is None or group.free_of[node] < best[0]):
                 best = (group.free_of[node], node)
         return best[1] if best else None
 
-    def _apply(self, claim: _Claim, sign: int) -> None:
+    def _apply(self, claim: _Claim, sign: int, owner: _Owner) -> None:
         if claim.node:
             used = self._used.setdefault(claim.node, Counter())
             for resource, n in claim.requests:
@@ -248,6 +254,8 @@ class PoolIndex:
             if not +used:
                 del self._used[claim.node]
             self._refresh(claim.node)
+            if sign > 0:
+                self._rebalance(claim.node)
         if claim.pool is not None and claim.pool_gpus:
             cls = self._class_used.setdefault(claim.namespace, Counter())
             cls[claim.pool.gpu_class] += sign * claim.pool_gpus
@@ -265,9 +273,45 @@ class PoolIndex:
             virtual[resource] += sign * claim.pool_gpus
             if not +virtual:
                 del self._virtual[claim.virtual_node]
+            holds = self._holds.setdefault(claim.virtual_node, set())
+            if sign > 0:
+                holds.add(owner)
+            else:
+                holds.discard(owner)
+                if not holds:
+                    del self._holds[claim.virtual_node]
             self._refresh(claim.virtual_node)
         if claim.reserved[1]:
             self._reserved[(claim.namespace, claim.reserved[0])] += sign * claim.reserved[1]
+
+    def _rebalance(self, name: str) -> None:
+        """A Pod really landed where virtual holds were guessed: move holds that no longer fit there
+        to the best-fitting node that still has room (or leave them unplaced, still counted as pending)."""
+        for f in self._facts.get(name, ()):
+            while self._overflow(name, f.resource, f.allocatable) > 0:
+                owner = next((o for o in self._holds.get(name, ()) if self._claim_of(o).pool_gpus), None)
+                if owner is None:
+                    break
+                claim = self._claim_of(owner)
+                self._apply(claim, -1, owner)
+                assert claim.pool is not None  # virtual holds always have a pool
+                target = self._place_virtually(claim.pool, claim.pins, claim.pool_gpus, exclude=name)
+                moved = replace(claim, virtual_node=target or "")
+                self._set_claim(owner, moved)
+                self._apply(moved, +1, owner)
+
+    def _overflow(self, name: str, resource: str, allocatable: int) -> int:
+        used, virtual = self._used.get(name), self._virtual.get(name)
+        return (used[resource] if used else 0) + (virtual[resource] if virtual else 0) - allocatable
+
+    def _claim_of(self, owner: _Owner) -> _Claim:
+        return self._reservations[owner][1] if isinstance(owner, int) else self._pods[owner]
+
+    def _set_claim(self, owner: _Owner, claim: _Claim) -> None:
+        if isinstance(owner, int):
+            self._reservations[owner] = (self._reservations[owner][0], claim)
+        else:
+            self._pods[owner] = claim
 
     # --- reservations --------------------------------------------------------------------------------
 
@@ -277,6 +321,7 @@ class PoolIndex:
         claim = _Claim(
             namespace,
             virtual_node=self._place_virtually(pool, selector, gpus) or "",
+            pins=selector,
             pool=pool,
             pool_gpus=gpus,
             reserved=(resource, gpus),
@@ -286,7 +331,7 @@ class PoolIndex:
         self._reservations[token] = (reservation, claim)
         self._waiting.setdefault((namespace, pool, gpus), deque()).append(token)
         self._expiry.append((reservation.expires_at, token))
-        self._apply(claim, +1)
+        self._apply(claim, +1, token)
         return token
 
     def release(self, token: int) -> None:
@@ -299,7 +344,7 @@ class PoolIndex:
             queue.remove(token)
             if not queue:
                 del self._waiting[(reservation.namespace, reservation.pool, reservation.gpus)]
-        self._apply(claim, -1)
+        self._apply(claim, -1, token)
 
     def expire(self, now: float) -> int:
         """Drop reservations whose Pod never showed up (its creation failed later in admission)."""

@@ -1,0 +1,134 @@
+"""Small builders for Kubernetes objects as `kubectl get -o yaml` shows them, for the core's tests.
+
+Fakes over mocks: tests build real-shaped objects and feed them through the real projections.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from webhook.policy import Policy, load_policy, load_policy_text
+from webhook.pool_index import PoolIndex
+from webhook.snapshot import build_index
+
+
+def gpu_node(
+    name: str,
+    product: str = "Tesla-T4",
+    gpus: int = 4,
+    *,
+    memory_mib: int | None = 15360,
+    gpu_class: str | None = "medium",
+    driver: str | None = "535.104.05",
+    taints: list[dict[str, str]] | None = None,
+    ready: bool = True,
+    unschedulable: bool = False,
+    resource: str = "nvidia.com/gpu",
+    labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    all_labels = {"kubernetes.io/hostname": name}
+    if resource == "nvidia.com/gpu":
+        all_labels["nvidia.com/gpu.product"] = product
+        if memory_mib is not None:
+            all_labels["nvidia.com/gpu.memory"] = str(memory_mib)
+        if driver is not None:
+            all_labels["nvidia.com/cuda.driver-version.full"] = driver
+    if gpu_class is not None:
+        all_labels["gpu.accelerator/class"] = gpu_class
+    all_labels.update(labels or {})
+    spec: dict[str, Any] = {}
+    if taints:
+        spec["taints"] = taints
+    if unschedulable:
+        spec["unschedulable"] = True
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": all_labels},
+        "spec": spec,
+        "status": {
+            "allocatable": {"cpu": "32", "memory": "128Gi", resource: str(gpus)},
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }
+
+
+def pod(
+    name: str = "job",
+    namespace: str = "ml",
+    *,
+    annotations: dict[str, str] | None = None,
+    gpus: int | None = None,
+    resource: str = "nvidia.com/gpu",
+    node: str | None = None,
+    phase: str | None = None,
+    node_selector: dict[str, str] | None = None,
+    tolerations: list[dict[str, str]] | None = None,
+    containers: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "main", "image": "nvidia/cuda:12.4.1-runtime-ubuntu22.04"}
+    if gpus is not None:
+        container["resources"] = {"limits": {resource: str(gpus)}}
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    if annotations is not None:
+        meta["annotations"] = dict(annotations)
+    spec: dict[str, Any] = {"containers": containers if containers is not None else [container]}
+    if node:
+        spec["nodeName"] = node
+    if node_selector is not None:
+        spec["nodeSelector"] = dict(node_selector)
+    if tolerations is not None:
+        spec["tolerations"] = list(tolerations)
+    obj: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+    if phase:
+        obj["status"] = {"phase": phase}
+    return obj
+
+
+def quota(name: str, namespace: str, hard: dict[str, str], used: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"hard": dict(hard)},
+        "status": {"hard": dict(hard), "used": dict(used or {})},
+    }
+
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+
+
+def fleet() -> list[dict[str, Any]]:
+    """A small mixed fleet used across the core's tests."""
+    return [
+        gpu_node("t4-a", "Tesla-T4", 4, memory_mib=15360),
+        gpu_node("t4-b", "Tesla-T4", 4, memory_mib=15360),
+        gpu_node("l4-a", "NVIDIA-L4", 4, memory_mib=23034),
+        gpu_node(
+            "a100-a",
+            "NVIDIA-A100-SXM4-40GB",
+            8,
+            memory_mib=40960,
+            gpu_class="high",
+            taints=[GPU_TAINT],
+            driver="535.129.03",
+        ),
+        gpu_node(
+            "h100-a",
+            "NVIDIA-H100-80GB-HBM3",
+            8,
+            memory_mib=81559,
+            gpu_class=None,
+            taints=[{"key": "nvidia.com/gpu", "effect": "NoSchedule"}],
+            driver="550.54.15",
+        ),
+        gpu_node("rtx-a", "NVIDIA-GeForce-RTX-4090", 2, memory_mib=24564, gpu_class="low", driver="545.23.08"),
+    ]
+
+
+def policy(text: str | None = None) -> Policy:
+    return load_policy(None) if text is None else load_policy_text(text)
+
+
+def index_of(objects: list[dict[str, Any]], pol: Policy | None = None) -> PoolIndex:
+    return build_index(objects, pol or policy())
