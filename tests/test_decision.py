@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.builders import GPU_TAINT, fleet, gpu_node, index_of, pod, policy, quota
+from tests.builders import GPU_TAINT, fleet, gpu_node, index_of, pod, policy
 from webhook.annotations import parse_request
-from webhook.decision import Decision, check_quotas, decide
+from webhook.decision import Decision, decide
 from webhook.model import PoolKey
 from webhook.policy import Policy
 from webhook.pool_index import PoolIndex
@@ -212,24 +212,6 @@ def test_class_quota_excludes_classes_over_their_limit() -> None:
     assert d.chosen is None
     assert d.denial == "class quota high in namespace team-a exceeded: used 4 + requested 1 > hard 4"
     assert chosen(run({"gpupool.io/gpu-class": "high,medium"}, objects, pol, namespace="team-a")) == T4
-
-
-def test_resource_quota_uses_status_used_plus_reservations() -> None:
-    """`requests.nvidia.com/gpu` is checked with used + requested ≤ hard; the unenforced form is not."""
-    objects = [
-        *fleet(),
-        quota("gpu-quota", "team", {"requests.nvidia.com/gpu": "4"}, {"requests.nvidia.com/gpu": "3"}),
-        quota("wrong", "team", {"nvidia.com/gpu": "1"}),
-    ]
-    index = index_of(objects)
-    one = parse_request(pod(namespace="team", annotations={"gpupool.io/gpu-count": "1"}), "team", POLICY)
-    two = parse_request(pod(namespace="team", annotations={"gpupool.io/gpu-count": "2"}), "team", POLICY)
-    assert check_quotas(one, index, "nvidia.com/gpu") == ""
-    assert check_quotas(two, index, "nvidia.com/gpu") == (
-        "exceeded quota gpu-quota in namespace team: requests.nvidia.com/gpu used 3 + requested 2 > hard 4"
-    )
-    index.reserve("team", T4, (), 1, now=0.0)
-    assert "used 4 + requested 1 > hard 4" in check_quotas(one, index, "nvidia.com/gpu")
 
 
 def test_every_pool_is_judged_with_a_reason() -> None:

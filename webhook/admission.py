@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from webhook import verdict
 from webhook.annotations import RequestError, parse_request, wants_gpus
-from webhook.decision import check_quotas, decide
+from webhook.decision import decide
 from webhook.inventory import Inventory
 from webhook.patch import build_patch
 from webhook.policy import Policy
 from webhook.pool_index import PoolIndex
+from webhook.quotas import check_quotas
 from webhook.verdict import Placement, Verdict
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
@@ -83,11 +85,27 @@ class Admitter:
         self._clock = clock
 
     def admit(self, pod: Mapping[str, Any], *, namespace: str, dry_run: bool = False) -> Verdict:
+        stale = self.stale_seconds()
         with self.inventory.read() as index:
             index.expire(self._clock())
             result = evaluate(pod, namespace, self.policy, index)
             placement = result.placement
+            if placement is not None and stale and self.policy.defaults.on_stale == "deny":
+                return verdict.deny(
+                    f"the GPU inventory is stale (no contact with the API for {stale:.0f} s); "
+                    "policy onStale is deny, so GPU Pods are refused until it re-syncs",
+                    code=verdict.CODE_UNAVAILABLE,
+                    reasons=result.reasons,
+                )
             # A Pod placed on an earlier call (reinvocation) has an empty patch and is not reserved twice.
             if placement is not None and result.patch and not dry_run:
                 index.reserve(namespace, placement.pool, placement.selector, placement.pod_total, self._clock())
+        if placement is not None and stale:
+            note = f"gpupool: placed from a GPU inventory {stale:.0f} s stale; the pool may have changed"
+            result = replace(result, warnings=(*result.warnings, note))
         return result
+
+    def stale_seconds(self) -> float:
+        """How stale the inventory is beyond the policy's threshold (0 when fresh)."""
+        age = self.inventory.age_seconds()
+        return age if age > self.policy.defaults.stale_after_seconds else 0.0

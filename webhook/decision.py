@@ -38,8 +38,12 @@ class Rejection:
     pool: PoolKey
     reasons: tuple[str, ...]
 
-    def __str__(self) -> str:
-        return f"{self.pool.product} ({self.pool}): {'; '.join(self.reasons)}"
+
+def _describe(rejection: Rejection, all_rejections: list[Rejection]) -> str:
+    """`NVIDIA-A100-SXM4-40GB: 40Gi < min-memory 80Gi`; the full pool name when the product is ambiguous."""
+    same = sum(r.pool.product == rejection.pool.product for r in all_rejections)
+    name = rejection.pool.product if same == 1 else str(rejection.pool)
+    return f"{name}: {', '.join(rejection.reasons)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +109,8 @@ def decide(req: GpuRequest, index: PoolIndex, policy: Policy) -> Decision:
     if waiting is None:
         if quota_note:
             return Decision(None, quota_note, (), (), tuple(rejections))
-        nearest = "; ".join(str(r) for r in rejections[:3]) or f"the inventory has no {req.vendor.name} GPU pools"
+        nearest = "; ".join(_describe(r, rejections) for r in rejections[:3])
+        nearest = nearest or f"the inventory has no {req.vendor.name} GPU pools"
         return Decision(None, f"no GPU pool matches the Pod: {nearest}", (), (), tuple(rejections))
     need = f"{req.pod_total} free {req.vendor.resource} on one node"
     if policy.defaults.on_no_capacity == "deny":
@@ -220,19 +225,3 @@ def _class_quota(
         else:
             kept.append(c)
     return (notes[0] if notes else ""), kept
-
-
-def check_quotas(req: GpuRequest, index: PoolIndex, resource: str) -> str:
-    """The namespace's ResourceQuotas on `requests.<resource>`: a denial message, or ""."""
-    key = f"requests.{resource}"
-    pending = index.reserved(req.namespace, resource)
-    for quota in sorted(index.quotas(req.namespace), key=lambda q: q.name):
-        if quota.scoped or key not in quota.hard:
-            continue
-        used = quota.used.get(key, 0) + pending
-        if used + req.pod_total > quota.hard[key]:
-            return (
-                f"exceeded quota {quota.name} in namespace {req.namespace}: {key} used {used} + "
-                f"requested {req.pod_total} > hard {quota.hard[key]}"
-            )
-    return ""

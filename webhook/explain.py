@@ -17,20 +17,13 @@ import yaml
 from webhook.admission import evaluate
 from webhook.cli import UsageError
 from webhook.policy import PolicyError, load_policy
-from webhook.snapshot import InventoryFileError, SnapshotInventory
+from webhook.sources import add_source_arguments, open_inventory
 from webhook.verdict import Verdict
-
-DEMO_INVENTORY = Path(__file__).resolve().parent.parent / "examples" / "cluster.yaml"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("pod", metavar="POD.yaml", help="the Pod manifest (YAML or JSON; - for standard input)")
-    parser.add_argument(
-        "--inventory",
-        metavar="FILE",
-        help="cluster snapshot: the output of `kubectl get nodes,pods,resourcequotas -A -o yaml` "
-        f"(default: the demo cluster, {DEMO_INVENTORY.name} in examples/)",
-    )
+    add_source_arguments(parser)
     parser.add_argument("--policy", metavar="FILE", help="policy file merged over the built-in default")
     parser.add_argument(
         "--namespace", "-n", metavar="NS", help="namespace of the Pod (default: its metadata.namespace, else default)"
@@ -42,25 +35,20 @@ def run(args: argparse.Namespace) -> int:
     pod = load_pod(args.pod)
     try:
         policy = load_policy(args.policy)
-        inventory = SnapshotInventory.from_file(_inventory_path(args.inventory), policy)
-    except (PolicyError, InventoryFileError) as exc:
+    except PolicyError as exc:
         raise UsageError(str(exc)) from None
+    inventory = open_inventory(args, policy)
     namespace = args.namespace or (pod.get("metadata") or {}).get("namespace") or "default"
-    with inventory.read() as index:
-        result = evaluate(pod, namespace, policy, index)
+    try:
+        with inventory.read() as index:
+            result = evaluate(pod, namespace, policy, index)
+    finally:
+        inventory.close()
     if args.output == "json":
         sys.stdout.write(orjson.dumps(result.as_json(), option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
         sys.stdout.write(render_text(pod, namespace, result))
     return 0 if result.allowed else 1
-
-
-def _inventory_path(path: str | None) -> str:
-    if path:
-        return path
-    if not DEMO_INVENTORY.exists():
-        raise UsageError("no --inventory given and the demo inventory (examples/cluster.yaml) is not here")
-    return str(DEMO_INVENTORY)
 
 
 def load_pod(path: str) -> dict[str, Any]:

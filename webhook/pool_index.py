@@ -387,6 +387,17 @@ class PoolIndex:
             if not quotas:
                 del self._quotas[namespace]
 
+    # --- what is held, for a re-list to drop what is gone ---------------------------------------------
+
+    def node_names(self) -> set[str]:
+        return set(self._facts) | set(self._unclassified)
+
+    def pod_keys(self) -> set[PodKey]:
+        return set(self._pods)
+
+    def quota_keys(self) -> set[tuple[str, str]]:
+        return {(ns, name) for ns, quotas in self._quotas.items() for name in quotas}
+
     # --- reading -------------------------------------------------------------------------------------
 
     def pools(self, vendor: str | None = None) -> Iterator[Pool]:

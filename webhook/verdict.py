@@ -17,6 +17,7 @@ Outcome = Literal["mutated", "unchanged", "denied"]
 # Status codes on denials, as kube-apiserver passes them on to the user.
 CODE_INVALID = 400  # an annotation or the Pod itself is malformed
 CODE_FORBIDDEN = 403  # policy, quota or capacity says no
+CODE_UNAVAILABLE = 503  # gpupool cannot decide now (stale inventory under onStale: deny)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,92 @@
+"""One admission decision against a 5,000-node / 150,000-Pod snapshot, side by side with a 50-node one.
+
+The admission path must not grow with the number of Pods: both indexes answer the same Pods, in
+interleaved rounds so that noise on this shared machine hits both alike. Reports medians, p99s and the
+large/small ratio; writes bench/results/decision.json.
+
+    .venv/bin/python bench/bench_decision.py [--rounds 20] [--per-round 500]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from webhook.admission import evaluate  # noqa: E402
+from webhook.policy import load_policy  # noqa: E402
+from webhook.pool_index import PoolIndex  # noqa: E402
+from webhook.snapshot import build_index  # noqa: E402
+from webhook.testing.synthetic import synthetic_cluster  # noqa: E402
+
+PODS: list[dict[str, Any]] = [
+    {"metadata": {"name": f"job-{i}", "annotations": ann}, "spec": {"containers": [{"name": "main", "image": "cuda"}]}}
+    for i, ann in enumerate([
+        {"gpupool.io/gpu-class": "medium"},
+        {"gpupool.io/min-memory": "20Gi", "gpupool.io/gpu-count": "2"},
+        {"gpupool.io/gpu-class": "medium,high", "gpupool.io/fallback": "true", "gpupool.io/gpu-count": "4"},
+        {"gpupool.io/gpu-product": "A100", "gpupool.io/min-driver": "535"},
+        {"gpupool.io/gpu-class": "high", "gpupool.io/gpu-count": "8"},
+    ])
+] + [{"metadata": {"name": "plain-gpu"}, "spec": {"containers": [
+    {"name": "main", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}]
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def build(nodes: int, pods: int) -> tuple[PoolIndex, float, int]:
+    policy = load_policy(None)
+    objects = synthetic_cluster(nodes=nodes, pods=pods, seed=1)
+    start = time.perf_counter()
+    index = build_index(objects, policy)
+    return index, time.perf_counter() - start, len(objects)
+
+
+def time_round(index: PoolIndex, per_round: int, out: list[float]) -> None:
+    policy = index.policy
+    for i in range(per_round):
+        pod = PODS[i % len(PODS)]
+        start = time.perf_counter_ns()
+        evaluate(pod, "team-a", policy, index)
+        out.append((time.perf_counter_ns() - start) / 1e6)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--per-round", type=int, default=500)
+    args = parser.parse_args()
+    small, small_build, small_n = build(50, 1_500)
+    large, large_build, large_n = build(5_000, 150_000)
+    print(f"indexed {small_n:,} objects in {small_build:.2f} s and {large_n:,} objects in {large_build:.2f} s")
+    timings: dict[str, list[float]] = {"50 nodes": [], "5,000 nodes": []}
+    for _ in range(3):  # warm up both
+        time_round(small, 100, [])
+        time_round(large, 100, [])
+    for _ in range(args.rounds):
+        time_round(small, args.per_round, timings["50 nodes"])
+        time_round(large, args.per_round, timings["5,000 nodes"])
+    rows = {k: {"median_ms": statistics.median(v), "p99_ms": percentile(v, 0.99), "n": len(v)}
+            for k, v in timings.items()}
+    ratio = {m: rows["5,000 nodes"][m] / rows["50 nodes"][m] for m in ("median_ms", "p99_ms")}
+    print(f"{'snapshot':<14}{'median ms':>12}{'p99 ms':>10}{'decisions':>11}")
+    for name, r in rows.items():
+        print(f"{name:<14}{r['median_ms']:>12.4f}{r['p99_ms']:>10.4f}{r['n']:>11,}")
+    print(f"{'ratio':<14}{ratio['median_ms']:>11.2f}x{ratio['p99_ms']:>9.2f}x")
+    out = Path(__file__).resolve().parent / "results"
+    out.mkdir(exist_ok=True)
+    (out / "decision.json").write_text(json.dumps({"rows": rows, "ratio": ratio}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,160 @@
+"""The reflector: list+watch of one resource through the real client, surviving the API's failures."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+
+from tests.builders import gpu_node
+from webhook.reflector import Obj, Reflector, ReflectorConfig
+from webhook.testing.kubesim import KubeSim
+
+pytestmark = pytest.mark.slow
+
+
+class RecordingSink:
+    """Keeps the objects the reflector says exist, by name, like a cache would."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, Obj] = {}
+        self.listing: set[str] = set()
+        self.lists = 0
+        self.lock = threading.Lock()
+
+    def replace(self, kind: str, objects: list[Obj], first: bool, final: bool) -> None:
+        with self.lock:
+            if first:
+                self.listing = set()
+                self.lists += 1
+            for obj in objects:
+                self.objects[obj["metadata"]["name"]] = obj
+                self.listing.add(obj["metadata"]["name"])
+            if final:
+                for gone in set(self.objects) - self.listing:
+                    del self.objects[gone]
+
+    def apply(self, kind: str, event: str, obj: Obj) -> None:
+        with self.lock:
+            name = obj["metadata"]["name"]
+            if event == "DELETED":
+                self.objects.pop(name, None)
+            else:
+                self.objects[name] = obj
+
+    def names(self) -> set[str]:
+        with self.lock:
+            return set(self.objects)
+
+
+def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.02)
+
+
+CONFIG = ReflectorConfig(
+    page_size=3,
+    connect_timeout=1,
+    list_timeout=1,
+    watch_seconds=5,
+    watch_read_timeout=1,
+    backoff_initial=0.05,
+    backoff_max=0.2,
+)
+
+
+@pytest.fixture
+def sim() -> Iterator[KubeSim]:
+    with KubeSim(bookmark_interval=0.2) as s:
+        s.load(gpu_node(f"n{i}") for i in range(10))
+        yield s
+
+
+@pytest.fixture
+def api(sim: KubeSim, tmp_path: Path) -> Any:
+    return client.CoreV1Api(config.new_client_from_config(config_file=str(sim.write_kubeconfig(tmp_path / "kc"))))
+
+
+@pytest.fixture
+def started(sim: KubeSim, api: Any) -> Iterator[tuple[Reflector, RecordingSink]]:
+    sink = RecordingSink()
+    reflector = Reflector("nodes", api.list_node, sink, CONFIG)
+    reflector.start()
+    assert reflector.synced.wait(10)
+    sim.wait_for_watches(1)
+    yield reflector, sink
+    reflector.stop()
+
+
+def names(n: int) -> set[str]:
+    return {f"n{i}" for i in range(n)}
+
+
+def test_paginated_list_then_watch(started: tuple[Reflector, RecordingSink], sim: KubeSim) -> None:
+    """Ten nodes in pages of three, then every change through the watch."""
+    reflector, sink = started
+    assert sink.names() == names(10) and sim.list_requests("nodes") == 4
+    sim.add(gpu_node("n10"))
+    sim.delete("Node", None, "n0")
+    eventually(lambda: sink.names() == names(11) - {"n0"})
+    assert reflector.down_since is None
+
+
+def test_bookmarks_advance_the_resource_version(started: tuple[Reflector, RecordingSink], sim: KubeSim) -> None:
+    """A quiet watch still moves forward, so a resume after it does not replay or 410."""
+    reflector, _ = started
+    sim.add(gpu_node("other"))  # any write moves the global resourceVersion
+    eventually(lambda: reflector.resource_version == sim.resource_version)
+
+
+def test_dropped_watch_resumes_from_last_version_without_relist(
+    started: tuple[Reflector, RecordingSink], sim: KubeSim
+) -> None:
+    """A cut connection is resumed from the last resourceVersion: changes meanwhile arrive, no re-list."""
+    reflector, sink = started
+    sim.drop_watches()
+    sim.add(gpu_node("n10"))
+    eventually(lambda: "n10" in sink.names())
+    assert sink.lists == 1
+
+
+def test_expired_version_relists_and_drops_deleted_objects(
+    started: tuple[Reflector, RecordingSink], sim: KubeSim
+) -> None:
+    """410 Gone on resume: a fresh list, and objects deleted meanwhile are gone from the sink too."""
+    reflector, sink = started
+    sim.set_down(True)
+    eventually(lambda: reflector.down_since is not None)
+    sim.delete("Node", None, "n3")
+    sim.compact()
+    sim.set_down(False)
+    eventually(lambda: sink.lists == 2 and sink.names() == names(10) - {"n3"})
+
+
+def test_server_errors_back_off_and_recover(sim: KubeSim, api: Any) -> None:
+    """500s on list are retried with backoff until the list succeeds."""
+    sim.fail_next(3, 500, verb="list")
+    sink = RecordingSink()
+    reflector = Reflector("nodes", api.list_node, sink, CONFIG)
+    reflector.start()
+    try:
+        assert reflector.synced.wait(10)
+        assert reflector.errors >= 3 and sink.names() == names(10)
+    finally:
+        reflector.stop()
+
+
+def test_stalled_api_times_out_instead_of_hanging(started: tuple[Reflector, RecordingSink], sim: KubeSim) -> None:
+    """A partitioned API (no bytes at all) is noticed by the client-side read timeout, then recovered from."""
+    reflector, sink = started
+    sim.stall(3)
+    eventually(lambda: reflector.down_since is not None, timeout=10)
+    sim.add(gpu_node("late"))
+    eventually(lambda: "late" in sink.names() and reflector.down_since is None, timeout=15)
