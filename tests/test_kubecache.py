@@ -221,7 +221,7 @@ def test_burst_never_oversubscribes_a_pool(live: LiveInventory, sim: KubeSim) ->
     assert pools.count(T4) == 10 and pools.count(A100) == 6
     assert free(live) == 0
     # The Pods are created and scheduled: reservations settle, and the real usage takes over.
-    placed_t4 = [n for n in ("t4-a", "t4-a", "t4-b", "t4-b", "t4-b", "t4-b", "t4-c", "t4-c", "t4-c", "t4-c")]
+    placed_t4 = ("t4-a", "t4-a", "t4-b", "t4-b", "t4-b", "t4-b", "t4-c", "t4-c", "t4-c", "t4-c")
     for i, node in enumerate(placed_t4):
         sim.add(pod(f"w-{i}", gpus=1, node=node, phase="Running", annotations={"gpupool.io/pool": str(T4)}))
     eventually(lambda: free(live) == 0 and _reservations(live) == 6, what="settled reservations")

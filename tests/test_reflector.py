@@ -118,7 +118,7 @@ def test_dropped_watch_resumes_from_last_version_without_relist(
     started: tuple[Reflector, RecordingSink], sim: KubeSim
 ) -> None:
     """A cut connection is resumed from the last resourceVersion: changes meanwhile arrive, no re-list."""
-    reflector, sink = started
+    _, sink = started
     sim.drop_watches()
     sim.add(gpu_node("n10"))
     eventually(lambda: "n10" in sink.names())
