@@ -483,11 +483,6 @@ DEMO_NODE_SIZE = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core pins a Pod that waits (onNoCapacity warn) to the least capable matching pool even when "
-    "none of its nodes has that many GPUs at all (8 GPUs -> RTX 3060 nodes with 1 GPU), so it never schedules",
-)
 def test_waiting_pod_is_pinned_where_a_node_can_hold_it() -> None:
     """Issue 2 §5: a Pod's GPUs are on one node, and under onNoCapacity warn the Pod is pinned to the
     best matching pool *to wait* there. A pool none of whose nodes has 8 GPUs can never run an 8-GPU Pod,
@@ -500,11 +495,6 @@ def test_waiting_pod_is_pinned_where_a_node_can_hold_it() -> None:
     assert any("wait" in w for w in result.warnings)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core admits a 64-GPU Pod pinned to a pool (RTX 3060, 1 GPU per node) where it can never run; "
-    "no demo node has 64 GPUs, so it should be denied saying so",
-)
 def test_pod_larger_than_any_node_is_denied() -> None:
     """No node of the demo cluster has 64 GPUs: waiting cannot help, so the Pod is denied with a
     message naming the count, instead of being pinned to a pool where it never schedules."""

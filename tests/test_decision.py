@@ -222,3 +222,17 @@ def test_every_pool_is_judged_with_a_reason() -> None:
     assert any(line.startswith(f"{T4}: rejected") and "15Gi < min-memory 20Gi" in line for line in lines)
     assert any(line.startswith(f"{A100}: rejected") and "class high not in medium" in line for line in lines)
     assert len(lines) == 5
+
+
+def test_pool_whose_nodes_are_all_too_small_is_not_a_place_to_wait() -> None:
+    """An 8-GPU Pod never waits on 4-GPU nodes: that pool is rejected saying how large its nodes are."""
+    objects = [
+        gpu_node("t4-a"),
+        gpu_node("a", "NVIDIA-A100-SXM4-40GB", 8, gpu_class="high"),
+        pod("x", gpus=8, node="a", phase="Running"),
+    ]
+    d = run({"gpupool.io/gpu-count": "8"}, objects)
+    assert chosen(d) == A100 and d.chosen is not None and not d.chosen.fits
+    assert any("no node has 8 GPUs (the largest has 4)" in line for line in d.explain())
+    too_big = run({"gpupool.io/gpu-count": "16"}, objects)
+    assert too_big.chosen is None and "no node has 16 GPUs" in too_big.denial

@@ -169,6 +169,10 @@ def _best_selector(req: GpuRequest, pool: Pool, fallback: bool) -> tuple[Candida
         if problem:
             why.append(problem)
             continue
+        largest = max(g.largest_node() for g in tolerated)
+        if largest < req.pod_total:
+            why.append(f"no node has {req.pod_total} GPUs (the largest has {largest})")
+            continue
         max_free = max(g.max_free() for g in tolerated)
         candidate = Candidate(
             pool=pool.key,

@@ -41,10 +41,15 @@ class Group:
     buckets: dict[int, set[str]] = field(default_factory=dict)  # free GPUs -> usable nodes
     free_total: int = 0
     memory: Counter[int] = field(default_factory=Counter)
+    sizes: Counter[int] = field(default_factory=Counter)  # allocatable GPUs per node, usable or not
     drivers: Counter[tuple[int, ...] | None] = field(default_factory=Counter)
 
     def max_free(self) -> int:
         return max((n for n, nodes in self.buckets.items() if nodes), default=0)
+
+    def largest_node(self) -> int:
+        """The most GPUs any one node of the group has: a Pod needing more can never run here."""
+        return max(self.sizes, default=0)
 
     def min_memory_mib(self) -> int:
         return min(self.memory) if self.memory else 0
@@ -142,6 +147,7 @@ class PoolIndex:
                 group = pool.groups[gkey] = Group(f.selector, f.gpu_taints, f.other_taints)
             group.nodes[f.node] = f
             group.memory[f.memory_mib] += 1
+            group.sizes[f.allocatable] += 1
             group.drivers[f.driver] += 1
         self._refresh(node.name)
 
@@ -154,6 +160,7 @@ class PoolIndex:
             self._set_free(group, name, None)
             del group.nodes[name]
             _decrement(group.memory, f.memory_mib)
+            _decrement(group.sizes, f.allocatable)
             _decrement(group.drivers, f.driver)
             if not group.nodes:
                 del pool.groups[gkey]
