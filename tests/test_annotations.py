@@ -202,3 +202,20 @@ def test_pod_without_containers_is_refused() -> None:
 def test_which_pods_are_gpupools_business(obj: dict[str, Any], wanted: bool) -> None:
     """A gpupool.io/ annotation or a policy GPU resource opts a Pod in; nothing else does."""
     assert wants_gpus(obj, POLICY) is wanted
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    """A Pod with several mistakes hears about all of them in one denial."""
+    with pytest.raises(RequestError) as err:
+        req({"gpupool.io/gpu-clas": "high", "gpupool.io/gpu-count": "two", "gpupool.io/min-memory": "lots"})
+    message = str(err.value)
+    assert "unknown annotation gpupool.io/gpu-clas" in message
+    assert "gpupool.io/gpu-count: 'two'" in message and "gpupool.io/min-memory: 'lots'" in message
+
+
+def test_gpus_of_an_init_container_alone_leave_the_containers_alone() -> None:
+    """A Pod whose only GPU user is an init container keeps its own count: no limit is added elsewhere."""
+    obj = pod(annotations=None)
+    obj["spec"]["initContainers"] = [{"name": "prep", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]
+    r = parse_request(obj, "ml", POLICY)
+    assert (r.count, r.pod_total) == (0, 2)

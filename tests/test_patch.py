@@ -119,3 +119,10 @@ def test_patch_of_the_patched_pod_is_empty(obj: dict[str, Any]) -> None:
     result = applied(obj)
     tolerations = tuple(Toleration(**t) for t in result["spec"]["tolerations"])
     assert patch_of(result, tolerations=tolerations) == []
+
+
+def test_count_zero_adds_no_limit() -> None:
+    """When the Pod's own GPU requests stand (count 0), only the pinning is patched."""
+    obj = pod(annotations=None)
+    ops = patch_of(obj, count=0)
+    assert not any("resources" in op["path"] for op in ops)

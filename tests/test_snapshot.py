@@ -63,8 +63,10 @@ def test_demo_inventory_pools() -> None:
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ("items: [\n", "not valid YAML or JSON"),
-        ('{"items": [', "not valid YAML or JSON"),
+        ("items: [\n", "not valid YAML: line 2, column 1"),
+        ('{"items": [', "not valid JSON"),
+        ("kind: List\nitems: [{kind: Service, metadata: {name: s}}]\n", "item 0 is a Service; expected only Node"),
+        ("kind: Status\nmetadata: {name: x}\n", "expected a List with items"),
         ("- 1\n- 2\n", "expected Kubernetes objects"),
         ("apiVersion: v1\nfoo: bar\n", "expected a List with items"),
         ("kind: List\nitems: [{metadata: {name: x}}]\n", "item 0 is not a Kubernetes object"),

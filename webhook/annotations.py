@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from webhook.kubeobj import POOL_ANNOTATION, container_gpus, effective_gpus, tolerations_of
 from webhook.model import PoolKey, Toleration
@@ -24,6 +24,7 @@ CLASS, MEMORY, COUNT, PRODUCT = "gpu-class", "min-memory", "gpu-count", "gpu-pro
 DRIVER, VENDOR, CONTAINER, FALLBACK, POOL = "min-driver", "vendor", "container", "fallback", "pool"
 KNOWN = (CLASS, MEMORY, COUNT, PRODUCT, DRIVER, VENDOR, CONTAINER, FALLBACK, POOL)
 MAX_COUNT = 64
+T = TypeVar("T")
 _PRODUCT_TOKEN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -41,7 +42,7 @@ class GpuRequest:
     class_source: str  # "annotation", "namespace default" or "any"
     allowed_classes: tuple[str, ...]  # what the namespace permits, in policy order
     min_memory_mib: int
-    count: int  # GPUs for the target container
+    count: int  # GPUs for the target container; 0: the Pod's own GPU requests (init containers) stand
     pod_total: int  # GPUs the whole Pod needs on one node
     products: tuple[Tokens, ...]  # any of these; empty: any product
     product_text: str
@@ -89,47 +90,72 @@ def wants_gpus(pod: Mapping[str, Any], policy: Policy) -> bool:
     )
 
 
+class _Errors:
+    """Collects every problem, so the user fixes a Pod in one go instead of one denial at a time."""
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    def check(self, parse: Callable[[], T], fallback: T) -> T:
+        try:
+            return parse()
+        except RequestError as exc:
+            self.messages.append(str(exc))
+            return fallback
+
+
 def parse_request(pod: Mapping[str, Any], namespace: str, policy: Policy) -> GpuRequest:
-    """The validated request; raises RequestError naming what is wrong."""
+    """The validated request; raises RequestError naming everything that is wrong."""
     ann = gpupool_annotations(pod)
-    unknown = sorted(set(ann) - set(KNOWN))
-    if unknown:
-        key = unknown[0]
+    errors = _Errors()
+    for key in sorted(set(ann) - set(KNOWN)):
         close = difflib.get_close_matches(key, KNOWN, n=1)
         hint = f" (did you mean {PREFIX}{close[0]}?)" if close else ""
-        raise RequestError(f"unknown annotation {PREFIX}{key}{hint}; accepted: {', '.join(PREFIX + k for k in KNOWN)}")
+        errors.messages.append(
+            f"unknown annotation {PREFIX}{key}{hint}; accepted: {', '.join(PREFIX + k for k in KNOWN)}"
+        )
     spec = _map(pod.get("spec"))
     containers = [_map(c) for c in spec.get("containers") or [] if isinstance(c, Mapping)]
     if not containers:
-        raise RequestError("the Pod has no containers")
-    vendor = _vendor(ann, pod, policy)
-    index = _container(ann, containers, vendor.resource)
+        raise RequestError("; ".join([*errors.messages, "the Pod has no containers"]))
+    default_vendor = policy.vendors[policy.default_vendor]
+    vendor = errors.check(lambda: _vendor(ann, pod, policy), default_vendor)
+    index = errors.check(lambda: _container(ann, containers, vendor.resource), 0)
     target = containers[index]
-    count = _count(ann, target, vendor.resource)
+    already = any(container_gpus(_map(c), vendor.resource) for c in [*containers, *(spec.get("initContainers") or [])])
+    count = errors.check(lambda: _count(ann, target, vendor.resource, already), 1)
     rule = policy.namespace(namespace)
     allowed = rule.allowed_classes or policy.classes
-    classes, source = _classes(ann, policy, namespace, allowed, rule.default_class)
+    no_classes: tuple[tuple[str, ...], str] = ((), "any")
+    classes, source = errors.check(lambda: _classes(ann, policy, namespace, allowed, rule.default_class), no_classes)
+    no_products: tuple[Tokens, ...] = ()
+    products = errors.check(lambda: _products(ann, vendor), no_products)
+    memory = errors.check(lambda: _memory(ann), 0)
+    driver = errors.check(lambda: _driver(ann), None)
+    fallback = errors.check(lambda: _flag(ann, FALLBACK, policy.defaults.fallback), False)
+    pool = errors.check(lambda: _pool(ann), None)
+    if errors.messages:
+        raise RequestError("; ".join(errors.messages))
     counts = [count if i == index else container_gpus(c, vendor.resource) for i, c in enumerate(containers)]
     inits = [_map(c) for c in spec.get("initContainers") or []]
     init_counts = [(container_gpus(c, vendor.resource), c.get("restartPolicy") == "Always") for c in inits]
-    products = _products(ann, vendor)
     return GpuRequest(
         namespace=namespace,
         vendor=vendor,
         classes=classes,
         class_source=source,
         allowed_classes=tuple(c for c in policy.classes if c in allowed),
-        min_memory_mib=_memory(ann),
+        min_memory_mib=memory,
         count=count,
         pod_total=effective_gpus(counts, init_counts),
         products=products,
         product_text=ann.get(PRODUCT, ""),
-        min_driver=_driver(ann),
+        min_driver=driver,
         container_index=index,
         container_name=str(target.get("name", "")),
-        fallback=_flag(ann, FALLBACK, policy.defaults.fallback),
+        fallback=fallback,
         pins=_pins(spec, policy),
-        pool_pin=_pool(ann),
+        pool_pin=pool,
         tolerations=tolerations_of(spec),
     )
 
@@ -170,7 +196,9 @@ def _container(ann: dict[str, str], containers: list[Mapping[str, Any]], resourc
     return next((i for i, c in enumerate(containers) if container_gpus(c, resource)), 0)
 
 
-def _count(ann: dict[str, str], container: Mapping[str, Any], resource: str) -> int:
+def _count(ann: dict[str, str], container: Mapping[str, Any], resource: str, pod_has_gpus: bool) -> int:
+    """GPUs for the target container: the annotation, else its own limit; 0 (leave it alone) when only
+    other containers of the Pod, such as an init container, ask for GPUs; else 1."""
     res = _map(container.get("resources"))
     existing = {}
     for kind in ("limits", "requests"):
@@ -189,7 +217,9 @@ def _count(ann: dict[str, str], container: Mapping[str, Any], resource: str) -> 
         )
     current = next(iter(existing.values()), None)
     if COUNT not in ann:
-        return current or 1
+        if current is not None:
+            return current
+        return 0 if pod_has_gpus else 1
     raw = ann[COUNT].strip()
     if not raw.isdigit() or not 1 <= int(raw) <= MAX_COUNT:
         raise RequestError(

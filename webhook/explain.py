@@ -17,6 +17,7 @@ import yaml
 from webhook.admission import evaluate
 from webhook.cli import UsageError
 from webhook.policy import PolicyError, load_policy
+from webhook.snapshot import describe_yaml_error
 from webhook.sources import add_source_arguments, open_inventory
 from webhook.verdict import Verdict
 
@@ -59,9 +60,11 @@ def load_pod(path: str) -> dict[str, Any]:
     try:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
-        raise UsageError(f"{path}: not valid YAML or JSON: {exc}") from None
-    if len(docs) != 1 or not isinstance(docs[0], dict):
-        raise UsageError(f"{path}: expected exactly one Pod manifest, found {len(docs)} documents")
+        raise UsageError(f"{path}: not valid YAML or JSON: {describe_yaml_error(exc)}") from None
+    if len(docs) != 1:
+        raise UsageError(f"{path}: expected exactly one Pod manifest, found {len(docs)} YAML documents")
+    if not isinstance(docs[0], dict):
+        raise UsageError(f"{path}: expected a Pod manifest (a mapping), found a {type(docs[0]).__name__}")
     pod = docs[0]
     if pod.get("kind") not in (None, "Pod"):
         raise UsageError(f"{path}: kind {pod.get('kind')!r} is not Pod")

@@ -69,6 +69,14 @@ def build_patch(
         else:
             ops.append({"op": "add", "path": "/spec/tolerations", "value": needed})
 
+    if count:
+        _limit_ops(ops, spec, container_index, resource, count)
+    _add_entries(ops, "/metadata/annotations", meta.get("annotations"), {POOL_ANNOTATION: pool})
+    return ops
+
+
+def _limit_ops(ops: list[Op], spec: Mapping[str, Any], container_index: int, resource: str, count: int) -> None:
+    """`limits[resource] = count` on the container, and requests kept equal where it sets requests."""
     container = _map(spec["containers"][container_index])
     base = f"/spec/containers/{container_index}/resources"
     value = str(count)
@@ -83,6 +91,3 @@ def build_patch(
         # Requests stay equal to limits where the container sets requests; absent, they default to limits.
         if isinstance(requests, Mapping) and resource not in requests:
             ops.append({"op": "add", "path": f"{base}/requests/{escape(resource)}", "value": value})
-
-    _add_entries(ops, "/metadata/annotations", meta.get("annotations"), {POOL_ANNOTATION: pool})
-    return ops

@@ -8,7 +8,7 @@ against it until they expire, as they would on a live cluster.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -27,12 +27,21 @@ class InventoryFileError(ValueError):
     """The inventory file cannot be used; the message names the file and the problem."""
 
 
+def describe_yaml_error(exc: yaml.YAMLError) -> str:
+    """`line 3, column 7: found unexpected end of stream`, instead of PyYAML's multi-line report."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark is not None else problem
+
+
 def parse_objects(text: str | bytes, source: str) -> list[Mapping[str, Any]]:
     """The objects of a kubectl List (YAML or JSON), or of a YAML stream of objects."""
     try:
         docs = [orjson.loads(text)] if text.lstrip()[:1] in ("{", b"{") else list(yaml.load_all(text, _Loader))
-    except (orjson.JSONDecodeError, yaml.YAMLError) as exc:
-        raise InventoryFileError(f"{source}: not valid YAML or JSON: {exc}") from None
+    except orjson.JSONDecodeError as exc:
+        raise InventoryFileError(f"{source}: not valid JSON: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise InventoryFileError(f"{source}: not valid YAML: {describe_yaml_error(exc)}") from None
     objects: list[Mapping[str, Any]] = []
     for doc in docs:
         if doc is None:
@@ -41,7 +50,7 @@ def parse_objects(text: str | bytes, source: str) -> list[Mapping[str, Any]]:
             raise InventoryFileError(f"{source}: expected Kubernetes objects, got {type(doc).__name__}")
         if isinstance(doc.get("items"), list):
             objects.extend(doc["items"])
-        elif "kind" in doc:
+        elif doc.get("kind") in _KINDS:
             objects.append(doc)
         else:
             raise InventoryFileError(
@@ -51,18 +60,23 @@ def parse_objects(text: str | bytes, source: str) -> list[Mapping[str, Any]]:
     for i, obj in enumerate(objects):
         if not isinstance(obj, Mapping) or not isinstance(obj.get("kind"), str):
             raise InventoryFileError(f"{source}: item {i} is not a Kubernetes object (no kind)")
+        if obj["kind"] not in _KINDS:
+            raise InventoryFileError(
+                f"{source}: item {i} is a {obj['kind']}; expected only Node, Pod and ResourceQuota "
+                "(kubectl get nodes,pods,resourcequotas -A -o yaml)"
+            )
         meta = obj.get("metadata")
         if not isinstance(meta, Mapping) or not meta.get("name"):
             raise InventoryFileError(f"{source}: item {i} ({obj['kind']}) has no metadata.name")
     return objects
 
 
-def build_index(objects: list[Mapping[str, Any]], policy: Policy, source: str = "inventory") -> PoolIndex:
+def build_index(objects: Sequence[Mapping[str, Any]], policy: Policy, source: str = "inventory") -> PoolIndex:
     index = PoolIndex(policy)
     resources = policy.gpu_resources
     kinds = dict.fromkeys(_KINDS, 0)
     # Nodes first, so Pods and their placements find their pools.
-    for obj in sorted(objects, key=lambda o: _KINDS.index(o["kind"]) if o["kind"] in _KINDS else 3):
+    for obj in sorted(objects, key=lambda o: _KINDS.index(o["kind"]) if o["kind"] in _KINDS else len(_KINDS)):
         kind = obj["kind"]
         if kind == "Node":
             index.upsert_node(node_from_obj(obj, resources))
