@@ -1,0 +1,271 @@
+"""KubeSim: a local Kubernetes API server for tests and benchmarks of list+watch clients.
+
+It serves nodes, Pods and ResourceQuotas (core/v1) over plain HTTP on 127.0.0.1, so the real
+`kubernetes` client runs unmodified against it through a generated kubeconfig. Tests change the
+cluster through the Python API (each change is a watch event) and inject the faults a cache must
+survive: dropped watch connections, a stalled server, error statuses, compaction (410 Gone) and an
+API that is down.
+
+    with KubeSim() as sim:
+        sim.load(synthetic_cluster(nodes=10, pods=100))
+        sim.write_kubeconfig(tmp_path / "kubeconfig")
+        ...
+
+`python -m webhook.testing --nodes 5000 --pods 150000 --kubeconfig FILE` serves a synthetic cluster
+from its own process, so that a benchmark measures the client's memory and not the server's.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import orjson
+
+from webhook.testing.kubeapi import ApiState, Server, shutdown_quietly
+from webhook.testing.kubestore import Store, kind_of
+
+
+class KubeSim:
+    """A simulated kube-apiserver. Construct, `start()` (or use as a context manager), `stop()`.
+
+    `bookmark_interval` is how often watch streams that allow bookmarks get one (kube-apiserver:
+    about a minute; short here so tests see them); `history_limit` is how many writes stay
+    replayable before older resourceVersions answer 410; `watch_timeout` ends watches that give no
+    timeoutSeconds (the real server picks 30 to 60 minutes).
+    """
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        token: str = "kubesim-token",
+        bookmark_interval: float = 1.0,
+        history_limit: int = 100_000,
+        watch_timeout: float = 1800.0,
+    ) -> None:
+        self._address = (host, port)
+        self._store = Store(history_limit=history_limit)
+        self._state = ApiState(
+            self._store, token=token, bookmark_interval=bookmark_interval, watch_timeout=watch_timeout
+        )
+        self._server: Server | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> KubeSim:
+        """Bind (a free port unless one was given) and serve in a background thread."""
+        if self._server is not None:
+            raise RuntimeError("KubeSim is already started")
+        self._serve(self._address)
+        return self
+
+    def stop(self) -> None:
+        """Close the listener and every connection (watch streams end abruptly); idempotent."""
+        with self._state.lock:
+            self._state.closing = True
+            self._state.lock.notify_all()
+        self._close_server()
+
+    def __enter__(self) -> KubeSim:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        """`http://127.0.0.1:PORT`, the server address for a kubeconfig."""
+        return f"http://{self._address[0]}:{self._address[1]}"
+
+    @property
+    def port(self) -> int:
+        return self._address[1]
+
+    def write_kubeconfig(self, path: str | os.PathLike[str]) -> Path:
+        """Write a kubeconfig (plain http, bearer token) that `kubernetes.config` loads; returns it."""
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "kubesim", "cluster": {"server": self.url}}],
+            "users": [{"name": "kubesim", "user": {"token": self._state.token}}],
+            "contexts": [{"name": "kubesim", "context": {"cluster": "kubesim", "user": "kubesim"}}],
+            "current-context": "kubesim",
+        }
+        target = Path(path)
+        # JSON is YAML, so the kubeconfig loader reads this as it is.
+        target.write_bytes(orjson.dumps(config, option=orjson.OPT_INDENT_2))
+        return target
+
+    # -- the cluster ----------------------------------------------------------------------------
+
+    def add(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Create an object (its `kind` says which); sends ADDED. Returns it as stored, with
+        resourceVersion, uid and creationTimestamp. ValueError if it already exists."""
+        _, body = self._store.put(obj, exists=False)
+        return _decode(body, obj)
+
+    def modify(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Replace an object found by kind, namespace and name; sends MODIFIED. KeyError if absent."""
+        _, body = self._store.put(obj, exists=True)
+        return _decode(body, obj)
+
+    def delete(self, kind: str, namespace: str | None, name: str) -> dict[str, Any]:
+        """Delete an object; sends DELETED. Returns its last state. KeyError if absent."""
+        event = self._store.remove(kind_of(kind), namespace or "", name)
+        return _decode(event.body, {"kind": event.kind.kind})
+
+    def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """The stored object, or None."""
+        k = kind_of(kind)
+        body = self._store.get(k, namespace or "", name)
+        return None if body is None else _decode(body, {"kind": k.kind})
+
+    def load(self, objects: Iterable[Mapping[str, Any]]) -> str:
+        """Add or replace many objects fast (one write each, so watches see them); returns the
+        resourceVersion after the last. Accepts a generator, so a big cluster never sits in memory
+        as dicts: `sim.load(iter_synthetic_cluster(...))`."""
+        return str(self._store.load(objects))
+
+    @property
+    def resource_version(self) -> str:
+        """The newest resourceVersion (one counter across all kinds, like etcd's revision)."""
+        return str(self._store.rv)
+
+    def compact(self) -> None:
+        """Drop the history: watches from and continue tokens of older resourceVersions get 410."""
+        self._store.compact()
+
+    # -- faults ---------------------------------------------------------------------------------
+
+    def drop_watches(self) -> int:
+        """Cut every open watch connection without ending the chunked stream (the client sees the
+        connection break mid-stream); returns how many were cut."""
+        with self._state.lock:
+            streams = list(self._state.streams)
+            for stream in streams:
+                stream.cut()
+            self._state.lock.notify_all()
+        return len(streams)
+
+    def expire_watches(self, changes: Iterable[Mapping[str, Any]] = ()) -> None:
+        """Atomically write `changes` (added or replaced), compact, and cut every open watch, so a
+        client that resumes from its last resourceVersion gets 410 Expired and has to re-list to
+        see the changes: the "410, then re-list with nothing lost" scenario without a race. With no
+        changes, a client that had already seen the newest resourceVersion resumes without a 410,
+        exactly as it would against etcd."""
+        with self._state.lock:  # reentrant: watch streams cannot fetch the changes before the cut
+            self._store.load(changes)
+            self._store.compact()
+            self.drop_watches()
+
+    def stall(self, seconds: float) -> None:
+        """For `seconds` from now, requests hang without an answer and open watches send nothing
+        (no events, no bookmarks), like a partitioned network; afterwards everything resumes.
+        `stall(0)` ends a stall early."""
+        with self._state.lock:
+            self._state.stall_until = time.monotonic() + seconds if seconds > 0 else 0.0
+            self._state.lock.notify_all()
+
+    def fail_next(self, n: int, status: int = 500, *, verb: str | None = None) -> None:
+        """Answer the next `n` requests with `status` and a Status body (reason from the code, e.g.
+        500 InternalError, 429 TooManyRequests with Retry-After). `verb` limits it to "list",
+        "watch", "get" or "discovery" requests."""
+        if verb not in (None, "list", "watch", "get", "discovery"):
+            raise ValueError(f"unknown verb {verb!r}")
+        with self._state.lock:
+            self._state.fail_count, self._state.fail_status, self._state.fail_verb = n, status, verb
+
+    def set_down(self, down: bool) -> None:
+        """Down: the listening socket is closed and every connection cut, so clients get
+        "connection refused" (an API server that is restarting or gone). Up: listen again on the
+        same port; the cluster state and history are kept."""
+        with self._state.lock:
+            if self._state.down == down:
+                return
+            self._state.down = down
+            self._state.lock.notify_all()
+        if down:
+            self._close_server()
+        else:
+            self._serve(self._address)
+
+    # -- counters -------------------------------------------------------------------------------
+
+    def list_requests(self, resource: str | None = None) -> int:
+        """List requests received for `resource` ("pods", "Pod", …; None: all), faulted ones too."""
+        return self._count(self._state.lists, resource)
+
+    def watch_requests(self, resource: str | None = None) -> int:
+        """Watch requests received, faulted ones too."""
+        return self._count(self._state.watches, resource)
+
+    def open_watches(self, resource: str | None = None) -> int:
+        """Watch streams open right now."""
+        return self._count(self._state.open_watches, resource)
+
+    def wait_for_watches(self, count: int, resource: str | None = None, timeout: float = 10.0) -> None:
+        """Block until exactly `count` watches are open (0: until cut or ended watches are gone);
+        TimeoutError after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        with self._state.lock:
+            while (now_open := self._count(self._state.open_watches, resource)) != count:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"{now_open} watches open on {resource or 'all resources'}, not {count}")
+                self._state.lock.wait(min(left, 0.05))
+
+    @property
+    def handler_errors(self) -> list[BaseException]:
+        """Unexpected exceptions inside request handlers (a simulator bug); tests can assert none."""
+        return list(self._state.errors)
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _count(self, counter: Mapping[str, int], resource: str | None) -> int:
+        with self._state.lock:
+            if resource is None:
+                return sum(counter.values())
+            return counter.get(kind_of(resource).plural, 0)
+
+    def _serve(self, address: tuple[str, int]) -> None:
+        server = Server(address, self._state)
+        self._address = (address[0], server.server_address[1])
+        self._state.port = self._address[1]
+        thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="kubesim", daemon=True
+        )
+        thread.start()
+        self._server, self._thread = server, thread
+
+    def _close_server(self) -> None:
+        server, thread = self._server, self._thread
+        self._server = self._thread = None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if thread is not None:
+            thread.join()
+        with self._state.lock:
+            connections = dict(self._state.connections)
+        for conn in connections:
+            shutdown_quietly(conn)
+        # Handlers end once their socket is shut; wait so nothing outlives the test that made it.
+        deadline = time.monotonic() + 5.0
+        for handler_thread in connections.values():
+            handler_thread.join(max(0.0, deadline - time.monotonic()))
+
+
+def _decode(body: bytes, like: Mapping[str, Any]) -> dict[str, Any]:
+    obj: dict[str, Any] = orjson.loads(body)
+    kind = kind_of(str(like.get("kind", "")))
+    return {"kind": kind.kind, "apiVersion": "v1", **obj}
