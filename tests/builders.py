@@ -5,6 +5,8 @@ Fakes over mocks: tests build real-shaped objects and feed them through the real
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 from webhook.policy import Policy, load_policy, load_policy_text
@@ -132,3 +134,13 @@ def policy(text: str | None = None) -> Policy:
 
 def index_of(objects: list[dict[str, Any]], pol: Policy | None = None) -> PoolIndex:
     return build_index(objects, pol or policy())
+
+
+def eventually(check: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+    """Poll until `check` holds. The deadline is generous because CI machines are shared and noisy;
+    it bounds a hang, it does not assert a latency."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not reached within {timeout} s")
+        time.sleep(0.02)

@@ -8,14 +8,13 @@ never oversubscribes a pool.
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.builders import GPU_TAINT, gpu_node, pod, policy, quota
+from tests.builders import GPU_TAINT, eventually, gpu_node, pod, policy, quota
 from webhook.admission import Admitter
 from webhook.kubecache import LiveInventory
 from webhook.model import PoolKey
@@ -38,15 +37,6 @@ FAST = ReflectorConfig(
 T4 = PoolKey("nvidia", "medium", "Tesla-T4")
 A100 = PoolKey("nvidia", "high", "NVIDIA-A100-SXM4-40GB")
 POLICY = policy("defaults: {staleAfterSeconds: 1}\nnamespaces: {team-a: {classQuota: {high: 2}}}")
-
-
-def eventually(check: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
-    """Poll until `check` holds; the deadline is generous because CI machines are shared."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout} s")
-        time.sleep(0.02)
 
 
 def cluster() -> list[dict[str, Any]]:

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client, config
 
-from tests.builders import gpu_node
+from tests.builders import eventually, gpu_node
 from webhook.reflector import Obj, Reflector, ReflectorConfig
 from webhook.testing.kubesim import KubeSim
 
@@ -50,13 +49,6 @@ class RecordingSink:
     def names(self) -> set[str]:
         with self.lock:
             return set(self.objects)
-
-
-def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.02)
 
 
 CONFIG = ReflectorConfig(

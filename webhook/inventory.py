@@ -1,35 +1,20 @@
 """The inventory interface: where the pool state comes from (snapshot file or live watch cache).
 
 Both sources keep a `PoolIndex` (webhook.pool_index) up to date and hand it out, locked, for the length
-of one decision under `read()`. The admission path only ever reads the index, so it costs the same whether the
-cluster has 50 Pods or 150,000.
+of one decision under `read()`. An admission reads the index and at most records one reservation in it,
+so it costs the same whether the cluster has 50 Pods or 150,000.
 """
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+import threading
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Protocol
 
-from webhook.model import PoolKey
+from webhook.pool_index import PoolIndex, PoolStats
 
-if TYPE_CHECKING:
-    from webhook.pool_index import PoolIndex
-
-
-@dataclass(frozen=True, slots=True)
-class PoolStats:
-    """Capacity of one pool, for metrics and `gpupool inventory`."""
-
-    pool: PoolKey
-    resource: str
-    memory_mib: int
-    nodes: int  # all nodes of the pool
-    usable_nodes: int  # Ready and schedulable
-    gpus_total: int  # allocatable on usable nodes
-    gpus_allocated: int  # held by running or scheduled Pods on usable nodes
-    gpus_free: int
-    pending: int  # GPUs of admitted or pinned Pods not yet on a node
+__all__ = ["Inventory", "LockedIndex", "PoolIndex", "PoolStats"]
 
 
 class Inventory(Protocol):
@@ -51,3 +36,17 @@ class Inventory(Protocol):
     def close(self) -> None:
         """Stop background work (watches); a no-op for a snapshot."""
         ...
+
+
+class LockedIndex:
+    """A PoolIndex behind a lock: what both inventories hand to a decision. Writers (the watch threads,
+    reservations) and readers (admissions) take the same lock for one event or one decision."""
+
+    def __init__(self, index: PoolIndex) -> None:
+        self._index = index
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def read(self) -> Iterator[PoolIndex]:
+        with self._lock:
+            yield self._index

@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kubernetes import client
 from kubernetes import config as kube_config
 
+from webhook.inventory import LockedIndex
 from webhook.kubeobj import node_from_obj, pod_from_obj, quota_from_obj
 from webhook.model import NodeInfo, PodInfo, QuotaInfo
 from webhook.policy import Policy
@@ -35,7 +34,7 @@ Obj = Mapping[str, Any]
 NODES, PODS, QUOTAS = "nodes", "pods", "resourcequotas"
 
 
-class LiveInventory:
+class LiveInventory(LockedIndex):
     """An Inventory kept by watching the API through a `kubernetes.client.CoreV1Api`."""
 
     def __init__(
@@ -45,10 +44,9 @@ class LiveInventory:
         config: ReflectorConfig | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        super().__init__(PoolIndex(policy))
         self.policy = policy
         self._resources = policy.gpu_resources
-        self._index = PoolIndex(policy)
-        self._lock = threading.Lock()
         self._clock = clock
         self._listing: dict[str, set[Any]] = {}  # kind -> keys seen since a re-list began
         self._flagged: set[tuple[str, str]] = set()
@@ -91,11 +89,6 @@ class LiveInventory:
             reflector.stop()
 
     # --- Inventory -----------------------------------------------------------------------------------
-
-    @contextmanager
-    def read(self) -> Iterator[PoolIndex]:
-        with self._lock:
-            yield self._index
 
     @property
     def ready(self) -> bool:

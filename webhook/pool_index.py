@@ -20,10 +20,25 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from webhook.inventory import PoolStats
 from webhook.model import NodeInfo, PodInfo, PodKey, PoolKey, QuotaInfo, Taint
 from webhook.nodes import NodeFacts, Selector, Unclassified, node_facts
 from webhook.policy import Policy
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStats:
+    """Capacity of one pool, for metrics and `gpupool inventory`."""
+
+    pool: PoolKey
+    resource: str
+    memory_mib: int
+    nodes: int  # all nodes of the pool
+    usable_nodes: int  # Ready and schedulable
+    gpus_total: int  # allocatable on usable nodes
+    gpus_allocated: int  # held by running or scheduled Pods on usable nodes
+    gpus_free: int
+    pending: int  # GPUs of admitted or pinned Pods not yet on a node
+
 
 TaintSet = tuple[Taint, ...]
 _Owner = PodKey | int  # a Pod, or a reservation token

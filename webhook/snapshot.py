@@ -7,14 +7,13 @@ against it until they expire, as they would on a live cluster.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
 import yaml
 
+from webhook.inventory import LockedIndex
 from webhook.kubeobj import node_from_obj, pod_from_obj, quota_from_obj
 from webhook.policy import Policy
 from webhook.pool_index import PoolIndex
@@ -98,13 +97,12 @@ def build_index(objects: Sequence[Mapping[str, Any]], policy: Policy, source: st
     return index
 
 
-class SnapshotInventory:
+class SnapshotInventory(LockedIndex):
     """An Inventory read from a file once."""
 
     def __init__(self, index: PoolIndex, source: str) -> None:
+        super().__init__(index)
         self.source = source
-        self._index = index
-        self._lock = threading.Lock()
 
     @classmethod
     def from_file(cls, path: str, policy: Policy) -> SnapshotInventory:
@@ -118,11 +116,6 @@ class SnapshotInventory:
         except UnicodeDecodeError:
             raise InventoryFileError(f"{path}: not UTF-8 text") from None
         return cls(build_index(parse_objects(text, path), policy, path), path)
-
-    @contextmanager
-    def read(self) -> Iterator[PoolIndex]:
-        with self._lock:
-            yield self._index
 
     @property
     def ready(self) -> bool:
