@@ -90,12 +90,24 @@ class Pool:
     resource: str
     groups: dict[tuple[Selector, TaintSet, TaintSet], Group] = field(default_factory=dict)
     pending: int = 0  # GPUs promised to Pods not yet on a node
+    _by_selector: dict[Selector, list[Group]] | None = None  # cache; groups come and go far less than decisions
+
+    def add_group(self, key: tuple[Selector, TaintSet, TaintSet], group: Group) -> None:
+        self.groups[key] = group
+        self._by_selector = None
+
+    def drop_group(self, key: tuple[Selector, TaintSet, TaintSet]) -> None:
+        del self.groups[key]
+        self._by_selector = None
 
     def by_selector(self) -> dict[Selector, list[Group]]:
-        out: dict[Selector, list[Group]] = {}
-        for g in self.groups.values():
-            out.setdefault(g.selector, []).append(g)
-        return out
+        """The groups by the nodeSelector that reaches them (one selector may reach several taint sets)."""
+        if self._by_selector is None:
+            out: dict[Selector, list[Group]] = {}
+            for g in self.groups.values():
+                out.setdefault(g.selector, []).append(g)
+            self._by_selector = out
+        return self._by_selector
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +171,8 @@ class PoolIndex:
             gkey = (f.selector, f.gpu_taints, f.other_taints)
             group = pool.groups.get(gkey)
             if group is None:
-                group = pool.groups[gkey] = Group(f.selector, f.gpu_taints, f.other_taints)
+                group = Group(f.selector, f.gpu_taints, f.other_taints)
+                pool.add_group(gkey, group)
             group.nodes[f.node] = f
             group.memory[f.memory_mib] += 1
             group.sizes[f.allocatable] += 1
@@ -178,7 +191,7 @@ class PoolIndex:
             _decrement(group.sizes, f.allocatable)
             _decrement(group.drivers, f.driver)
             if not group.nodes:
-                del pool.groups[gkey]
+                pool.drop_group(gkey)
             if not pool.groups and not pool.pending:
                 del self._pools[f.pool]
 
