@@ -1,0 +1,379 @@
+"""Benchmark: POST /mutate with a full decision against a no-op handler on identical Flask + gunicorn.
+
+Starts two servers on the same gunicorn settings (`webhook.server.serve`, TLS, gthread, keep-alive):
+the real `gpupool serve` on the demo inventory, and the same stack whose /mutate only reads the body and
+returns a constant AdmissionReview. Then, alternating between them for several rounds (the median is
+reported, so a noisy neighbour hits both alike):
+- latency p50/p99 with 1 keep-alive TLS connection,
+- throughput with 4 keep-alive TLS connections.
+The client is `wrk` when installed (C, epoll: it needs far less CPU than the server), else a Python
+client with one process per connection.
+
+    .venv/bin/python bench/bench_server.py [--duration 5] [--rounds 3] [--workers 1] [--threads 4]
+
+Results are printed as a table and written to bench/results/server-<time>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import multiprocessing
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from flask import Flask, Response, request
+
+from webhook.admission import Admitter
+from webhook.certs import ensure_certificates
+from webhook.policy import load_policy
+from webhook.review import parse_review, pod_ref
+from webhook.server import ServeOptions, WorkerApp, serve
+from webhook.snapshot import SnapshotInventory
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "results"
+DEMO_INVENTORY = REPO / "examples" / "cluster.yaml"
+SAMPLE_REVIEW = REPO / "examples" / "admissionreview.json"
+PATH = "/mutate?timeout=10s"
+P50_LIMIT, THROUGHPUT_LIMIT = 1.3, 0.75  # the issue's targets: mutate vs no-op
+SERVERS = {  # measured in this order in every round
+    "noop": "no-op handler",
+    "layer": "gpupool app, core answer precomputed",
+    "mutate": "/mutate, full decision (demo inventory)",
+}
+
+# Used when examples/admissionreview.json is not there: a Pod asking for 20Gi per GPU.
+FALLBACK_REVIEW: dict[str, Any] = {
+    "apiVersion": "admission.k8s.io/v1",
+    "kind": "AdmissionReview",
+    "request": {
+        "uid": "bench-0000",
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "operation": "CREATE",
+        "namespace": "ml-train",
+        "userInfo": {"username": "bench"},
+        "object": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "bench", "annotations": {"gpupool.io/min-memory": "20Gi"}},
+            "spec": {"containers": [{"name": "main", "image": "registry.example/train:1.0"}]},
+        },
+        "dryRun": False,
+    },
+}
+
+
+@dataclass(frozen=True)
+class Measure:
+    p50_ms: float
+    p99_ms: float
+    rps_1: float
+    rps_4: float
+
+
+# --- the no-op server (runs in its own process) -------------------------------------------------------
+
+
+def noop_server(args: argparse.Namespace) -> int:
+    """gpupool's gunicorn settings and Flask, with a /mutate that does nothing but read and answer."""
+    answer = json.dumps(
+        {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {"uid": "", "allowed": True}}
+    ).encode()
+
+    def load() -> WorkerApp:
+        from webhook.metrics import Metrics
+
+        app = Flask("noop")
+
+        @app.post("/mutate")
+        def mutate() -> Response:
+            request.get_data()
+            return Response(answer, 200, mimetype="application/json")
+
+        Metrics.private().inventory_ready.set(1)
+        return WorkerApp(app)
+
+    options = ServeOptions(
+        cert=args.cert, key=args.key, inventory=None, policy=None, host="127.0.0.1", port=args.port,
+        health_port=args.health_port, workers=args.workers, threads=args.threads, log_level="warning",
+    )  # fmt: skip
+    return serve(options, load)
+
+
+def stub_server(args: argparse.Namespace) -> int:
+    """The real app and settings with the core's answer computed once: what gpupool's layer costs alone."""
+    policy = load_policy(None)
+    review = parse_review(Path(args.body).read_bytes())
+    assert review.object is not None
+    verdict = Admitter(policy, SnapshotInventory.from_file(str(DEMO_INVENTORY), policy)).admit(
+        review.object, namespace=pod_ref(review).namespace, dry_run=True
+    )
+
+    class Precomputed:
+        def admit(self, pod: Any, *, namespace: str, dry_run: bool = False) -> Any:
+            return verdict
+
+    def load() -> WorkerApp:
+        # After serve() set PROMETHEUS_MULTIPROC_DIR, like webhook.server's own loader.
+        from webhook.app import AppConfig, create_app
+        from webhook.metrics import Metrics
+
+        metrics = Metrics.private()
+        metrics.inventory_ready.set(1)
+        return WorkerApp(create_app(AppConfig(admitter=Precomputed(), metrics=metrics)))
+
+    options = ServeOptions(
+        cert=args.cert, key=args.key, inventory=None, policy=None, host="127.0.0.1", port=args.port,
+        health_port=args.health_port, workers=args.workers, threads=args.threads, log_level=args.log_level,
+    )  # fmt: skip
+    return serve(options, load)
+
+
+# --- servers ------------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def running(argv: list[str], health_port: int, log: Path) -> Iterator[None]:
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                raise SystemExit(f"server exited with {proc.returncode}; see {log}")
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", health_port, timeout=5)
+                conn.request("GET", "/readyz")
+                if conn.getresponse().status == 200:
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise SystemExit(f"server not ready after 60 s; see {log}")
+            time.sleep(0.1)
+        yield
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+# --- clients ------------------------------------------------------------------------------------------
+
+
+def wrk_run(port: int, body_file: Path, connections: int, seconds: float) -> tuple[float, float, float]:
+    """(p50 ms, p99 ms, requests/s) from wrk over keep-alive TLS."""
+    script = body_file.with_suffix(".lua")
+    script.write_text(
+        f'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
+        f'local f = io.open("{body_file}", "rb")\nwrk.body = f:read("*a")\nf:close()\n'
+    )
+    out = subprocess.run(
+        ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--latency", "-s", str(script),
+         f"https://127.0.0.1:{port}{PATH}"],
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    if re.search(r"Non-2xx or 3xx responses|Socket errors", out):
+        raise SystemExit(f"wrk saw errors:\n{out}")
+
+    def latency(pct: str) -> float:
+        match = re.search(rf"^\s+{pct}%\s+([\d.]+)(us|ms|s)\s*$", out, re.M)
+        assert match, out
+        scale = {"us": 0.001, "ms": 1.0, "s": 1000.0}[match.group(2)]
+        return float(match.group(1)) * scale
+
+    rps = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    assert rps, out
+    return latency("50"), latency("99"), float(rps.group(1))
+
+
+def _python_client(port: int, ca: str, body: bytes, seconds: float, queue: Any) -> None:
+    ctx = ssl.create_default_context(cafile=ca)
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx)
+    headers = {"Content-Type": "application/json"}
+    latencies: list[float] = []
+    end = time.perf_counter() + seconds
+    while (start := time.perf_counter()) < end:
+        conn.request("POST", PATH, body=body, headers=headers)
+        resp = conn.getresponse()
+        resp.read()
+        if resp.status != 200:
+            raise SystemExit(f"HTTP {resp.status}")
+        latencies.append(time.perf_counter() - start)
+    conn.close()
+    queue.put(latencies)
+
+
+def python_run(port: int, ca: Path, body: bytes, connections: int, seconds: float) -> tuple[float, float, float]:
+    """(p50 ms, p99 ms, requests/s) with one client process per keep-alive TLS connection."""
+    queue: Any = multiprocessing.Queue()
+    procs = [
+        multiprocessing.Process(target=_python_client, args=(port, str(ca), body, seconds, queue))
+        for _ in range(connections)
+    ]
+    for p in procs:
+        p.start()
+    latencies = sorted(x for _ in procs for x in queue.get(timeout=seconds + 60))
+    for p in procs:
+        p.join()
+    p50 = latencies[len(latencies) // 2] * 1000
+    p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000
+    return p50, p99, len(latencies) / seconds
+
+
+# --- the benchmark ------------------------------------------------------------------------------------
+
+
+def measure(client: str, port: int, ca: Path, body_file: Path, seconds: float) -> Measure:
+    def run(connections: int, duration: float) -> tuple[float, float, float]:
+        if client == "wrk":
+            return wrk_run(port, body_file, connections, duration)
+        return python_run(port, ca, body_file.read_bytes(), connections, duration)
+
+    run(1, 1)  # warm-up: connection, caches, the Pool reservations' steady state
+    p50, p99, rps_1 = run(1, seconds)
+    _, _, rps_4 = run(4, seconds)
+    return Measure(p50, p99, rps_1, rps_4)
+
+
+def median(samples: list[Measure]) -> Measure:
+    return Measure(*(statistics.median(getattr(m, f) for m in samples) for f in ("p50_ms", "p99_ms", "rps_1", "rps_4")))
+
+
+def admissions_by_outcome(health_port: int) -> dict[str, float]:
+    conn = http.client.HTTPConnection("127.0.0.1", health_port, timeout=10)
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    outcomes: dict[str, float] = {}
+    for match in re.finditer(r'^gpupool_admissions_total\{outcome="(\w+)",pool="[^"]*"\} ([\d.e+]+)$', text, re.M):
+        outcomes[match.group(1)] = outcomes.get(match.group(1), 0) + float(match.group(2))
+    return outcomes
+
+
+def bench(args: argparse.Namespace) -> int:
+    client = args.client if args.client != "auto" else ("wrk" if shutil.which("wrk") else "python")
+    with tempfile.TemporaryDirectory(prefix="gpupool-bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        ensure_certificates(tmp, "gpupool-webhook", "gpupool-system", hosts=["127.0.0.1"])
+        body_file = tmp / "review.json"
+        if SAMPLE_REVIEW.exists():
+            shutil.copy(SAMPLE_REVIEW, body_file)
+        else:
+            body_file.write_text(json.dumps(FALLBACK_REVIEW))
+        ports = {name: (free_port(), free_port()) for name in SERVERS}
+        common = ["--cert", str(tmp / "tls.crt"), "--key", str(tmp / "tls.key"),
+                  "--workers", str(args.workers), "--threads", str(args.threads)]  # fmt: skip
+        argv = {
+            "mutate": [sys.executable, "-m", "webhook", "serve", *common, "--inventory", str(DEMO_INVENTORY),
+                       "--host", "127.0.0.1", "--port", str(ports["mutate"][0]),
+                       "--health-port", str(ports["mutate"][1]), "--log-level", args.log_level],
+            "noop": [sys.executable, str(Path(__file__).resolve()), "noop-server", *common,
+                     "--port", str(ports["noop"][0]), "--health-port", str(ports["noop"][1])],
+            "layer": [sys.executable, str(Path(__file__).resolve()), "stub-server", *common,
+                      "--port", str(ports["layer"][0]), "--health-port", str(ports["layer"][1]),
+                      "--body", str(body_file), "--log-level", args.log_level],
+        }  # fmt: skip
+        samples: dict[str, list[Measure]] = {name: [] for name in SERVERS}
+        env_note = f"{platform.python_version()}, {os.cpu_count()} CPUs, client {client}"
+        print(f"gpupool server benchmark: {args.rounds} rounds x {args.duration:g} s, workers {args.workers}, "
+              f"threads {args.threads}, {env_note}", flush=True)  # fmt: skip
+        with running(argv["mutate"], ports["mutate"][1], tmp / "mutate.log"), \
+                running(argv["noop"], ports["noop"][1], tmp / "noop.log"), \
+                running(argv["layer"], ports["layer"][1], tmp / "layer.log"):  # fmt: skip
+            for round_no in range(1, args.rounds + 1):
+                for name in SERVERS:
+                    m = measure(client, ports[name][0], tmp / "ca.crt", body_file, args.duration)
+                    samples[name].append(m)
+                    print(f"  round {round_no} {name:6} p50 {m.p50_ms:.3f} ms  p99 {m.p99_ms:.3f} ms  "
+                          f"{m.rps_1:,.0f} req/s (1 conn)  {m.rps_4:,.0f} req/s (4 conns)", flush=True)  # fmt: skip
+            outcomes = admissions_by_outcome(ports["mutate"][1])
+
+    result = {name: median(s) for name, s in samples.items()}
+    p50_ratio = result["mutate"].p50_ms / result["noop"].p50_ms
+    rps_ratio = result["mutate"].rps_4 / result["noop"].rps_4
+    print()
+    print(
+        "| handler | p50 (1 conn) | p99 (1 conn) | req/s (1 conn) | req/s (4 conns) | p50 / no-op | req/s (4) / no-op |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    noop = result["noop"]
+    for name, m in result.items():
+        print(
+            f"| {SERVERS[name]} | {m.p50_ms:.3f} ms | {m.p99_ms:.3f} ms | {m.rps_1:,.0f} | {m.rps_4:,.0f} | "
+            f"{m.p50_ms / noop.p50_ms:.2f}x | {m.rps_4 / noop.rps_4:.2f}x |"
+        )
+    print(f"\ntargets for /mutate: p50 <= {P50_LIMIT}x the no-op's, throughput >= {THROUGHPUT_LIMIT}x")
+    print(f"\noutcomes of the real server's admissions: {outcomes}")
+    ok = p50_ratio <= P50_LIMIT and rps_ratio >= THROUGHPUT_LIMIT
+    print("targets met" if ok else "TARGETS MISSED")
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = RESULTS / f"server-{time.strftime('%Y%m%dT%H%M%S')}.json"
+    out.write_text(json.dumps({
+        "command": " ".join([Path(sys.executable).name, *sys.argv]), "environment": env_note,
+        "settings": {"workers": args.workers, "threads": args.threads, "duration_s": args.duration,
+                     "rounds": args.rounds, "log_level": args.log_level},
+        "servers": SERVERS, "median": {k: asdict(v) for k, v in result.items()},
+        "rounds": {k: [asdict(m) for m in v] for k, v in samples.items()},
+        "p50_ratio": p50_ratio, "throughput_ratio": rps_ratio, "targets_met": ok, "outcomes": outcomes,
+    }, indent=2))  # fmt: skip
+    print(f"written to {out.relative_to(REPO)}")
+    return 1 if args.check and not ok else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="mode")
+    noop = sub.add_parser("noop-server", help=argparse.SUPPRESS)
+    stub = sub.add_parser("stub-server", help=argparse.SUPPRESS)
+    stub.add_argument("--body", required=True)
+    for p in (parser, noop, stub):
+        p.add_argument("--workers", type=int, default=1)
+        p.add_argument("--threads", type=int, default=4)
+        p.add_argument("--log-level", default="info", help="gpupool's log level (default info)")
+    for p in (noop, stub):
+        p.add_argument("--cert", required=True)
+        p.add_argument("--key", required=True)
+        p.add_argument("--port", type=int, required=True)
+        p.add_argument("--health-port", type=int, required=True)
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds per measurement (default 5)")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per server (default 3)")
+    parser.add_argument("--client", choices=("auto", "wrk", "python"), default="auto")
+    parser.add_argument("--check", action="store_true", help="exit 1 when the targets are missed")
+    args = parser.parse_args()
+    if args.mode == "noop-server":
+        return noop_server(args)
+    if args.mode == "stub-server":
+        return stub_server(args)
+    return bench(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,595 @@
+"""Tests for webhook.server: the real `gpupool serve` in a subprocess, talked to like kube-apiserver.
+
+One server (two workers, demo inventory) serves most tests of this module; certificate rotation and
+SIGTERM get servers of their own because they change or end them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import http.client
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import textwrap
+import threading
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import orjson
+import pytest
+from cryptography import x509
+
+from tests.conftest import (
+    DEMO_INVENTORY,
+    NAMESPACE,
+    REPO,
+    SERVICE,
+    SERVICE_DNS,
+    ApiServerClient,
+    ServerProcess,
+    admission_review,
+    free_port,
+    gpu_pod,
+    health_get,
+    serve_argv,
+    server_env,
+    wait_until,
+)
+from webhook.certs import ensure_certificates
+from webhook.cli import UsageError
+from webhook.server import DEFAULTS, SERVE_ENV, configure, resolve_options
+
+pytestmark = pytest.mark.slow
+MIB = 1024 * 1024
+
+
+@dataclass
+class Served:
+    server: ServerProcess
+    port: int
+    health_port: int
+    cert_dir: Path
+
+    def client(self) -> ApiServerClient:
+        return ApiServerClient(self.port, self.cert_dir / "ca.crt")
+
+
+@pytest.fixture(scope="module")
+def served(cert_dir: Path, start_server: Callable[..., ServerProcess]) -> Served:
+    """`gpupool serve` on the demo inventory with 2 workers, configured partly by environment variables.
+
+    GPUPOOL_PORT names a wrong port on purpose: the --port flag must win over it.
+    """
+    port, health_port = free_port(), free_port()
+    env = server_env(GPUPOOL_WORKERS="2", GPUPOOL_THREADS="4", GPUPOOL_PORT="1", GPUPOOL_INVENTORY=str(DEMO_INVENTORY))
+    server = start_server(serve_argv(cert_dir, port, health_port), health_port, env=env)
+    return Served(server, port, health_port, cert_dir)
+
+
+@pytest.fixture
+def client(served: Served) -> Iterator[ApiServerClient]:
+    c = served.client()
+    yield c
+    c.close()
+
+
+def decoded_patch(response: dict[str, Any]) -> list[dict[str, Any]]:
+    patch: list[dict[str, Any]] = orjson.loads(base64.b64decode(response["patch"]))
+    return patch
+
+
+class TestTransport:
+    def test_tls_verified_for_the_service_name_and_connection_kept_alive(self, client: ApiServerClient) -> None:
+        """The certificate verifies for gpupool-webhook.gpupool-system.svc; one TLS connection serves many."""
+        client.review(admission_review(gpu_pod(), dry_run=True))
+        sock = client.connection.sock
+        for _ in range(5):
+            client.review(admission_review(gpu_pod(), dry_run=True))
+        assert client.connection.sock is sock
+        assert isinstance(sock, ssl.SSLSocket) and sock.version() in ("TLSv1.2", "TLSv1.3")
+
+    def test_tls_below_1_2_is_refused(self, served: Served) -> None:
+        """A client limited to TLS 1.1 is refused by the server (its protocol-version alert)."""
+        ctx = ssl.create_default_context(cafile=str(served.cert_dir / "ca.crt"))
+        with warnings.catch_warnings():  # TLS 1.1 is deprecated in Python: that is the point here
+            warnings.simplefilter("ignore", DeprecationWarning)
+            ctx.minimum_version = ssl.TLSVersion.MINIMUM_SUPPORTED
+            ctx.maximum_version = ssl.TLSVersion.TLSv1_1
+        ctx.set_ciphers("DEFAULT:@SECLEVEL=0")  # so the refusal is the server's, not this client's
+        with (
+            socket.create_connection(("127.0.0.1", served.port), timeout=30) as raw,
+            pytest.raises(ssl.SSLError) as info,
+        ):
+            ctx.wrap_socket(raw, server_hostname=SERVICE_DNS)
+        assert info.value.reason == "TLSV1_ALERT_PROTOCOL_VERSION"
+
+    def test_wrong_service_name_does_not_verify(self, served: Served) -> None:
+        """The certificate is for the webhook's Service only: another name fails verification."""
+        other = ApiServerClient(served.port, served.cert_dir / "ca.crt", server_name="other.default.svc")
+        try:
+            with pytest.raises(ssl.SSLCertVerificationError):
+                other.review(admission_review(gpu_pod(), dry_run=True))
+        finally:
+            other.close()
+
+
+class TestResponseContract:
+    def test_gpu_pod_is_mutated_and_the_patch_applies(self, client: ApiServerClient) -> None:
+        """apiVersion/kind echoed, uid echoed, JSONPatch in base64 that applies and names the audit pool."""
+        pod = gpu_pod()
+        result = client.review(admission_review(pod, uid="contract-1"))
+        assert (result["apiVersion"], result["kind"]) == ("admission.k8s.io/v1", "AdmissionReview")
+        response = result["response"]
+        assert (response["uid"], response["allowed"], response["patchType"]) == ("contract-1", True, "JSONPatch")
+        patched = jsonpatch.apply_patch(pod, decoded_patch(response))
+        assert patched["metadata"]["annotations"]["gpupool.io/pool"] == response["auditAnnotations"]["pool"]
+        assert "status" not in response
+        assert all(len(w) <= 120 for w in response.get("warnings", []))
+
+    @pytest.mark.parametrize("name", ["admissionreview.json", "admissionreview-v1beta1.json"])
+    def test_sample_reviews_from_examples(self, client: ApiServerClient, name: str) -> None:
+        """The README's sample AdmissionReviews are answered in their version and the patch applies."""
+        review = orjson.loads((REPO / "examples" / name).read_bytes())
+        review["request"]["dryRun"] = True  # leave the module's shared server without reservations
+        result = client.review(review)
+        response = result["response"]
+        assert result["apiVersion"] == review["apiVersion"] and response["uid"] == review["request"]["uid"]
+        patched = jsonpatch.apply_patch(review["request"]["object"], decoded_patch(response))
+        assert patched["metadata"]["annotations"]["gpupool.io/pool"] == response["auditAnnotations"]["pool"]
+
+    def test_v1beta1_is_answered_in_v1beta1(self, client: ApiServerClient) -> None:
+        """An admission.k8s.io/v1beta1 review gets a v1beta1 answer."""
+        result = client.review(admission_review(gpu_pod(), api_version="admission.k8s.io/v1beta1", dry_run=True))
+        assert result["apiVersion"] == "admission.k8s.io/v1beta1" and result["response"]["allowed"] is True
+
+    def test_impossible_request_is_denied_with_status(self, client: ApiServerClient) -> None:
+        """A Pod no pool can satisfy is refused with status {code, message} and no patch."""
+        pod = gpu_pod(annotations={"gpupool.io/min-memory": "4Ti"})
+        response = client.review(admission_review(pod, uid="deny-1"))["response"]
+        assert response["allowed"] is False and response["uid"] == "deny-1"
+        assert response["status"]["code"] in (400, 403) and response["status"]["message"]
+        assert "patch" not in response and "patchType" not in response
+
+    def test_bad_annotation_is_denied_as_invalid(self, client: ApiServerClient) -> None:
+        """A malformed gpupool annotation is refused with code 400 and a message naming it."""
+        pod = gpu_pod(annotations={"gpupool.io/min-memory": "lots"})
+        response = client.review(admission_review(pod))["response"]
+        assert response["allowed"] is False and response["status"]["code"] == 400
+        assert "min-memory" in response["status"]["message"]
+
+
+class TestRequestKinds:
+    @pytest.mark.parametrize(
+        "review",
+        [
+            pytest.param(admission_review(gpu_pod(), operation="UPDATE"), id="update"),
+            pytest.param(admission_review(gpu_pod(), operation="DELETE"), id="delete"),
+            pytest.param(admission_review(gpu_pod(), sub_resource="status"), id="subresource"),
+            pytest.param(
+                admission_review({"kind": "Deployment"}, resource="deployments", group="apps"), id="other-resource"
+            ),
+            pytest.param(admission_review(gpu_pod(annotations={"kubernetes.io/config.mirror": "x"})), id="mirror"),
+            pytest.param(admission_review(gpu_pod(node_name="gpu-node-1")), id="node-name"),
+        ],
+    )
+    def test_allowed_unchanged(self, client: ApiServerClient, review: dict[str, Any]) -> None:
+        """Requests that are not an unscheduled Pod CREATE are allowed with no patch."""
+        assert client.review(review)["response"] == {"uid": review["request"]["uid"], "allowed": True}
+
+    def test_dry_run_gets_the_same_answer_as_a_real_request(self, client: ApiServerClient) -> None:
+        """A dry run answers what the real request then answers (same worker: one kept-alive connection)."""
+        pod = gpu_pod(name="dry-then-real")
+        dry = client.review(admission_review(pod, uid="same", dry_run=True))
+        real = client.review(admission_review(pod, uid="same"))
+        assert dry == real
+
+    def test_generate_name_only_pod_without_namespace_is_placed(self, client: ApiServerClient) -> None:
+        """A Pod with only generateName and no namespace in its metadata is placed (namespace from request)."""
+        pod = gpu_pod(name=None, generate_name="job-", namespace=None)
+        response = client.review(admission_review(pod, namespace="ml", dry_run=True))["response"]
+        assert response["allowed"] is True and response["patchType"] == "JSONPatch"
+
+
+class TestBadInput:
+    def status_of(self, reply_body: bytes) -> dict[str, Any]:
+        status: dict[str, Any] = orjson.loads(reply_body)
+        assert status["kind"] == "Status"
+        return status
+
+    @pytest.mark.parametrize(
+        ("body", "code"),
+        [
+            pytest.param(b"this is not json", 400, id="not-json"),
+            pytest.param(b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}', 400, id="no-request"),
+            pytest.param(
+                b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {}}', 400, id="no-uid"
+            ),
+        ],
+    )
+    def test_malformed_body(self, client: ApiServerClient, body: bytes, code: int) -> None:
+        """Malformed calls get a JSON Status with the code, and the connection stays usable."""
+        reply = client.post(body)
+        assert reply.status == code and self.status_of(reply.body)["code"] == code
+        assert client.review(admission_review(gpu_pod(), dry_run=True))["response"]["allowed"] is True
+
+    def test_wrong_content_type_is_415(self, client: ApiServerClient) -> None:
+        """A body sent as text/plain is refused with 415 JSON."""
+        reply = client.post(orjson.dumps(admission_review(gpu_pod())), content_type="text/plain")
+        assert reply.status == 415 and self.status_of(reply.body)["code"] == 415
+
+    def test_declared_length_over_3_mib_is_413_before_reading(self, served: Served) -> None:
+        """A Content-Length over 3 MiB is refused from the headers alone, without waiting for the body."""
+        client = served.client()
+        try:
+            conn = client.connection
+            conn.putrequest("POST", "/mutate?timeout=10s")
+            conn.putheader("Content-Type", "application/json")
+            conn.putheader("Content-Length", str(3 * MIB + 1))
+            conn.endheaders(b"{")
+            resp = conn.getresponse()
+            assert resp.status == 413 and self.status_of(resp.read())["code"] == 413
+        finally:
+            client.close()
+
+    def test_chunked_body_over_3_mib_is_413(self, served: Served) -> None:
+        """A chunked body (no Content-Length) is cut off at 3 MiB with 413."""
+        client = served.client()
+
+        def chunks() -> Iterator[bytes]:
+            for _ in range(3 * 16 + 1):
+                yield b" " * (64 * 1024)
+
+        try:
+            reply = client.post(chunks(), chunked=True)
+        finally:
+            client.close()
+        assert reply.status == 413 and self.status_of(reply.body)["code"] == 413
+
+    @pytest.mark.parametrize(
+        ("method", "path", "code"), [("GET", "/mutate", 405), ("POST", "/validate", 404), ("GET", "/metrics", 404)]
+    )
+    def test_not_found_and_wrong_method_are_json(
+        self, client: ApiServerClient, method: str, path: str, code: int
+    ) -> None:
+        """The TLS port serves POST /mutate only; everything else is a JSON 404 or 405."""
+        reply = client.post(b"{}", method=method, path=path)
+        assert reply.status == code and self.status_of(reply.body)["code"] == code
+
+
+class TestHealthPort:
+    def test_healthz_and_readyz_with_every_worker(self, served: Served) -> None:
+        """/healthz is ok; /readyz is ready and lists both workers as ready."""
+        assert health_get(served.health_port, "/healthz")[0] == 200
+        status, body, _ = health_get(served.health_port, "/readyz")
+        ready = orjson.loads(body)
+        assert status == 200 and ready["ready"] is True
+        assert len(ready["workers"]) == 2 and all(ready["workers"].values())
+
+    def test_metrics_count_admissions_across_workers(self, served: Served) -> None:
+        """/metrics adds up both workers' admissions and shows the pool gauges and inventory state."""
+        clients = [served.client() for _ in range(4)]  # several connections: both workers take some
+        for c in clients:
+            c.review(admission_review(gpu_pod(annotations={"gpupool.io/min-memory": "4Ti"})))
+            c.close()
+        status, body, ctype = health_get(served.health_port, "/metrics")
+        text = body.decode()
+        assert status == 200 and ctype.startswith("text/plain")
+        denied = [line for line in text.splitlines() if line.startswith('gpupool_admissions_total{outcome="denied"')]
+        assert denied and float(denied[0].split()[-1]) >= 4
+        for name in (
+            "gpupool_pool_gpus_free{",
+            "gpupool_pool_nodes{",
+            "gpupool_inventory_age_seconds",
+            "gpupool_admission_duration_seconds_bucket",
+            "gpupool_inventory_ready{",
+        ):
+            assert name in text, name
+
+
+class TestLog:
+    def test_every_line_is_json_and_admissions_have_their_fields(self, served: Served, client: ApiServerClient) -> None:
+        """Each log line is a JSON object; an admission line has uid, namespace, pod, outcome, pool, latency."""
+        client.review(admission_review(gpu_pod(name="logged"), uid="log-uid-1", dry_run=True))
+
+        def logged() -> bool:
+            return any(e.get("uid") == "log-uid-1" for e in served.server.log_lines())
+
+        wait_until(logged, 30, "the admission log line")
+        [line] = [e for e in served.server.log_lines() if e.get("uid") == "log-uid-1"]
+        assert (line["namespace"], line["pod"], line["outcome"], line["dry_run"]) == ("ml", "logged", "mutated", True)
+        assert line["pool"] and line["latency_ms"] > 0
+        assert "registry.example" not in served.server.log()  # the Pod body is never logged
+
+
+def serve_args(**given: Any) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    args = parser.parse_args([])
+    for name, value in given.items():
+        setattr(args, name, value)
+    return args
+
+
+class TestOptions:
+    def test_every_option_has_an_environment_variable(self) -> None:
+        """SERVE_ENV maps each of serve's flags to its variable (the Deployment is checked against it)."""
+        parser = argparse.ArgumentParser()
+        configure(parser)
+        flags = {a.option_strings[0] for a in parser._actions if a.option_strings and a.dest != "help"}
+        assert set(SERVE_ENV.values()) == flags
+        assert all(name.startswith("GPUPOOL_") for name in SERVE_ENV)
+
+    def test_environment_is_used_and_flags_win(self) -> None:
+        """A variable sets an option; the flag, when given, wins over it."""
+        env = {"GPUPOOL_CERT": "env.crt", "GPUPOOL_KEY": "env.key", "GPUPOOL_PORT": "9443", "GPUPOOL_WORKERS": "3"}
+        options = resolve_options(serve_args(port="10443"), env)
+        assert (options.cert, options.key, options.port, options.workers) == ("env.crt", "env.key", 10443, 3)
+
+    def test_defaults(self) -> None:
+        """Without flags or variables: 0.0.0.0, 8443, 8080, 1 worker, 4 threads, info."""
+        options = resolve_options(serve_args(cert="c", key="k"), {})
+        assert (
+            options.host,
+            options.port,
+            options.health_port,
+            options.workers,
+            options.threads,
+            options.log_level,
+        ) == ("0.0.0.0", 8443, 8080, 1, 4, "info")
+        assert DEFAULTS["--port"] == "8443"
+
+    @pytest.mark.parametrize(
+        ("given", "env", "words"),
+        [
+            pytest.param({}, {}, "--cert (or GPUPOOL_CERT) is required", id="no-cert"),
+            pytest.param({"cert": "c", "key": "k"}, {"GPUPOOL_PORT": "https"}, "GPUPOOL_PORT", id="bad-env-port"),
+            pytest.param({"cert": "c", "key": "k", "workers": "0"}, {}, "--workers", id="zero-workers"),
+            pytest.param({"cert": "c", "key": "k", "port": "8080"}, {}, "must differ", id="same-ports"),
+            pytest.param({"cert": "c", "key": "k", "log_level": "loud"}, {}, "--log-level", id="bad-level"),
+        ],
+    )
+    def test_bad_options_are_usage_errors(self, given: dict[str, str], env: dict[str, str], words: str) -> None:
+        """A bad option is a UsageError that names the flag and its variable."""
+        with pytest.raises(UsageError, match=words.replace("(", r"\(").replace(")", r"\)")):
+            resolve_options(serve_args(**given), env)
+
+
+class TestStartupErrors:
+    def run_serve(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "webhook", "serve", *args],
+            check=False,
+            env=env or server_env(),
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    def test_bad_configurations_exit_2_with_a_clear_message(self, cert_dir: Path, tmp_path: Path) -> None:
+        """Missing certificate, bad policy, bad inventory or no inventory: exit 2 before gunicorn starts."""
+        bad_policy = tmp_path / "policy.yaml"
+        bad_policy.write_text("classes: 7\n")
+        bad_inventory = tmp_path / "cluster.yaml"
+        bad_inventory.write_text("kind: List\nitems: [{kind: Node}]\n")
+        tls = ["--cert", str(cert_dir / "tls.crt"), "--key", str(cert_dir / "tls.key")]
+        port_args = ["--host", "127.0.0.1", "--port", str(free_port()), "--health-port", str(free_port())]
+        cases = {
+            "no such file": [
+                "--cert",
+                str(tmp_path / "missing.crt"),
+                "--key",
+                str(cert_dir / "tls.key"),
+                "--inventory",
+                str(DEMO_INVENTORY),
+            ],
+            "not a usable certificate": [
+                "--cert",
+                str(cert_dir / "ca.crt"),
+                "--key",
+                str(cert_dir / "tls.key"),
+                "--inventory",
+                str(DEMO_INVENTORY),
+            ],
+            "classes": [*tls, "--policy", str(bad_policy), "--inventory", str(DEMO_INVENTORY)],
+            str(bad_inventory): [*tls, "--inventory", str(bad_inventory)],
+            "live cluster inventory is not built yet": tls,
+        }
+        for words, args in cases.items():
+            result = self.run_serve(*args, *port_args)
+            assert result.returncode == 2, (words, result.stderr)
+            assert result.stderr.startswith("gpupool serve: error:") and words in result.stderr, result.stderr
+            assert "Traceback" not in result.stderr and "Starting gunicorn" not in result.stderr
+
+    def test_busy_port_exits_2(self, cert_dir: Path) -> None:
+        """A TLS port that is already taken is reported, not retried for seconds by gunicorn."""
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            result = self.run_serve(
+                "--cert",
+                str(cert_dir / "tls.crt"),
+                "--key",
+                str(cert_dir / "tls.key"),
+                "--inventory",
+                str(DEMO_INVENTORY),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--health-port",
+                str(free_port()),
+            )
+        assert result.returncode == 2 and f"--port {port}" in result.stderr
+
+
+def serial_of(der: bytes) -> int:
+    return x509.load_der_x509_certificate(der).serial_number
+
+
+class Traffic:
+    """Background clients: one keeps its connection, one reconnects for every request (new handshakes)."""
+
+    def __init__(self, port: int, ca_file: Path) -> None:
+        self.port, self.ca_file = port, ca_file
+        self.ok = 0
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._run, args=(reconnect,)) for reconnect in (False, True)]
+
+    def __enter__(self) -> Traffic:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(60)
+
+    def _run(self, reconnect: bool) -> None:
+        client = ApiServerClient(self.port, self.ca_file)
+        while not self._stop.is_set():
+            try:
+                response = client.review(admission_review(gpu_pod(), dry_run=True))["response"]
+                assert response["allowed"] is True
+                with self._lock:
+                    self.ok += 1
+            except Exception as exc:  # every failure is collected and reported by the test
+                with self._lock:
+                    self.failures.append(repr(exc))
+                client.close()
+            if reconnect:
+                client.close()
+        client.close()
+
+
+def new_connection_serial(port: int, ca_file: Path) -> int:
+    client = ApiServerClient(port, ca_file)
+    try:
+        client.review(admission_review(gpu_pod(), dry_run=True))
+        return serial_of(client.peer_certificate())
+    finally:
+        client.close()
+
+
+def test_certificate_rotation_under_traffic(
+    cert_dir: Path, tmp_path: Path, start_server: Callable[..., ServerProcess]
+) -> None:
+    """Replaced certificate files take effect for new handshakes, with zero failed requests.
+
+    First a renewal that keeps the key (only tls.crt is replaced), then a new key and certificate
+    replaced one file after the other, so for a moment the files do not match.
+    """
+    certs = tmp_path / "certs"
+    shutil.copytree(cert_dir, certs)
+    port, health_port = free_port(), free_port()
+    server = start_server(serve_argv(certs, port, health_port, "--inventory", str(DEMO_INVENTORY)), health_port)
+    ca = certs / "ca.crt"
+    serials = [new_connection_serial(port, ca)]
+    with Traffic(port, ca) as traffic:
+        wait_until(lambda: traffic.ok >= 20, 60, "traffic before the rotation")
+        ensure_certificates(certs, SERVICE, NAMESPACE, hosts=["localhost", "127.0.0.1", "webhook.example"])
+        wait_until(lambda: new_connection_serial(port, ca) != serials[-1], 60, "the renewed certificate")
+        serials.append(new_connection_serial(port, ca))
+
+        staged = tmp_path / "staged"
+        staged.mkdir()
+        for name in ("ca.crt", "ca.key"):
+            shutil.copy2(certs / name, staged / name)
+        ensure_certificates(staged, SERVICE, NAMESPACE, hosts=["localhost", "127.0.0.1"])  # new key
+        before = traffic.ok
+        os.replace(staged / "tls.key", certs / "tls.key")
+        wait_until(lambda: traffic.ok >= before + 20, 60, "traffic while key and certificate differ")
+        os.replace(staged / "tls.crt", certs / "tls.crt")
+        wait_until(lambda: new_connection_serial(port, ca) != serials[-1], 60, "the new key's certificate")
+        serials.append(new_connection_serial(port, ca))
+        done = traffic.ok
+        wait_until(lambda: traffic.ok >= done + 20, 60, "traffic after the rotation")
+    assert traffic.failures == []
+    assert len(set(serials)) == 3
+    assert "keeping the previous certificate" in server.log()  # the mismatched moment was served
+
+
+SLOW_SERVER = textwrap.dedent(
+    """
+    # A server on gpupool's own gunicorn settings whose Admitter takes a while and marks each request.
+    import pathlib, sys, time
+    from webhook.server import ServeOptions, WorkerApp, serve
+    from webhook.verdict import allow
+
+    cert, key, port, health_port, marks = sys.argv[1:6]
+
+    class SlowAdmitter:
+        def admit(self, pod, *, namespace, dry_run=False):
+            name = pod["metadata"]["name"]
+            (pathlib.Path(marks) / name).touch()
+            time.sleep(2)
+            return allow(f"slowly {name}")
+
+    def load():
+        from webhook.app import AppConfig, create_app
+        from webhook.metrics import Metrics
+        metrics = Metrics.private()
+        metrics.inventory_ready.set(1)
+        return WorkerApp(create_app(AppConfig(admitter=SlowAdmitter(), metrics=metrics)))
+
+    options = ServeOptions(cert=cert, key=key, inventory=None, policy=None, host="127.0.0.1",
+                           port=int(port), health_port=int(health_port), workers=1, threads=4)
+    sys.exit(serve(options, load))
+    """
+)
+
+
+def test_sigterm_finishes_in_flight_requests(
+    cert_dir: Path, tmp_path: Path, start_server: Callable[..., ServerProcess]
+) -> None:
+    """SIGTERM while four admissions are in the Admitter: all four are answered, then the server exits 0."""
+    port, health_port = free_port(), free_port()
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    argv = [
+        sys.executable,
+        "-c",
+        SLOW_SERVER,
+        str(cert_dir / "tls.crt"),
+        str(cert_dir / "tls.key"),
+        str(port),
+        str(health_port),
+        str(marks),
+    ]
+    server = start_server(argv, health_port)
+    answers: dict[str, Any] = {}
+
+    def call(name: str) -> None:
+        client = ApiServerClient(port, cert_dir / "ca.crt")
+        try:
+            answers[name] = client.review(admission_review(gpu_pod(name=name), uid=name))["response"]
+        except (OSError, http.client.HTTPException, AssertionError) as exc:
+            answers[name] = exc
+        finally:
+            client.close()
+
+    names = [f"pod-{i}" for i in range(4)]
+    threads = [threading.Thread(target=call, args=(n,)) for n in names]
+    for t in threads:
+        t.start()
+    wait_until(lambda: len(list(marks.iterdir())) == 4, 60, "four requests inside the Admitter")
+    assert server.proc is not None
+    server.proc.send_signal(signal.SIGTERM)
+    for t in threads:
+        t.join(60)
+    assert answers == {n: {"uid": n, "allowed": True} for n in names}
+    assert server.proc.wait(60) == 0

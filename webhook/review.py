@@ -1,0 +1,191 @@
+"""AdmissionReview in and out: decoding, the per-request-kind rules, and the response, without HTTP.
+
+Two error families are kept apart, as kube-apiserver sees them:
+- `ReviewError`: the webhook call itself is malformed (not JSON, no `request`, no `uid`). It becomes an
+  HTTP 4xx with a Kubernetes `Status` body, and kube-apiserver applies the webhook's failurePolicy.
+- A Verdict with `allowed: false`: the call is fine and the Pod is refused; it is an HTTP 200
+  AdmissionReview whose `response.status` carries the code and message shown to the user.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from webhook.verdict import Verdict, allow
+
+API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+AUDIT_POOL_KEY = "pool"  # kube-apiserver prefixes it with the webhook's name: "<webhook>/pool"
+MAX_WARNING_CHARS = 120  # longer warnings are cut by kubectl users' terminals and by the API server
+_ELLIPSIS = "..."  # ASCII: warnings travel in HTTP Warning headers
+
+
+class ReviewError(ValueError):
+    """The webhook request is malformed; answered with HTTP `status` and a Kubernetes Status body."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionRequest:
+    """The fields of `AdmissionReview.request` that gpupool looks at."""
+
+    api_version: str
+    uid: str
+    group: str  # of the resource, "" for core
+    resource: str  # e.g. "pods"
+    sub_resource: str  # e.g. "status", "" for the object itself
+    operation: str  # CREATE, UPDATE, DELETE, CONNECT
+    namespace: str  # request.namespace, "" for cluster-scoped objects
+    dry_run: bool
+    object: Mapping[str, Any] | None
+
+    @property
+    def is_pod_create(self) -> bool:
+        return self.group == "" and self.resource == "pods" and not self.sub_resource and (self.operation == "CREATE")
+
+
+@dataclass(frozen=True, slots=True)
+class PodRef:
+    """What the log line calls the Pod: its name, or its generateName prefix before it has a name."""
+
+    namespace: str
+    name: str
+
+
+def parse_review(body: bytes) -> AdmissionRequest:
+    """Decode an AdmissionReview (v1 or v1beta1); ReviewError when it is not one."""
+    try:
+        review = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise ReviewError(f"the body is not JSON: {exc}") from None
+    if not isinstance(review, dict):
+        raise ReviewError("the body is not a JSON object")
+    api_version = review.get("apiVersion")
+    if review.get("kind") != "AdmissionReview" or api_version not in API_VERSIONS:
+        raise ReviewError(
+            f"expected kind AdmissionReview with apiVersion {' or '.join(API_VERSIONS)}, "
+            f"got kind {review.get('kind')!r}, apiVersion {api_version!r}"
+        )
+    request = review.get("request")
+    if not isinstance(request, dict):
+        raise ReviewError("the AdmissionReview has no request")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise ReviewError("the AdmissionReview request has no uid")
+    resource = request.get("resource")
+    resource = resource if isinstance(resource, dict) else {}
+    obj = request.get("object")
+    return AdmissionRequest(
+        api_version=api_version,
+        uid=uid,
+        group=_text(resource.get("group")),
+        resource=_text(resource.get("resource")),
+        sub_resource=_text(request.get("subResource")),
+        operation=_text(request.get("operation")),
+        namespace=_text(request.get("namespace")),
+        dry_run=request.get("dryRun") is True,
+        object=obj if isinstance(obj, dict) else None,
+    )
+
+
+def pod_ref(request: AdmissionRequest) -> PodRef:
+    """The Pod's namespace (the object's, else the request's) and name (else its generateName)."""
+    meta = _metadata(request.object)
+    name = _text(meta.get("name")) or _text(meta.get("generateName"))
+    return PodRef(namespace=_text(meta.get("namespace")) or request.namespace, name=name)
+
+
+def skip_verdict(request: AdmissionRequest) -> Verdict | None:
+    """The answer for a request the core never sees, or None when the core must decide.
+
+    Only a Pod CREATE is gpupool's business. A mirror Pod (created by the kubelet from a static
+    manifest) and a Pod that names its node bypass the scheduler, so a nodeSelector would not place
+    them and a refusal would only break the node.
+    """
+    if not request.is_pod_create:
+        sub = f"/{request.sub_resource}" if request.sub_resource else ""
+        return allow(f"not a Pod CREATE ({request.operation} {request.resource or '?'}{sub})")
+    if request.object is None:
+        raise ReviewError("the Pod CREATE request has no object")
+    if MIRROR_ANNOTATION in _mapping(_metadata(request.object).get("annotations")):
+        return allow("mirror Pod: created by the kubelet, not scheduled")
+    node = _text(_mapping(request.object.get("spec")).get("nodeName"))
+    if node:
+        return allow(f"already bound to node {node}")
+    if not pod_ref(request).namespace:
+        raise ReviewError("the Pod has no namespace and neither has the request")
+    return None
+
+
+def response_body(request: AdmissionRequest, verdict: Verdict) -> bytes:
+    """The AdmissionReview answer, in the request's apiVersion."""
+    response: dict[str, Any] = {"uid": request.uid, "allowed": verdict.allowed}
+    if not verdict.allowed:
+        response["status"] = {"code": verdict.code, "message": verdict.message}
+    elif verdict.patch:
+        # Only when non-empty: kube-apiserver rejects patchType without a patch and vice versa.
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(orjson.dumps(verdict.patch)).decode("ascii")
+    if verdict.warnings:
+        response["warnings"] = [shorten_warning(w) for w in verdict.warnings]
+    if verdict.placement is not None:
+        response["auditAnnotations"] = {AUDIT_POOL_KEY: str(verdict.placement.pool)}
+    return orjson.dumps({"apiVersion": request.api_version, "kind": "AdmissionReview", "response": response})
+
+
+def error_body(request: AdmissionRequest, error_id: str) -> bytes:
+    """A well-formed refusal for an unexpected failure: the user sees the id to quote to the admin."""
+    message = f"gpupool internal error (error id {error_id}); the webhook log has the details"
+    return orjson.dumps(
+        {
+            "apiVersion": request.api_version,
+            "kind": "AdmissionReview",
+            "response": {"uid": request.uid, "allowed": False, "status": {"code": 500, "message": message}},
+        }
+    )
+
+
+def status_body(code: int, message: str, reason: str) -> bytes:
+    """A Kubernetes `Status` (metav1): kube-apiserver's client shows its message in the call's error."""
+    return orjson.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Status",
+            "status": "Failure",
+            "message": message,
+            "reason": reason,
+            "code": code,
+        }
+    )
+
+
+def shorten_warning(text: str, limit: int = MAX_WARNING_CHARS) -> str:
+    """`text` cut to `limit` characters at a word boundary, marked with "..." when cut."""
+    text = " ".join(text.split())  # no newlines or runs of spaces in a one-line warning
+    if len(text) <= limit:
+        return text
+    room = limit - len(_ELLIPSIS)
+    cut = text.rfind(" ", 0, room + 1)
+    if cut < room // 2:  # no space in the last half: cut inside the word rather than lose half
+        cut = room
+    return text[:cut].rstrip(" ,;:") + _ELLIPSIS
+
+
+def _metadata(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return _mapping(obj.get("metadata")) if obj is not None else {}
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""

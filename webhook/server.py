@@ -1,0 +1,414 @@
+"""`gpupool serve`: the admission webhook on gunicorn (gthread workers, TLS), plus the health port.
+
+Everything a user can get wrong (options, certificate files, policy, inventory, busy ports) is checked
+once, before gunicorn starts, and reported as `gpupool serve: error: ...` with exit code 2.
+
+Process layout: the gunicorn master binds the TLS port and serves /healthz, /readyz and /metrics on the
+plain-HTTP health port from a thread; each worker process loads its own inventory and Admitter (the
+live inventory keeps a watch cache and burst reservations per process) and answers POST /mutate.
+Metrics cross the process boundary through prometheus_client's multiprocess directory.
+
+The TLS context is re-used while tls.crt and tls.key are unchanged and rebuilt on the next new
+connection after they change, so a rotated Secret takes effect without a restart. A certificate and key
+that do not match (a rotation caught half-way) keep the previous context until the pair is whole again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import logging.config
+import os
+import shutil
+import socket
+import ssl
+import tempfile
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gunicorn.app.base import BaseApplication
+
+from webhook.admission import Admitter
+from webhook.cli import UsageError
+from webhook.health import HealthServer, MetricsText, Readiness
+from webhook.inventory import Inventory
+from webhook.logs import LEVELS, logging_config
+from webhook.policy import Policy, PolicyError, load_policy
+from webhook.snapshot import InventoryFileError, SnapshotInventory
+
+if TYPE_CHECKING:
+    from wsgiref.types import WSGIApplication
+
+# webhook.app and webhook.metrics import prometheus_client, which decides between in-memory and
+# multiprocess values when it is first imported, from PROMETHEUS_MULTIPROC_DIR. `serve` sets that
+# variable first, so those modules are imported only after it (the `noqa: PLC0415` lines below).
+
+# Each option's environment variable (for the Deployment); a flag given on the command line wins.
+SERVE_ENV: dict[str, str] = {
+    "GPUPOOL_CERT": "--cert",
+    "GPUPOOL_KEY": "--key",
+    "GPUPOOL_INVENTORY": "--inventory",
+    "GPUPOOL_POLICY": "--policy",
+    "GPUPOOL_HOST": "--host",
+    "GPUPOOL_PORT": "--port",
+    "GPUPOOL_HEALTH_PORT": "--health-port",
+    "GPUPOOL_WORKERS": "--workers",
+    "GPUPOOL_THREADS": "--threads",
+    "GPUPOOL_LOG_LEVEL": "--log-level",
+}
+DEFAULTS: dict[str, str] = {
+    "--host": "0.0.0.0",  # in a Pod the kubelet and kube-apiserver reach the Pod IP
+    "--port": "8443",
+    "--health-port": "8080",
+    "--workers": "1",  # see README: one watch cache and one set of reservations per worker
+    "--threads": "4",
+    "--log-level": "info",
+}
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+KEEPALIVE_SECONDS = 120  # longer than kube-apiserver's ~90 s idle timeout, so the client closes first
+GRACEFUL_SECONDS = 20  # in-flight admissions take milliseconds; below the Pod's 30 s grace period
+WORKER_TIMEOUT_SECONDS = 30  # a worker silent this long is restarted (kube-apiserver gives up at 30 s)
+
+log = logging.getLogger("gpupool.server")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerApp:
+    """What a worker serves, and what to stop when it exits (the inventory's watches, timers)."""
+
+    wsgi: WSGIApplication
+    close: Callable[[], None] = lambda: None
+
+
+LoadApp = Callable[[], WorkerApp]
+
+
+@dataclass(frozen=True, slots=True)
+class ServeOptions:
+    cert: str
+    key: str
+    inventory: str | None
+    policy: str | None
+    host: str = "0.0.0.0"
+    port: int = 8443
+    health_port: int = 8080
+    workers: int = 1
+    threads: int = 4
+    log_level: str = "info"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    env = {flag: name for name, flag in SERVE_ENV.items()}
+
+    def add(flag: str, metavar: str, text: str, **kwargs: Any) -> None:
+        default = f"; default {DEFAULTS[flag]}" if flag in DEFAULTS else ""
+        parser.add_argument(flag, metavar=metavar, default=None, help=f"{text} (env {env[flag]}{default})", **kwargs)
+
+    add("--cert", "FILE", "serving certificate, PEM (e.g. certs/tls.crt); re-read when it changes")
+    add("--key", "FILE", "its private key, PEM (e.g. certs/tls.key)")
+    add("--inventory", "FILE", "snapshot inventory in `kubectl get nodes,pods,resourcequotas -A -o yaml` form")
+    add("--policy", "FILE", "placement policy YAML; default: the built-in policy")
+    add("--host", "ADDR", "address to listen on, for both ports")
+    add("--port", "PORT", "HTTPS port for POST /mutate")
+    add("--health-port", "PORT", "plain-HTTP port for /healthz, /readyz and /metrics")
+    add("--workers", "N", "gunicorn worker processes")
+    add("--threads", "N", "threads per worker (concurrent admissions per worker)")
+    add("--log-level", "LEVEL", f"one of {', '.join(LEVELS)}", type=str.lower)
+
+
+def resolve_options(args: argparse.Namespace, environ: Mapping[str, str]) -> ServeOptions:
+    """Flags, else environment variables, else defaults; UsageError naming the flag and variable."""
+
+    def value(flag: str) -> str | None:
+        given = getattr(args, flag[2:].replace("-", "_"), None)
+        if given is not None:
+            return str(given)
+        name = next(n for n, f in SERVE_ENV.items() if f == flag)
+        return environ.get(name) or DEFAULTS.get(flag)
+
+    def number(flag: str, low: int, high: int) -> int:
+        text = value(flag) or ""
+        if not text.isdigit() or not low <= int(text) <= high:
+            raise UsageError(f"{_both(flag)} must be a whole number from {low} to {high}, not {text!r}")
+        return int(text)
+
+    cert, key = value("--cert"), value("--key")
+    for flag, path in (("--cert", cert), ("--key", key)):
+        if not path:
+            raise UsageError(f"{_both(flag)} is required")
+    level = (value("--log-level") or "").lower()
+    if level not in LEVELS:
+        raise UsageError(f"{_both('--log-level')} must be one of {', '.join(LEVELS)}, not {level!r}")
+    options = ServeOptions(
+        cert=str(cert),
+        key=str(key),
+        inventory=value("--inventory"),
+        policy=value("--policy"),
+        host=value("--host") or "",
+        port=number("--port", 1, 65535),
+        health_port=number("--health-port", 1, 65535),
+        workers=number("--workers", 1, 64),
+        threads=number("--threads", 1, 256),
+        log_level=level,
+    )
+    if options.port == options.health_port:
+        raise UsageError(f"--port and --health-port must differ (both {options.port})")
+    return options
+
+
+def _both(flag: str) -> str:
+    name = next(n for n, f in SERVE_ENV.items() if f == flag)
+    return f"{flag} (or {name})"
+
+
+def run(args: argparse.Namespace) -> int:
+    options = resolve_options(args, os.environ)
+    logging.config.dictConfig(logging_config(options.log_level))
+    check_tls_files(options.cert, options.key)
+    policy, inventory = load_core(options)
+    inventory.close()  # workers load their own after the fork (a live inventory runs threads)
+    return serve(options, real_app_loader(options, policy))
+
+
+def check_tls_files(cert: str, key: str) -> None:
+    """The certificate and key load and belong together; UsageError saying which file is wrong."""
+    for flag, path in (("--cert", cert), ("--key", key)):
+        if not os.path.isfile(path):
+            raise UsageError(f"{flag} {path}: no such file (create one with `gpupool certs --out DIR`)")
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+    except (ssl.SSLError, OSError) as exc:
+        raise UsageError(f"--cert {cert} / --key {key}: not a usable certificate and key: {exc}") from None
+
+
+def load_core(options: ServeOptions) -> tuple[Policy, Inventory]:
+    """Load the policy and the inventory once, to report a bad file before anything starts."""
+    try:
+        policy = load_policy(options.policy)
+    except PolicyError as exc:
+        raise UsageError(str(exc)) from None
+    if options.inventory is None:
+        raise UsageError(
+            "no --inventory (or GPUPOOL_INVENTORY) given: the live cluster inventory is not built yet; "
+            "pass a snapshot file, e.g. --inventory examples/cluster.yaml"
+        )
+    try:
+        inventory = SnapshotInventory.from_file(options.inventory, policy)
+    except InventoryFileError as exc:
+        raise UsageError(str(exc)) from None
+    return policy, inventory
+
+
+def real_app_loader(options: ServeOptions, policy: Policy) -> LoadApp:
+    """What each worker runs once after the fork: its inventory, Admitter, metrics and the Flask app."""
+    inventory_path = str(options.inventory)
+
+    def load() -> WorkerApp:
+        from webhook.app import AppConfig, create_app  # noqa: PLC0415 (see top)
+        from webhook.metrics import GaugeRefresher, Metrics  # noqa: PLC0415 (see top)
+
+        inventory = SnapshotInventory.from_file(inventory_path, policy)
+        metrics = Metrics.private()
+        metrics.refresh(inventory)  # readiness and pool gauges before the first request
+        refresher = GaugeRefresher(metrics, inventory).start()
+
+        def close() -> None:
+            refresher.stop()
+            inventory.close()
+
+        config = AppConfig(admitter=Admitter(policy, inventory), metrics=metrics)
+        app = create_app(config)
+        return WorkerApp(app, close)
+
+    return load
+
+
+def serve(options: ServeOptions, load_app: LoadApp) -> int:
+    """Run gunicorn with `load_app` in each worker until SIGTERM (or SIGINT); returns the exit code.
+
+    Tests and the benchmark pass their own `load_app`, so they run on exactly these settings.
+    """
+    master_pid = os.getpid()
+    owned_dir = _prepare_multiproc_dir()
+    multiproc_dir = os.environ[MULTIPROC_ENV]
+    try:
+        from webhook import metrics  # noqa: PLC0415 (see top)
+
+        _check_port_free(options.host, options.port)
+        arbiter_box: list[Any] = []
+
+        def readiness() -> Readiness:
+            workers = _worker_pids(arbiter_box)
+            ready = metrics.worker_readiness(multiproc_dir)
+            states = {str(pid): ready.get(pid, False) for pid in workers}
+            return Readiness(bool(states) and all(states.values()), {"workers": states})
+
+        try:
+            health = HealthServer(
+                options.host,
+                options.health_port,
+                readiness,
+                lambda: MetricsText(metrics.multiprocess_exposition(multiproc_dir), metrics.CONTENT_TYPE),
+            )
+        except OSError as exc:
+            raise UsageError(f"--health-port {options.health_port} on {options.host}: {exc.strerror}") from None
+
+        def when_ready(arbiter: Any) -> None:
+            arbiter_box.append(arbiter)
+            health.start()
+
+        def child_exit(arbiter: Any, worker: Any) -> None:
+            metrics.forget_process(worker.pid, multiproc_dir)
+
+        def worker_exit(arbiter: Any, worker: Any) -> None:
+            worker.app.close_worker()
+
+        def on_exit(arbiter: Any) -> None:
+            health.stop()
+
+        settings = gunicorn_settings(options)
+        settings.update(when_ready=when_ready, child_exit=child_exit, worker_exit=worker_exit, on_exit=on_exit)
+        try:
+            WebhookApplication(settings, load_app).run()
+        except SystemExit as exc:  # the arbiter, and each forked worker, end with sys.exit
+            return exc.code if isinstance(exc.code, int) else 1
+        return 0
+    finally:
+        # Workers leave through here too (gunicorn forks inside run()): only the master cleans up.
+        if owned_dir and os.getpid() == master_pid:
+            shutil.rmtree(multiproc_dir, ignore_errors=True)
+
+
+def gunicorn_settings(options: ServeOptions) -> dict[str, Any]:
+    """The gunicorn configuration; hooks are added by `serve`."""
+    return {
+        "bind": [_bind_address(options.host, options.port)],
+        "workers": options.workers,
+        "threads": options.threads,
+        "worker_class": "gthread",
+        "keepalive": KEEPALIVE_SECONDS,
+        "graceful_timeout": GRACEFUL_SECONDS,
+        "timeout": WORKER_TIMEOUT_SECONDS,
+        "certfile": options.cert,
+        "keyfile": options.key,
+        "ssl_context": CertificateReloader(options.cert, options.key),
+        # With several workers each gets its own SO_REUSEPORT socket and the kernel spreads new
+        # connections evenly; with one shared socket the first worker to wake takes most of
+        # kube-apiserver's few long-lived connections and the others idle.
+        "reuse_port": options.workers > 1,
+        "preload_app": False,  # each worker builds its inventory after the fork
+        "proc_name": "gpupool",
+        "accesslog": None,  # one admission line per request instead
+        "errorlog": "-",
+        "loglevel": options.log_level,
+        "logconfig_dict": logging_config(options.log_level),
+        "control_socket_disable": True,  # no runtime control socket in $HOME (two servers would collide)
+    }
+
+
+class WebhookApplication(BaseApplication):  # type: ignore[misc]  # gunicorn is untyped
+    """gunicorn driven from code: settings from a dict, the WSGI app from a loader run in the worker."""
+
+    def __init__(self, settings: Mapping[str, Any], load_app: LoadApp) -> None:
+        self._settings = dict(settings)
+        self._load_app = load_app
+        self._close: Callable[[], None] = lambda: None
+        super().__init__()
+
+    def load_config(self) -> None:
+        for name, value in self._settings.items():
+            self.cfg.set(name, value)
+
+    def load(self) -> WSGIApplication:
+        """Runs in the worker, after the fork."""
+        loaded = self._load_app()
+        self._close = loaded.close
+        return loaded.wsgi
+
+    def close_worker(self) -> None:
+        self._close()
+
+
+class CertificateReloader:
+    """gunicorn's `ssl_context` hook: one context per certificate version, TLS 1.2 at least.
+
+    gunicorn asks for a context on every new connection; building one costs about 0.7 ms of CPU, so
+    it is cached and rebuilt only when either file's inode, size or mtime changes.
+    """
+
+    def __init__(self, cert: str, key: str) -> None:
+        self._paths = (cert, key)
+        self._lock = threading.Lock()  # gthread wraps sockets on its worker threads
+        self._version: tuple[int, ...] | None = None
+        self._context: ssl.SSLContext | None = None
+
+    def __call__(self, conf: Any, default_factory: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
+        version = self._file_version()
+        with self._lock:
+            if self._context is not None and version == self._version:
+                return self._context
+            try:
+                context = default_factory()
+            except (ssl.SSLError, OSError) as exc:
+                if self._context is None:
+                    raise
+                # Mid-rotation (new certificate, old key) or a file briefly missing: keep serving
+                # with the previous pair and try again on the next connection.
+                log.warning("keeping the previous certificate: the new files do not load yet: %s", exc)
+                return self._context
+            context.minimum_version = ssl.TLSVersion.TLSv1_2
+            self._context, self._version = context, version
+            log.info("serving certificate loaded", extra={"fields": {"cert": self._paths[0]}})
+            return context
+
+    def _file_version(self) -> tuple[int, ...]:
+        version: list[int] = []
+        for path in self._paths:
+            try:
+                st = os.stat(path)
+            except OSError:
+                version += [-1, -1, -1]
+                continue
+            version += [st.st_ino, st.st_size, st.st_mtime_ns]
+        return tuple(version)
+
+
+def _prepare_multiproc_dir() -> bool:
+    """Point PROMETHEUS_MULTIPROC_DIR at an empty directory; True when it is a temporary one we own."""
+    given = os.environ.get(MULTIPROC_ENV)
+    if given:
+        os.makedirs(given, exist_ok=True)
+        # Values of a previous run would be added to this one's (the directory must start empty).
+        for name in os.listdir(given):
+            if name.endswith(".db"):
+                os.unlink(os.path.join(given, name))
+        return False
+    os.environ[MULTIPROC_ENV] = tempfile.mkdtemp(prefix="gpupool-metrics-")
+    return True
+
+
+def _worker_pids(arbiter_box: list[Any]) -> Iterable[int]:
+    if not arbiter_box:
+        return ()
+    for _ in range(3):  # the arbiter thread may change WORKERS while we copy it
+        try:
+            return list(arbiter_box[0].WORKERS)
+        except RuntimeError:
+            continue
+    return ()
+
+
+def _bind_address(host: str, port: int) -> str:
+    return f"[{host.strip('[]')}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _check_port_free(host: str, port: int) -> None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host.strip("[]"), port))
+        except OSError as exc:
+            raise UsageError(f"--port {port} on {host}: {exc.strerror}") from None
