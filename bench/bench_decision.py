@@ -19,23 +19,29 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from webhook.admission import evaluate  # noqa: E402
-from webhook.policy import load_policy  # noqa: E402
-from webhook.pool_index import PoolIndex  # noqa: E402
-from webhook.snapshot import build_index  # noqa: E402
-from webhook.testing.synthetic import synthetic_cluster  # noqa: E402
+from webhook.admission import evaluate
+from webhook.policy import load_policy
+from webhook.pool_index import PoolIndex
+from webhook.snapshot import build_index
+from webhook.testing.synthetic import synthetic_cluster
 
 PODS: list[dict[str, Any]] = [
     {"metadata": {"name": f"job-{i}", "annotations": ann}, "spec": {"containers": [{"name": "main", "image": "cuda"}]}}
-    for i, ann in enumerate([
-        {"gpupool.io/gpu-class": "medium"},
-        {"gpupool.io/min-memory": "20Gi", "gpupool.io/gpu-count": "2"},
-        {"gpupool.io/gpu-class": "medium,high", "gpupool.io/fallback": "true", "gpupool.io/gpu-count": "4"},
-        {"gpupool.io/gpu-product": "A100", "gpupool.io/min-driver": "535"},
-        {"gpupool.io/gpu-class": "high", "gpupool.io/gpu-count": "8"},
-    ])
-] + [{"metadata": {"name": "plain-gpu"}, "spec": {"containers": [
-    {"name": "main", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}]
+    for i, ann in enumerate(
+        [
+            {"gpupool.io/gpu-class": "medium"},
+            {"gpupool.io/min-memory": "20Gi", "gpupool.io/gpu-count": "2"},
+            {"gpupool.io/gpu-class": "medium,high", "gpupool.io/fallback": "true", "gpupool.io/gpu-count": "4"},
+            {"gpupool.io/gpu-product": "A100", "gpupool.io/min-driver": "535"},
+            {"gpupool.io/gpu-class": "high", "gpupool.io/gpu-count": "8"},
+        ]
+    )
+] + [
+    {
+        "metadata": {"name": "plain-gpu"},
+        "spec": {"containers": [{"name": "main", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+    }
+]
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -75,8 +81,9 @@ def main() -> int:
     for _ in range(args.rounds):
         time_round(small, args.per_round, timings["50 nodes"])
         time_round(large, args.per_round, timings["5,000 nodes"])
-    rows = {k: {"median_ms": statistics.median(v), "p99_ms": percentile(v, 0.99), "n": len(v)}
-            for k, v in timings.items()}
+    rows = {
+        k: {"median_ms": statistics.median(v), "p99_ms": percentile(v, 0.99), "n": len(v)} for k, v in timings.items()
+    }
     ratio = {m: rows["5,000 nodes"][m] / rows["50 nodes"][m] for m in ("median_ms", "p99_ms")}
     print(f"{'snapshot':<14}{'median ms':>12}{'p99 ms':>10}{'decisions':>11}")
     for name, r in rows.items():

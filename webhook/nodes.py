@@ -68,8 +68,7 @@ def _vendor_facts(node: NodeInfo, vendor: VendorPolicy, policy: Policy) -> NodeF
     if label_class:
         if label_class not in policy.classes:
             return (
-                f"label {policy.class_label}={label_class} is not a class of the policy "
-                f"({', '.join(policy.classes)})"
+                f"label {policy.class_label}={label_class} is not a class of the policy ({', '.join(policy.classes)})"
             )
         gpu_class = label_class
     else:

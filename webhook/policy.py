@@ -261,24 +261,18 @@ def _build(data: dict[str, Any]) -> Policy:
     )
     vendors_data = data.get("vendors")
     if not isinstance(vendors_data, dict) or not vendors_data:
-        raise PolicyError(
-            f"vendors: expected a mapping of vendor name to settings, got {_show(vendors_data)}"
-        )
+        raise PolicyError(f"vendors: expected a mapping of vendor name to settings, got {_show(vendors_data)}")
     vendors = {str(name): _vendor(str(name), spec) for name, spec in vendors_data.items()}
     resources = [v.resource for v in vendors.values()]
     if len(set(resources)) != len(resources):
         raise PolicyError(f"vendors: two vendors share a resource name: {sorted(resources)}")
     default_vendor = top.text("defaultVendor")
     if default_vendor not in vendors:
-        raise PolicyError(
-            f"defaultVendor: {default_vendor!r} is not a vendor; accepted: {', '.join(vendors)}"
-        )
+        raise PolicyError(f"defaultVendor: {default_vendor!r} is not a vendor; accepted: {', '.join(vendors)}")
     products = _products(data.get("products", []), classes, vendors)
     namespaces_data = data.get("namespaces") or {}
     if not isinstance(namespaces_data, dict):
-        raise PolicyError(
-            f"namespaces: expected a mapping of namespace to rules, got {_show(namespaces_data)}"
-        )
+        raise PolicyError(f"namespaces: expected a mapping of namespace to rules, got {_show(namespaces_data)}")
     namespaces = {str(ns): _namespace(str(ns), rule, classes) for ns, rule in namespaces_data.items()}
     return Policy(
         classes=classes,
@@ -310,14 +304,10 @@ def _vendor(name: str, spec: Any) -> VendorPolicy:
     unit = f.choice("memoryUnit", "Mi", tuple(_MEMORY_UNITS))
     legacy = f.texts("legacyDriverLabels")
     if legacy and len(legacy) != 3:
-        raise PolicyError(
-            f"{path}.legacyDriverLabels: expected 3 labels (major, minor, revision), got {legacy}"
-        )
+        raise PolicyError(f"{path}.legacyDriverLabels: expected 3 labels (major, minor, revision), got {legacy}")
     taints_data = spec.get("taints", [])
     if not isinstance(taints_data, list):
-        raise PolicyError(
-            f"{path}.taints: expected a list of {{key, value, effect}}, got {_show(taints_data)}"
-        )
+        raise PolicyError(f"{path}.taints: expected a list of {{key, value, effect}}, got {_show(taints_data)}")
     taints = []
     for i, taint in enumerate(taints_data):
         t = _Fields(taint, f"{path}.taints[{i}]", ("key", "value", "effect"))
@@ -336,9 +326,7 @@ def _vendor(name: str, spec: Any) -> VendorPolicy:
     )
 
 
-def _products(
-    data: Any, classes: tuple[str, ...], vendors: Mapping[str, VendorPolicy]
-) -> tuple[ProductRule, ...]:
+def _products(data: Any, classes: tuple[str, ...], vendors: Mapping[str, VendorPolicy]) -> tuple[ProductRule, ...]:
     if not isinstance(data, list):
         raise PolicyError(f"products: expected a list of {{match, class, memory}}, got {_show(data)}")
     prefixes = {p for v in vendors.values() for p in v.product_prefixes}
@@ -370,9 +358,7 @@ def _namespace(name: str, data: Any, classes: tuple[str, ...]) -> NamespaceRule:
     allowed = f.texts("allowedClasses")
     for cls in allowed:
         if cls not in classes:
-            raise PolicyError(
-                f"{path}.allowedClasses: {cls!r} is not a class; accepted: {', '.join(classes)}"
-            )
+            raise PolicyError(f"{path}.allowedClasses: {cls!r} is not a class; accepted: {', '.join(classes)}")
     default = f.text("defaultClass", "")
     if default and default not in (allowed or classes):
         raise PolicyError(

@@ -1,0 +1,863 @@
+"""Tests for what an admin installs: manifests/ (kustomize), manifests/render.py and the Dockerfile.
+
+The manifests are rendered for real with `kubectl kustomize` (through render.py, as `make manifests`
+does), validated against the Kubernetes OpenAPI schemas, and their webhook filter (matchConditions)
+is evaluated with a real CEL implementation. The Deployment's settings go through `gpupool serve`'s
+own parser, so the manifests cannot drift from the server.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import re
+import shutil
+import stat
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import celpy
+import kubernetes_validate
+import pytest
+import yaml
+from celpy import celtypes
+from celpy.adapter import json_to_cel
+from cryptography import x509
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from webhook.cli import build_parser
+from webhook.policy import Policy, default_policy_text, load_policy_text
+from webhook.quantity import parse_bytes
+from webhook.server import SERVE_ENV, ServeOptions, resolve_options
+
+REPO = Path(__file__).resolve().parents[1]
+MANIFESTS = REPO / "manifests"
+RENDER = MANIFESTS / "render.py"
+KUBECTL = shutil.which("kubectl")
+NAMESPACE = "gpupool-system"
+SERVICE = "gpupool-webhook"
+TLS_SECRET = "gpupool-webhook-tls"
+GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu", "huawei.com/Ascend910")
+# Schemas to validate against. 1.30 is the first release where webhook matchConditions are GA (its
+# schema drops "This is a beta feature ... feature gate"); 1.28 is the oldest release that has them
+# on by default (beta). Older API servers drop the field, which would send every Pod to gpupool.
+SCHEMA_VERSIONS = ("1.28", "1.30")
+RENDERINGS = ("base", "self-signed", "self-signed+ignore", "cert-manager")
+DEPLOYABLE = ("self-signed", "self-signed+ignore", "cert-manager")
+COMPONENT = "app.kubernetes.io/component"
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration"}
+
+pytestmark = pytest.mark.skipif(
+    KUBECTL is None, reason="kubectl is not on PATH: the manifests are rendered with `kubectl kustomize`"
+)
+
+Obj = dict[str, Any]
+
+
+# --- rendering -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rendering:
+    """The objects of one rendered overlay, with lookups by kind."""
+
+    name: str
+    objects: tuple[Obj, ...]
+
+    def all(self, kind: str) -> list[Obj]:
+        return [o for o in self.objects if o["kind"] == kind]
+
+    def one(self, kind: str) -> Obj:
+        found = self.all(kind)
+        assert len(found) == 1, f"{self.name}: expected one {kind}, found {len(found)}"
+        return found[0]
+
+    @property
+    def webhook(self) -> Obj:
+        config = self.one("MutatingWebhookConfiguration")
+        assert len(config["webhooks"]) == 1
+        webhook: Obj = config["webhooks"][0]
+        return webhook
+
+    @property
+    def pod_spec(self) -> Obj:
+        spec: Obj = self.one("Deployment")["spec"]["template"]["spec"]
+        return spec
+
+    @property
+    def container(self) -> Obj:
+        containers = self.pod_spec["containers"]
+        assert len(containers) == 1
+        container: Obj = containers[0]
+        return container
+
+
+def parse_objects(text: str, name: str) -> Rendering:
+    return Rendering(name, tuple(d for d in yaml.safe_load_all(text) if d))
+
+
+def run_render(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(RENDER), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def kustomize(directory: Path) -> str:
+    assert KUBECTL is not None
+    done = subprocess.run(
+        [KUBECTL, "kustomize", str(directory)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def certs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Certificates made for these tests by render.py (through `gpupool certs`), not the repo's certs/."""
+    return tmp_path_factory.mktemp("certs")
+
+
+@pytest.fixture(scope="module")
+def out_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("build")
+
+
+@pytest.fixture(scope="module")
+def rendered(certs_dir: Path, out_dir: Path) -> dict[str, Rendering]:
+    """Every rendering, once: the base with plain `kubectl kustomize`, the overlays through render.py."""
+    result = {"base": parse_objects(kustomize(MANIFESTS / "base"), "base")}
+    options = {
+        "self-signed": ["--overlay", "self-signed"],
+        "self-signed+ignore": ["--overlay", "self-signed", "--failure-policy", "Ignore"],
+        "cert-manager": ["--overlay", "cert-manager"],
+    }
+    for name, args in options.items():
+        out = out_dir / f"{name}.yaml"
+        done = run_render(*args, "--certs-dir", certs_dir, "--out", out)
+        assert done.returncode == 0, done.stderr
+        result[name] = parse_objects(out.read_text(), name)
+    return result
+
+
+@pytest.fixture(params=RENDERINGS)
+def rendering(request: pytest.FixtureRequest, rendered: dict[str, Rendering]) -> Rendering:
+    return rendered[request.param]
+
+
+@pytest.fixture(params=DEPLOYABLE)
+def deployable(request: pytest.FixtureRequest, rendered: dict[str, Rendering]) -> Rendering:
+    return rendered[request.param]
+
+
+def serve_options(r: Rendering) -> ServeOptions:
+    """The options `gpupool serve` resolves from the Deployment's args and environment."""
+    container = r.container
+    env = {e["name"]: e["value"] for e in container.get("env", [])}
+    args = build_parser(["serve"]).parse_args(["serve", *container.get("args", [])])
+    return resolve_options(args, env)
+
+
+def mount_of(r: Rendering, volume: str) -> str:
+    (path,) = [m["mountPath"] for m in r.container["volumeMounts"] if m["name"] == volume]
+    return str(path)
+
+
+def volume_named(r: Rendering, name: str) -> Obj:
+    (volume,) = [v for v in r.pod_spec["volumes"] if v["name"] == name]
+    return dict(volume)
+
+
+def container_port(r: Rendering, name: str) -> int:
+    (port,) = [p["containerPort"] for p in r.container["ports"] if p["name"] == name]
+    return int(port)
+
+
+def selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """A Kubernetes label selector (matchLabels and matchExpressions) applied to `labels`."""
+    for key, value in selector.get("matchLabels", {}).items():
+        if labels.get(key) != value:
+            return False
+    for expr in selector.get("matchExpressions", []):
+        key, op, values = expr["key"], expr["operator"], expr.get("values", [])
+        ok = {
+            "In": key in labels and labels[key] in values,
+            "NotIn": key not in labels or labels[key] not in values,
+            "Exists": key in labels,
+            "DoesNotExist": key not in labels,
+        }[op]
+        if not ok:
+            return False
+    return True
+
+
+# --- render.py -----------------------------------------------------------------------------------
+
+
+class TestRender:
+    def test_each_overlay_renders_a_complete_install(self, deployable: Rendering) -> None:
+        """Every deployable rendering holds everything the install needs, in one file."""
+        kinds = {o["kind"] for o in deployable.objects}
+        assert kinds >= {
+            "Namespace",
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ConfigMap",
+            "Deployment",
+            "Service",
+            "PodDisruptionBudget",
+            "NetworkPolicy",
+            "MutatingWebhookConfiguration",
+        }
+        namespaced = [o for o in deployable.objects if o["kind"] not in CLUSTER_SCOPED]
+        assert {o["metadata"].get("namespace") for o in namespaced} == {NAMESPACE}
+
+    def test_self_signed_brings_its_secret_and_cert_manager_its_certificate(
+        self, rendered: dict[str, Rendering]
+    ) -> None:
+        """self-signed ships the TLS Secret; with cert-manager the Secret comes from a Certificate."""
+        secrets = [s["metadata"]["name"] for s in rendered["self-signed"].all("Secret")]
+        assert secrets == [TLS_SECRET]
+        assert rendered["cert-manager"].all("Secret") == []
+        certificates = rendered["cert-manager"].all("Certificate")
+        assert TLS_SECRET in {c["spec"]["secretName"] for c in certificates}
+
+    def test_deploy_applies_the_webhook_configuration_last(self, deployable: Rendering) -> None:
+        """`make deploy` first applies what `-l app.kubernetes.io/component!=webhook-configuration`
+        selects: everything except the webhook configuration, which it applies once the Pods are ready."""
+        first = {"matchExpressions": [{"key": COMPONENT, "operator": "NotIn", "values": ["webhook-configuration"]}]}
+        held_back = [o["kind"] for o in deployable.objects if not selects(first, o["metadata"].get("labels", {}))]
+        assert held_back == ["MutatingWebhookConfiguration"]
+
+    def test_every_object_is_labelled_part_of_gpupool(self, deployable: Rendering) -> None:
+        """`kubectl get -l app.kubernetes.io/part-of=gpupool` finds every object of the install."""
+        for obj in deployable.objects:
+            assert obj["metadata"].get("labels", {}).get("app.kubernetes.io/part-of") == "gpupool", obj["kind"]
+
+    def test_output_with_a_private_key_is_private(self, out_dir: Path) -> None:
+        """The rendered self-signed file holds the TLS key, so only its owner may read it."""
+        mode = stat.S_IMODE((out_dir / "self-signed.yaml").stat().st_mode)
+        assert mode == 0o600
+
+    def test_rendering_leaves_the_source_tree_untouched(self, certs_dir: Path, tmp_path: Path) -> None:
+        """render.py works on a scratch copy: no certificate or key is written under manifests/."""
+
+        def tree() -> dict[str, bytes]:
+            return {
+                str(p): p.read_bytes() for p in MANIFESTS.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+            }
+
+        before = tree()
+        done = run_render("--certs-dir", certs_dir, "--out", tmp_path / "out.yaml")
+        assert done.returncode == 0, done.stderr
+        assert tree() == before
+
+    @pytest.mark.parametrize(
+        ("ref", "image"),
+        [
+            ("registry.example.com:5000/team/gpupool:dev", "registry.example.com:5000/team/gpupool:dev"),
+            ("registry.example.com/gpupool@sha256:" + "a" * 64, "registry.example.com/gpupool@sha256:" + "a" * 64),
+            ("registry.example.com:5000/gpupool", "registry.example.com:5000/gpupool:0.1.0"),
+        ],
+        ids=["tag", "digest", "name-keeps-release-tag"],
+    )
+    def test_image_override(self, tmp_path: Path, ref: str, image: str) -> None:
+        """--image (make manifests IMAGE=...) sets the Deployment's image, a registry port is no tag."""
+        out = tmp_path / "out.yaml"
+        done = run_render("--overlay", "cert-manager", "--image", ref, "--out", out)
+        assert done.returncode == 0, done.stderr
+        assert parse_objects(out.read_text(), "image").container["image"] == image
+
+    def test_release_image(self, deployable: Rendering) -> None:
+        """Without an override the Deployment runs the release image."""
+        assert deployable.container["image"] == "ghcr.io/gpupool/gpupool-webhook:0.1.0"
+
+    def test_missing_kubectl_is_a_one_line_error(self, tmp_path: Path) -> None:
+        """Without kubectl, render.py says so in one line and exits 1, leaving no output file."""
+        out = tmp_path / "out.yaml"
+        done = run_render("--overlay", "cert-manager", "--kubectl", str(tmp_path / "no-kubectl"), "--out", out)
+        assert done.returncode == 1
+        assert "not found on PATH" in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
+        assert not out.exists()
+
+
+# --- schemas -------------------------------------------------------------------------------------
+
+
+class TestSchemas:
+    @pytest.mark.parametrize("version", SCHEMA_VERSIONS)
+    def test_every_object_validates(self, rendering: Rendering, version: str) -> None:
+        """Every Kubernetes object validates, strictly (no unknown fields), against the OpenAPI schema."""
+        for obj in rendering.objects:
+            if obj["apiVersion"].startswith("cert-manager.io/"):
+                continue  # a CRD: no schema in kubernetes-validate; see TestCertManager
+            kubernetes_validate.validate(obj, version, strict=True)
+
+    def test_the_validator_rejects_an_unknown_field(self, rendered: dict[str, Rendering]) -> None:
+        """The validation above can fail: a misspelt field in the webhook configuration is rejected."""
+        config = copy.deepcopy(rendered["base"].one("MutatingWebhookConfiguration"))
+        config["webhooks"][0]["matchCondition"] = config["webhooks"][0].pop("matchConditions")
+        with pytest.raises(kubernetes_validate.ValidationError):
+            kubernetes_validate.validate(config, SCHEMA_VERSIONS[-1], strict=True)
+
+
+# --- the policy ConfigMap ------------------------------------------------------------------------
+
+
+class TestPolicyConfigMap:
+    def policy_map(self, r: Rendering) -> Obj:
+        (cm,) = [c for c in r.all("ConfigMap") if c["metadata"]["name"].startswith("gpupool-policy")]
+        return cm
+
+    def test_configmap_is_the_default_policy_file(self, rendering: Rendering) -> None:
+        """The ConfigMap holds byte for byte the policy the code loads by default: no copy to drift."""
+        text = self.policy_map(rendering)["data"]["policy.yaml"]
+        assert text == (MANIFESTS / "base" / "policy.yaml").read_text(encoding="utf-8")
+        assert text == default_policy_text()
+
+    def test_configmap_loads_with_the_project_loader(self, rendered: dict[str, Rendering]) -> None:
+        """The ConfigMap's policy passes gpupool's own policy validation."""
+        policy = load_policy_text(self.policy_map(rendered["base"])["data"]["policy.yaml"], source="ConfigMap")
+        assert isinstance(policy, Policy)
+        assert policy.vendors
+
+    def test_the_server_reads_the_configmap(self, rendering: Rendering) -> None:
+        """GPUPOOL_POLICY points at the ConfigMap's key inside the volume that mounts this ConfigMap."""
+        cm = self.policy_map(rendering)
+        volume = volume_named(rendering, "policy")
+        assert volume["configMap"]["name"] == cm["metadata"]["name"]
+        assert serve_options(rendering).policy == f"{mount_of(rendering, 'policy')}/policy.yaml"
+
+    def test_a_policy_change_rolls_the_deployment(self, tmp_path: Path) -> None:
+        """Editing policy.yaml renames the ConfigMap (content hash), which changes the Pod template."""
+        shutil.copytree(MANIFESTS / "base", tmp_path / "base")
+        before = parse_objects(kustomize(tmp_path / "base"), "before")
+        with (tmp_path / "base" / "policy.yaml").open("a", encoding="utf-8") as f:
+            f.write("\n# an admin's edit\n")
+        after = parse_objects(kustomize(tmp_path / "base"), "after")
+        assert volume_named(before, "policy") != volume_named(after, "policy")
+        assert before.one("Deployment")["spec"]["template"] != after.one("Deployment")["spec"]["template"]
+
+
+# --- the webhook configuration -------------------------------------------------------------------
+
+
+class TestWebhookConfiguration:
+    def test_only_pod_create_is_sent(self, rendering: Rendering) -> None:
+        """Only CREATE of core/v1 Pods: no UPDATE, no DELETE, no subresource such as pods/binding."""
+        assert rendering.webhook["rules"] == [
+            {
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "operations": ["CREATE"],
+                "resources": ["pods"],
+                "scope": "Namespaced",
+            }
+        ]
+
+    def test_call_settings(self, rendering: Rendering) -> None:
+        """v1 reviews, no side effects (dry-run works), ≤ 5 s, reinvoked if needed, Fail unless asked."""
+        webhook = rendering.webhook
+        assert webhook["admissionReviewVersions"] == ["v1"]
+        assert webhook["sideEffects"] == "None"
+        assert 1 <= webhook["timeoutSeconds"] <= 5
+        assert webhook["reinvocationPolicy"] == "IfNeeded"
+        assert webhook["matchPolicy"] == "Equivalent"
+        expected = "Ignore" if rendering.name.endswith("+ignore") else "Fail"
+        assert webhook["failurePolicy"] == expected
+        assert "objectSelector" not in webhook  # users control labels; opting in is by annotation
+
+    @pytest.mark.parametrize(
+        ("labels", "sent"),
+        [
+            ({"kubernetes.io/metadata.name": "kube-system"}, False),
+            ({"kubernetes.io/metadata.name": NAMESPACE}, False),
+            ({"kubernetes.io/metadata.name": "team-a", "gpupool.io/ignore": ""}, False),
+            ({"kubernetes.io/metadata.name": "team-a", "gpupool.io/ignore": "true"}, False),
+            ({"kubernetes.io/metadata.name": "team-a"}, True),
+            ({"kubernetes.io/metadata.name": "default", "team": "ml"}, True),
+        ],
+        ids=["kube-system", "own-namespace", "ignore-label-empty", "ignore-label", "team-a", "default"],
+    )
+    def test_namespace_selector(self, rendering: Rendering, labels: dict[str, str], sent: bool) -> None:
+        """kube-system, gpupool's own namespace and namespaces labelled gpupool.io/ignore are never sent."""
+        assert selects(rendering.webhook["namespaceSelector"], labels) is sent
+
+    def test_calls_the_rendered_service(self, rendering: Rendering) -> None:
+        """The webhook calls /mutate on the rendered Service, whose port leads to the server's TLS port."""
+        ref = rendering.webhook["clientConfig"]["service"]
+        service = rendering.one("Service")
+        assert (ref["name"], ref["namespace"], ref["path"]) == (
+            service["metadata"]["name"],
+            service["metadata"]["namespace"],
+            "/mutate",
+        )
+        (port,) = [p for p in service["spec"]["ports"] if p["port"] == ref["port"]]
+        assert ref["port"] == 443
+        assert container_port(rendering, port["targetPort"]) == serve_options(rendering).port
+
+    def test_names_are_valid(self, rendering: Rendering) -> None:
+        """kube-apiserver's rules: a fully qualified webhook name, unique qualified condition names."""
+        assert re.fullmatch(r"[a-z0-9-]+(\.[a-z0-9-]+){2,}", rendering.webhook["name"])
+        names = [c["name"] for c in rendering.webhook["matchConditions"]]
+        assert 1 <= len(names) <= 64
+        assert len(set(names)) == len(names)
+        assert all(re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", n) for n in names)
+
+    def test_self_signed_ca_bundle_is_certs_ca(self, rendered: dict[str, Rendering], certs_dir: Path) -> None:
+        """caBundle is certs/ca.crt, and the mounted certificate is issued by it for the Service name."""
+        ca_pem = (certs_dir / "ca.crt").read_bytes()
+        for name in ("self-signed", "self-signed+ignore"):
+            r = rendered[name]
+            # kustomize wraps long base64 lines; kube-apiserver's base64 decoder ignores newlines.
+            bundle = re.sub(r"\s", "", r.webhook["clientConfig"]["caBundle"])
+            assert base64.b64decode(bundle, validate=True) == ca_pem
+            secret = r.one("Secret")
+            assert secret["metadata"]["name"] == volume_named(r, "tls")["secret"]["secretName"]
+            assert secret["type"] == "kubernetes.io/tls"
+            serving = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+            serving.verify_directly_issued_by(x509.load_pem_x509_certificate(ca_pem))
+            names = serving.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+            assert f"{SERVICE}.{NAMESPACE}.svc" in names.get_values_for_type(x509.DNSName)
+
+    def test_base_and_cert_manager_carry_no_ca_bundle(self, rendered: dict[str, Rendering]) -> None:
+        """No caBundle to manage in the base or with cert-manager (its cainjector fills it)."""
+        for name in ("base", "cert-manager"):
+            assert "caBundle" not in rendered[name].webhook["clientConfig"]
+
+
+class TestCertManager:
+    def test_cainjector_gets_the_serving_certificates_ca(self, rendered: dict[str, Rendering]) -> None:
+        """inject-ca-from names the Certificate whose Secret the Deployment mounts, for the Service name."""
+        r = rendered["cert-manager"]
+        annotation = r.one("MutatingWebhookConfiguration")["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+        namespace, name = annotation.split("/")
+        (certificate,) = [c for c in r.all("Certificate") if c["metadata"]["name"] == name]
+        assert certificate["metadata"]["namespace"] == namespace == NAMESPACE
+        assert certificate["spec"]["secretName"] == volume_named(r, "tls")["secret"]["secretName"]
+        assert f"{SERVICE}.{NAMESPACE}.svc" in certificate["spec"]["dnsNames"]
+        assert "server auth" in certificate["spec"]["usages"]
+
+    def test_serving_certificate_comes_from_a_stable_ca(self, rendered: dict[str, Rendering]) -> None:
+        """The serving certificate is issued by a CA Issuer backed by an isCA Certificate, so renewing
+        it does not change the caBundle."""
+        r = rendered["cert-manager"]
+        issuers = {i["metadata"]["name"]: i["spec"] for i in r.all("Issuer")}
+        certificates = {c["metadata"]["name"]: c["spec"] for c in r.all("Certificate")}
+        serving = next(c for c in certificates.values() if c["secretName"] == TLS_SECRET)
+        ca_issuer = issuers[serving["issuerRef"]["name"]]
+        (ca,) = [c for c in certificates.values() if c["secretName"] == ca_issuer["ca"]["secretName"]]
+        assert ca["isCA"] is True
+        assert "selfSigned" in issuers[ca["issuerRef"]["name"]]
+        for obj in (*r.all("Issuer"), *r.all("Certificate")):
+            assert obj["apiVersion"] == "cert-manager.io/v1"
+            assert obj["metadata"]["namespace"] == NAMESPACE
+
+
+# --- matchConditions, evaluated with CEL ---------------------------------------------------------
+
+
+Condition = Callable[[Obj], Any]
+
+
+@pytest.fixture(scope="module")
+def conditions(rendered: dict[str, Rendering]) -> dict[str, Condition]:
+    """The webhook's matchConditions compiled with cel-python, by name."""
+    env = celpy.Environment()
+    compiled: dict[str, Condition] = {}
+    for condition in rendered["base"].webhook["matchConditions"]:
+        program = env.program(env.compile(condition["expression"]))
+
+        def evaluate(obj: Obj, program: Any = program) -> Any:
+            request = {"operation": "CREATE", "namespace": "team-a", "object": obj, "dryRun": False}
+            return program.evaluate({"object": json_to_cel(obj), "request": json_to_cel(request)})
+
+        compiled[condition["name"]] = evaluate
+    return compiled
+
+
+def sent(conditions: Mapping[str, Condition], obj: Obj) -> bool:
+    """What kube-apiserver does: send the request only when every condition is true."""
+    results = [conditions[name](obj) for name in conditions]
+    assert all(isinstance(r, celtypes.BoolType) for r in results), results
+    return all(bool(r) for r in results)
+
+
+def pod(
+    *,
+    annotations: dict[str, str] | None = None,
+    limits: dict[str, str] | None = None,
+    requests: dict[str, str] | None = None,
+    init_limits: dict[str, str] | None = None,
+    node_name: str | None = None,
+    owner_kind: str | None = None,
+) -> Obj:
+    """A Pod as the API server hands it to admission: only fields that are set are present."""
+    metadata: Obj = {"generateName": "job-", "namespace": "team-a"}
+    if annotations is not None:
+        metadata["annotations"] = annotations
+    if owner_kind is not None:
+        metadata["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": owner_kind, "name": "owner", "uid": "u1"}]
+    resources: Obj = {}
+    if limits is not None:
+        resources["limits"] = limits
+    if requests is not None:
+        resources["requests"] = requests
+    spec: Obj = {"containers": [{"name": "main", "image": "cuda:12", "resources": resources}]}
+    if init_limits is not None:
+        spec["initContainers"] = [{"name": "init", "image": "busybox", "resources": {"limits": init_limits}}]
+    if node_name is not None:
+        spec["nodeName"] = node_name
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+class TestMatchConditions:
+    @pytest.mark.parametrize(
+        "obj",
+        [
+            pod(annotations={"gpupool.io/gpu-class": "high"}),
+            pod(annotations={"gpupool.io/min-memory": "24Gi", "team": "ml"}),
+            pod(limits={"nvidia.com/gpu": "1"}),
+            pod(requests={"nvidia.com/gpu": "2"}),
+            pod(limits={"cpu": "1"}, init_limits={"nvidia.com/gpu": "1"}),
+            pod(limits={"amd.com/gpu": "1"}),
+            pod(limits={"huawei.com/Ascend910": "1"}),
+            pod(requests={"huawei.com/Ascend310P": "1"}),
+            pod(limits={"nvidia.com/gpu": "1"}, owner_kind="ReplicaSet"),
+        ],
+        ids=[
+            "annotated",
+            "annotated-among-others",
+            "gpu-limit",
+            "gpu-requests-only",
+            "init-container-gpu",
+            "amd",
+            "ascend",
+            "ascend-requests",
+            "replicaset-pod",
+        ],
+    )
+    def test_sent(self, conditions: dict[str, Condition], obj: Obj) -> None:
+        """A Pod that opted in with a gpupool.io/ annotation or asks for a GPU is sent to gpupool."""
+        assert sent(conditions, obj) is True
+
+    @pytest.mark.parametrize(
+        "obj",
+        [
+            pod(),
+            pod(limits={"cpu": "2", "memory": "4Gi"}, requests={"cpu": "1"}),
+            pod(annotations={"example.com/owner": "ml"}),
+            pod(annotations={"notgpupool.io/gpu-class": "high", "gpupool.io.example/x": "y"}),
+            pod(annotations={}),
+            pod(limits={"nvidia.com/gpu": "1"}, node_name="gpu-node-1"),
+            pod(annotations={"gpupool.io/gpu-class": "high"}, owner_kind="DaemonSet"),
+        ],
+        ids=[
+            "plain",
+            "cpu-only",
+            "unrelated-annotation",
+            "lookalike-prefix",
+            "empty-annotations",
+            "bound",
+            "daemonset",
+        ],
+    )
+    def test_not_sent(self, conditions: dict[str, Condition], obj: Obj) -> None:
+        """Plain Pods, look-alike annotations, Pods already bound to a node and DaemonSet Pods are never
+        sent, so they cannot be blocked by gpupool."""
+        assert sent(conditions, obj) is False
+
+    def test_every_vendor_of_the_policy_is_sent(self, conditions: dict[str, Condition]) -> None:
+        """Each vendor's GPU resource in the default policy is one the conditions recognise."""
+        for vendor in load_policy_text(default_policy_text()).vendors.values():
+            assert sent(conditions, pod(limits={vendor.resource: "1"})), vendor.resource
+
+    @pytest.mark.parametrize(
+        "obj",
+        [
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {}, "spec": {"containers": [{"name": "a"}]}},
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}, "spec": {}},
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}},
+            {"metadata": {"ownerReferences": []}, "spec": {"containers": [{"name": "a", "resources": {"limits": {}}}]}},
+        ],
+        ids=["no-resources", "no-containers", "no-spec", "empty-lists"],
+    )
+    def test_conditions_never_fail_to_evaluate(self, conditions: dict[str, Condition], obj: Obj) -> None:
+        """Odd but decodable Pods give false or true, never an error (which failurePolicy Fail turns into
+        a rejected Pod)."""
+        for name, evaluate in conditions.items():
+            assert isinstance(evaluate(obj), celtypes.BoolType), name
+
+    @settings(max_examples=60, deadline=None)
+    @given(
+        parts=st.fixed_dictionaries(
+            {
+                "annotations": st.none()
+                | st.dictionaries(st.sampled_from(["gpupool.io/gpu-count", "app", "x.gpupool.io/y"]), st.just("1")),
+                "limits": st.none()
+                | st.dictionaries(st.sampled_from([*GPU_RESOURCES, "cpu", "nvidia.com/mig-1g.5gb"]), st.just("1")),
+                "requests": st.none() | st.dictionaries(st.sampled_from([*GPU_RESOURCES, "memory"]), st.just("1")),
+                "init_limits": st.none() | st.dictionaries(st.sampled_from([*GPU_RESOURCES, "cpu"]), st.just("1")),
+                "node_name": st.none() | st.sampled_from(["", "node-1"]),
+                "owner_kind": st.none() | st.sampled_from(["ReplicaSet", "Job", "DaemonSet"]),
+            }
+        )
+    )
+    def test_conditions_agree_with_the_rule(self, conditions: dict[str, Condition], parts: dict[str, Any]) -> None:
+        """Sent exactly when (a gpupool.io/ annotation or a GPU resource) and not bound and not a DaemonSet Pod."""
+        annotations = parts["annotations"] or {}
+        resources = [*(parts["limits"] or {}), *(parts["requests"] or {}), *(parts["init_limits"] or {})]
+        opted_in = any(k.startswith("gpupool.io/") for k in annotations) or any(r in GPU_RESOURCES for r in resources)
+        expected = opted_in and not parts["node_name"] and parts["owner_kind"] != "DaemonSet"
+        assert sent(conditions, pod(**parts)) is expected
+
+
+# --- RBAC ----------------------------------------------------------------------------------------
+
+
+class TestRbac:
+    def test_reads_nodes_pods_and_quotas_only(self, rendering: Rendering) -> None:
+        """The only permissions: get, list and watch on nodes, pods and resourcequotas."""
+        assert rendering.all("Role") == []
+        assert rendering.all("RoleBinding") == []
+        granted = set()
+        for rule in rendering.one("ClusterRole")["rules"]:
+            assert set(rule) == {"apiGroups", "resources", "verbs"}  # no resourceNames, no nonResourceURLs
+            granted |= {(g, r, v) for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+        assert granted == {("", r, v) for r in ("nodes", "pods", "resourcequotas") for v in ("get", "list", "watch")}
+
+    def test_bound_to_the_deployments_service_account(self, rendering: Rendering) -> None:
+        """The ClusterRoleBinding grants that role to the ServiceAccount the Pods run as, and no one else."""
+        binding = rendering.one("ClusterRoleBinding")
+        account = rendering.one("ServiceAccount")
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": rendering.one("ClusterRole")["metadata"]["name"],
+        }
+        assert binding["subjects"] == [
+            {
+                "kind": "ServiceAccount",
+                "name": account["metadata"]["name"],
+                "namespace": account["metadata"]["namespace"],
+            }
+        ]
+        assert rendering.pod_spec["serviceAccountName"] == account["metadata"]["name"]
+
+
+# --- the Deployment and the objects around it ----------------------------------------------------
+
+
+class TestDeployment:
+    def test_every_setting_is_a_serve_option(self, rendering: Rendering) -> None:
+        """The Deployment passes only variables `gpupool serve` knows, and serve accepts their values."""
+        container = rendering.container
+        assert "command" not in container  # the image's entrypoint: gpupool serve
+        names = [e["name"] for e in container["env"]]
+        assert set(names) <= set(SERVE_ENV), set(names) - set(SERVE_ENV)
+        assert all("valueFrom" not in e for e in container["env"])
+        options = serve_options(rendering)
+        assert options.inventory is None  # the live cluster, through the ServiceAccount
+
+    def test_ports_line_up(self, rendering: Rendering) -> None:
+        """Server ports = container ports = Service targets = probe port = NetworkPolicy's open ports."""
+        options = serve_options(rendering)
+        assert container_port(rendering, "https") == options.port
+        assert container_port(rendering, "health") == options.health_port
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            assert rendering.container[probe]["httpGet"]["port"] == "health"
+        targets = {p["name"]: p["targetPort"] for p in rendering.one("Service")["spec"]["ports"]}
+        assert targets == {"https": "https", "metrics": "health"}
+        (rule,) = rendering.one("NetworkPolicy")["spec"]["ingress"]
+        assert {p["port"] for p in rule["ports"]} == {options.port, options.health_port}
+        assert options.host in {"0.0.0.0", "::"}
+
+    def test_probes(self, rendering: Rendering) -> None:
+        """Readiness asks /readyz (inventory synced), liveness and startup ask /healthz."""
+        container = rendering.container
+        assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+        assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+        assert container["startupProbe"]["httpGet"]["path"] == "/healthz"
+
+    def test_certificates_come_from_the_tls_secret(self, rendering: Rendering) -> None:
+        """--cert and --key are tls.crt and tls.key of the Secret gpupool-webhook-tls, mounted read-only."""
+        options = serve_options(rendering)
+        tls = mount_of(rendering, "tls")
+        assert tls == "/etc/gpupool/tls"
+        assert (options.cert, options.key) == (f"{tls}/tls.crt", f"{tls}/tls.key")
+        assert volume_named(rendering, "tls")["secret"]["secretName"] == TLS_SECRET
+
+    def test_hardened(self, rendering: Rendering) -> None:
+        """Non-root numeric user, read-only root, no privilege escalation, no capabilities, seccomp."""
+        pod_security = rendering.pod_spec["securityContext"]
+        container_security = rendering.container["securityContext"]
+        assert pod_security["runAsNonRoot"] is True
+        assert isinstance(pod_security["runAsUser"], int)
+        assert pod_security["runAsUser"] > 0
+        assert pod_security["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert container_security["readOnlyRootFilesystem"] is True
+        assert container_security["allowPrivilegeEscalation"] is False
+        assert container_security["capabilities"] == {"drop": ["ALL"]}
+        assert all(m.get("readOnly") for m in rendering.container["volumeMounts"] if m["name"] != "tmp")
+        assert "emptyDir" in volume_named(rendering, "tmp")
+        assert mount_of(rendering, "tmp") == "/tmp"
+        assert rendering.pod_spec["priorityClassName"] == "system-cluster-critical"
+        assert rendering.pod_spec["enableServiceLinks"] is False
+
+    def test_namespace_enforces_restricted_pod_security(self, rendering: Rendering) -> None:
+        """The namespace enforces the restricted Pod Security Standard that the Pods meet."""
+        labels = rendering.one("Namespace")["metadata"]["labels"]
+        assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+        assert rendering.one("Namespace")["metadata"]["name"] == NAMESPACE
+
+    def test_highly_available(self, rendering: Rendering) -> None:
+        """Two replicas spread over nodes, rollouts never go below them, a drain leaves one running."""
+        deployment = rendering.one("Deployment")
+        assert deployment["spec"]["replicas"] >= 2
+        assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+        keys = {c["topologyKey"] for c in rendering.pod_spec["topologySpreadConstraints"]}
+        assert "kubernetes.io/hostname" in keys
+        assert rendering.one("PodDisruptionBudget")["spec"]["minAvailable"] == 1
+
+    def test_selectors_pick_the_webhook_pods(self, rendering: Rendering) -> None:
+        """Service, PodDisruptionBudget, NetworkPolicy and spread constraints select the Deployment's Pods."""
+        deployment = rendering.one("Deployment")
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        assert selects(deployment["spec"]["selector"], labels)
+        assert selects({"matchLabels": rendering.one("Service")["spec"]["selector"]}, labels)
+        assert selects(rendering.one("PodDisruptionBudget")["spec"]["selector"], labels)
+        assert selects(rendering.one("NetworkPolicy")["spec"]["podSelector"], labels)
+        for constraint in rendering.pod_spec["topologySpreadConstraints"]:
+            assert selects(constraint["labelSelector"], labels)
+
+    def test_resources_fit_a_full_size_cluster(self, rendering: Rendering) -> None:
+        """Memory for the cache of 150,000 Pods (about 300 MB) is requested, with a higher limit."""
+        resources = rendering.container["resources"]
+        request = parse_bytes(resources["requests"]["memory"])
+        assert request >= 300 * 2**20
+        assert parse_bytes(resources["limits"]["memory"]) > request
+        assert "cpu" in resources["requests"]
+
+
+# --- Dockerfile ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Instruction:
+    keyword: str
+    args: str
+
+
+def dockerfile_stages() -> list[list[Instruction]]:
+    """The Dockerfile's instructions per stage (FROM starts one); comments and continuations resolved."""
+    lines: list[str] = []
+    pending = ""
+    for raw in (REPO / "Dockerfile").read_text(encoding="utf-8").splitlines():
+        if raw.lstrip().startswith("#"):
+            continue  # a comment, also inside a continued instruction
+        if raw.rstrip().endswith("\\"):
+            pending += raw.rstrip()[:-1] + " "
+            continue
+        if (pending + raw).strip():
+            lines.append(pending + raw)
+        pending = ""
+    stages: list[list[Instruction]] = [[]]
+    for line in lines:
+        keyword, _, args = line.strip().partition(" ")
+        if keyword.upper() == "FROM":
+            stages.append([])
+        stages[-1].append(Instruction(keyword.upper(), args.strip()))
+    return stages
+
+
+def dockerfile_env(stage: list[Instruction]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for ins in stage:
+        if ins.keyword == "ENV":
+            env.update(dict(re.findall(r"(\w+)=(\S+)", ins.args)))
+    return env
+
+
+def copy_sources(stage: list[Instruction]) -> list[str]:
+    sources: list[str] = []
+    for ins in stage:
+        if ins.keyword == "COPY" and not ins.args.startswith("--from"):
+            *srcs, _dest = ins.args.split()
+            sources += srcs
+    return sources
+
+
+class TestDockerfile:
+    def test_final_stage_runs_gpupool_serve_as_the_deployments_user(self, rendered: dict[str, Rendering]) -> None:
+        """ENTRYPOINT gpupool serve, numeric USER = the Deployment's runAsUser, the Deployment's ports."""
+        *_, final = dockerfile_stages()
+        by_keyword = {ins.keyword: ins.args for ins in final}
+        assert by_keyword["ENTRYPOINT"] == '["gpupool", "serve"]'
+        uid, _, gid = by_keyword["USER"].partition(":")
+        pod_security = rendered["base"].pod_spec["securityContext"]
+        assert (int(uid), int(gid)) == (pod_security["runAsUser"], pod_security["runAsGroup"])
+        options = serve_options(rendered["base"])
+        assert {int(p) for p in by_keyword["EXPOSE"].split()} == {options.port, options.health_port}
+        assert "HEALTHCHECK" not in by_keyword  # Kubernetes uses the probes
+
+    def test_final_stage_builds_nothing(self) -> None:
+        """Two stages; the final one only copies the builder's venv onto the slim base: no RUN, so no
+        compiler or package manager work ends up in the image."""
+        preamble, builder, final = dockerfile_stages()
+        assert [i.keyword for i in final].count("RUN") == 0
+        copies = [i.args for i in final if i.keyword == "COPY"]
+        assert copies == ["--from=builder /opt/gpupool /opt/gpupool"]
+        assert builder[0].args.endswith(" AS builder")
+        (base,) = [i.args for i in preamble if i.keyword == "ARG"]
+        assert re.fullmatch(r"PYTHON_IMAGE=python:3\.1[1-9]-slim(-\w+)?", base)
+
+    def test_environment_is_serve_options(self) -> None:
+        """Every GPUPOOL_* variable the image sets is one `gpupool serve` reads, with a valid value."""
+        *_, final = dockerfile_stages()
+        env = {k: v for k, v in dockerfile_env(final).items() if k.startswith("GPUPOOL_")}
+        assert set(env) <= set(SERVE_ENV)
+        resolve_options(build_parser(["serve"]).parse_args(["serve"]), env)
+
+    def test_build_context_has_what_the_builder_copies(self) -> None:
+        """Every COPY source exists and is let through by .dockerignore (which excludes all else)."""
+        ignore = (REPO / ".dockerignore").read_text(encoding="utf-8").splitlines()
+        assert "*" in ignore
+        allowed = {line[1:].rstrip("/") for line in ignore if line.startswith("!")}
+        for source in copy_sources(dockerfile_stages()[1]):
+            assert (REPO / source).exists(), source
+            assert source.rstrip("/") in allowed, source
+
+    def test_builder_context_packages_the_default_policy(self, tmp_path: Path) -> None:
+        """Built from exactly what the builder copies, the package holds the default policy as a regular
+        file (webhook/default_policy.yaml is a symlink into manifests/base, which setuptools follows)."""
+        for source in copy_sources(dockerfile_stages()[1]):
+            target = tmp_path / "context" / source
+            if (REPO / source).is_dir():
+                shutil.copytree(REPO / source, target, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+            elif (REPO / source).exists():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(REPO / source, target)
+        assert (tmp_path / "context" / "webhook" / "default_policy.yaml").is_symlink()
+        done = subprocess.run(
+            [sys.executable, "-c", "from setuptools import setup; setup()", "-q", "build_py", "--build-lib", "../lib"],
+            cwd=tmp_path / "context",
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        packaged = tmp_path / "lib" / "webhook" / "default_policy.yaml"
+        assert packaged.is_file()
+        assert not packaged.is_symlink()
+        assert packaged.read_text(encoding="utf-8") == (MANIFESTS / "base" / "policy.yaml").read_text(encoding="utf-8")
