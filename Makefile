@@ -9,6 +9,13 @@ STAMP := $(VENV)/.installed-stamp
 PORT ?= 8443
 HEALTH_PORT ?= 8080
 POD ?= examples/pods/class-medium.yaml
+OVERLAY ?= self-signed
+FAILURE_POLICY ?= Fail
+IMAGE ?=
+# The names `make certs` puts in certs/tls.crt (besides the in-cluster Service names); `make manifests`
+# uses the same ones, or each would re-issue the other's serving certificate.
+CERT_HOSTS ?= localhost 127.0.0.1
+MANIFEST = build/gpupool-$(OVERLAY).yaml
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -21,29 +28,54 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## create the virtualenv and install gpupool with its development tools
 
-run: $(STAMP) ## explain the demo Pod (POD=...) against the demo inventory in examples/
+run: $(STAMP) certs ## serve the demo inventory over TLS on https://127.0.0.1:8443 (health and metrics on :8080)
+	$(BIN)/gpupool serve --cert certs/tls.crt --key certs/tls.key --inventory examples/cluster.yaml \
+		--policy examples/policy.yaml --host 127.0.0.1 --port $(PORT) --health-port $(HEALTH_PORT)
+
+explain: $(STAMP) ## explain the decision for a Pod (POD=examples/pods/...) on the demo inventory
 	$(BIN)/gpupool explain $(POD) --inventory examples/cluster.yaml --policy examples/policy.yaml
 
-explain: run ## alias of run
+inventory: $(STAMP) ## show the demo inventory's pools
+	$(BIN)/gpupool inventory --inventory examples/cluster.yaml --policy examples/policy.yaml
+
+certs: $(STAMP) ## dev certificates for localhost, 127.0.0.1 and the in-cluster Service name, into certs/
+	$(BIN)/gpupool certs --out certs $(addprefix --host ,$(CERT_HOSTS))
 
 test: lint typecheck ## lint, type check and run the whole test suite
 	$(BIN)/pytest -q
 
-lint: $(STAMP) ## ruff: lint and formatting check
-	$(BIN)/ruff check webhook tests bench
-	$(BIN)/ruff format --check webhook tests bench
+PYCODE := webhook tests bench manifests/render.py
 
-typecheck: $(STAMP) ## mypy --strict on the package
+lint: $(STAMP) ## ruff: lint and formatting check
+	$(BIN)/ruff check $(PYCODE)
+	$(BIN)/ruff format --check $(PYCODE)
+
+typecheck: $(STAMP) ## mypy --strict on the package and the manifest renderer
 	$(BIN)/mypy
 
 format: $(STAMP) ## reformat the code with ruff
-	$(BIN)/ruff format webhook tests bench
-	$(BIN)/ruff check --fix webhook tests bench
+	$(BIN)/ruff format $(PYCODE)
+	$(BIN)/ruff check --fix $(PYCODE)
 
-bench: $(STAMP) ## run the benchmarks in bench/ (not part of make test)
+bench: $(STAMP) ## run every benchmark in bench/ (minutes; not part of make test)
 	$(BIN)/python bench/bench_decision.py
+	$(BIN)/python bench/bench_cache.py
+	$(BIN)/python bench/bench_server.py
+
+manifests: $(STAMP) ## render deployable YAML into build/gpupool-<overlay>.yaml (OVERLAY=self-signed|cert-manager FAILURE_POLICY=Fail|Ignore IMAGE=ref)
+	$(BIN)/python manifests/render.py --overlay $(OVERLAY) --failure-policy $(FAILURE_POLICY) $(if $(IMAGE),--image $(IMAGE)) $(addprefix --host ,$(CERT_HOSTS)) --out $(MANIFEST)
+
+deploy: manifests ## install on the current kubectl context; the webhook configuration goes last, once the Pods are ready
+	kubectl apply -f $(MANIFEST) -l 'app.kubernetes.io/component!=webhook-configuration'
+	kubectl -n gpupool-system rollout status deployment/gpupool-webhook --timeout=300s
+	kubectl apply -f $(MANIFEST)
+
+undeploy: ## remove gpupool from the current kubectl context: the webhook configuration first, then the rest
+	kubectl delete mutatingwebhookconfiguration gpupool-webhook --ignore-not-found
+	kubectl delete namespace gpupool-system --ignore-not-found
+	kubectl delete clusterrolebinding,clusterrole gpupool-webhook --ignore-not-found
 
 clean: ## remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist *.egg-info
 
-.PHONY: help install run explain test lint typecheck format bench clean
+.PHONY: help install run explain inventory certs test lint typecheck format bench manifests deploy undeploy clean

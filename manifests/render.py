@@ -1,0 +1,197 @@
+"""Render gpupool's manifests for one overlay into a single file that `kubectl apply -f` installs.
+
+`make manifests OVERLAY=self-signed|cert-manager [FAILURE_POLICY=Ignore] [IMAGE=ref]` runs this:
+
+1. self-signed only: `gpupool certs` creates or renews the CA and the serving certificate in certs/
+   (it keeps a valid CA, so the caBundle stays stable).
+2. manifests/ is copied to a scratch directory, and for self-signed ca.crt, tls.crt and tls.key go
+   into the copy's overlay directory: kustomize reads files only from inside a kustomization's root,
+   and rendering from a copy leaves no keys in the source tree.
+3. A scratch kustomization stacks the overlay, the failure-policy-ignore component if asked for, and
+   an image override if given, and `kubectl kustomize` renders it.
+4. The output is checked for the one thing that breaks silently (a webhook without a CA source) and
+   written to build/gpupool-<overlay>.yaml, mode 0600: the self-signed output holds the private key.
+
+Standard library only, so it runs before anything else is installed; `gpupool certs` runs with the
+same interpreter (`python -m webhook certs`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+MANIFESTS = Path(__file__).resolve().parent
+REPO = MANIFESTS.parent
+OVERLAYS = ("self-signed", "cert-manager")
+FAILURE_POLICIES = ("Fail", "Ignore")
+# The Service the certificate must name; kube-apiserver connects to <service>.<namespace>.svc.
+SERVICE = "gpupool-webhook"
+NAMESPACE = "gpupool-system"
+# The image the base Deployment names; kustomize's `images:` entries match it by name.
+IMAGE_NAME = "ghcr.io/gpupool/gpupool-webhook"
+CERT_FILES = ("ca.crt", "tls.crt", "tls.key")
+
+
+class RenderError(Exception):
+    """A failed step, printed as one line without a traceback."""
+
+
+def image_override(ref: str) -> list[str]:
+    """The kustomize `images:` entry (as YAML lines) that replaces the base's image with `ref`.
+
+    `ref` is `name:tag`, `name@sha256:...` or a bare `name` (which keeps the base's tag); a registry
+    port (`host:5000/name`) is not a tag.
+    """
+    if not ref or any(c.isspace() for c in ref):
+        raise RenderError(f"--image: {ref!r} is not an image reference")
+    lines = [f"  - name: {IMAGE_NAME}"]
+    if "@" in ref:
+        name, digest = ref.split("@", 1)
+        return [*lines, f"    newName: {json.dumps(name)}", f"    digest: {json.dumps(digest)}"]
+    name, sep, tag = ref.rpartition(":")
+    if sep and "/" not in tag:
+        return [*lines, f"    newName: {json.dumps(name)}", f"    newTag: {json.dumps(tag)}"]
+    return [*lines, f"    newName: {json.dumps(ref)}"]
+
+
+def stacked_kustomization(overlay: str, failure_policy: str, image: str | None) -> str:
+    """A kustomization, placed next to the copy of manifests/, that renders `overlay` as asked.
+
+    Paths are relative because kustomize refuses absolute resource paths.
+    """
+    lines = ["apiVersion: kustomize.config.k8s.io/v1beta1", "kind: Kustomization", "resources:"]
+    lines.append(f"  - ../manifests/overlays/{overlay}")
+    if failure_policy == "Ignore":
+        lines += ["components:", "  - ../manifests/components/failure-policy-ignore"]
+    if image:
+        lines += ["images:", *image_override(image)]
+    return "\n".join(lines) + "\n"
+
+
+def ensure_certs(certs_dir: Path, hosts: Sequence[str]) -> None:
+    """Create the CA and serving certificate with `gpupool certs`, or renew what needs renewing."""
+    command = [sys.executable, "-m", "webhook", "certs", "--out", str(certs_dir)]
+    command += ["--service", SERVICE, "--namespace", NAMESPACE]
+    for host in hosts:
+        command += ["--host", host]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RenderError(f"`gpupool certs` failed: {done.stderr.strip() or done.stdout.strip()}")
+
+
+def stage(scratch: Path, overlay: str, certs_dir: Path) -> None:
+    """Copy manifests/ into `scratch` (minus scripts and stray keys), with the certificates if needed."""
+    copy = scratch / "manifests"
+    ignore = shutil.ignore_patterns("*.py", "__pycache__", *CERT_FILES)
+    shutil.copytree(MANIFESTS, copy, ignore=ignore)
+    if overlay == "self-signed":
+        for name in CERT_FILES:
+            source = certs_dir / name
+            if not source.is_file():
+                raise RenderError(f"{source} is missing (`gpupool certs --out {certs_dir}` writes it)")
+            _write_private(copy / "overlays" / "self-signed" / name, source.read_bytes())
+
+
+def kustomize(kubectl: str, directory: Path) -> str:
+    done = subprocess.run([kubectl, "kustomize", str(directory)], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RenderError(f"`kubectl kustomize` failed: {done.stderr.strip()}")
+    return done.stdout
+
+
+def check_ca_source(rendered: str, overlay: str) -> None:
+    """Refuse output whose webhook has no CA: kube-apiserver would reject every call (x509 errors)."""
+    if overlay == "self-signed" and "caBundle:" not in rendered:
+        raise RenderError("the rendered webhook configuration has no caBundle")
+    if overlay == "cert-manager" and "cert-manager.io/inject-ca-from:" not in rendered:
+        raise RenderError("the rendered webhook configuration has no cert-manager.io/inject-ca-from")
+
+
+def render(
+    overlay: str,
+    *,
+    failure_policy: str,
+    image: str | None,
+    out: Path,
+    certs_dir: Path,
+    hosts: Sequence[str],
+    kubectl: str,
+) -> None:
+    if shutil.which(kubectl) is None:
+        raise RenderError(f"{kubectl!r} not found on PATH; kubectl (with kustomize) renders the manifests")
+    if overlay == "self-signed":
+        ensure_certs(certs_dir, hosts)
+    with tempfile.TemporaryDirectory(prefix="gpupool-render-") as tmp:
+        scratch = Path(tmp)
+        stage(scratch, overlay, certs_dir)
+        (scratch / "render").mkdir()
+        (scratch / "render" / "kustomization.yaml").write_text(stacked_kustomization(overlay, failure_policy, image))
+        rendered = kustomize(kubectl, scratch / "render")
+    check_ca_source(rendered, overlay)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _write_private(out, rendered.encode())
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Write `data` to `path` readable by the owner only, replacing it atomically."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.chmod(tmp, 0o600)  # O_CREAT's mode does not apply when the file already existed
+    os.replace(tmp, path)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="render.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--overlay", choices=OVERLAYS, default="self-signed")
+    parser.add_argument(
+        "--failure-policy",
+        choices=FAILURE_POLICIES,
+        default="Fail",
+        help="Ignore adds the failure-policy-ignore component, for a first rollout (default: Fail)",
+    )
+    parser.add_argument("--image", metavar="REF", help="image for the Deployment (default: the base's)")
+    parser.add_argument("--out", metavar="FILE", type=Path, help="default: build/gpupool-<overlay>.yaml")
+    parser.add_argument("--certs-dir", metavar="DIR", type=Path, default=REPO / "certs")
+    parser.add_argument(
+        "--host",
+        metavar="NAME_OR_IP",
+        action="append",
+        default=[],
+        help="one more name for the serving certificate, passed to `gpupool certs` (self-signed only)",
+    )
+    parser.add_argument("--kubectl", default="kubectl", metavar="PATH")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    out: Path = args.out or REPO / "build" / f"gpupool-{args.overlay}.yaml"
+    try:
+        render(
+            args.overlay,
+            failure_policy=args.failure_policy,
+            image=args.image,
+            out=out,
+            certs_dir=args.certs_dir,
+            hosts=args.host,
+            kubectl=args.kubectl,
+        )
+    except RenderError as exc:
+        print(f"render.py: error: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {out} ({args.overlay}, failurePolicy {args.failure_policy})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
