@@ -260,7 +260,7 @@ class TestMetricsAndLog:
     def test_quota_denials_are_counted_by_namespace(self) -> None:
         """A ResourceQuota denial also counts in gpupool_quota_denials_total for its namespace."""
         message = "exceeded quota gpu-quota in namespace ml: requests.nvidia.com/gpu used 4 + requested 1 > hard 4"
-        h = harness(FakeAdmitter(verdict=deny(message)))
+        h = harness(FakeAdmitter(verdict=deny(message, reason="quota")))
         h.review(admission_review(gpu_pod()))
         assert h.counter("gpupool_quota_denials_total", namespace="ml") == 1
 

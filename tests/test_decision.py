@@ -82,7 +82,7 @@ def test_no_capacity_deny_policy_denies() -> None:
     """onNoCapacity: deny refuses instead of pinning the Pod to wait."""
     objects = [gpu_node("t4-a"), pod("x", gpus=4, node="t4-a", phase="Running")]
     d = run({"gpupool.io/gpu-class": "medium"}, objects, policy("defaults: {onNoCapacity: deny}"))
-    assert d.chosen is None
+    assert d.chosen is None and d.denial_reason == "no-capacity"
     assert "no capacity" in d.denial and "onNoCapacity is deny" in d.denial
 
 
@@ -118,7 +118,7 @@ def test_fallback_never_goes_down_or_outside_the_namespace() -> None:
 def test_no_matching_pool_denies_with_nearest_reasons() -> None:
     """Nothing matches: the message says why for the nearest pools."""
     d = run({"gpupool.io/gpu-product": "A100", "gpupool.io/min-memory": "80Gi"})
-    assert d.chosen is None
+    assert d.chosen is None and d.denial_reason == "no-match"
     assert "NVIDIA-A100-SXM4-40GB" in d.denial and "40Gi < min-memory 80Gi" in d.denial
 
 
@@ -209,7 +209,7 @@ def test_class_quota_excludes_classes_over_their_limit() -> None:
         ),
     ]
     d = run({"gpupool.io/gpu-class": "high"}, objects, pol, namespace="team-a")
-    assert d.chosen is None
+    assert d.chosen is None and d.denial_reason == "class-quota"
     assert d.denial == "class quota high in namespace team-a exceeded: used 4 + requested 1 > hard 4"
     assert chosen(run({"gpupool.io/gpu-class": "high,medium"}, objects, pol, namespace="team-a")) == T4
 

@@ -16,7 +16,8 @@ from prometheus_client import CollectorRegistry
 from tests.conftest import REPO, wait_until
 from webhook.inventory import PoolStats
 from webhook.metrics import GaugeRefresher, Metrics, multiprocess_exposition, worker_readiness
-from webhook.model import PoolKey
+from webhook.model import PoolKey, QuotaInfo
+from webhook.policy import Policy, load_policy
 
 L4 = PoolKey("nvidia", "medium", "NVIDIA-L4")
 T4 = PoolKey("nvidia", "medium", "Tesla-T4")
@@ -29,9 +30,15 @@ def stats(pool: PoolKey, nodes: int, gpus: int, free: int) -> PoolStats:
 @dataclass
 class FakeView:
     stats: list[PoolStats]
+    quotas: list[QuotaInfo] = field(default_factory=list)
+    reservations: int = 0
+    policy: Policy = field(default_factory=lambda: load_policy(None))
 
     def pool_stats(self) -> list[PoolStats]:
         return list(self.stats)
+
+    def all_quotas(self) -> list[QuotaInfo]:
+        return list(self.quotas)
 
 
 @dataclass
@@ -43,10 +50,13 @@ class FakeInventory:
     age: float = 0.0
     reads: int = 0
 
+    quotas: list[QuotaInfo] = field(default_factory=list)
+    reservations: int = 0
+
     @contextmanager
     def read(self) -> Iterator[FakeView]:
         self.reads += 1
-        yield FakeView(self.pools)
+        yield FakeView(self.pools, self.quotas, self.reservations)
 
     @property
     def ready(self) -> bool:
@@ -103,6 +113,20 @@ class TestRefresh:
         assert value(registry, "gpupool_pool_gpus_free", pool=str(L4)) == 3
         assert value(registry, "gpupool_inventory_age_seconds") == 4.5
         assert value(registry, "gpupool_inventory_ready") == 1
+
+    def test_staleness_reservations_and_unenforced_quotas(self) -> None:
+        """The admin sees a stale inventory, pending reservations and quotas Kubernetes does not enforce."""
+        registry = CollectorRegistry()
+        wrong = QuotaInfo("team-b", "gpu", {"nvidia.com/gpu": 4})
+        right = QuotaInfo("team-a", "gpu", {"requests.nvidia.com/gpu": 4})
+        inventory = FakeInventory([stats(L4, 2, 8, 3)], age=30.0, quotas=[wrong, right], reservations=3)
+        Metrics(registry).refresh(inventory, stale_after_seconds=10)
+        assert value(registry, "gpupool_inventory_stale") == 1
+        assert value(registry, "gpupool_quotas_unenforced") == 1
+        assert value(registry, "gpupool_reservations") == 3
+        inventory.age = 0.0
+        Metrics(registry2 := CollectorRegistry()).refresh(inventory, stale_after_seconds=10)
+        assert value(registry2, "gpupool_inventory_stale") == 0
 
     def test_vanished_pool_reads_zero(self) -> None:
         """A pool that is gone from the inventory shows 0, not its last capacity."""

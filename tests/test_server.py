@@ -29,6 +29,7 @@ import orjson
 import pytest
 from cryptography import x509
 
+from tests.builders import gpu_node
 from tests.conftest import (
     DEMO_INVENTORY,
     NAMESPACE,
@@ -48,6 +49,7 @@ from tests.conftest import (
 from webhook.certs import ensure_certificates
 from webhook.cli import UsageError
 from webhook.server import DEFAULTS, SERVE_ENV, configure, resolve_options
+from webhook.testing.kubesim import KubeSim
 
 pytestmark = pytest.mark.slow
 MIB = 1024 * 1024
@@ -403,7 +405,7 @@ class TestStartupErrors:
             ],
             "classes": [*tls, "--policy", str(bad_policy), "--inventory", str(DEMO_INVENTORY)],
             str(bad_inventory): [*tls, "--inventory", str(bad_inventory)],
-            "live cluster inventory is not built yet": tls,
+            "cannot load Kubernetes configuration": [*tls, "--kubeconfig", str(cert_dir / "no-such-kubeconfig")],
         }
         for words, args in cases.items():
             result = self.run_serve(*args, *port_args)
@@ -593,3 +595,35 @@ def test_sigterm_finishes_in_flight_requests(
         t.join(60)
     assert answers == {n: {"uid": n, "allowed": True} for n in names}
     assert server.proc.wait(60) == 0
+
+
+class TestLiveInventory:
+    """Without --inventory the server watches the cluster: here the API simulator, through a kubeconfig."""
+
+    def test_serves_from_the_live_cluster_with_burst_safety(
+        self, cert_dir: Path, start_server: Callable[..., ServerProcess], tmp_path: Path
+    ) -> None:
+        """Ready after the first list; placements follow the cluster; admissions reserve their GPUs."""
+        with KubeSim(bookmark_interval=0.5) as sim:
+            sim.load([gpu_node("l4-a", "NVIDIA-L4", 4, memory_mib=23034)])
+            kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+            port, health_port = free_port(), free_port()
+            argv = serve_argv(cert_dir, port, health_port, "--kubeconfig", str(kubeconfig))
+            server = start_server(argv, health_port)
+            client = ApiServerClient(port, cert_dir / "ca.crt")
+            try:
+                medium = gpu_pod(annotations={"gpupool.io/gpu-class": "medium"})
+                answers = [client.review(admission_review(medium))["response"] for _ in range(5)]
+                assert [a["auditAnnotations"]["pool"] for a in answers] == ["nvidia/medium/NVIDIA-L4"] * 5
+                assert [bool(a.get("warnings")) for a in answers] == [False] * 4 + [True]  # 4 free GPUs
+                high = gpu_pod(annotations={"gpupool.io/gpu-class": "high"})
+                assert not client.review(admission_review(high))["response"]["allowed"]
+                sim.add(gpu_node("a100-a", "NVIDIA-A100-SXM4-40GB", 8, gpu_class="high", memory_mib=40960))
+                wait_until(
+                    lambda: client.review(admission_review(high, dry_run=True))["response"]["allowed"],
+                    20,
+                    "the new node in the server's decisions",
+                )
+            finally:
+                client.close()
+                server.stop()

@@ -44,16 +44,16 @@ def evaluate(pod: Mapping[str, Any], namespace: str, policy: Policy, index: Pool
     try:
         req = parse_request(pod, namespace, policy)
     except RequestError as exc:
-        return verdict.deny(str(exc), code=verdict.CODE_INVALID)
+        return verdict.deny(str(exc), code=verdict.CODE_INVALID, reason="invalid")
 
     decision = decide(req, index, policy)
     reasons = decision.explain()
     chosen = decision.chosen
     if chosen is None:
-        return verdict.deny(decision.denial, reasons=reasons)
+        return verdict.deny(decision.denial, reasons=reasons, reason=decision.denial_reason)
     quota_problem = check_quotas(req, index, chosen.resource)
     if quota_problem:
-        return verdict.deny(quota_problem, reasons=reasons)
+        return verdict.deny(quota_problem, reasons=reasons, reason="quota")
     placement = Placement(
         pool=chosen.pool,
         resource=chosen.resource,
@@ -96,6 +96,7 @@ class Admitter:
                     "policy onStale is deny, so GPU Pods are refused until it re-syncs",
                     code=verdict.CODE_UNAVAILABLE,
                     reasons=result.reasons,
+                    reason="stale",
                 )
             # A Pod placed on an earlier call (reinvocation) has an empty patch and is not reserved twice.
             if placement is not None and result.patch and not dry_run:

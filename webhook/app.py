@@ -59,9 +59,8 @@ QuotaDenialTest = Callable[[Verdict], bool]
 
 
 def quota_denial(verdict: Verdict) -> bool:
-    """A denial by a namespace ResourceQuota (webhook.decision.check_quotas words them so)."""
-    # The Verdict has no field saying why it denies; the message's wording is the contract for now.
-    return not verdict.allowed and verdict.message.startswith("exceeded quota ")
+    """A denial by a namespace ResourceQuota or a per-class quota of the policy."""
+    return not verdict.allowed and verdict.reason in ("quota", "class-quota")
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from webhook.policy import Policy
 from webhook.pool_index import Group, Pool, PoolIndex
 from webhook.products import format_version, matches, tokens, version_at_least
 from webhook.quantity import format_mib
+from webhook.verdict import Reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +56,7 @@ class Decision:
     warnings: tuple[str, ...]
     candidates: tuple[Candidate, ...]
     rejections: tuple[Rejection, ...]
+    denial_reason: Reason = ""
 
     def explain(self) -> tuple[str, ...]:
         lines = []
@@ -108,10 +110,10 @@ def decide(req: GpuRequest, index: PoolIndex, policy: Policy) -> Decision:
     waiting = primary[0] if primary else (candidates[0] if candidates else None)
     if waiting is None:
         if quota_note:
-            return Decision(None, quota_note, (), (), tuple(rejections))
+            return Decision(None, quota_note, (), (), tuple(rejections), "class-quota")
         nearest = "; ".join(_describe(r, rejections) for r in rejections[:3])
         nearest = nearest or f"the inventory has no {req.vendor.name} GPU pools"
-        return Decision(None, f"no GPU pool matches the Pod: {nearest}", (), (), tuple(rejections))
+        return Decision(None, f"no GPU pool matches the Pod: {nearest}", (), (), tuple(rejections), "no-match")
     need = f"{req.pod_total} free {req.vendor.resource} on one node"
     if policy.defaults.on_no_capacity == "deny":
         return Decision(
@@ -121,6 +123,7 @@ def decide(req: GpuRequest, index: PoolIndex, policy: Policy) -> Decision:
             (),
             tuple(candidates),
             tuple(rejections),
+            "no-capacity",
         )
     warnings.append(f"gpupool: no {waiting.pool.product} node has {req.pod_total} free GPUs now; the Pod will wait")
     return Decision(waiting, "", tuple(warnings), tuple(candidates), tuple(rejections))

@@ -23,6 +23,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 from webhook.inventory import Inventory
+from webhook.quotas import unenforced
 
 # Admission latency as the webhook sees it (decode to encode): sub-millisecond normally, and the
 # top buckets show trouble long before kube-apiserver's 10 s default timeout.
@@ -77,6 +78,26 @@ class Metrics:
             registry=registry,
             multiprocess_mode="liveall",
         )
+        self.inventory_stale = Gauge(
+            "gpupool_inventory_stale",
+            "1 when the worker's watches have been unable to reach the API for longer than the policy's "
+            "staleAfterSeconds (admissions are then answered from the last view, or denied per onStale)",
+            registry=registry,
+            multiprocess_mode="livemax",
+        )
+        self.quotas_unenforced = Gauge(
+            "gpupool_quotas_unenforced",
+            "ResourceQuotas that limit a GPU resource in the form Kubernetes never enforces for extended "
+            "resources (nvidia.com/gpu instead of requests.nvidia.com/gpu); see gpupool inventory",
+            registry=registry,
+            multiprocess_mode="livemostrecent",
+        )
+        self.reservations = Gauge(
+            "gpupool_reservations",
+            "Admitted Pods not yet seen in the watch, counted against their pool (per worker)",
+            registry=registry,
+            multiprocess_mode="livesum",
+        )
         self._known_pools: set[str] = set()
         self._lock = threading.Lock()  # refresh() runs on a timer thread and at start
 
@@ -107,16 +128,20 @@ class Metrics:
         if quota_denial:
             self.quota_denials.labels(namespace).inc()
 
-    def refresh(self, inventory: Inventory) -> None:
-        """Copy pool capacity, inventory age and readiness from the inventory into the gauges."""
+    def refresh(self, inventory: Inventory, stale_after_seconds: float = float("inf")) -> None:
+        """Copy pool capacity, inventory age, staleness and readiness from the inventory into the gauges."""
         with self._lock:
             ready = inventory.ready
+            age = inventory.age_seconds()
             self.inventory_ready.set(1 if ready else 0)
-            self.inventory_age.set(inventory.age_seconds())
+            self.inventory_age.set(age)
+            self.inventory_stale.set(1 if age > stale_after_seconds else 0)
             if not ready:
                 return
             with inventory.read() as view:
                 stats = view.pool_stats()
+                self.reservations.set(view.reservations)
+                self.quotas_unenforced.set(sum(1 for q in view.all_quotas() if unenforced(q, view.policy)))
             seen: set[str] = set()
             for s in stats:
                 pool = str(s.pool)
@@ -136,9 +161,16 @@ class Metrics:
 class GaugeRefresher:
     """Refreshes a worker's gauges every `interval` seconds on a daemon thread."""
 
-    def __init__(self, metrics: Metrics, inventory: Inventory, interval: float = REFRESH_SECONDS) -> None:
+    def __init__(
+        self,
+        metrics: Metrics,
+        inventory: Inventory,
+        stale_after_seconds: float = float("inf"),
+        interval: float = REFRESH_SECONDS,
+    ) -> None:
         self._metrics = metrics
         self._inventory = inventory
+        self._stale_after = stale_after_seconds
         self._interval = interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gpupool-gauges", daemon=True)
@@ -155,7 +187,7 @@ class GaugeRefresher:
     def _run(self) -> None:
         while True:
             try:
-                self._metrics.refresh(self._inventory)
+                self._metrics.refresh(self._inventory, self._stale_after)
             except Exception:  # a failing refresh must not end the thread: metrics go stale, not absent
                 log.exception("refreshing the inventory gauges failed")
             if self._stop.wait(self._interval):

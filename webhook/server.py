@@ -34,6 +34,7 @@ from webhook.admission import Admitter
 from webhook.cli import UsageError
 from webhook.health import HealthServer, MetricsText, Readiness
 from webhook.inventory import Inventory
+from webhook.kubecache import InventoryConnectError, LiveInventory
 from webhook.logs import LEVELS, logging_config
 from webhook.policy import Policy, PolicyError, load_policy
 from webhook.snapshot import InventoryFileError, SnapshotInventory
@@ -50,6 +51,7 @@ SERVE_ENV: dict[str, str] = {
     "GPUPOOL_CERT": "--cert",
     "GPUPOOL_KEY": "--key",
     "GPUPOOL_INVENTORY": "--inventory",
+    "GPUPOOL_KUBECONFIG": "--kubeconfig",
     "GPUPOOL_POLICY": "--policy",
     "GPUPOOL_HOST": "--host",
     "GPUPOOL_PORT": "--port",
@@ -91,6 +93,7 @@ class ServeOptions:
     key: str
     inventory: str | None
     policy: str | None
+    kubeconfig: str | None = None
     host: str = "0.0.0.0"
     port: int = 8443
     health_port: int = 8080
@@ -108,7 +111,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
     add("--cert", "FILE", "serving certificate, PEM (e.g. certs/tls.crt); re-read when it changes")
     add("--key", "FILE", "its private key, PEM (e.g. certs/tls.key)")
-    add("--inventory", "FILE", "snapshot inventory in `kubectl get nodes,pods,resourcequotas -A -o yaml` form")
+    add(
+        "--inventory",
+        "FILE",
+        "snapshot inventory in `kubectl get nodes,pods,resourcequotas -A -o yaml` form; without it, the live "
+        "cluster (in-cluster config, else --kubeconfig, $KUBECONFIG or ~/.kube/config)",
+    )
+    add("--kubeconfig", "FILE", "kubeconfig for the live cluster")
     add("--policy", "FILE", "placement policy YAML; default: the built-in policy")
     add("--host", "ADDR", "address to listen on, for both ports")
     add("--port", "PORT", "HTTPS port for POST /mutate")
@@ -146,6 +155,7 @@ def resolve_options(args: argparse.Namespace, environ: Mapping[str, str]) -> Ser
         key=str(key),
         inventory=value("--inventory"),
         policy=value("--policy"),
+        kubeconfig=value("--kubeconfig"),
         host=value("--host") or "",
         port=number("--port", 1, 65535),
         health_port=number("--health-port", 1, 65535),
@@ -190,10 +200,11 @@ def load_core(options: ServeOptions) -> tuple[Policy, Inventory]:
     except PolicyError as exc:
         raise UsageError(str(exc)) from None
     if options.inventory is None:
-        raise UsageError(
-            "no --inventory (or GPUPOOL_INVENTORY) given: the live cluster inventory is not built yet; "
-            "pass a snapshot file, e.g. --inventory examples/cluster.yaml"
-        )
+        # Only the configuration is checked here; each worker starts its own watches after the fork.
+        try:
+            return policy, LiveInventory.connect(policy, options.kubeconfig)
+        except InventoryConnectError as exc:
+            raise UsageError(f"{exc} (or give --inventory FILE for a snapshot)") from None
     try:
         inventory = SnapshotInventory.from_file(options.inventory, policy)
     except InventoryFileError as exc:
@@ -203,16 +214,21 @@ def load_core(options: ServeOptions) -> tuple[Policy, Inventory]:
 
 def real_app_loader(options: ServeOptions, policy: Policy) -> LoadApp:
     """What each worker runs once after the fork: its inventory, Admitter, metrics and the Flask app."""
-    inventory_path = str(options.inventory)
 
     def load() -> WorkerApp:
         from webhook.app import AppConfig, create_app  # noqa: PLC0415 (see top)
         from webhook.metrics import GaugeRefresher, Metrics  # noqa: PLC0415 (see top)
 
-        inventory = SnapshotInventory.from_file(inventory_path, policy)
+        inventory: Inventory
+        if options.inventory is None:
+            # Not waited for: /readyz stays false until the first full list, so no admission is routed
+            # to this worker before then.
+            inventory = LiveInventory.connect(policy, options.kubeconfig).start()
+        else:
+            inventory = SnapshotInventory.from_file(options.inventory, policy)
         metrics = Metrics.private()
-        metrics.refresh(inventory)  # readiness and pool gauges before the first request
-        refresher = GaugeRefresher(metrics, inventory).start()
+        metrics.refresh(inventory, policy.defaults.stale_after_seconds)  # gauges before the first request
+        refresher = GaugeRefresher(metrics, inventory, policy.defaults.stale_after_seconds).start()
 
         def close() -> None:
             refresher.stop()

@@ -13,6 +13,8 @@ from typing import Any, Literal
 from webhook.model import PoolKey
 
 Outcome = Literal["mutated", "unchanged", "denied"]
+# Why a Pod was denied, for metrics and logs (the message is for people and may change).
+Reason = Literal["", "invalid", "no-match", "no-capacity", "quota", "class-quota", "stale"]
 
 # Status codes on denials, as kube-apiserver passes them on to the user.
 CODE_INVALID = 400  # an annotation or the Pod itself is malformed
@@ -53,6 +55,7 @@ class Verdict:
     placement: Placement | None = None
     patch: tuple[dict[str, Any], ...] = ()
     reasons: tuple[str, ...] = field(default=(), compare=False)  # each pool considered, and why
+    reason: Reason = ""  # on denials: which rule denied
 
     def as_json(self) -> dict[str, Any]:
         """The `gpupool explain -o json` object."""
@@ -71,8 +74,8 @@ def allow(message: str = "", reasons: tuple[str, ...] = ()) -> Verdict:
     return Verdict(allowed=True, outcome="unchanged", message=message, reasons=reasons)
 
 
-def deny(message: str, code: int = CODE_FORBIDDEN, reasons: tuple[str, ...] = ()) -> Verdict:
-    return Verdict(allowed=False, outcome="denied", code=code, message=message, reasons=reasons)
+def deny(message: str, code: int = CODE_FORBIDDEN, reasons: tuple[str, ...] = (), reason: Reason = "") -> Verdict:
+    return Verdict(allowed=False, outcome="denied", code=code, message=message, reasons=reasons, reason=reason)
 
 
 def place(
