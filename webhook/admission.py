@@ -16,6 +16,7 @@ from webhook import verdict
 from webhook.annotations import RequestError, parse_request, wants_gpus
 from webhook.decision import decide
 from webhook.inventory import Inventory
+from webhook.kubeobj import as_map
 from webhook.patch import build_patch
 from webhook.policy import Policy
 from webhook.pool_index import PoolIndex
@@ -25,17 +26,16 @@ from webhook.verdict import Placement, Verdict
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def evaluate(pod: Mapping[str, Any], namespace: str, policy: Policy, index: PoolIndex) -> Verdict:
-    """The verdict for a Pod being created in `namespace`."""
-    if not isinstance(pod, Mapping):
+def evaluate(
+    pod: Mapping[str, Any], namespace: str, policy: Policy, index: PoolIndex, *, explain: bool = True
+) -> Verdict:
+    """The verdict for a Pod being created in `namespace`. `explain` adds a line per pool considered
+    (for `gpupool explain`; the server does not need them, denial messages carry their own)."""
+    if not isinstance(pod, dict):
         return verdict.deny("the object is not a Pod", code=verdict.CODE_INVALID)
-    meta = _map(pod.get("metadata"))
-    spec = _map(pod.get("spec"))
-    if MIRROR_ANNOTATION in _map(meta.get("annotations")):
+    meta = as_map(pod.get("metadata"))
+    spec = as_map(pod.get("spec"))
+    if MIRROR_ANNOTATION in as_map(meta.get("annotations")):
         return verdict.allow("mirror Pod: created by the kubelet, not placed by gpupool")
     if spec.get("nodeName"):
         return verdict.allow(f"already bound to node {spec['nodeName']}")
@@ -47,7 +47,7 @@ def evaluate(pod: Mapping[str, Any], namespace: str, policy: Policy, index: Pool
         return verdict.deny(str(exc), code=verdict.CODE_INVALID, reason="invalid")
 
     decision = decide(req, index, policy)
-    reasons = decision.explain()
+    reasons = decision.explain() if explain else ()
     chosen = decision.chosen
     if chosen is None:
         return verdict.deny(decision.denial, reasons=reasons, reason=decision.denial_reason)
@@ -88,7 +88,7 @@ class Admitter:
         stale = self.stale_seconds()
         with self.inventory.read() as index:
             index.expire(self._clock())
-            result = evaluate(pod, namespace, self.policy, index)
+            result = evaluate(pod, namespace, self.policy, index, explain=False)
             placement = result.placement
             if placement is not None and stale and self.policy.defaults.on_stale == "deny":
                 return verdict.deny(

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from webhook.kubeobj import POOL_ANNOTATION, container_gpus, effective_gpus, tolerations_of
+from webhook.kubeobj import POOL_ANNOTATION, as_map, container_gpus, effective_gpus, tolerations_of
 from webhook.model import PoolKey, Toleration
 from webhook.policy import Policy, VendorPolicy
 from webhook.products import Tokens, parse_version, tokens
@@ -55,14 +55,10 @@ class GpuRequest:
     tolerations: tuple[Toleration, ...]
 
 
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def gpupool_annotations(pod: Mapping[str, Any]) -> dict[str, str]:
     """The Pod's gpupool.io/ annotations without the prefix; refuses non-string values."""
     found = {}
-    for key, value in _map(_map(pod.get("metadata")).get("annotations")).items():
+    for key, value in as_map(as_map(pod.get("metadata")).get("annotations")).items():
         if isinstance(key, str) and key.startswith(PREFIX):
             if not isinstance(value, str):
                 raise RequestError(f"annotation {key}: value must be a string, got {value!r}")
@@ -72,19 +68,19 @@ def gpupool_annotations(pod: Mapping[str, Any]) -> dict[str, str]:
 
 def requested_resources(pod: Mapping[str, Any], policy: Policy) -> set[str]:
     """The policy's GPU resources that any container of the Pod already requests or limits."""
-    spec = _map(pod.get("spec"))
+    spec = as_map(pod.get("spec"))
     found: set[str] = set()
     for field in ("containers", "initContainers"):
         for c in spec.get(field) or []:
-            res = _map(_map(c).get("resources"))
+            res = as_map(as_map(c).get("resources"))
             for kind in ("limits", "requests"):
-                found.update(r for r in _map(res.get(kind)) if r in policy.gpu_resources)
+                found.update(r for r in as_map(res.get(kind)) if r in policy.gpu_resources)
     return found
 
 
 def wants_gpus(pod: Mapping[str, Any], policy: Policy) -> bool:
     """Is this Pod gpupool's business: a gpupool.io/ annotation, or a GPU resource?"""
-    annotations = _map(_map(pod.get("metadata")).get("annotations"))
+    annotations = as_map(as_map(pod.get("metadata")).get("annotations"))
     return any(isinstance(k, str) and k.startswith(PREFIX) for k in annotations) or bool(
         requested_resources(pod, policy)
     )
@@ -114,15 +110,16 @@ def parse_request(pod: Mapping[str, Any], namespace: str, policy: Policy) -> Gpu
         errors.messages.append(
             f"unknown annotation {PREFIX}{key}{hint}; accepted: {', '.join(PREFIX + k for k in KNOWN)}"
         )
-    spec = _map(pod.get("spec"))
-    containers = [_map(c) for c in spec.get("containers") or [] if isinstance(c, Mapping)]
+    spec = as_map(pod.get("spec"))
+    containers: list[Mapping[str, Any]] = [c for c in spec.get("containers") or [] if isinstance(c, dict)]
     if not containers:
         raise RequestError("; ".join([*errors.messages, "the Pod has no containers"]))
     default_vendor = policy.vendors[policy.default_vendor]
     vendor = errors.check(lambda: _vendor(ann, pod, policy), default_vendor)
     index = errors.check(lambda: _container(ann, containers, vendor.resource), 0)
     target = containers[index]
-    already = any(container_gpus(_map(c), vendor.resource) for c in [*containers, *(spec.get("initContainers") or [])])
+    inits = [as_map(c) for c in spec.get("initContainers") or []]
+    already = any(container_gpus(c, vendor.resource) for c in [*containers, *inits])
     count = errors.check(lambda: _count(ann, target, vendor.resource, already), 1)
     rule = policy.namespace(namespace)
     allowed = rule.allowed_classes or policy.classes
@@ -137,7 +134,6 @@ def parse_request(pod: Mapping[str, Any], namespace: str, policy: Policy) -> Gpu
     if errors.messages:
         raise RequestError("; ".join(errors.messages))
     counts = [count if i == index else container_gpus(c, vendor.resource) for i, c in enumerate(containers)]
-    inits = [_map(c) for c in spec.get("initContainers") or []]
     init_counts = [(container_gpus(c, vendor.resource), c.get("restartPolicy") == "Always") for c in inits]
     return GpuRequest(
         namespace=namespace,
@@ -199,11 +195,11 @@ def _container(ann: dict[str, str], containers: list[Mapping[str, Any]], resourc
 def _count(ann: dict[str, str], container: Mapping[str, Any], resource: str, pod_has_gpus: bool) -> int:
     """GPUs for the target container: the annotation, else its own limit; 0 (leave it alone) when only
     other containers of the Pod, such as an init container, ask for GPUs; else 1."""
-    res = _map(container.get("resources"))
+    res = as_map(container.get("resources"))
     existing = {}
     for kind in ("limits", "requests"):
-        if resource in _map(res.get(kind)):
-            raw = _map(res.get(kind))[resource]
+        if resource in as_map(res.get(kind)):
+            raw = as_map(res.get(kind))[resource]
             value = parse_count(raw)
             if str(raw).strip() != str(value) or value < 1:
                 raise RequestError(
@@ -323,6 +319,5 @@ def _pool(ann: dict[str, str]) -> PoolKey | None:
 
 
 def _pins(spec: Mapping[str, Any], policy: Policy) -> tuple[tuple[str, str], ...]:
-    pool_labels = {policy.class_label} | {v.product_label for v in policy.vendors.values()}
-    selector = _map(spec.get("nodeSelector"))
-    return tuple(sorted((str(k), str(v)) for k, v in selector.items() if k in pool_labels))
+    selector = as_map(spec.get("nodeSelector"))
+    return tuple(sorted((str(k), str(v)) for k, v in selector.items() if k in policy.pool_labels))

@@ -71,22 +71,36 @@ class Decision:
         return tuple(lines)
 
 
+@dataclass(frozen=True, slots=True)
+class _Option:
+    """One way to pin the Pod to a pool: a selector and the node groups it reaches that the Pod tolerates."""
+
+    pool: PoolKey
+    resource: str
+    selector: Selector
+    groups: tuple[Group, ...]
+    gpu_taints: tuple[Taint, ...]
+    memory_mib: int
+    fallback: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What does not change while the index's nodes stay as they are: per matching pool, its workable
+    selectors; and every rejection with its reasons. Only free GPUs are read per decision."""
+
+    options: tuple[tuple[_Option, ...], ...]
+    rejections: tuple[Rejection, ...]
+
+
 def decide(req: GpuRequest, index: PoolIndex, policy: Policy) -> Decision:
     requested = req.classes or req.allowed_classes
-    top = max(policy.class_rank(c) for c in requested)
-    fallback_classes = tuple(c for c in req.allowed_classes if policy.class_rank(c) > top) if req.fallback else ()
-    candidates: list[Candidate] = []
-    rejections: list[Rejection] = []
-    for pool in index.pools(req.vendor.name):
-        reasons = _pool_reasons(req, pool, requested, fallback_classes, policy)
-        if reasons:
-            rejections.append(Rejection(pool.key, tuple(reasons)))
-            continue
-        candidate, why = _best_selector(req, pool, pool.key.gpu_class in fallback_classes)
-        if candidate is None:
-            rejections.append(Rejection(pool.key, tuple(why)))
-        else:
-            candidates.append(candidate)
+    key = (req.vendor.name, req.namespace, req.classes, req.allowed_classes, req.class_source, req.fallback,
+           req.products, req.product_text, req.min_memory_mib, req.min_driver, req.pod_total, req.pins,
+           req.pool_pin, req.tolerations)  # fmt: skip
+    plan = index.memo(key, lambda: _plan(req, index, policy, requested))
+    candidates = [_best(req, options) for options in plan.options]
+    rejections = list(plan.rejections)
 
     order = {c: i for i, c in enumerate(req.classes)} if req.classes else {c: policy.class_rank(c) for c in requested}
 
@@ -95,7 +109,6 @@ def decide(req: GpuRequest, index: PoolIndex, policy: Policy) -> Decision:
         return (int(c.fallback), tier, c.memory_mib, -c.free_total, c.pool.product)
 
     candidates.sort(key=rank)
-    rejections.sort(key=lambda r: (len(r.reasons), r.pool))
     quota_note, candidates = _class_quota(req, index, policy, candidates)
     primary = [c for c in candidates if not c.fallback]
     chosen = next((c for c in candidates if c.fits), None)
@@ -129,6 +142,25 @@ def decide(req: GpuRequest, index: PoolIndex, policy: Policy) -> Decision:
     return Decision(waiting, "", tuple(warnings), tuple(candidates), tuple(rejections))
 
 
+def _plan(req: GpuRequest, index: PoolIndex, policy: Policy, requested: tuple[str, ...]) -> _Plan:
+    top = max(policy.class_rank(c) for c in requested)
+    fallback_classes = tuple(c for c in req.allowed_classes if policy.class_rank(c) > top) if req.fallback else ()
+    options: list[tuple[_Option, ...]] = []
+    rejections: list[Rejection] = []
+    for pool in index.pools(req.vendor.name):
+        reasons = _pool_reasons(req, pool, requested, fallback_classes, policy)
+        if reasons:
+            rejections.append(Rejection(pool.key, tuple(reasons)))
+            continue
+        workable, why = _selectors(req, pool, pool.key.gpu_class in fallback_classes)
+        if workable:
+            options.append(workable)
+        else:
+            rejections.append(Rejection(pool.key, tuple(why) or ("no nodes",)))
+    rejections.sort(key=lambda r: (len(r.reasons), r.pool))
+    return _Plan(tuple(options), tuple(rejections))
+
+
 def _pool_reasons(
     req: GpuRequest, pool: Pool, requested: tuple[str, ...], fallback: tuple[str, ...], policy: Policy
 ) -> list[str]:
@@ -148,9 +180,9 @@ def _pool_reasons(
     return reasons
 
 
-def _best_selector(req: GpuRequest, pool: Pool, fallback: bool) -> tuple[Candidate | None, list[str]]:
-    """The pool's best way to pin the Pod (its selector groups), or why none works."""
-    best: Candidate | None = None
+def _selectors(req: GpuRequest, pool: Pool, fallback: bool) -> tuple[tuple[_Option, ...], list[str]]:
+    """The pool's workable ways to pin the Pod (its selector groups), or why none works."""
+    workable: list[_Option] = []
     why: list[str] = []
     pins = dict(req.pins)
     for selector, groups in pool.by_selector().items():
@@ -176,21 +208,32 @@ def _best_selector(req: GpuRequest, pool: Pool, fallback: bool) -> tuple[Candida
         if largest < req.pod_total:
             why.append(f"no node has {req.pod_total} GPUs (the largest has {largest})")
             continue
-        max_free = max(g.max_free() for g in tolerated)
-        candidate = Candidate(
-            pool=pool.key,
-            resource=pool.resource,
-            selector=selector,
-            gpu_taints=tuple(sorted({t for g in tolerated for t in g.gpu_taints}, key=lambda t: (t.key, t.effect))),
-            memory_mib=min(g.min_memory_mib() for g in tolerated),
-            max_free=max_free,
-            free_total=sum(g.free_total for g in tolerated),
-            fits=max_free >= req.pod_total,
-            fallback=fallback,
+        workable.append(
+            _Option(
+                pool=pool.key,
+                resource=pool.resource,
+                selector=selector,
+                groups=tuple(tolerated),
+                gpu_taints=tuple(sorted({t for g in tolerated for t in g.gpu_taints}, key=lambda t: (t.key, t.effect))),
+                memory_mib=min(g.min_memory_mib() for g in tolerated),
+                fallback=fallback,
+            )
         )
-        if best is None or (candidate.fits, candidate.free_total) > (best.fits, best.free_total):
-            best = candidate
-    return best, sorted(set(why))
+    return tuple(workable), sorted(set(why))
+
+
+def _best(req: GpuRequest, options: tuple[_Option, ...]) -> Candidate:
+    """Of a pool's workable selectors, the one that fits, with the most free GPUs (read now)."""
+    best: Candidate | None = None
+    for o in options:
+        max_free = max(g.max_free() for g in o.groups)
+        free_total = sum(g.free_total for g in o.groups)
+        fits = max_free >= req.pod_total
+        if best is None or (fits, free_total) > (best.fits, best.free_total):
+            best = Candidate(o.pool, o.resource, o.selector, o.gpu_taints, o.memory_mib, max_free, free_total, fits,
+                             o.fallback)  # fmt: skip
+    assert best is not None  # a pool is only planned with at least one workable selector
+    return best
 
 
 def _group_problem(req: GpuRequest, groups: list[Group]) -> str:

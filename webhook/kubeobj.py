@@ -16,26 +16,33 @@ from webhook.quantity import parse_count
 POOL_ANNOTATION = "gpupool.io/pool"
 
 
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+_EMPTY: Mapping[str, Any] = {}
 
 
-def _list(value: Any) -> list[Any]:
+def as_map(value: Any) -> Mapping[str, Any]:
+    """A JSON object field, or an empty one when it is missing, null or of another type. Decoded JSON and
+    YAML objects are dicts, and `isinstance(x, dict)` is far cheaper than the Mapping ABC check on the
+    admission path."""
+    return value if isinstance(value, dict) else _EMPTY
+
+
+def as_list(value: Any) -> list[Any]:
+    """A JSON array field, or an empty one."""
     return value if isinstance(value, list) else []
 
 
 def node_from_obj(obj: Mapping[str, Any], resources: Collection[str]) -> NodeInfo:
-    meta, spec, status = _map(obj.get("metadata")), _map(obj.get("spec")), _map(obj.get("status"))
-    allocatable = _map(status.get("allocatable"))
-    conditions = _list(status.get("conditions"))
-    ready = any(_map(c).get("type") == "Ready" and _map(c).get("status") == "True" for c in conditions)
-    labels = {str(k): str(v) for k, v in _map(meta.get("labels")).items()}
+    meta, spec, status = as_map(obj.get("metadata")), as_map(obj.get("spec")), as_map(obj.get("status"))
+    allocatable = as_map(status.get("allocatable"))
+    conditions = as_list(status.get("conditions"))
+    ready = any(as_map(c).get("type") == "Ready" and as_map(c).get("status") == "True" for c in conditions)
+    labels = {str(k): str(v) for k, v in as_map(meta.get("labels")).items()}
     return NodeInfo(
         name=str(meta.get("name", "")),
         labels=labels,
         taints=tuple(
             Taint(str(t.get("key", "")), str(t.get("value", "") or ""), str(t.get("effect", "")))
-            for t in (_map(x) for x in _list(spec.get("taints")))
+            for t in (as_map(x) for x in as_list(spec.get("taints")))
         ),
         allocatable={r: parse_count(allocatable[r]) for r in resources if r in allocatable},
         unschedulable=bool(spec.get("unschedulable", False)),
@@ -45,8 +52,8 @@ def node_from_obj(obj: Mapping[str, Any], resources: Collection[str]) -> NodeInf
 
 def container_gpus(container: Mapping[str, Any], resource: str) -> int:
     """A container's request for an extended resource; requests default to limits for those."""
-    res = _map(container.get("resources"))
-    requests, limits = _map(res.get("requests")), _map(res.get("limits"))
+    res = as_map(container.get("resources"))
+    requests, limits = as_map(res.get("requests")), as_map(res.get("limits"))
     if resource in requests:
         return parse_count(requests[resource])
     return parse_count(limits[resource]) if resource in limits else 0
@@ -68,8 +75,8 @@ def effective_gpus(containers: list[int], inits: list[tuple[int, bool]]) -> int:
 
 def pod_gpu_requests(spec: Mapping[str, Any], resources: Collection[str]) -> dict[str, int]:
     """The Pod's effective request per GPU resource."""
-    containers = [_map(c) for c in _list(spec.get("containers"))]
-    inits = [_map(c) for c in _list(spec.get("initContainers"))]
+    containers = [as_map(c) for c in as_list(spec.get("containers"))]
+    inits = [as_map(c) for c in as_list(spec.get("initContainers"))]
     result: dict[str, int] = {}
     for resource in resources:
         total = effective_gpus(
@@ -83,9 +90,9 @@ def pod_gpu_requests(spec: Mapping[str, Any], resources: Collection[str]) -> dic
 
 def pod_from_obj(obj: Mapping[str, Any], resources: Collection[str]) -> PodInfo | None:
     """The Pod, or None when it neither requests a GPU nor carries a gpupool placement."""
-    meta, spec, status = _map(obj.get("metadata")), _map(obj.get("spec")), _map(obj.get("status"))
+    meta, spec, status = as_map(obj.get("metadata")), as_map(obj.get("spec")), as_map(obj.get("status"))
     requests = pod_gpu_requests(spec, resources)
-    pool = str(_map(meta.get("annotations")).get(POOL_ANNOTATION, ""))
+    pool = str(as_map(meta.get("annotations")).get(POOL_ANNOTATION, ""))
     if not requests and not pool:
         return None
     return PodInfo(
@@ -95,20 +102,20 @@ def pod_from_obj(obj: Mapping[str, Any], resources: Collection[str]) -> PodInfo 
         phase=str(status.get("phase", "Pending") or "Pending"),
         gpu_requests=requests,
         pool=pool,
-        node_selector={str(k): str(v) for k, v in _map(spec.get("nodeSelector")).items()},
+        node_selector={str(k): str(v) for k, v in as_map(spec.get("nodeSelector")).items()},
     )
 
 
 def quota_from_obj(obj: Mapping[str, Any], resources: Collection[str]) -> QuotaInfo | None:
     """The quota's GPU entries (`requests.<resource>`, and the unenforced bare `<resource>` so it can be
     flagged); None when it limits no GPU resource."""
-    meta, spec, status = _map(obj.get("metadata")), _map(obj.get("spec")), _map(obj.get("status"))
+    meta, spec, status = as_map(obj.get("metadata")), as_map(obj.get("spec")), as_map(obj.get("status"))
     keys = {f"requests.{r}" for r in resources} | set(resources) | {f"limits.{r}" for r in resources}
-    hard = {k: parse_count(v) for k, v in _map(spec.get("hard") or status.get("hard")).items() if k in keys}
+    hard = {k: parse_count(v) for k, v in as_map(spec.get("hard") or status.get("hard")).items() if k in keys}
     if not hard:
         return None
-    used = {k: parse_count(v) for k, v in _map(status.get("used")).items() if k in keys}
-    scoped = bool(_list(spec.get("scopes")) or _map(spec.get("scopeSelector")))
+    used = {k: parse_count(v) for k, v in as_map(status.get("used")).items() if k in keys}
+    scoped = bool(as_list(spec.get("scopes")) or as_map(spec.get("scopeSelector")))
     return QuotaInfo(
         namespace=str(meta.get("namespace", "")),
         name=str(meta.get("name", "")),
@@ -126,5 +133,5 @@ def tolerations_of(spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
             value=str(t.get("value", "") or ""),
             effect=str(t.get("effect", "") or ""),
         )
-        for t in (_map(x) for x in _list(spec.get("tolerations")))
+        for t in (as_map(x) for x in as_list(spec.get("tolerations")))
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.kubeobj import POOL_ANNOTATION
+from webhook.kubeobj import POOL_ANNOTATION, as_map
 from webhook.model import Taint, Toleration
 from webhook.quantity import parse_count
 
@@ -21,10 +21,6 @@ Op = dict[str, Any]
 def escape(key: str) -> str:
     """A JSON Pointer reference token (RFC 6901): `nvidia.com/gpu` -> `nvidia.com~1gpu`."""
     return key.replace("~", "~0").replace("/", "~1")
-
-
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
 
 
 def toleration_for(taint: Taint) -> dict[str, str]:
@@ -37,11 +33,11 @@ def toleration_for(taint: Taint) -> dict[str, str]:
 
 def _add_entries(ops: list[Op], parent: str, current: Any, entries: Mapping[str, str]) -> None:
     """Add map entries under `parent`, creating the map when the Pod has none."""
-    existing = _map(current)
+    existing = as_map(current)
     missing = {k: v for k, v in entries.items() if existing.get(k) != v}
     if not missing:
         return
-    if not isinstance(current, Mapping):
+    if not isinstance(current, dict):
         ops.append({"op": "add", "path": parent, "value": dict(missing)})
         return
     ops.extend({"op": "add", "path": f"{parent}/{escape(k)}", "value": v} for k, v in missing.items())
@@ -58,7 +54,7 @@ def build_patch(
     count: int,
     pool: str,
 ) -> list[Op]:
-    meta, spec = _map(pod.get("metadata")), _map(pod.get("spec"))
+    meta, spec = as_map(pod.get("metadata")), as_map(pod.get("spec"))
     ops: list[Op] = []
     _add_entries(ops, "/spec/nodeSelector", spec.get("nodeSelector"), selector)
 
@@ -77,17 +73,17 @@ def build_patch(
 
 def _limit_ops(ops: list[Op], spec: Mapping[str, Any], container_index: int, resource: str, count: int) -> None:
     """`limits[resource] = count` on the container, and requests kept equal where it sets requests."""
-    container = _map(spec["containers"][container_index])
+    container = as_map(spec["containers"][container_index])
     base = f"/spec/containers/{container_index}/resources"
     value = str(count)
     resources = container.get("resources")
-    if not isinstance(resources, Mapping):
+    if not isinstance(resources, dict):
         ops.append({"op": "add", "path": base, "value": {"limits": {resource: value}}})
     else:
         limits = resources.get("limits")
-        if not isinstance(limits, Mapping) or parse_count(limits.get(resource)) != count or resource not in limits:
+        if not isinstance(limits, dict) or parse_count(limits.get(resource)) != count or resource not in limits:
             _add_entries(ops, f"{base}/limits", limits, {resource: value})
         requests = resources.get("requests")
         # Requests stay equal to limits where the container sets requests; absent, they default to limits.
-        if isinstance(requests, Mapping) and resource not in requests:
+        if isinstance(requests, dict) and resource not in requests:
             ops.append({"op": "add", "path": f"{base}/requests/{escape(resource)}", "value": value})

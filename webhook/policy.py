@@ -93,6 +93,14 @@ class Policy:
     products: tuple[ProductRule, ...]
     vendors: Mapping[str, VendorPolicy]
     namespaces: Mapping[str, NamespaceRule]
+    gpu_resources: frozenset[str] = frozenset()  # every vendor's resource; filled in by __post_init__
+    pool_labels: frozenset[str] = frozenset()  # the class label and every product label; likewise
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gpu_resources", frozenset(v.resource for v in self.vendors.values()))
+        object.__setattr__(
+            self, "pool_labels", frozenset({self.class_label, *(v.product_label for v in self.vendors.values())})
+        )
 
     def class_rank(self, gpu_class: str) -> int:
         return self.classes.index(gpu_class)
@@ -102,10 +110,6 @@ class Policy:
 
     def vendor_of_resource(self, resource: str) -> VendorPolicy | None:
         return next((v for v in self.vendors.values() if v.resource == resource), None)
-
-    @property
-    def gpu_resources(self) -> frozenset[str]:
-        return frozenset(v.resource for v in self.vendors.values())
 
     def product_class(self, product: Tokens) -> str:
         """The class the product table gives, most specific matching entry first; "" when none."""

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from webhook.model import NodeInfo, PodInfo, PodKey, PoolKey, QuotaInfo, Taint
 from webhook.nodes import NodeFacts, Selector, Unclassified, node_facts
@@ -42,6 +42,8 @@ class PoolStats:
 
 TaintSet = tuple[Taint, ...]
 _Owner = PodKey | int  # a Pod, or a reservation token
+T = TypeVar("T")
+_MEMO_LIMIT = 4096  # distinct request shapes remembered between node changes
 
 
 @dataclass(eq=False, slots=True)
@@ -153,12 +155,15 @@ class PoolIndex:
         self._expiry: deque[tuple[float, int]] = deque()  # (expires_at, token), oldest first
         self._tokens = itertools.count(1)
         self._holds: dict[str, set[_Owner]] = {}  # node -> claims holding GPUs on it virtually
+        self._memo: dict[Hashable, Any] = {}  # derived from the node structure; dropped when it changes
 
     # --- nodes ---------------------------------------------------------------------------------------
 
     def upsert_node(self, node: NodeInfo) -> None:
-        self.remove_node(node.name)
         facts, problems = node_facts(node, self.policy)
+        if facts == self._facts.get(node.name, []) and problems == self._unclassified.get(node.name, []):
+            return  # a status heartbeat, or a CPU node: nothing a decision reads changed
+        self.remove_node(node.name)
         if problems:
             self._unclassified[node.name] = problems
         if not facts:
@@ -180,6 +185,7 @@ class PoolIndex:
         self._refresh(node.name)
 
     def remove_node(self, name: str) -> None:
+        self._memo.clear()
         self._unclassified.pop(name, None)
         for f in self._facts.pop(name, []):
             pool = self._pools[f.pool]
@@ -298,10 +304,12 @@ class PoolIndex:
                 pool = self._pools.get(claim.pool)
                 if pool is None and sign > 0:
                     pool = self._pools[claim.pool] = Pool(claim.pool, self.policy.vendors[claim.pool.vendor].resource)
+                    self._memo.clear()
                 if pool is not None:
                     pool.pending += sign * claim.pool_gpus
                     if not pool.groups and not pool.pending:
                         del self._pools[claim.pool]
+                        self._memo.clear()
         if claim.virtual_node:
             resource = self.policy.vendors[claim.pool.vendor].resource if claim.pool else ""
             virtual = self._virtual.setdefault(claim.virtual_node, Counter())
@@ -421,6 +429,17 @@ class PoolIndex:
             quotas.pop(name, None)
             if not quotas:
                 del self._quotas[namespace]
+
+    def memo(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """A value derived from the nodes (pools, groups, their labels and taints) but not from usage:
+        computed once per key until a node changes. Decisions use it for what does not depend on free GPUs."""
+        try:
+            value: T = self._memo[key]
+        except KeyError:
+            if len(self._memo) >= _MEMO_LIMIT:
+                self._memo.clear()
+            value = self._memo[key] = compute()
+        return value
 
     # --- what is held, for a re-list to drop what is gone ---------------------------------------------
 
