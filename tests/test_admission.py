@@ -1040,3 +1040,13 @@ def test_denied_and_unchanged_pods_reserve_nothing() -> None:
     adm.admit(burst_pod(0, count=65), namespace="ml")
     adm.admit(pod(annotations={}), namespace="ml")
     assert index.reservations == 0
+
+
+def test_daemonset_pod_is_left_alone() -> None:
+    """A DaemonSet's Pod (as the webhook's matchConditions also exclude) is allowed unchanged."""
+    obj = load_sample("class-medium.yaml")
+    obj["metadata"]["ownerReferences"] = [
+        {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "dcgm-exporter", "uid": "u", "controller": True}
+    ]
+    result = evaluate(obj, "ml-train", demo_policy(), shared_demo_index())
+    assert result.allowed and result.patch == () and "DaemonSet" in result.message

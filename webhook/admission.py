@@ -39,6 +39,9 @@ def evaluate(
         return verdict.allow("mirror Pod: created by the kubelet, not placed by gpupool")
     if spec.get("nodeName"):
         return verdict.allow(f"already bound to node {spec['nodeName']}")
+    if any(as_map(o).get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or []):
+        # Its node is the DaemonSet controller's choice; pinning it to a pool could only strand it.
+        return verdict.allow("DaemonSet Pod: the DaemonSet controller chooses its node")
     if not wants_gpus(pod, policy):
         return verdict.allow("no gpupool.io/ annotation and no GPU resource")
     try:
