@@ -113,6 +113,22 @@ class TestFactory:
         rules = {r.rule for r in h.client.application.url_map.iter_rules() if r.endpoint != "static"}
         assert rules == {"/mutate"}
 
+    def test_flask_dispatch_answers_mutate_like_the_fast_path(self, h: Harness) -> None:
+        """Flask's own dispatch of POST /mutate (bypassing the middleware) gives the same answer."""
+        body = orjson.dumps(admission_review(gpu_pod(), uid="u-same"))
+
+        def environ() -> dict[str, Any]:
+            return EnvironBuilder(
+                path="/mutate", method="POST", data=body, content_type="application/json"
+            ).get_environ()
+
+        app = h.client.application
+        assert isinstance(app, Flask)
+        fast = run_wsgi_app(app, environ())
+        flask = run_wsgi_app(lambda env, start: Flask.wsgi_app(app, env, start), environ())
+        assert b"".join(fast[0]) == b"".join(flask[0]) and fast[1] == flask[1] == "200 OK"
+        assert fast[2]["Content-Type"] == flask[2]["Content-Type"] == "application/json"
+
 
 class TestPodCreate:
     def test_pod_create_goes_to_the_admitter_and_its_verdict_is_answered(self, h: Harness) -> None:
@@ -245,6 +261,27 @@ class TestBadInput:
         [record] = admission_records(caplog)
         assert record["outcome"] == "error" and record["error_id"] in response["status"]["message"]
         assert h.counter("gpupool_admissions_total", outcome="error", pool="") == 1
+
+    def test_failure_before_decoding_is_a_500_status_with_an_error_id_in_the_log(
+        self, h: Harness, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """A crash before there is a uid to answer (here: reading the body) is a JSON 500 naming an error id."""
+
+        class BrokenStream(io.BytesIO):
+            def read(self, size: int | None = -1) -> bytes:
+                raise RuntimeError("connection reset while reading")
+
+        environ = EnvironBuilder(
+            path="/mutate", method="POST", input_stream=BrokenStream(b"{}"), content_type="application/json"
+        ).get_environ()
+        environ["CONTENT_LENGTH"] = "2"
+        with caplog.at_level(logging.ERROR, logger=ADMISSION_LOGGER):
+            chunks, status, headers = run_wsgi_app(h.client.application, environ)
+        answer = orjson.loads(b"".join(chunks))
+        assert status == "500 Internal Server Error" and headers["Content-Type"] == "application/json"
+        [record] = [r for r in caplog.records if r.getMessage() == "request failed"]
+        assert record.fields["error_id"] in answer["message"]  # type: ignore[attr-defined]
+        assert h.admitter.calls == []
 
 
 class TestMetricsAndLog:

@@ -6,6 +6,8 @@ import io
 import logging
 import logging.config
 import sys
+import time
+from datetime import UTC, datetime
 
 import orjson
 import pytest
@@ -130,6 +132,25 @@ class TestAdmissionLog:
             "u1",
         )
         assert entry["time"].endswith("Z")
+
+    def test_time_is_the_utc_time_of_each_line_across_seconds(self) -> None:
+        """Each line's time is when it was written, to the millisecond, also after the second changes."""
+        lines: list[bytes] = []
+        logger = logging.getLogger("gpupool.admission.test-time")
+        logger.setLevel(logging.INFO)
+        log = AdmissionLog(logger, lines.append)
+        seconds: set[str] = set()
+        deadline = time.monotonic() + 5
+        while len(seconds) < 2 and time.monotonic() < deadline:  # until a line lands in the next second
+            lines.clear()
+            before = datetime.now(UTC).replace(tzinfo=None)
+            log.info({"uid": "u"})
+            after = datetime.now(UTC).replace(tzinfo=None)
+            stamp = orjson.loads(lines[-1])["time"]
+            written = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ")
+            assert before.replace(microsecond=before.microsecond // 1000 * 1000) <= written <= after, stamp
+            seconds.add(stamp[:19])
+        assert len(seconds) == 2
 
     def test_enabled_follows_the_logger_level(self) -> None:
         """The logger's level decides: off above info."""

@@ -311,6 +311,8 @@ class TestLog:
         assert (line["namespace"], line["pod"], line["outcome"], line["dry_run"]) == ("ml", "logged", "mutated", True)
         assert line["pool"] and line["latency_ms"] > 0
         assert "registry.example" not in served.server.log()  # the Pod body is never logged
+        # gunicorn's access log is off: the admission line is the one line per request
+        assert not [e for e in served.server.log_lines() if e.get("logger") == "gunicorn.access"]
 
 
 def serve_args(**given: Any) -> argparse.Namespace:

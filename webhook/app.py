@@ -11,12 +11,15 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Any, Protocol
 
-from flask import Flask, Response, current_app, request
+from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException, LengthRequired, RequestEntityTooLarge, UnsupportedMediaType
+from werkzeug.http import parse_options_header
+from werkzeug.wsgi import get_content_length
 
 from webhook.logs import ADMISSION_LOGGER, AdmissionLog, admission_fields
 from webhook.metrics import Metrics
@@ -32,6 +35,9 @@ from webhook.review import (
     status_body,
 )
 from webhook.verdict import Verdict
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
 
 # kube-apiserver's request body limit is 3 MiB (etcd's object limit plus headroom); an AdmissionReview
 # carries the object (and oldObject), so a bigger body is not a real admission call.
@@ -76,17 +82,29 @@ class AppConfig:
 
 
 def create_app(config: AppConfig) -> Flask:
-    """A Flask app serving POST /mutate; nothing else is routed on the admission port."""
+    """A Flask app serving POST /mutate; nothing else is routed on the admission port.
+
+    POST /mutate is answered by a WSGI middleware in front of Flask's dispatch (`_MutateFastPath`):
+    Flask's request context, URL matching and Response object cost more CPU than all of gpupool's own
+    per-request work, and the admission port has that one route. Everything else (404, 405, Flask's
+    own errors) still goes through Flask and its JSON error handlers.
+    """
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
-    view = _MutateView(config)
-    app.add_url_rule("/mutate", "mutate", view, methods=["POST"], provide_automatic_options=False)
+    mutate = _Mutate(config)
+    app.add_url_rule("/mutate", "mutate", mutate.view, methods=["POST"], provide_automatic_options=False)
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(Exception, _unexpected_error(config.log))
+    app.wsgi_app = _MutateFastPath(app.wsgi_app, mutate, config.log)  # type: ignore[method-assign]
     return app
 
 
-class _MutateView:
+Answer = tuple[int, bytes]  # HTTP status code and JSON body
+
+
+class _Mutate:
+    """POST /mutate without Flask: the WSGI environ in, (status, JSON body) out."""
+
     def __init__(self, config: AppConfig) -> None:
         self._admit = config.admitter.admit
         self._metrics = config.metrics
@@ -95,19 +113,28 @@ class _MutateView:
         self._is_quota_denial = config.is_quota_denial
         self._max_body = config.max_body_bytes
 
-    def __call__(self) -> Response:
+    def view(self) -> Response:
+        """The Flask route (reached only when the middleware is bypassed, e.g. app.wsgi_app unwrapped)."""
+        code, payload = self.answer(request.environ)
+        return Response(payload, code, mimetype=JSON)
+
+    def answer(self, environ: WSGIEnvironment) -> Answer:
+        """The answer to one call; a malformed HTTP request (411, 413, 415) raises an HTTPException."""
         started = time.perf_counter()
+        content_type = environ.get("CONTENT_TYPE")
         # The exact header kube-apiserver sends is checked without parsing it (the hot path).
-        if request.environ.get("CONTENT_TYPE") != JSON and request.mimetype != JSON:
-            raise UnsupportedMediaType(f"Content-Type must be {JSON}, not {request.mimetype or 'missing'}")
-        body = _read_body(self._max_body)
+        if content_type != JSON:
+            mimetype = parse_options_header(content_type)[0].lower() if content_type else ""
+            if mimetype != JSON:
+                raise UnsupportedMediaType(f"Content-Type must be {JSON}, not {mimetype or 'missing'}")
+        body = _read_body(environ, self._max_body)
         try:
             review = parse_review(body)
             verdict = skip_verdict(review)
         except ReviewError as exc:
             # Not an admission (no uid to answer): a warning with the reason, never the body.
             self._log.warning("bad request", extra={"fields": {"code": exc.status, "reason": str(exc)}})
-            return _status_response(exc.status, str(exc))
+            return _status_answer(exc.status, str(exc))
         ref = pod_ref(review)
         try:
             if verdict is None:
@@ -117,7 +144,7 @@ class _MutateView:
         except Exception:  # any failure still answers the call; the log has the traceback
             return self._error(review, ref, started)
         self._record(review, ref, verdict, time.perf_counter() - started)
-        return Response(payload, 200, mimetype=JSON)
+        return 200, payload
 
     def _record(self, review: AdmissionRequest, ref: PodRef, verdict: Verdict, seconds: float) -> None:
         pool = str(verdict.placement.pool) if verdict.placement is not None else ""
@@ -144,7 +171,7 @@ class _MutateView:
             )
             self._lines.info(fields)
 
-    def _error(self, review: AdmissionRequest, ref: PodRef, started: float) -> Response:
+    def _error(self, review: AdmissionRequest, ref: PodRef, started: float) -> Answer:
         error_id = uuid.uuid4().hex[:12]
         seconds = time.perf_counter() - started
         self._log.exception(
@@ -164,32 +191,86 @@ class _MutateView:
             },
         )
         self._metrics.record(outcome="error", pool="", seconds=seconds, dry_run=review.dry_run)
-        return Response(error_body(review, error_id), 200, mimetype=JSON)
+        return 200, error_body(review, error_id)
 
 
-def _read_body(limit: int) -> bytes:
+class _MutateFastPath:
+    """WSGI middleware: POST /mutate straight to `_Mutate.answer`, every other request to Flask.
+
+    Its errors are answered as Flask's handlers would: an HTTPException as a JSON Status with its
+    code, anything else as a 500 Status with an error id that the log line repeats.
+    """
+
+    def __init__(self, flask_app: WSGIApplication, mutate: _Mutate, log: logging.Logger) -> None:
+        self._flask_app = flask_app
+        self._mutate = mutate
+        self._log = log
+
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") != "/mutate" or environ.get("REQUEST_METHOD") != "POST":
+            return self._flask_app(environ, start_response)
+        try:
+            code, payload = self._mutate.answer(environ)
+        except HTTPException as exc:
+            code, payload = _http_error_answer(exc)
+        except Exception as exc:  # the same answer as Flask's handler: JSON with an error id, never HTML
+            code, payload = _unexpected_answer(self._log, exc)
+        start_response(
+            _STATUS_LINES.get(code) or _status_line(code),
+            [("Content-Type", JSON), ("Content-Length", str(len(payload)))],
+        )
+        return [payload]
+
+
+def _status_line(code: int) -> str:
+    try:
+        return f"{code} {HTTPStatus(code).phrase}"
+    except ValueError:
+        return f"{code} Unknown"
+
+
+_STATUS_LINES = {code: _status_line(code) for code in (200, *_REASONS)}
+
+
+def _read_body(environ: WSGIEnvironment, limit: int) -> bytes:
     """The request body, at most `limit` bytes, else 413; a declared length is checked before reading.
 
     Read here rather than with `request.get_data()`: werkzeug cuts a chunked body at the limit without
     an error, which would turn an oversized request into a confusing "not JSON".
     """
-    length = request.content_length
+    length = get_content_length(environ)
     if length is not None and length > limit:
-        raise RequestEntityTooLarge()
-    stream = request.environ["wsgi.input"]
+        raise RequestEntityTooLarge(f"the body is larger than {limit} bytes")
+    stream = environ["wsgi.input"]
     if length is not None:
         data: bytes = stream.read(length)
         return data
-    if not request.environ.get("wsgi.input_terminated"):
+    if not environ.get("wsgi.input_terminated"):
         raise LengthRequired("a body without Content-Length needs chunked transfer encoding")
     data = stream.read(limit + 1)  # gunicorn ends a chunked body's stream at its last chunk
     if len(data) > limit:
-        raise RequestEntityTooLarge()
+        raise RequestEntityTooLarge(f"the body is larger than {limit} bytes")
     return data
 
 
+def _status_answer(code: int, message: str) -> Answer:
+    return code, status_body(code, message, _REASONS.get(code, "Unknown"))
+
+
+def _http_error_answer(exc: HTTPException) -> Answer:
+    return _status_answer(exc.code or 500, exc.description or exc.name)
+
+
+def _unexpected_answer(log: logging.Logger, exc: Exception) -> Answer:
+    # Only reached before the AdmissionReview is decoded (no uid to answer with yet).
+    error_id = uuid.uuid4().hex[:12]
+    log.error("request failed", exc_info=exc, extra={"fields": {"error_id": error_id}})
+    return _status_answer(500, f"gpupool internal error (error id {error_id})")
+
+
 def _status_response(code: int, message: str) -> Response:
-    return Response(status_body(code, message, _REASONS.get(code, "Unknown")), code, mimetype=JSON)
+    code, payload = _status_answer(code, message)
+    return Response(payload, code, mimetype=JSON)
 
 
 def _http_error(exc: HTTPException) -> Response:
@@ -199,8 +280,6 @@ def _http_error(exc: HTTPException) -> Response:
         message = f"no such path {request.path}: this port serves POST /mutate only"
     elif code == 405:
         message = f"{request.method} is not allowed on {request.path}: use POST"
-    elif code == 413:
-        message = f"the body is larger than {current_app.config['MAX_CONTENT_LENGTH']} bytes"
     else:
         message = exc.description or exc.name
     return _status_response(code, message)
@@ -208,9 +287,7 @@ def _http_error(exc: HTTPException) -> Response:
 
 def _unexpected_error(log: logging.Logger) -> Callable[[Exception], Response]:
     def handle(exc: Exception) -> Response:
-        # Only reached before the AdmissionReview is decoded (no uid to answer with yet).
-        error_id = uuid.uuid4().hex[:12]
-        log.error("request failed", exc_info=exc, extra={"fields": {"error_id": error_id}})
-        return _status_response(500, f"gpupool internal error (error id {error_id})")
+        code, payload = _unexpected_answer(log, exc)
+        return Response(payload, code, mimetype=JSON)
 
     return handle

@@ -50,15 +50,24 @@ class AdmissionLog:
     def __init__(self, logger: logging.Logger, write: Callable[[bytes], object] | None = None) -> None:
         self._logger = logger
         self._write = write or _write_stderr
+        self._second: tuple[int, str] = (-1, "")  # the last second's formatted text (strftime is slow)
 
     @property
     def enabled(self) -> bool:
         return self._logger.isEnabledFor(logging.INFO)
 
     def info(self, fields: dict[str, Any]) -> None:
-        entry = {"time": _utc_timestamp(time.time()), "level": "info", "logger": self._logger.name,
+        entry = {"time": self._timestamp(time.time()), "level": "info", "logger": self._logger.name,
                  "message": "admission", **fields}  # fmt: skip
         self._write(orjson.dumps(entry, default=str, option=orjson.OPT_APPEND_NEWLINE))
+
+    def _timestamp(self, now: float) -> str:
+        """`_utc_timestamp(now)`, formatting the date and time only once per second."""
+        seconds = int(now)
+        cached = self._second  # one read: another thread may replace it (with an equally valid pair)
+        if cached[0] != seconds:
+            cached = self._second = (seconds, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)))
+        return f"{cached[1]}.{int((now - seconds) * 1000):03d}Z"
 
 
 def _write_stderr(line: bytes) -> None:

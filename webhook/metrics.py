@@ -100,6 +100,9 @@ class Metrics:
         )
         self._known_pools: set[str] = set()
         self._lock = threading.Lock()  # refresh() runs on a timer thread and at start
+        # `labels()` takes a lock and builds a key on every call; the few (outcome, pool) children are
+        # kept here instead. A race only makes two threads ask labels() for the same child.
+        self._admission_children: dict[tuple[str, str], Counter] = {}
 
     @classmethod
     def private(cls) -> Metrics:
@@ -124,7 +127,11 @@ class Metrics:
         self.latency.observe(seconds)
         if dry_run:
             return
-        self.admissions.labels(outcome, pool).inc()
+        key = (outcome, pool)
+        child = self._admission_children.get(key)
+        if child is None:
+            child = self._admission_children[key] = self.admissions.labels(outcome, pool)
+        child.inc()
         if quota_denial:
             self.quota_denials.labels(namespace).inc()
 
