@@ -55,6 +55,7 @@ PATH = "/mutate?timeout=10s"
 P50_LIMIT, THROUGHPUT_LIMIT = 1.3, 0.75  # the targets: mutate vs no-op
 SERVERS = {  # measured in this order in every round
     "noop": "no-op handler",
+    "noop_thin": "no-op behind a thin WSGI entry, like gpupool's",
     "layer": "gpupool app, core answer precomputed",
     "mutate": "/mutate, full decision (demo inventory)",
 }
@@ -108,6 +109,20 @@ def noop_server(args: argparse.Namespace) -> int:
             request.get_data()
             return Response(answer, 200, mimetype="application/json")
 
+        if args.thin:
+            # The same shortcut gpupool's app takes (webhook/app.py): POST /mutate is answered by a
+            # middleware before Flask's dispatch; everything else still goes through Flask.
+            flask_app = app.wsgi_app
+
+            def thin(environ: dict[str, Any], start_response: Any) -> Any:
+                if environ.get("PATH_INFO") == "/mutate" and environ.get("REQUEST_METHOD") == "POST":
+                    environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+                    start_response("200 OK", [("Content-Type", "application/json"),
+                                              ("Content-Length", str(len(answer)))])  # fmt: skip
+                    return [answer]
+                return flask_app(environ, start_response)
+
+            app.wsgi_app = thin  # type: ignore[method-assign]
         Metrics.private().inventory_ready.set(1)
         return WorkerApp(app)
 
@@ -296,6 +311,8 @@ def bench(args: argparse.Namespace) -> int:
                        "--health-port", str(ports["mutate"][1]), "--log-level", args.log_level],
             "noop": [sys.executable, str(Path(__file__).resolve()), "noop-server", *common,
                      "--port", str(ports["noop"][0]), "--health-port", str(ports["noop"][1])],
+            "noop_thin": [sys.executable, str(Path(__file__).resolve()), "noop-server", "--thin", *common,
+                          "--port", str(ports["noop_thin"][0]), "--health-port", str(ports["noop_thin"][1])],
             "layer": [sys.executable, str(Path(__file__).resolve()), "stub-server", *common,
                       "--port", str(ports["layer"][0]), "--health-port", str(ports["layer"][1]),
                       "--body", str(body_file), "--log-level", args.log_level],
@@ -306,6 +323,7 @@ def bench(args: argparse.Namespace) -> int:
               f"threads {args.threads}, {env_note}", flush=True)  # fmt: skip
         with running(argv["mutate"], ports["mutate"][1], tmp / "mutate.log"), \
                 running(argv["noop"], ports["noop"][1], tmp / "noop.log"), \
+                running(argv["noop_thin"], ports["noop_thin"][1], tmp / "noop_thin.log"), \
                 running(argv["layer"], ports["layer"][1], tmp / "layer.log"):  # fmt: skip
             for round_no in range(1, args.rounds + 1):
                 for name in SERVERS:
@@ -320,16 +338,24 @@ def bench(args: argparse.Namespace) -> int:
     rps_ratio = result["mutate"].rps_4 / result["noop"].rps_4
     print()
     print(
-        "| handler | p50 (1 conn) | p99 (1 conn) | req/s (1 conn) | req/s (4 conns) | p50 / no-op | req/s (4) / no-op |"
+        "| handler | p50 (1 conn) | p99 (1 conn) | req/s (1 conn) | req/s (4 conns) | p50 / no-op | req/s (4) / no-op "
+        "| p50 / thin no-op | req/s (4) / thin no-op |"
     )
-    print("|---|---|---|---|---|---|---|")
-    noop = result["noop"]
+    print("|---|---|---|---|---|---|---|---|---|")
+    noop, thin = result["noop"], result["noop_thin"]
     for name, m in result.items():
         print(
             f"| {SERVERS[name]} | {m.p50_ms:.3f} ms | {m.p99_ms:.3f} ms | {m.rps_1:,.0f} | {m.rps_4:,.0f} | "
-            f"{m.p50_ms / noop.p50_ms:.2f}x | {m.rps_4 / noop.rps_4:.2f}x |"
+            f"{m.p50_ms / noop.p50_ms:.2f}x | {m.rps_4 / noop.rps_4:.2f}x | "
+            f"{m.p50_ms / thin.p50_ms:.2f}x | {m.rps_4 / thin.rps_4:.2f}x |"
         )
+    thin_p50 = result["mutate"].p50_ms / thin.p50_ms
+    thin_rps = result["mutate"].rps_4 / thin.rps_4
     print(f"\ntargets for /mutate: p50 <= {P50_LIMIT}x the no-op's, throughput >= {THROUGHPUT_LIMIT}x")
+    print(
+        f"against the Flask-routed no-op: {p50_ratio:.2f}x, {rps_ratio:.2f}x; "
+        f"against the thin no-op: {thin_p50:.2f}x, {thin_rps:.2f}x"
+    )
     print(f"\noutcomes of the real server's admissions: {outcomes}")
     ok = p50_ratio <= P50_LIMIT and rps_ratio >= THROUGHPUT_LIMIT
     print("targets met" if ok else "TARGETS MISSED")
@@ -343,6 +369,7 @@ def bench(args: argparse.Namespace) -> int:
         "servers": SERVERS, "median": {k: asdict(v) for k, v in result.items()},
         "rounds": {k: [asdict(m) for m in v] for k, v in samples.items()},
         "p50_ratio": p50_ratio, "throughput_ratio": rps_ratio, "targets_met": ok, "outcomes": outcomes,
+        "thin_p50_ratio": thin_p50, "thin_throughput_ratio": thin_rps,
     }, indent=2))  # fmt: skip
     print(f"written to {out.relative_to(REPO)}")
     return 1 if args.check and not ok else 0
@@ -354,6 +381,7 @@ def main() -> int:
     noop = sub.add_parser("noop-server", help=argparse.SUPPRESS)
     stub = sub.add_parser("stub-server", help=argparse.SUPPRESS)
     stub.add_argument("--body", required=True)
+    noop.add_argument("--thin", action="store_true")
     for p in (parser, noop, stub):
         p.add_argument("--workers", type=int, default=1)
         p.add_argument("--threads", type=int, default=4)
