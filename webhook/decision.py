@@ -224,16 +224,16 @@ def _selectors(req: GpuRequest, pool: Pool, fallback: bool) -> tuple[tuple[_Opti
 
 def _best(req: GpuRequest, options: tuple[_Option, ...]) -> Candidate:
     """Of a pool's workable selectors, the one that fits, with the most free GPUs (read now)."""
-    best: Candidate | None = None
+    best: tuple[bool, int, int, _Option] | None = None
     for o in options:
         max_free = max(g.max_free() for g in o.groups)
         free_total = sum(g.free_total for g in o.groups)
         fits = max_free >= req.pod_total
-        if best is None or (fits, free_total) > (best.fits, best.free_total):
-            best = Candidate(o.pool, o.resource, o.selector, o.gpu_taints, o.memory_mib, max_free, free_total, fits,
-                             o.fallback)  # fmt: skip
+        if best is None or (fits, free_total) > best[:2]:
+            best = (fits, free_total, max_free, o)
     assert best is not None  # a pool is only planned with at least one workable selector
-    return best
+    fits, free_total, max_free, o = best
+    return Candidate(o.pool, o.resource, o.selector, o.gpu_taints, o.memory_mib, max_free, free_total, fits, o.fallback)
 
 
 def _group_problem(req: GpuRequest, groups: list[Group]) -> str:

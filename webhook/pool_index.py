@@ -55,14 +55,14 @@ class Group:
     other_taints: TaintSet
     nodes: dict[str, NodeFacts] = field(default_factory=dict)
     free_of: dict[str, int] = field(default_factory=dict)  # usable node -> free GPUs
-    buckets: dict[int, set[str]] = field(default_factory=dict)  # free GPUs -> usable nodes
+    buckets: dict[int, set[str]] = field(default_factory=dict)  # free GPUs -> usable nodes (never empty)
     free_total: int = 0
     memory: Counter[int] = field(default_factory=Counter)
     sizes: Counter[int] = field(default_factory=Counter)  # allocatable GPUs per node, usable or not
     drivers: Counter[tuple[int, ...] | None] = field(default_factory=Counter)
 
     def max_free(self) -> int:
-        return max((n for n, nodes in self.buckets.items() if nodes), default=0)
+        return max(self.buckets, default=0)  # buckets are never left empty
 
     def largest_node(self) -> int:
         """The most GPUs any one node of the group has: a Pod needing more can never run here."""
@@ -79,7 +79,7 @@ class Group:
 
     def best_fit(self, need: int, exclude: str = "") -> str | None:
         """The usable node with the fewest free GPUs that still holds `need`."""
-        for free in sorted(n for n, nodes in self.buckets.items() if nodes and n >= need):
+        for free in sorted(n for n in self.buckets if n >= need):
             node = next((n for n in self.buckets[free] if n != exclude), None)
             if node is not None:
                 return node
@@ -215,7 +215,10 @@ class PoolIndex:
     def _set_free(group: Group, name: str, free: int | None) -> None:
         old = group.free_of.pop(name, None)
         if old is not None:
-            group.buckets[old].discard(name)
+            bucket = group.buckets[old]
+            bucket.discard(name)
+            if not bucket:
+                del group.buckets[old]
             group.free_total -= old
         if free is not None:
             group.free_of[name] = free
