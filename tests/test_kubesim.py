@@ -26,6 +26,20 @@ pytestmark = pytest.mark.slow  # every test here serves HTTP from the simulator
 TIMEOUT = 20  # seconds: generous client timeouts, so a noisy machine never fails a test
 
 
+def open_watch(sim: KubeSim, call: Any, request_timeout: Any = TIMEOUT) -> Iterator[dict[str, Any]]:
+    """A bookmark-enabled watch from now on, returned once it is open (its first event, a bookmark,
+    has arrived), so the test can change the cluster knowing the stream will see it."""
+    stream = kubernetes.watch.Watch().stream(
+        call,
+        resource_version=sim.resource_version,
+        allow_watch_bookmarks=True,
+        timeout_seconds=TIMEOUT,
+        _request_timeout=request_timeout,
+    )
+    assert next(stream)["type"] == "BOOKMARK"
+    return stream
+
+
 @pytest.fixture
 def sim() -> Iterator[KubeSim]:
     with KubeSim(bookmark_interval=0.2) as running:
@@ -197,14 +211,7 @@ class TestList:
 class TestWatch:
     def test_stream_delivers_changes_and_bookmarks(self, sim: KubeSim, api: kubernetes.client.CoreV1Api) -> None:
         """ADDED, MODIFIED and DELETED arrive as typed objects; bookmarks carry a resourceVersion."""
-        stream = kubernetes.watch.Watch().stream(
-            api.list_pod_for_all_namespaces,
-            resource_version=sim.resource_version,
-            allow_watch_bookmarks=True,
-            timeout_seconds=TIMEOUT,
-            _request_timeout=TIMEOUT,
-        )
-        assert next(stream)["type"] == "BOOKMARK"  # the stream is open: now change the cluster
+        stream = open_watch(sim, api.list_pod_for_all_namespaces)  # the stream is open: now change the cluster
         added = sim.add(pod("watched"))
         sim.modify(pod("watched", phase="Succeeded"))
         deleted = sim.delete("Pod", "team-a", "watched")
@@ -316,14 +323,7 @@ class TestWatch:
 class TestFaults:
     def test_drop_watches_breaks_the_stream(self, sim: KubeSim, api: kubernetes.client.CoreV1Api) -> None:
         """The client sees the connection break mid-stream (urllib3 ProtocolError), not a clean end."""
-        stream = kubernetes.watch.Watch().stream(
-            api.list_node,
-            resource_version=sim.resource_version,
-            allow_watch_bookmarks=True,
-            timeout_seconds=TIMEOUT,
-            _request_timeout=TIMEOUT,
-        )
-        assert next(stream)["type"] == "BOOKMARK"
+        stream = open_watch(sim, api.list_node)
         assert sim.open_watches("nodes") == 1
         assert sim.drop_watches() == 1
         with pytest.raises(urllib3.exceptions.ProtocolError):
@@ -398,14 +398,7 @@ class TestFaults:
 
     def test_stall_pauses_open_watches(self, sim: KubeSim, api: kubernetes.client.CoreV1Api) -> None:
         """While stalled, an open watch receives nothing, so a read timeout catches the silence."""
-        stream = kubernetes.watch.Watch().stream(
-            api.list_node,
-            resource_version=sim.resource_version,
-            allow_watch_bookmarks=True,
-            timeout_seconds=TIMEOUT,
-            _request_timeout=(TIMEOUT, 1.0),
-        )
-        assert next(stream)["type"] == "BOOKMARK"
+        stream = open_watch(sim, api.list_node, request_timeout=(TIMEOUT, 1.0))
         sim.stall(60)
         with pytest.raises(urllib3.exceptions.ReadTimeoutError):
             for _ in stream:
@@ -434,14 +427,7 @@ class TestFaults:
 
     def test_going_down_cuts_open_watches(self, sim: KubeSim, api: kubernetes.client.CoreV1Api) -> None:
         """An API server that goes away breaks the watches it was serving."""
-        stream = kubernetes.watch.Watch().stream(
-            api.list_node,
-            resource_version=sim.resource_version,
-            allow_watch_bookmarks=True,
-            timeout_seconds=TIMEOUT,
-            _request_timeout=TIMEOUT,
-        )
-        assert next(stream)["type"] == "BOOKMARK"
+        stream = open_watch(sim, api.list_node)
         sim.set_down(True)
         with pytest.raises(urllib3.exceptions.ProtocolError):
             for _ in stream:
