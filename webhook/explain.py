@@ -16,9 +16,8 @@ import yaml
 
 from webhook.admission import evaluate
 from webhook.cli import UsageError
-from webhook.policy import PolicyError, load_policy
 from webhook.snapshot import describe_yaml_error
-from webhook.sources import add_source_arguments, open_inventory
+from webhook.sources import add_source_arguments, open_inventory, policy_arg
 from webhook.verdict import Verdict
 
 
@@ -34,10 +33,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     pod = load_pod(args.pod)
-    try:
-        policy = load_policy(args.policy)
-    except PolicyError as exc:
-        raise UsageError(str(exc)) from None
+    policy = policy_arg(args.policy)
     inventory = open_inventory(args, policy)
     namespace = args.namespace or (pod.get("metadata") or {}).get("namespace") or "default"
     try:

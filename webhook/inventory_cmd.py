@@ -12,13 +12,12 @@ from typing import Any
 
 import orjson
 
-from webhook.cli import UsageError
 from webhook.inventory import PoolStats
-from webhook.policy import Policy, PolicyError, load_policy
+from webhook.policy import Policy
 from webhook.pool_index import PoolIndex
 from webhook.quantity import format_mib
 from webhook.quotas import quota_warnings
-from webhook.sources import add_source_arguments, open_inventory
+from webhook.sources import add_source_arguments, open_inventory, policy_arg
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -28,10 +27,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        policy = load_policy(args.policy)
-    except PolicyError as exc:
-        raise UsageError(str(exc)) from None
+    policy = policy_arg(args.policy)
     inventory = open_inventory(args, policy)
     try:
         with inventory.read() as index:

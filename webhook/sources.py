@@ -10,7 +10,7 @@ import argparse
 from webhook.cli import UsageError
 from webhook.inventory import Inventory
 from webhook.kubecache import InventoryConnectError, LiveInventory
-from webhook.policy import Policy
+from webhook.policy import Policy, PolicyError, load_policy
 from webhook.snapshot import InventoryFileError, SnapshotInventory
 
 
@@ -33,6 +33,14 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
         default=60.0,
         help="live cluster: how long to wait for the first full list (default 60)",
     )
+
+
+def policy_arg(path: str | None) -> Policy:
+    """The --policy file merged over the default, or a UsageError naming the field."""
+    try:
+        return load_policy(path)
+    except PolicyError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def open_snapshot(path: str, policy: Policy) -> SnapshotInventory:

@@ -232,12 +232,7 @@ class Handler(BaseHTTPRequestHandler):
     # -- list -----------------------------------------------------------------------------------
 
     def _list(self, state: ApiState, kind: Kind, namespace: str | None, query: dict[str, str]) -> None:
-        with state.lock:
-            state.lists[kind.plural] += 1
-        failure = state.take_failure("list")
-        if failure is not None:
-            raise ApiError(failure, f"kubesim: injected failure {failure}")
-        reject_selectors(query)
+        _begin(state, "list", state.lists, kind, query)
         limit = int_param(query, "limit")
         token = query.get("continue", "")
         start = ""
@@ -280,12 +275,7 @@ class Handler(BaseHTTPRequestHandler):
     # -- watch ----------------------------------------------------------------------------------
 
     def _watch(self, state: ApiState, kind: Kind, namespace: str | None, query: dict[str, str]) -> None:
-        with state.lock:
-            state.watches[kind.plural] += 1
-        failure = state.take_failure("watch")
-        if failure is not None:
-            raise ApiError(failure, f"kubesim: injected failure {failure}")
-        reject_selectors(query)
+        _begin(state, "watch", state.watches, kind, query)
         if query.get("sendInitialEvents") in ("1", "true"):
             raise ApiError(400, "kubesim does not support sendInitialEvents")
         rv_text = query.get("resourceVersion", "")
@@ -392,3 +382,13 @@ _PLURALS = {k.plural for k in KINDS}
 def _event_line(event_type: bytes, prefix: bytes, body: bytes) -> bytes:
     # Stored bodies are `{"metadata":...}`; the event's object also carries kind and apiVersion.
     return b'{"type":"%b","object":%b%b}\n' % (event_type, prefix, body[1:])
+
+
+def _begin(state: ApiState, verb: str, counter: dict[str, int], kind: Kind, query: dict[str, str]) -> None:
+    """What every list and watch does first: count it, answer an injected failure, refuse selectors."""
+    with state.lock:
+        counter[kind.plural] += 1
+    failure = state.take_failure(verb)
+    if failure is not None:
+        raise ApiError(failure, f"kubesim: injected failure {failure}")
+    reject_selectors(query)
