@@ -31,6 +31,7 @@ from tests.builders import GPU_TAINT, gpu_node, index_of, pod, quota
 from tests.builders import policy as make_policy
 from webhook.admission import Admitter, evaluate
 from webhook.kubeobj import pod_from_obj, pod_gpu_requests
+from webhook.memo import Memo
 from webhook.policy import Policy, load_policy
 from webhook.pool_index import PoolIndex
 from webhook.snapshot import SnapshotInventory, build_index, parse_objects
@@ -835,6 +836,71 @@ def test_evaluate_never_raises_and_every_patch_applies_and_is_idempotent(obj: di
     assert again.allowed, again.message
     assert again.patch == ()
     assert again.placement is not None and again.placement.pool == result.placement.pool
+
+
+_SHAPE_PARTS = (("metadata", "annotations"), ("spec", "containers"), ("spec", "initContainers"),
+                ("spec", "nodeSelector"), ("spec", "tolerations"))  # fmt: skip
+
+
+@st.composite
+def near_duplicates_st(draw: st.DrawFn) -> list[tuple[dict[str, Any], str]]:
+    """A Pod, then variants of it that each change one thing: take one part (annotations, containers,
+    init containers, nodeSelector, tolerations) from another Pod, or change the namespace, the name,
+    the init containers' restartPolicy, or keep only other tools' annotations. Pods that agree on
+    almost everything gpupool reads, where a key that missed a field would give a wrong answer."""
+    obj, namespace = draw(pod_st()), draw(NAMESPACES)
+    calls = [(obj, namespace)]
+    for _ in range(draw(st.integers(1, 6))):
+        variant, other = copy.deepcopy(obj), draw(pod_st())
+        part = draw(st.sampled_from([*_SHAPE_PARTS, "namespace", "name", "others' annotations", "sidecar"]))
+        ns = namespace
+        if part == "namespace":
+            ns = draw(NAMESPACES)
+        elif part == "name":
+            variant["metadata"]["name"] = "job-x7k2p"
+        elif part == "others' annotations":
+            variant["metadata"]["annotations"] = {"example.com/owner": "ana"}
+        elif part == "sidecar":
+            for init in variant["spec"].get("initContainers", []):
+                init["restartPolicy"] = "Never" if init.get("restartPolicy") == "Always" else "Always"
+        else:
+            outer, field = part
+            if field in other[outer]:
+                variant[outer][field] = other[outer][field]
+            else:
+                variant[outer].pop(field, None)
+        calls.append((variant, ns))
+    return calls
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(calls=near_duplicates_st())
+def test_a_shared_shape_memo_never_changes_an_answer(calls: list[tuple[dict[str, Any], str]]) -> None:
+    """The server remembers per Pod shape what the shape alone decides (webhook.shapes). Through one memo
+    that earlier, nearly identical Pods filled, every answer equals the one computed from scratch."""
+    policy, index = demo_policy(), shared_demo_index()
+    memo = Memo()
+    for obj, namespace in calls:
+        plain = evaluate(obj, namespace, policy, index)
+        remembered = evaluate(obj, namespace, policy, index, shapes=memo)
+        assert remembered == plain
+        assert remembered.reasons == plain.reasons
+
+
+def test_a_shared_shape_memo_tells_a_sidecar_from_an_init_container() -> None:
+    """The one field of a shape that only changes the Pod's GPU total: an init container's restartPolicy
+    (a sidecar's GPUs add to the main containers', a plain init container's do not)."""
+    policy, index, memo = demo_policy(), shared_demo_index(), Memo()
+    totals = []
+    for restart in ("Always", "Never", "Always"):
+        obj = pod(annotations={"gpupool.io/gpu-class": "low"}, gpus=1)
+        obj["spec"]["initContainers"] = [
+            {"name": "warm", "image": "x", "restartPolicy": restart, "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+        ]
+        result = evaluate(obj, "ml-train", policy, index, shapes=memo)
+        assert result.placement is not None, result.message
+        totals.append(result.placement.pod_total)
+    assert totals == [2, 1, 2]
 
 
 @settings(max_examples=100, deadline=None)

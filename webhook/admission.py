@@ -13,41 +13,44 @@ from dataclasses import replace
 from typing import Any
 
 from webhook import verdict
-from webhook.annotations import RequestError, parse_request, wants_gpus
+from webhook.annotations import GpuRequest, RequestError, parse_request, wants_gpus
 from webhook.decision import decide
 from webhook.inventory import Inventory
 from webhook.kubeobj import as_map
+from webhook.memo import Memo
 from webhook.patch import build_patch
 from webhook.policy import Policy
 from webhook.pool_index import PoolIndex
 from webhook.quotas import check_quotas
+from webhook.shapes import shape_key
 from webhook.verdict import Placement, Verdict
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 
 def evaluate(
-    pod: Mapping[str, Any], namespace: str, policy: Policy, index: PoolIndex, *, explain: bool = True
+    pod: Mapping[str, Any],
+    namespace: str,
+    policy: Policy,
+    index: PoolIndex,
+    *,
+    explain: bool = True,
+    shapes: Memo | None = None,
 ) -> Verdict:
     """The verdict for a Pod being created in `namespace`. `explain` adds a line per pool considered
-    (for `gpupool explain`; the server does not need them, denial messages carry their own)."""
-    if not isinstance(pod, dict):
-        return verdict.deny("the object is not a Pod", code=verdict.CODE_INVALID)
-    meta = as_map(pod.get("metadata"))
-    spec = as_map(pod.get("spec"))
-    if MIRROR_ANNOTATION in as_map(meta.get("annotations")):
-        return verdict.allow("mirror Pod: created by the kubelet, not placed by gpupool")
-    if spec.get("nodeName"):
-        return verdict.allow(f"already bound to node {spec['nodeName']}")
-    if any(as_map(o).get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or []):
-        # Its node is the DaemonSet controller's choice; pinning it to a pool could only strand it.
-        return verdict.allow("DaemonSet Pod: the DaemonSet controller chooses its node")
-    if not wants_gpus(pod, policy):
-        return verdict.allow("no gpupool.io/ annotation and no GPU resource")
-    try:
-        req = parse_request(pod, namespace, policy)
-    except RequestError as exc:
-        return verdict.deny(str(exc), code=verdict.CODE_INVALID, reason="invalid")
+    (for `gpupool explain`; the server does not need them, denial messages carry their own).
+
+    `shapes` remembers, across calls with the same policy, what a Pod's shape alone decides
+    (webhook.shapes): its request, or why it is left alone or refused, and its patch for a placement.
+    """
+    early = _left_alone(pod)
+    if early is not None:
+        return early
+    memo = shapes if shapes is not None else _NO_MEMO
+    key = shape_key(pod, namespace) if shapes is not None else None
+    req = memo.get(key, lambda: _request(pod, namespace, policy))
+    if isinstance(req, Verdict):
+        return req
 
     decision = decide(req, index, policy)
     reasons = decision.explain() if explain else ()
@@ -66,17 +69,50 @@ def evaluate(
         has_capacity=chosen.fits,
         fallback=chosen.fallback,
     )
-    patch = build_patch(
-        pod,
-        selector=dict(chosen.selector),
-        gpu_taints=chosen.gpu_taints,
-        tolerations=req.tolerations,
-        container_index=req.container_index,
-        resource=chosen.resource,
-        count=req.count,
-        pool=str(chosen.pool),
+    patch_key = (key, chosen.pool, chosen.selector, chosen.gpu_taints, chosen.resource) if key else None
+    patch = memo.get(
+        patch_key,
+        lambda: build_patch(
+            pod,
+            selector=dict(chosen.selector),
+            gpu_taints=chosen.gpu_taints,
+            tolerations=req.tolerations,
+            container_index=req.container_index,
+            resource=chosen.resource,
+            count=req.count,
+            pool=str(chosen.pool),
+        ),
     )
     return verdict.place(placement, patch, warnings=decision.warnings, reasons=reasons)
+
+
+_NO_MEMO = Memo(limit=0)  # computes every time: evaluate() without `shapes` passes it no keys
+
+
+def _left_alone(pod: Mapping[str, Any]) -> Verdict | None:
+    """Pods gpupool never places, judged on fields outside the Pod's shape."""
+    if not isinstance(pod, dict):
+        return verdict.deny("the object is not a Pod", code=verdict.CODE_INVALID)
+    meta = as_map(pod.get("metadata"))
+    spec = as_map(pod.get("spec"))
+    if MIRROR_ANNOTATION in as_map(meta.get("annotations")):
+        return verdict.allow("mirror Pod: created by the kubelet, not placed by gpupool")
+    if spec.get("nodeName"):
+        return verdict.allow(f"already bound to node {spec['nodeName']}")
+    if any(as_map(o).get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or []):
+        # Its node is the DaemonSet controller's choice; pinning it to a pool could only strand it.
+        return verdict.allow("DaemonSet Pod: the DaemonSet controller chooses its node")
+    return None
+
+
+def _request(pod: Mapping[str, Any], namespace: str, policy: Policy) -> GpuRequest | Verdict:
+    """What the Pod's shape alone decides: not gpupool's business, malformed, or this request."""
+    if not wants_gpus(pod, policy):
+        return verdict.allow("no gpupool.io/ annotation and no GPU resource")
+    try:
+        return parse_request(pod, namespace, policy)
+    except RequestError as exc:
+        return verdict.deny(str(exc), code=verdict.CODE_INVALID, reason="invalid")
 
 
 class Admitter:
@@ -86,12 +122,13 @@ class Admitter:
         self.policy = policy
         self.inventory = inventory
         self._clock = clock
+        self._shapes = Memo()
 
     def admit(self, pod: Mapping[str, Any], *, namespace: str, dry_run: bool = False) -> Verdict:
         stale = self.stale_seconds()
         with self.inventory.read() as index:
             index.expire(self._clock())
-            result = evaluate(pod, namespace, self.policy, index, explain=False)
+            result = evaluate(pod, namespace, self.policy, index, explain=False, shapes=self._shapes)
             placement = result.placement
             if placement is not None and stale and self.policy.defaults.on_stale == "deny":
                 return verdict.deny(

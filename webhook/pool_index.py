@@ -20,6 +20,7 @@ from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
+from webhook.memo import Memo
 from webhook.model import NodeInfo, PodInfo, PodKey, PoolKey, QuotaInfo, Taint
 from webhook.nodes import NodeFacts, Selector, Unclassified, node_facts
 from webhook.policy import Policy
@@ -43,7 +44,6 @@ class PoolStats:
 TaintSet = tuple[Taint, ...]
 _Owner = PodKey | int  # a Pod, or a reservation token
 T = TypeVar("T")
-_MEMO_LIMIT = 4096  # distinct request shapes remembered between node changes
 
 
 @dataclass(eq=False, slots=True)
@@ -155,7 +155,7 @@ class PoolIndex:
         self._expiry: deque[tuple[float, int]] = deque()  # (expires_at, token), oldest first
         self._tokens = itertools.count(1)
         self._holds: dict[str, set[_Owner]] = {}  # node -> claims holding GPUs on it virtually
-        self._memo: dict[Hashable, Any] = {}  # derived from the node structure; dropped when it changes
+        self._memo = Memo()  # derived from the node structure; dropped when it changes
 
     # --- nodes ---------------------------------------------------------------------------------------
 
@@ -436,13 +436,7 @@ class PoolIndex:
     def memo(self, key: Hashable, compute: Callable[[], T]) -> T:
         """A value derived from the nodes (pools, groups, their labels and taints) but not from usage:
         computed once per key until a node changes. Decisions use it for what does not depend on free GPUs."""
-        try:
-            value: T = self._memo[key]
-        except KeyError:
-            if len(self._memo) >= _MEMO_LIMIT:
-                self._memo.clear()
-            value = self._memo[key] = compute()
-        return value
+        return self._memo.get(key, compute)
 
     # --- what is held, for a re-list to drop what is gone ---------------------------------------------
 
