@@ -527,6 +527,39 @@ def test_certificate_rotation_under_traffic(
     assert "keeping the previous certificate" in server.log()  # the mismatched moment was served
 
 
+def test_a_new_worker_forked_mid_rotation_serves_with_the_previous_certificate(
+    cert_dir: Path, tmp_path: Path, start_server: Callable[..., ServerProcess]
+) -> None:
+    """A worker forked while tls.key already belongs to the next certificate and tls.crt does not yet
+    (a restart after a crash, during a Secret rotation) still completes its very first handshake."""
+    certs = tmp_path / "certs"
+    shutil.copytree(cert_dir, certs)
+    port, health_port = free_port(), free_port()
+    server = start_server(
+        serve_argv(certs, port, health_port, "--inventory", str(DEMO_INVENTORY), "--workers", "1"), health_port
+    )
+    ca = certs / "ca.crt"
+    serial = new_connection_serial(port, ca)
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    for name in ("ca.crt", "ca.key"):
+        shutil.copy2(certs / name, staged / name)
+    ensure_certificates(staged, SERVICE, NAMESPACE, hosts=["localhost", "127.0.0.1"])
+    os.replace(staged / "tls.key", certs / "tls.key")  # the key of a certificate not yet in place
+
+    (old_worker,) = orjson.loads(health_get(health_port, "/readyz")[1])["workers"]
+    os.kill(int(old_worker), signal.SIGKILL)
+
+    def new_worker_ready() -> bool:
+        status, body, _ = health_get(health_port, "/readyz")
+        workers = orjson.loads(body).get("workers", {}) if body else {}
+        return status == 200 and old_worker not in workers
+
+    wait_until(new_worker_ready, 60, "a new worker")
+    assert new_connection_serial(port, ca) == serial
+    assert "keeping the previous certificate" in server.log()
+
+
 SLOW_SERVER = textwrap.dedent(
     """
     # A server on gpupool's own gunicorn settings whose Admitter takes a while and marks each request.

@@ -10,7 +10,8 @@ Metrics cross the process boundary through prometheus_client's multiprocess dire
 
 The TLS context is re-used while tls.crt and tls.key are unchanged and rebuilt on the next new
 connection after they change, so a rotated Secret takes effect without a restart. A certificate and key
-that do not match (a rotation caught half-way) keep the previous context until the pair is whole again.
+that do not match (a rotation caught half-way) keep the previous context until the pair is whole again;
+the master loads one before forking, so even a freshly forked worker always has a previous one.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from gunicorn.app.base import BaseApplication
 from gunicorn.glogging import Logger as GunicornLogger
+from gunicorn.sock import ssl_context as gunicorn_ssl_context
 
 from webhook.admission import Admitter
 from webhook.cli import UsageError
@@ -272,8 +274,9 @@ def serve(options: ServeOptions, load_app: LoadApp) -> int:
         except OSError as exc:
             raise UsageError(f"--health-port {options.health_port} on {options.host}: {exc.strerror}") from None
 
-        def when_ready(arbiter: Any) -> None:
+        def when_ready(arbiter: Any) -> None:  # in the master, before the first worker is forked
             arbiter_box.append(arbiter)
+            _prime_tls_context(arbiter.cfg)
             health.start()
 
         def child_exit(arbiter: Any, worker: Any) -> None:
@@ -403,6 +406,19 @@ class CertificateReloader:
                 continue
             version += [st.st_ino, st.st_size, st.st_mtime_ns]
         return tuple(version)
+
+
+def _prime_tls_context(cfg: Any) -> None:
+    """Load the TLS context once in the master, so every worker is forked holding a working one.
+
+    A worker forked later (after a crash or a timeout) whose first handshake lands while the Secret's
+    certificate and key are half-swapped then keeps serving with the inherited pair instead of failing
+    that handshake (see CertificateReloader).
+    """
+    try:
+        gunicorn_ssl_context(cfg)
+    except (ssl.SSLError, OSError) as exc:  # checked at start; a rotation may be under way right now
+        log.warning("could not load the certificate before forking the workers: %s", exc)
 
 
 def _prepare_multiproc_dir() -> bool:
