@@ -1,9 +1,15 @@
 """Benchmark: POST /mutate with a full decision against a no-op handler on identical Flask + gunicorn.
 
-Starts two servers on the same gunicorn settings (`webhook.server.serve`, TLS, gthread, keep-alive):
-the real `gpupool serve` on the demo inventory, and the same stack whose /mutate only reads the body and
-returns a constant AdmissionReview. Then, alternating between them for several rounds (the median is
-reported, so a noisy neighbour hits both alike):
+Starts four servers on the same gunicorn settings (`webhook.server.serve`, TLS, gthread, keep-alive):
+- a no-op: the same Flask app setup whose /mutate route only reads the body and returns a constant
+  AdmissionReview (the issue's baseline);
+- the same no-op answered by a thin WSGI entry in front of Flask, the shortcut gpupool's /mutate takes;
+- gpupool's app with the core's answer computed once (what gpupool's HTTP layer costs alone);
+- the real `gpupool serve` on the demo inventory, measured twice: sending one Pod again and again (its
+  shape is remembered after the first), and cycling through 5,000 Pods of distinct shapes (nothing is
+  remembered: the cost of a Pod unlike any recent one).
+Then, alternating between them for several rounds (the median is reported, so a noisy neighbour hits
+all alike):
 - latency p50/p99 with 1 keep-alive TLS connection,
 - throughput with 4 keep-alive TLS connections.
 The client is `wrk` when installed (C, epoll: it needs far less CPU than the server), else a Python
@@ -58,7 +64,10 @@ SERVERS = {  # measured in this order in every round
     "noop_thin": "no-op behind a thin WSGI entry, like gpupool's",
     "layer": "gpupool app, core answer precomputed",
     "mutate": "/mutate, full decision (demo inventory)",
+    "mutate_new": "/mutate, full decision, every Pod a new shape",
 }
+SAME_SERVER = {"mutate_new": "mutate"}  # measured on another server, with other request bodies
+NEW_SHAPES = 5000  # distinct Pod shapes, cycled: more than the shape memo holds, so every request misses
 
 # Used when examples/admissionreview.json is not there: a Pod asking for 20Gi per GPU.
 FALLBACK_REVIEW: dict[str, Any] = {
@@ -203,13 +212,23 @@ def running(argv: list[str], health_port: int, log: Path) -> Iterator[None]:
 # --- clients ------------------------------------------------------------------------------------------
 
 
+def read_bodies(body_file: Path) -> list[bytes]:
+    """The request bodies to send in turn: one per line of a .jsonl file, else the whole file."""
+    data = body_file.read_bytes()
+    return data.splitlines() if body_file.suffix == ".jsonl" else [data]
+
+
 def wrk_run(port: int, body_file: Path, connections: int, seconds: float) -> tuple[float, float, float]:
-    """(p50 ms, p99 ms, requests/s) from wrk over keep-alive TLS."""
+    """(p50 ms, p99 ms, requests/s) from wrk over keep-alive TLS, sending the bodies of `body_file` in turn."""
     script = body_file.with_suffix(".lua")
-    script.write_text(
-        f'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
-        f'local f = io.open("{body_file}", "rb")\nwrk.body = f:read("*a")\nf:close()\n'
-    )
+    head = 'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
+    if body_file.suffix == ".jsonl":
+        script.write_text(
+            f'{head}local bodies, i = {{}}, 0\nfor line in io.lines("{body_file}") do bodies[#bodies + 1] = line end\n'
+            "request = function()\n  i = i % #bodies + 1\n  return wrk.format(nil, nil, nil, bodies[i])\nend\n"
+        )
+    else:
+        script.write_text(f'{head}local f = io.open("{body_file}", "rb")\nwrk.body = f:read("*a")\nf:close()\n')
     out = subprocess.run(
         ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--latency", "-s", str(script),
          f"https://127.0.0.1:{port}{PATH}"],
@@ -229,14 +248,14 @@ def wrk_run(port: int, body_file: Path, connections: int, seconds: float) -> tup
     return latency("50"), latency("99"), float(rps.group(1))
 
 
-def _python_client(port: int, ca: str, body: bytes, seconds: float, queue: Any) -> None:
+def _python_client(port: int, ca: str, bodies: list[bytes], seconds: float, queue: Any) -> None:
     ctx = ssl.create_default_context(cafile=ca)
     conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx)
     headers = {"Content-Type": "application/json"}
     latencies: list[float] = []
     end = time.perf_counter() + seconds
     while (start := time.perf_counter()) < end:
-        conn.request("POST", PATH, body=body, headers=headers)
+        conn.request("POST", PATH, body=bodies[len(latencies) % len(bodies)], headers=headers)
         resp = conn.getresponse()
         resp.read()
         if resp.status != 200:
@@ -246,11 +265,13 @@ def _python_client(port: int, ca: str, body: bytes, seconds: float, queue: Any) 
     queue.put(latencies)
 
 
-def python_run(port: int, ca: Path, body: bytes, connections: int, seconds: float) -> tuple[float, float, float]:
+def python_run(
+    port: int, ca: Path, bodies: list[bytes], connections: int, seconds: float
+) -> tuple[float, float, float]:
     """(p50 ms, p99 ms, requests/s) with one client process per keep-alive TLS connection."""
     queue: Any = multiprocessing.Queue()
     procs = [
-        multiprocessing.Process(target=_python_client, args=(port, str(ca), body, seconds, queue))
+        multiprocessing.Process(target=_python_client, args=(port, str(ca), bodies, seconds, queue))
         for _ in range(connections)
     ]
     for p in procs:
@@ -266,11 +287,24 @@ def python_run(port: int, ca: Path, body: bytes, connections: int, seconds: floa
 # --- the benchmark ------------------------------------------------------------------------------------
 
 
+def shape_variants(body_file: Path, count: int) -> list[dict[str, Any]]:
+    """`count` copies of the review whose Pods differ in gpupool.io/min-memory (1,000 to 5,999 MiB, which
+    every medium GPU of the demo has), so no two share a shape (webhook.shapes); each has its own uid."""
+    review = json.loads(body_file.read_text())
+    variants = []
+    for i in range(count):
+        copy = json.loads(json.dumps(review))
+        copy["request"]["uid"] = f"bench-{i:05d}"
+        copy["request"]["object"]["metadata"].setdefault("annotations", {})["gpupool.io/min-memory"] = f"{1000 + i}Mi"
+        variants.append(copy)
+    return variants
+
+
 def measure(client: str, port: int, ca: Path, body_file: Path, seconds: float) -> Measure:
     def run(connections: int, duration: float) -> tuple[float, float, float]:
         if client == "wrk":
             return wrk_run(port, body_file, connections, duration)
-        return python_run(port, ca, body_file.read_bytes(), connections, duration)
+        return python_run(port, ca, read_bodies(body_file), connections, duration)
 
     run(1, 1)  # warm-up: connection, caches, the Pool reservations' steady state
     p50, p99, rps_1 = run(1, seconds)
@@ -302,7 +336,11 @@ def bench(args: argparse.Namespace) -> int:
             shutil.copy(SAMPLE_REVIEW, body_file)
         else:
             body_file.write_text(json.dumps(FALLBACK_REVIEW))
-        ports = {name: (free_port(), free_port()) for name in SERVERS}
+        new_shapes = tmp / "new-shapes.jsonl"
+        new_shapes.write_bytes(b"\n".join(json.dumps(b).encode() for b in shape_variants(body_file, NEW_SHAPES)))
+        bodies = {name: new_shapes if name == "mutate_new" else body_file for name in SERVERS}
+        ports = {name: (free_port(), free_port()) for name in SERVERS if name not in SAME_SERVER}
+        ports.update({name: ports[other] for name, other in SAME_SERVER.items()})
         common = ["--cert", str(tmp / "tls.crt"), "--key", str(tmp / "tls.key"),
                   "--workers", str(args.workers), "--threads", str(args.threads)]  # fmt: skip
         argv = {
@@ -327,7 +365,7 @@ def bench(args: argparse.Namespace) -> int:
                 running(argv["layer"], ports["layer"][1], tmp / "layer.log"):  # fmt: skip
             for round_no in range(1, args.rounds + 1):
                 for name in SERVERS:
-                    m = measure(client, ports[name][0], tmp / "ca.crt", body_file, args.duration)
+                    m = measure(client, ports[name][0], tmp / "ca.crt", bodies[name], args.duration)
                     samples[name].append(m)
                     print(f"  round {round_no} {name:6} p50 {m.p50_ms:.3f} ms  p99 {m.p99_ms:.3f} ms  "
                           f"{m.rps_1:,.0f} req/s (1 conn)  {m.rps_4:,.0f} req/s (4 conns)", flush=True)  # fmt: skip
@@ -356,6 +394,11 @@ def bench(args: argparse.Namespace) -> int:
         f"against the Flask-routed no-op: {p50_ratio:.2f}x, {rps_ratio:.2f}x; "
         f"against the thin no-op: {thin_p50:.2f}x, {thin_rps:.2f}x"
     )
+    new = result["mutate_new"]
+    print(
+        f"every Pod a new shape: {new.p50_ms / noop.p50_ms:.2f}x, {new.rps_4 / noop.rps_4:.2f}x against the "
+        f"Flask-routed no-op; {new.p50_ms / thin.p50_ms:.2f}x, {new.rps_4 / thin.rps_4:.2f}x against the thin one"
+    )
     print(f"\noutcomes of the real server's admissions: {outcomes}")
     ok = p50_ratio <= P50_LIMIT and rps_ratio >= THROUGHPUT_LIMIT
     print("targets met" if ok else "TARGETS MISSED")
@@ -370,6 +413,7 @@ def bench(args: argparse.Namespace) -> int:
         "rounds": {k: [asdict(m) for m in v] for k, v in samples.items()},
         "p50_ratio": p50_ratio, "throughput_ratio": rps_ratio, "targets_met": ok, "outcomes": outcomes,
         "thin_p50_ratio": thin_p50, "thin_throughput_ratio": thin_rps,
+        "new_shapes": NEW_SHAPES,
     }, indent=2))  # fmt: skip
     print(f"written to {out.relative_to(REPO)}")
     return 1 if args.check and not ok else 0
