@@ -157,7 +157,8 @@ def _plan(req: GpuRequest, index: PoolIndex, policy: Policy, requested: tuple[st
             options.append(workable)
         else:
             rejections.append(Rejection(pool.key, tuple(why) or ("no nodes",)))
-    rejections.sort(key=lambda r: (len(r.reasons), r.pool))
+    # PoolKey's own ordering, spelt out: comparing strings is far cheaper than comparing dataclasses
+    rejections.sort(key=lambda r: (len(r.reasons), r.pool.vendor, r.pool.gpu_class, r.pool.product))
     return _Plan(tuple(options), tuple(rejections))
 
 

@@ -8,8 +8,7 @@ so it costs the same whether the cluster has 50 Pods or 150,000.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from typing import Protocol
 
 from webhook.pool_index import PoolIndex, PoolStats
@@ -45,8 +44,25 @@ class LockedIndex:
     def __init__(self, index: PoolIndex) -> None:
         self._index = index
         self._lock = threading.Lock()
+        self._view = _Held(self._lock, index)
 
-    @contextmanager
-    def read(self) -> Iterator[PoolIndex]:
-        with self._lock:
-            yield self._index
+    def read(self) -> AbstractContextManager[PoolIndex]:
+        return self._view
+
+
+class _Held(AbstractContextManager[PoolIndex]):
+    """`with` holds the lock and gives the index. One object serves every caller (it keeps no state of
+    its own); a plain class rather than @contextmanager, which builds a generator per admission."""
+
+    __slots__ = ("_index", "_lock")
+
+    def __init__(self, lock: threading.Lock, index: PoolIndex) -> None:
+        self._lock = lock
+        self._index = index
+
+    def __enter__(self) -> PoolIndex:
+        self._lock.acquire()
+        return self._index
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
