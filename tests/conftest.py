@@ -4,6 +4,7 @@
 (connecting to 127.0.0.1 with that name as SNI), keeps its connection alive and POSTs to
 /mutate?timeout=10s, as kube-apiserver does. `ServerProcess` runs `python -m webhook serve` (or any
 command) with its log in a file and is always killed by the fixture that owns it.
+`SIM_TIMEOUT` and `sim_pod` are shared by the API simulator's tests (webhook/testing/).
 """
 
 from __future__ import annotations
@@ -316,3 +317,19 @@ def start_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[
             server.stop(timeout=20)
         finally:
             server.kill()
+
+
+# --- the Kubernetes API simulator ---------------------------------------------------------------------
+
+SIM_TIMEOUT = 20  # seconds: generous client timeouts, so a noisy machine never fails a test
+
+
+def sim_pod(name: str, namespace: str = "team-a", phase: str = "Running") -> dict[str, Any]:
+    """A plain Pod for the simulator's tests (`builders.pod` is the core's, with GPUs and annotations)."""
+    return {
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"containers": [{"name": "main", "image": "busybox"}]},
+        "status": {"phase": phase},
+    }

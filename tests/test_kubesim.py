@@ -1,14 +1,15 @@
-"""The Kubernetes API simulator, driven through the real `kubernetes` client and a generated kubeconfig.
+"""The Kubernetes API simulator (webhook/testing/kubesim.py, serving webhook/testing/kubeapi.py), driven
+through the real `kubernetes` client and a generated kubeconfig.
 
 Every behaviour a list+watch cache relies on is pinned here as the installed client sees it: pages
 consistent at one resourceVersion, watch events and bookmarks, resume, 410 Expired (and how the
-client's Watch turns it into an ApiException), and each injected fault.
+client's Watch turns it into an ApiException), each injected fault, and the KubeSim Python API.
+The store underneath is tested in test_kubestore.py, the generator in test_synthetic.py and
+`python -m webhook.testing` in test_testing_cli.py.
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,12 +19,11 @@ import orjson
 import pytest
 import urllib3
 
+from tests.conftest import SIM_TIMEOUT as TIMEOUT
+from tests.conftest import sim_pod as pod
 from webhook.testing import KubeSim, iter_synthetic_cluster, synthetic_cluster
-from webhook.testing.kubestore import Store, kind_of
 
 pytestmark = pytest.mark.slow  # every test here serves HTTP from the simulator
-
-TIMEOUT = 20  # seconds: generous client timeouts, so a noisy machine never fails a test
 
 
 def open_watch(sim: KubeSim, call: Any, request_timeout: Any = TIMEOUT) -> Iterator[dict[str, Any]]:
@@ -53,16 +53,6 @@ def api(sim: KubeSim, tmp_path: Path) -> Iterator[kubernetes.client.CoreV1Api]:
     path = sim.write_kubeconfig(tmp_path / "kubeconfig")
     with kubernetes.config.new_client_from_config(config_file=str(path)) as client:
         yield kubernetes.client.CoreV1Api(api_client=client)
-
-
-def pod(name: str, namespace: str = "team-a", phase: str = "Running") -> dict[str, Any]:
-    return {
-        "kind": "Pod",
-        "apiVersion": "v1",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"containers": [{"name": "main", "image": "busybox"}]},
-        "status": {"phase": phase},
-    }
 
 
 def raw_list(api: kubernetes.client.CoreV1Api, **kwargs: Any) -> dict[str, Any]:
@@ -207,6 +197,21 @@ class TestList:
             raw_list(api, limit=10, _continue=first["metadata"]["continue"], resource_version="5")
         assert err.value.status == 400
 
+    def test_large_cluster_lists_completely_in_pages(self, tmp_path: Path) -> None:
+        """20,000 Pods stream into the simulator and come back through 500-item pages, each once."""
+        with KubeSim() as sim:
+            sim.load(iter_synthetic_cluster(nodes=700, pods=20_000, seed=3))
+            path = sim.write_kubeconfig(tmp_path / "kubeconfig")
+            with kubernetes.config.new_client_from_config(config_file=str(path)) as client:
+                api = kubernetes.client.CoreV1Api(client)
+                seen: set[str] = set()
+                token, pages = None, 0
+                while token or not pages:
+                    page = raw_list(api, limit=500, _continue=token)
+                    seen.update(i["metadata"]["uid"] for i in page["items"])
+                    token, pages = page["metadata"].get("continue"), pages + 1
+        assert (len(seen), pages) == (20_000, 40)
+
 
 class TestWatch:
     def test_stream_delivers_changes_and_bookmarks(self, sim: KubeSim, api: kubernetes.client.CoreV1Api) -> None:
@@ -308,16 +313,6 @@ class TestWatch:
             )
         assert err.value.status == 410
         assert sim.watch_requests("pods") == 3
-
-    def test_history_limit_expires_old_resource_versions(self) -> None:
-        """Only the last `history_limit` writes stay replayable (plus slack), like a bounded watch cache."""
-        store = Store(history_limit=8)
-        first = store.rv
-        store.load(pod(f"p{i}") for i in range(20))
-        assert store.oldest_rv > first
-        events, reached = store.events_after(store.oldest_rv, 100)
-        assert reached == store.rv
-        assert [e.rv for e in events] == list(range(store.oldest_rv + 1, store.rv + 1))
 
 
 class TestFaults:
@@ -494,112 +489,3 @@ class TestPythonApi:
             with pytest.raises(urllib3.exceptions.ProtocolError):
                 for _ in stream:
                     pass
-
-
-class TestStore:
-    def test_a_snapshot_rebuilt_from_history_equals_the_one_taken_then(self) -> None:
-        """Pages of an old list are served from the state at its resourceVersion, even when that
-        snapshot is no longer cached and must be rebuilt by undoing later writes."""
-        store = Store(snapshot_cache=0)  # nothing cached: every older snapshot is rebuilt
-        store.load(pod(f"p{i:02d}") for i in range(30))
-        pods = kind_of("pods")
-        then = store.snapshot(pods)
-        store.put(pod("p00", phase="Failed"), exists=True)
-        store.remove(pods, "team-a", "p01")
-        store.put(pod("p99"), exists=False)
-        store.put({"kind": "Node", "metadata": {"name": "n"}}, exists=False)
-        rebuilt = store.snapshot(pods, then.rv)
-        assert (rebuilt.keys, rebuilt.bodies) == (then.keys, then.bodies)
-        assert store.snapshot(pods).keys != then.keys
-
-
-class TestSyntheticCluster:
-    def test_same_seed_same_cluster(self) -> None:
-        """The generator is deterministic for a seed and differs between seeds."""
-        assert synthetic_cluster(nodes=20, pods=100, seed=1) == synthetic_cluster(nodes=20, pods=100, seed=1)
-        assert synthetic_cluster(nodes=20, pods=100, seed=1) != synthetic_cluster(nodes=20, pods=100, seed=2)
-
-    def test_cluster_looks_like_a_gpu_fleet(self) -> None:
-        """GPU nodes carry GFD labels; GPU Pods never exceed their node's GPUs; quotas use the
-        requests. prefix except one; the objects pass the client's typed models."""
-        objects = synthetic_cluster(nodes=300, pods=3000, seed=0)
-        nodes = [o for o in objects if o["kind"] == "Node"]
-        pods = [o for o in objects if o["kind"] == "Pod"]
-        quotas = [o for o in objects if o["kind"] == "ResourceQuota"]
-        gpu_nodes = {n["metadata"]["name"]: n for n in nodes if "nvidia.com/gpu" in n["status"]["allocatable"]}
-        assert 0.8 < len(gpu_nodes) / len(nodes) < 0.97
-        products = {n["metadata"]["labels"]["nvidia.com/gpu.product"] for n in gpu_nodes.values()}
-        assert products == {"Tesla-T4", "NVIDIA-L4", "NVIDIA-A100-SXM4-40GB", "NVIDIA-H100-80GB-HBM3"}
-        assert {n["status"]["allocatable"]["nvidia.com/gpu"] for n in gpu_nodes.values()} == {"4", "8"}
-        assert any("gpu.accelerator/class" in n["metadata"]["labels"] for n in gpu_nodes.values())
-        used: dict[str, int] = {}
-        for p in pods:
-            gpus = int(p["spec"]["containers"][0]["resources"]["limits"].get("nvidia.com/gpu", 0))
-            if gpus and p["status"]["phase"] == "Running":
-                used[p["spec"]["nodeName"]] = used.get(p["spec"]["nodeName"], 0) + gpus
-        assert used
-        assert all(
-            n in gpu_nodes and g <= int(gpu_nodes[n]["status"]["allocatable"]["nvidia.com/gpu"])
-            for n, g in used.items()
-        )
-        gpu_pods = sum(1 for p in pods if "nvidia.com/gpu" in p["spec"]["containers"][0]["resources"]["limits"])
-        assert 0.03 < gpu_pods / len(pods) < 0.07
-        assert len({p["metadata"]["namespace"] for p in pods}) == 50
-        assert 1200 < sum(len(orjson.dumps(p)) for p in pods) / len(pods) < 2500
-        resources = [r for q in quotas for r in q["spec"]["hard"] if "gpu" in r]
-        assert resources.count("nvidia.com/gpu") == 1
-        assert resources.count("requests.nvidia.com/gpu") >= 3
-        client = kubernetes.client.ApiClient()
-        for kind in ("Node", "Pod", "ResourceQuota"):
-            items = [o for o in objects if o["kind"] == kind]
-            body = orjson.dumps({"kind": f"{kind}List", "apiVersion": "v1", "metadata": {}, "items": items})
-            assert len(client.deserialize(body.decode(), f"V1{kind}List", "application/json").items) == len(items)
-
-    def test_large_cluster_lists_completely_in_pages(self, tmp_path: Path) -> None:
-        """20,000 Pods stream into the simulator and come back through 500-item pages, each once."""
-        with KubeSim() as sim:
-            sim.load(iter_synthetic_cluster(nodes=700, pods=20_000, seed=3))
-            path = sim.write_kubeconfig(tmp_path / "kubeconfig")
-            with kubernetes.config.new_client_from_config(config_file=str(path)) as client:
-                api = kubernetes.client.CoreV1Api(client)
-                seen: set[str] = set()
-                token, pages = None, 0
-                while token or not pages:
-                    page = raw_list(api, limit=500, _continue=token)
-                    seen.update(i["metadata"]["uid"] for i in page["items"])
-                    token, pages = page["metadata"].get("continue"), pages + 1
-        assert (len(seen), pages) == (20_000, 40)
-
-
-class TestCommandLine:
-    def test_serves_a_synthetic_cluster_from_its_own_process(self, tmp_path: Path) -> None:
-        """`python -m webhook.testing` writes a kubeconfig and serves until terminated."""
-        kubeconfig = tmp_path / "kubeconfig"
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "webhook.testing",
-                "--nodes",
-                "3",
-                "--pods",
-                "10",
-                "--kubeconfig",
-                str(kubeconfig),
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            assert proc.stdout is not None
-            line = proc.stdout.readline()  # printed once the kubeconfig is written and it serves
-            assert "serving http://127.0.0.1:" in line
-            with kubernetes.config.new_client_from_config(config_file=str(kubeconfig)) as client:
-                assert len(kubernetes.client.CoreV1Api(client).list_node(_request_timeout=TIMEOUT).items) == 3
-            proc.terminate()
-            assert proc.wait(timeout=TIMEOUT) == 0
-        finally:
-            proc.kill()
-            proc.wait(timeout=TIMEOUT)
-            if proc.stdout is not None:
-                proc.stdout.close()

@@ -1,0 +1,51 @@
+"""The synthetic cluster generator (webhook/testing/synthetic.py): deterministic, and shaped like a GPU fleet."""
+
+from __future__ import annotations
+
+import kubernetes
+import orjson
+
+from webhook.testing import synthetic_cluster
+
+
+class TestSyntheticCluster:
+    def test_same_seed_same_cluster(self) -> None:
+        """The generator is deterministic for a seed and differs between seeds."""
+        assert synthetic_cluster(nodes=20, pods=100, seed=1) == synthetic_cluster(nodes=20, pods=100, seed=1)
+        assert synthetic_cluster(nodes=20, pods=100, seed=1) != synthetic_cluster(nodes=20, pods=100, seed=2)
+
+    def test_cluster_looks_like_a_gpu_fleet(self) -> None:
+        """GPU nodes carry GFD labels; GPU Pods never exceed their node's GPUs; quotas use the
+        requests. prefix except one; the objects pass the client's typed models."""
+        objects = synthetic_cluster(nodes=300, pods=3000, seed=0)
+        nodes = [o for o in objects if o["kind"] == "Node"]
+        pods = [o for o in objects if o["kind"] == "Pod"]
+        quotas = [o for o in objects if o["kind"] == "ResourceQuota"]
+        gpu_nodes = {n["metadata"]["name"]: n for n in nodes if "nvidia.com/gpu" in n["status"]["allocatable"]}
+        assert 0.8 < len(gpu_nodes) / len(nodes) < 0.97
+        products = {n["metadata"]["labels"]["nvidia.com/gpu.product"] for n in gpu_nodes.values()}
+        assert products == {"Tesla-T4", "NVIDIA-L4", "NVIDIA-A100-SXM4-40GB", "NVIDIA-H100-80GB-HBM3"}
+        assert {n["status"]["allocatable"]["nvidia.com/gpu"] for n in gpu_nodes.values()} == {"4", "8"}
+        assert any("gpu.accelerator/class" in n["metadata"]["labels"] for n in gpu_nodes.values())
+        used: dict[str, int] = {}
+        for p in pods:
+            gpus = int(p["spec"]["containers"][0]["resources"]["limits"].get("nvidia.com/gpu", 0))
+            if gpus and p["status"]["phase"] == "Running":
+                used[p["spec"]["nodeName"]] = used.get(p["spec"]["nodeName"], 0) + gpus
+        assert used
+        assert all(
+            n in gpu_nodes and g <= int(gpu_nodes[n]["status"]["allocatable"]["nvidia.com/gpu"])
+            for n, g in used.items()
+        )
+        gpu_pods = sum(1 for p in pods if "nvidia.com/gpu" in p["spec"]["containers"][0]["resources"]["limits"])
+        assert 0.03 < gpu_pods / len(pods) < 0.07
+        assert len({p["metadata"]["namespace"] for p in pods}) == 50
+        assert 1200 < sum(len(orjson.dumps(p)) for p in pods) / len(pods) < 2500
+        resources = [r for q in quotas for r in q["spec"]["hard"] if "gpu" in r]
+        assert resources.count("nvidia.com/gpu") == 1
+        assert resources.count("requests.nvidia.com/gpu") >= 3
+        client = kubernetes.client.ApiClient()
+        for kind in ("Node", "Pod", "ResourceQuota"):
+            items = [o for o in objects if o["kind"] == kind]
+            body = orjson.dumps({"kind": f"{kind}List", "apiVersion": "v1", "metadata": {}, "items": items})
+            assert len(client.deserialize(body.decode(), f"V1{kind}List", "application/json").items) == len(items)

@@ -1,0 +1,48 @@
+"""`python -m webhook.testing` (webhook/testing/__main__.py): the simulator in a process of its own."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import kubernetes
+import pytest
+
+from tests.conftest import SIM_TIMEOUT as TIMEOUT
+
+pytestmark = pytest.mark.slow  # starts the simulator in a subprocess
+
+
+class TestCommandLine:
+    def test_serves_a_synthetic_cluster_from_its_own_process(self, tmp_path: Path) -> None:
+        """`python -m webhook.testing` writes a kubeconfig and serves until terminated."""
+        kubeconfig = tmp_path / "kubeconfig"
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "webhook.testing",
+                "--nodes",
+                "3",
+                "--pods",
+                "10",
+                "--kubeconfig",
+                str(kubeconfig),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()  # printed once the kubeconfig is written and it serves
+            assert "serving http://127.0.0.1:" in line
+            with kubernetes.config.new_client_from_config(config_file=str(kubeconfig)) as client:
+                assert len(kubernetes.client.CoreV1Api(client).list_node(_request_timeout=TIMEOUT).items) == 3
+            proc.terminate()
+            assert proc.wait(timeout=TIMEOUT) == 0
+        finally:
+            proc.kill()
+            proc.wait(timeout=TIMEOUT)
+            if proc.stdout is not None:
+                proc.stdout.close()
