@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import gc
 import http.client
 import os
 import shutil
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -48,7 +50,7 @@ from tests.conftest import (
 )
 from webhook.certs import ensure_certificates
 from webhook.cli import UsageError
-from webhook.server import DEFAULTS, SERVE_ENV, configure, resolve_options
+from webhook.server import DEFAULTS, SERVE_ENV, configure, freeze_when_ready, resolve_options
 from webhook.testing.kubesim import KubeSim
 
 pytestmark = pytest.mark.slow
@@ -662,3 +664,29 @@ class TestLiveInventory:
             finally:
                 client.close()
                 server.stop()
+
+
+class TestGcFreeze:
+    """The worker's start-up objects are frozen out of full collections once its inventory is loaded."""
+
+    class FakeInventory:
+        def __init__(self, ready: bool) -> None:
+            self.ready = ready
+
+    @pytest.fixture(autouse=True)
+    def unfrozen(self) -> Iterator[None]:
+        gc.unfreeze()
+        yield
+        gc.unfreeze()  # the test process's objects go back to normal collection
+
+    def test_a_loaded_inventory_freezes_at_once(self) -> None:
+        freeze_when_ready(self.FakeInventory(ready=True))
+        assert gc.get_freeze_count() > 0
+
+    def test_a_live_inventory_freezes_after_its_first_sync(self) -> None:
+        inventory = self.FakeInventory(ready=False)
+        freeze_when_ready(inventory, poll_seconds=0.01)
+        time.sleep(0.1)
+        assert gc.get_freeze_count() == 0, "nothing is frozen before the inventory is loaded"
+        inventory.ready = True
+        wait_until(lambda: gc.get_freeze_count() > 0, 10, "the freeze after the first sync")
