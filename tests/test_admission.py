@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -885,6 +886,47 @@ def test_a_shared_shape_memo_never_changes_an_answer(calls: list[tuple[dict[str,
         remembered = evaluate(obj, namespace, policy, index, shapes=memo)
         assert remembered == plain
         assert remembered.reasons == plain.reasons
+
+
+def test_the_shape_memo_remembers_each_shape_once() -> None:
+    """The second Pod of a shape (another name, other tools' annotations) adds nothing to the memo: its
+    request and patch come from the first. Another shape adds its own request and patch."""
+    policy, index, memo = demo_policy(), shared_demo_index(), Memo()
+    first = pod("train-1", annotations={"gpupool.io/gpu-class": "low"})
+    evaluate(first, "ml-train", policy, index, shapes=memo)
+    assert len(memo) == 2  # the request, and the patch for the chosen pool
+    replica = pod("train-2", annotations={"gpupool.io/gpu-class": "low", "example.com/run": "7"})
+    assert evaluate(replica, "ml-train", policy, index, shapes=memo).placement is not None
+    assert len(memo) == 2
+    other = pod("infer", annotations={"gpupool.io/gpu-class": "low", "gpupool.io/gpu-count": "2"})
+    evaluate(other, "ml-train", policy, index, shapes=memo)
+    assert len(memo) == 4
+
+
+class BusyInventory:
+    """An inventory whose pools cannot be read now (a watch applying a large re-list holds them)."""
+
+    ready = True
+
+    def read(self) -> AbstractContextManager[PoolIndex]:
+        raise AssertionError("the pools were read")
+
+    def age_seconds(self) -> float:
+        return 0.0
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_pod_that_is_not_gpupools_business_is_answered_without_the_inventory() -> None:
+    """A CPU Pod, a malformed one or a bound one is answered without waiting for the pools: only
+    placing a GPU Pod takes the inventory's lock, which the watches need too."""
+    adm = Admitter(demo_policy(), BusyInventory())
+    assert adm.admit(pod("web", annotations={}), namespace="ml").outcome == "unchanged"
+    assert adm.admit(pod("bad", annotations={"gpupool.io/gpu-count": "lots"}), namespace="ml").code == 400
+    assert adm.admit(pod("bound", gpus=1, node="t4-a"), namespace="ml").outcome == "unchanged"
+    with pytest.raises(AssertionError, match="pools were read"):
+        adm.admit(pod("gpu", gpus=1), namespace="ml")
 
 
 def test_a_shared_shape_memo_tells_a_sidecar_from_an_init_container() -> None:

@@ -1,15 +1,16 @@
 """Admission of one Pod: annotations -> request -> decision -> quota -> patch, as a Verdict.
 
 `evaluate` is the pure core (no I/O, no clock): the same function answers kube-apiserver through the
-Flask app and the user through `gpupool explain`. `Admitter` binds it to a policy and an inventory and
-records a reservation for each real (not dry-run) placement.
+Flask app and the user through `gpupool explain`. It is `prepare` (what the Pod alone decides) then
+`place` (what the pools decide). `Admitter` binds them to a policy and an inventory, holds the
+inventory's lock only for `place`, and records a reservation for each real (not dry-run) placement.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from webhook import verdict
@@ -43,15 +44,39 @@ def evaluate(
     `shapes` remembers, across calls with the same policy, what a Pod's shape alone decides
     (webhook.shapes): its request, or why it is left alone or refused, and its patch for a placement.
     """
+    prepared = prepare(pod, namespace, policy, shapes)
+    if isinstance(prepared, Verdict):
+        return prepared
+    return place(prepared, policy, index, explain=explain, shapes=shapes)
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A Pod that is gpupool's business, with its validated request: all that is known before the pools
+    are read."""
+
+    pod: Mapping[str, Any]
+    request: GpuRequest
+    shape: bytes | None  # its key in the memo of shapes, when there is one
+
+
+def prepare(pod: Mapping[str, Any], namespace: str, policy: Policy, shapes: Memo | None = None) -> Prepared | Verdict:
+    """What the Pod alone decides, without the inventory: the verdict for a Pod gpupool leaves alone or
+    refuses as malformed, else its request."""
     early = _left_alone(pod)
     if early is not None:
         return early
-    memo = shapes if shapes is not None else _NO_MEMO
     key = shape_key(pod, namespace) if shapes is not None else None
+    memo = shapes if shapes is not None else _NO_MEMO  # (an empty Memo is falsy: no `or` here)
     req = memo.get(key, lambda: _request(pod, namespace, policy))
-    if isinstance(req, Verdict):
-        return req
+    return req if isinstance(req, Verdict) else Prepared(pod, req, key)
 
+
+def place(
+    prepared: Prepared, policy: Policy, index: PoolIndex, *, explain: bool = True, shapes: Memo | None = None
+) -> Verdict:
+    """The pool for a prepared Pod, read from the index now, and the patch that pins it there."""
+    pod, req, key = prepared.pod, prepared.request, prepared.shape
     decision = decide(req, index, policy)
     reasons = decision.explain() if explain else ()
     chosen = decision.chosen
@@ -70,7 +95,7 @@ def evaluate(
         fallback=chosen.fallback,
     )
     patch_key = (key, chosen.pool, chosen.selector, chosen.gpu_taints, chosen.resource) if key else None
-    patch = memo.get(
+    patch = (shapes if shapes is not None else _NO_MEMO).get(
         patch_key,
         lambda: build_patch(
             pod,
@@ -125,10 +150,14 @@ class Admitter:
         self._shapes = Memo()
 
     def admit(self, pod: Mapping[str, Any], *, namespace: str, dry_run: bool = False) -> Verdict:
+        # Only reading the pools and reserving hold the inventory's lock (which the watches need too).
+        prepared = prepare(pod, namespace, self.policy, self._shapes)
+        if isinstance(prepared, Verdict):
+            return prepared
         stale = self.stale_seconds()
         with self.inventory.read() as index:
             index.expire(self._clock())
-            result = evaluate(pod, namespace, self.policy, index, explain=False, shapes=self._shapes)
+            result = place(prepared, self.policy, index, explain=False, shapes=self._shapes)
             placement = result.placement
             if placement is not None and stale and self.policy.defaults.on_stale == "deny":
                 return verdict.deny(
