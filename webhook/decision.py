@@ -127,8 +127,8 @@ def decide(req: GpuRequest, index: PoolIndex, policy: Policy) -> Decision:
         nearest = "; ".join(_describe(r, rejections) for r in rejections[:3])
         nearest = nearest or f"the inventory has no {req.vendor.name} GPU pools"
         return Decision(None, f"no GPU pool matches the Pod: {nearest}", (), (), tuple(rejections), "no-match")
-    need = f"{req.pod_total} free {req.vendor.resource} on one node"
     if policy.defaults.on_no_capacity == "deny":
+        need = f"{req.pod_total} free {req.vendor.resource} on one node"
         return Decision(
             None,
             f"no capacity: no pool that matches has {need} (best match {waiting.pool}, at most "
