@@ -17,8 +17,8 @@ from __future__ import annotations
 import itertools
 from collections import Counter, deque
 from collections.abc import Callable, Hashable, Iterator
-from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, TypeVar
 
 from webhook.memo import Memo
 from webhook.model import NodeInfo, PodInfo, PodKey, PoolKey, QuotaInfo, Taint
@@ -112,9 +112,9 @@ class Pool:
         return self._by_selector
 
 
-@dataclass(frozen=True, slots=True)
-class _Claim:
-    """What one Pod or reservation adds to the index, so it can be taken back exactly."""
+class _Claim(NamedTuple):
+    """What one Pod or reservation adds to the index, so it can be taken back exactly. (NamedTuples
+    here and for Reservation: one of each is built per admission, cheaper than frozen dataclasses.)"""
 
     namespace: str
     node: str = ""  # real usage on this node
@@ -126,8 +126,7 @@ class _Claim:
     reserved: tuple[str, int] = ("", 0)  # (resource, GPUs) not yet in any quota's status.used
 
 
-@dataclass(frozen=True, slots=True)
-class Reservation:
+class Reservation(NamedTuple):
     token: int
     namespace: str
     pool: PoolKey
@@ -292,7 +291,7 @@ class PoolIndex:
 
     def _apply(self, claim: _Claim, sign: int, owner: _Owner) -> None:
         if claim.node:
-            used = self._used.setdefault(claim.node, Counter())
+            used = _counter(self._used, claim.node)
             for resource, n in claim.requests:
                 used[resource] += sign * n
             if not +used:
@@ -301,7 +300,7 @@ class PoolIndex:
             if sign > 0:
                 self._rebalance(claim.node)
         if claim.pool is not None and claim.pool_gpus:
-            cls = self._class_used.setdefault(claim.namespace, Counter())
+            cls = _counter(self._class_used, claim.namespace)
             cls[claim.pool.gpu_class] += sign * claim.pool_gpus
             if not claim.node:
                 pool = self._pools.get(claim.pool)
@@ -315,7 +314,7 @@ class PoolIndex:
                         self._memo.clear()
         if claim.virtual_node:
             resource = self.policy.vendors[claim.pool.vendor].resource if claim.pool else ""
-            virtual = self._virtual.setdefault(claim.virtual_node, Counter())
+            virtual = _counter(self._virtual, claim.virtual_node)
             virtual[resource] += sign * claim.pool_gpus
             if not +virtual:
                 del self._virtual[claim.virtual_node]
@@ -342,7 +341,7 @@ class PoolIndex:
                 self._apply(claim, -1, owner)
                 assert claim.pool is not None  # virtual holds always have a pool
                 target = self._place_virtually(claim.pool, claim.pins, claim.pool_gpus, exclude=name)
-                moved = replace(claim, virtual_node=target or "")
+                moved = claim._replace(virtual_node=target or "")
                 self._set_claim(owner, moved)
                 self._apply(moved, +1, owner)
 
@@ -499,6 +498,14 @@ class PoolIndex:
                 )
             )
         return stats
+
+
+def _counter(table: dict[str, Counter[str]], key: str) -> Counter[str]:
+    """`table[key]`, created when missing (`setdefault` would build a Counter on every call)."""
+    counter = table.get(key)
+    if counter is None:
+        counter = table[key] = Counter()
+    return counter
 
 
 def _decrement(counter: Counter[Any], key: object) -> None:
