@@ -8,6 +8,7 @@ messages can show the user the nearest misses.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from webhook.annotations import PREFIX, GpuRequest
 from webhook.model import PoolKey, Taint
@@ -19,9 +20,9 @@ from webhook.quantity import format_mib
 from webhook.verdict import Reason
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """A pool the Pod may go to, through one selector of it."""
+class Candidate(NamedTuple):
+    """A pool the Pod may go to, through one selector of it. (A NamedTuple: one is built per matching
+    pool for every decision, and a frozen dataclass costs several times more to build.)"""
 
     pool: PoolKey
     resource: str
@@ -47,9 +48,9 @@ def _describe(rejection: Rejection, all_rejections: list[Rejection]) -> str:
     return f"{name}: {', '.join(rejection.reasons)}"
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """Either a chosen candidate (with warnings) or a denial message; plus every judgement made."""
+class Decision(NamedTuple):
+    """Either a chosen candidate (with warnings) or a denial message; plus every judgement made.
+    (A NamedTuple, like Candidate: one per admission.)"""
 
     chosen: Candidate | None
     denial: str
