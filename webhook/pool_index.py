@@ -113,8 +113,9 @@ class Pool:
 
 
 class _Claim(NamedTuple):
-    """What one Pod or reservation adds to the index, so it can be taken back exactly. (NamedTuples
-    here and for Reservation: one of each is built per admission, cheaper than frozen dataclasses.)"""
+    """What one Pod or reservation adds to the index, so it can be taken back exactly. (A NamedTuple:
+    one is built per admission, cheaper than a frozen dataclass; and a reservation is this one object,
+    which is all a full garbage collection has to walk for each of them.)"""
 
     namespace: str
     node: str = ""  # real usage on this node
@@ -124,14 +125,6 @@ class _Claim(NamedTuple):
     pool: PoolKey | None = None
     pool_gpus: int = 0  # GPUs of the pool's resource (class usage, pending)
     reserved: tuple[str, int] = ("", 0)  # (resource, GPUs) not yet in any quota's status.used
-
-
-class Reservation(NamedTuple):
-    token: int
-    namespace: str
-    pool: PoolKey
-    gpus: int
-    expires_at: float
 
 
 class PoolIndex:
@@ -149,7 +142,7 @@ class PoolIndex:
         self._quotas: dict[str, dict[str, QuotaInfo]] = {}
         self._class_used: dict[str, Counter[str]] = {}
         self._reserved: Counter[tuple[str, str]] = Counter()  # (namespace, resource) -> GPUs
-        self._reservations: dict[int, tuple[Reservation, _Claim]] = {}
+        self._reservations: dict[int, _Claim] = {}  # token -> what the admitted Pod holds
         self._waiting: dict[tuple[str, PoolKey, int], deque[int]] = {}
         self._expiry: deque[tuple[float, int]] = deque()  # (expires_at, token), oldest first
         self._tokens = itertools.count(1)
@@ -350,11 +343,11 @@ class PoolIndex:
         return (used[resource] if used else 0) + (virtual[resource] if virtual else 0) - allocatable
 
     def _claim_of(self, owner: _Owner) -> _Claim:
-        return self._reservations[owner][1] if isinstance(owner, int) else self._pods[owner]
+        return self._reservations[owner] if isinstance(owner, int) else self._pods[owner]
 
     def _set_claim(self, owner: _Owner, claim: _Claim) -> None:
         if isinstance(owner, int):
-            self._reservations[owner] = (self._reservations[owner][0], claim)
+            self._reservations[owner] = claim
         else:
             self._pods[owner] = claim
 
@@ -372,23 +365,23 @@ class PoolIndex:
             reserved=(resource, gpus),
         )
         token = next(self._tokens)
-        reservation = Reservation(token, namespace, pool, gpus, now + self.policy.defaults.reservation_seconds)
-        self._reservations[token] = (reservation, claim)
+        self._reservations[token] = claim
         self._waiting.setdefault((namespace, pool, gpus), deque()).append(token)
-        self._expiry.append((reservation.expires_at, token))
+        self._expiry.append((now + self.policy.defaults.reservation_seconds, token))
         self._apply(claim, +1, token)
         return token
 
     def release(self, token: int) -> None:
-        entry = self._reservations.pop(token, None)
-        if entry is None:
+        claim = self._reservations.pop(token, None)
+        if claim is None:
             return
-        reservation, claim = entry
-        queue = self._waiting.get((reservation.namespace, reservation.pool, reservation.gpus))
+        assert claim.pool is not None  # a reservation always has its pool
+        waiting = (claim.namespace, claim.pool, claim.pool_gpus)
+        queue = self._waiting.get(waiting)
         if queue is not None:
             queue.remove(token)
             if not queue:
-                del self._waiting[(reservation.namespace, reservation.pool, reservation.gpus)]
+                del self._waiting[waiting]
         self._apply(claim, -1, token)
 
     def expire(self, now: float) -> int:
