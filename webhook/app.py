@@ -130,12 +130,12 @@ class _Mutate:
         body = _read_body(environ, self._max_body)
         try:
             review = parse_review(body)
-            verdict = skip_verdict(review)
+            ref = pod_ref(review)
+            verdict = skip_verdict(review, ref)
         except ReviewError as exc:
             # Not an admission (no uid to answer): a warning with the reason, never the body.
             self._log.warning("bad request", extra={"fields": {"code": exc.status, "reason": str(exc)}})
             return _status_answer(exc.status, str(exc))
-        ref = pod_ref(review)
         try:
             if verdict is None:
                 assert review.object is not None  # skip_verdict refuses a Pod CREATE without one

@@ -101,12 +101,12 @@ def pod_ref(request: AdmissionRequest) -> PodRef:
     return PodRef(namespace=_text(meta.get("namespace")) or request.namespace, name=name)
 
 
-def skip_verdict(request: AdmissionRequest) -> Verdict | None:
+def skip_verdict(request: AdmissionRequest, ref: PodRef | None = None) -> Verdict | None:
     """The answer for a request the core never sees, or None when the core must decide.
 
     Only a Pod CREATE is gpupool's business. A mirror Pod (created by the kubelet from a static
     manifest) and a Pod that names its node bypass the scheduler, so a nodeSelector would not place
-    them and a refusal would only break the node.
+    them and a refusal would only break the node. `ref` is `pod_ref(request)` when the caller has it.
     """
     if not request.is_pod_create:
         sub = f"/{request.sub_resource}" if request.sub_resource else ""
@@ -118,7 +118,7 @@ def skip_verdict(request: AdmissionRequest) -> Verdict | None:
     node = _text(_mapping(request.object.get("spec")).get("nodeName"))
     if node:
         return allow(f"already bound to node {node}")
-    if not pod_ref(request).namespace:
+    if not (ref or pod_ref(request)).namespace:
         raise ReviewError("the Pod has no namespace and neither has the request")
     return None
 
