@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from webhook.memo import Memo
+from webhook.memo import NO_MEMO, Memo
 
 
 class Counting:
@@ -55,3 +55,9 @@ def test_clear_forgets_everything() -> None:
     memo.get("a", compute)
     memo.clear()
     assert memo.get("a", compute) == 2
+
+
+def test_no_memo_computes_every_time_even_with_a_key() -> None:
+    compute = Counting()
+    assert [NO_MEMO.get("a", compute) for _ in range(2)] == [1, 2]
+    assert not NO_MEMO.remembers and len(NO_MEMO) == 0

@@ -18,7 +18,7 @@ from webhook.annotations import GpuRequest, RequestError, parse_request, wants_g
 from webhook.decision import decide
 from webhook.inventory import Inventory
 from webhook.kubeobj import as_map
-from webhook.memo import Memo
+from webhook.memo import NO_MEMO, Memo
 from webhook.patch import build_patch
 from webhook.policy import Policy
 from webhook.pool_index import PoolIndex
@@ -36,7 +36,7 @@ def evaluate(
     index: PoolIndex,
     *,
     explain: bool = True,
-    shapes: Memo | None = None,
+    shapes: Memo = NO_MEMO,
 ) -> Verdict:
     """The verdict for a Pod being created in `namespace`. `explain` adds a line per pool considered
     (for `gpupool explain`; the server does not need them, denial messages carry their own).
@@ -60,20 +60,19 @@ class Prepared(NamedTuple):
     shape: bytes | None  # its key in the memo of shapes, when there is one
 
 
-def prepare(pod: Mapping[str, Any], namespace: str, policy: Policy, shapes: Memo | None = None) -> Prepared | Verdict:
+def prepare(pod: Mapping[str, Any], namespace: str, policy: Policy, shapes: Memo = NO_MEMO) -> Prepared | Verdict:
     """What the Pod alone decides, without the inventory: the verdict for a Pod gpupool leaves alone or
     refuses as malformed, else its request."""
-    early = _left_alone(pod)
+    early = left_alone(pod)
     if early is not None:
         return early
-    key = shape_key(pod, namespace) if shapes is not None else None
-    memo = shapes if shapes is not None else _NO_MEMO  # (an empty Memo is falsy: no `or` here)
-    req = memo.get(key, lambda: _request(pod, namespace, policy))
+    key = shape_key(pod, namespace) if shapes.remembers else None
+    req = shapes.get(key, lambda: _request(pod, namespace, policy))
     return req if isinstance(req, Verdict) else Prepared(pod, req, key)
 
 
 def place(
-    prepared: Prepared, policy: Policy, index: PoolIndex, *, explain: bool = True, shapes: Memo | None = None
+    prepared: Prepared, policy: Policy, index: PoolIndex, *, explain: bool = True, shapes: Memo = NO_MEMO
 ) -> Verdict:
     """The pool for a prepared Pod, read from the index now, and the patch that pins it there."""
     pod, req, key = prepared.pod, prepared.request, prepared.shape
@@ -95,7 +94,7 @@ def place(
         fallback=chosen.fallback,
     )
     patch_key = (key, chosen.pool, chosen.selector, chosen.gpu_taints, chosen.resource) if key else None
-    patch = (shapes if shapes is not None else _NO_MEMO).get(
+    patch = shapes.get(
         patch_key,
         lambda: build_patch(
             pod,
@@ -111,11 +110,9 @@ def place(
     return verdict.place(placement, patch, warnings=decision.warnings, reasons=reasons)
 
 
-_NO_MEMO = Memo(limit=0)  # computes every time: evaluate() without `shapes` passes it no keys
-
-
-def _left_alone(pod: Mapping[str, Any]) -> Verdict | None:
-    """Pods gpupool never places, judged on fields outside the Pod's shape."""
+def left_alone(pod: Mapping[str, Any]) -> Verdict | None:
+    """Pods gpupool never places, judged on fields outside the Pod's shape (also the HTTP layer's rule,
+    webhook.review.skip_verdict)."""
     if not isinstance(pod, dict):
         return verdict.deny("the object is not a Pod", code=verdict.CODE_INVALID)
     meta = as_map(pod.get("metadata"))

@@ -18,9 +18,14 @@ class Memo:
         self._limit = limit
         self._values: dict[Hashable, Any] = {}
 
+    @property
+    def remembers(self) -> bool:
+        """False for NO_MEMO, which computes every value every time."""
+        return self._limit > 0
+
     def get(self, key: Hashable | None, compute: Callable[[], T]) -> T:
-        """The value for `key`, computed once; with no key, computed every time."""
-        if key is None:
+        """The value for `key`, computed once; with no key (or in NO_MEMO), computed every time."""
+        if key is None or not self._limit:
             return compute()
         try:
             value: T = self._values[key]
@@ -36,3 +41,6 @@ class Memo:
 
     def __len__(self) -> int:
         return len(self._values)
+
+
+NO_MEMO = Memo(limit=0)  # for callers that remember nothing

@@ -15,10 +15,11 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from webhook.admission import left_alone
+from webhook.kubeobj import as_map
 from webhook.verdict import Verdict, allow
 
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
-MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 AUDIT_POOL_KEY = "pool"  # kube-apiserver prefixes it with the webhook's name: "<webhook>/pool"
 MAX_WARNING_CHARS = 120  # longer warnings are cut by kubectl users' terminals and by the API server
 _ELLIPSIS = "..."  # ASCII: warnings travel in HTTP Warning headers
@@ -113,11 +114,9 @@ def skip_verdict(request: AdmissionRequest, ref: PodRef | None = None) -> Verdic
         return allow(f"not a Pod CREATE ({request.operation} {request.resource or '?'}{sub})")
     if request.object is None:
         raise ReviewError("the Pod CREATE request has no object")
-    if MIRROR_ANNOTATION in _mapping(_metadata(request.object).get("annotations")):
-        return allow("mirror Pod: created by the kubelet, not scheduled")
-    node = _text(_mapping(request.object.get("spec")).get("nodeName"))
-    if node:
-        return allow(f"already bound to node {node}")
+    early = left_alone(request.object)  # the core's own rule: mirror, bound and DaemonSet Pods
+    if early is not None:
+        return early
     if not (ref or pod_ref(request)).namespace:
         raise ReviewError("the Pod has no namespace and neither has the request")
     return None
@@ -178,11 +177,7 @@ def shorten_warning(text: str, limit: int = MAX_WARNING_CHARS) -> str:
 
 
 def _metadata(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    return _mapping(obj.get("metadata")) if obj is not None else {}
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, dict) else {}
+    return as_map(obj.get("metadata")) if obj is not None else {}
 
 
 def _text(value: Any) -> str:
