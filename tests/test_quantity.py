@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from webhook.quantity import QuantityError, format_mib, parse_bytes, parse_count
 
@@ -45,3 +47,50 @@ def test_parse_count_never_promises_gpus_a_node_does_not_report(value: object, e
 def test_format_mib_prefers_whole_gibibytes() -> None:
     """Memory is shown as people write it."""
     assert (format_mib(40960), format_mib(23034)) == ("40Gi", "23034Mi")
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["٣Gi", "２", "²", "1e٣", "1.٥"],
+    ids=["arabic-indic", "full-width", "superscript", "exponent-digit", "fraction-digit"],
+)
+def test_only_ascii_digits_are_digits(text: str) -> None:
+    """Unicode digits are not quantities: Kubernetes reads ASCII digits only (Python's \\d and isdigit
+    would accept these, and Decimal would even compute them)."""
+    with pytest.raises(QuantityError):
+        parse_bytes(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("1" * 40_000 + "x", "40001 characters"),
+        ("1e999999", "exponent is out of range"),
+        ("1e999", "out of range"),
+        ("9" * 30, "out of range"),
+        ("-1Gi", "out of range"),
+    ],
+    ids=["long-digit-run", "huge-exponent", "beyond-int64", "many-digits", "negative"],
+)
+def test_hostile_quantities_are_refused_at_once_naming_the_problem(text: str, words: str) -> None:
+    """Values that used to cost seconds (regex backtracking, a million-digit power of ten) are refused
+    by the linear parser, with a message that shows a bounded part of the value."""
+    with pytest.raises(QuantityError, match=words) as err:
+        parse_bytes(text)
+    assert len(str(err.value)) < 200
+
+
+def test_counts_beyond_any_node_are_garbage() -> None:
+    """A node or Pod reporting 1e5000 GPUs (or a YAML integer of thousands of digits) counts as none,
+    without ever building the number's decimal digits."""
+    assert (parse_count("1e5000"), parse_count(10**5000), parse_count("3000000000")) == (0, 0, 0)
+
+
+@given(st.text(max_size=200) | st.from_regex(r"\A[+-]?[0-9]{0,80}(\.[0-9]{0,80})?([eE][+-]?[0-9]{0,8}|[KMGTPE]i?)?\Z"))
+def test_any_text_is_a_byte_count_in_range_or_a_quantity_error(text: str) -> None:
+    """Whatever the text, the parser answers: a whole number of bytes within an int64, or QuantityError."""
+    try:
+        value = parse_bytes(text)
+    except QuantityError:
+        return
+    assert 0 <= value <= 2**63 - 1

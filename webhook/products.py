@@ -43,10 +43,17 @@ def matches(query: Tokens, product: Tokens) -> bool:
     return all(any(tok == p for p in it) for tok in query)
 
 
+MAX_VERSION_CHARS = 64
+_MAX_VERSION_PART = 9  # digits per part: more than any driver or CUDA version has, and int() stays cheap
+
+
 def parse_version(text: str) -> tuple[int, ...] | None:
-    """A dotted driver version (`535`, `535.104.05`) as numbers, or None when it is not one."""
+    """A dotted version (`535`, `535.104.05`) as numbers, or None when it is not one. ASCII digits only:
+    `str.isdigit` also accepts `²` and `٣`, which int() then refuses or reads as another number."""
+    if len(text) > MAX_VERSION_CHARS:
+        return None
     parts = text.strip().split(".")
-    if not parts or len(parts) > 4 or not all(p.isdigit() for p in parts):
+    if len(parts) > 4 or not all(0 < len(p) <= _MAX_VERSION_PART and p.isascii() and p.isdigit() for p in parts):
         return None
     return tuple(int(p) for p in parts)
 
