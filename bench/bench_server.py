@@ -289,7 +289,7 @@ def python_run(
 
 def shape_variants(body_file: Path, count: int) -> list[dict[str, Any]]:
     """`count` copies of the review whose Pods differ in gpupool.io/min-memory (1,000 to 5,999 MiB, which
-    every medium GPU of the demo has), so no two share a shape (webhook.shapes); each has its own uid."""
+    every medium GPU of the demo has), so no two share a shape (webhook.pod.PodShape); each has its own uid."""
     review = json.loads(body_file.read_text())
     variants = []
     for i in range(count):

@@ -53,6 +53,22 @@ def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Print the worst-case timings tests measured (`user_properties` named "worst-case seconds")."""
+    lines = [
+        f"{report.nodeid}: {value} s"
+        for reports in terminalreporter.stats.values()
+        for report in reports
+        if getattr(report, "when", "") == "call"
+        for name, value in getattr(report, "user_properties", ())
+        if name == "worst-case seconds"
+    ]
+    if lines:
+        terminalreporter.write_sep("-", "measured worst cases")
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
 # --- certificates -------------------------------------------------------------------------------------
 
 

@@ -16,6 +16,7 @@ import json
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -33,6 +34,7 @@ from tests.builders import policy as make_policy
 from webhook.admission import Admitter, evaluate
 from webhook.kubeobj import pod_from_obj, pod_gpu_requests
 from webhook.memo import Memo
+from webhook.pod import MAX_CONTAINERS, MAX_EXTENDED_RESOURCES, MAX_SELECTOR_ENTRIES, MAX_TOLERATIONS
 from webhook.policy import Policy, load_policy
 from webhook.pool_index import PoolIndex
 from webhook.snapshot import SnapshotInventory, build_index, parse_objects
@@ -877,7 +879,7 @@ def near_duplicates_st(draw: st.DrawFn) -> list[tuple[dict[str, Any], str]]:
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(calls=near_duplicates_st())
 def test_a_shared_shape_memo_never_changes_an_answer(calls: list[tuple[dict[str, Any], str]]) -> None:
-    """The server remembers per Pod shape what the shape alone decides (webhook.shapes). Through one memo
+    """The server remembers per Pod shape what the shape alone decides (webhook.pod.PodShape). Through one memo
     that earlier, nearly identical Pods filled, every answer equals the one computed from scratch."""
     policy, index = demo_policy(), shared_demo_index()
     memo = Memo()
@@ -958,18 +960,147 @@ def test_non_string_annotation_values_are_denied_not_raised(value: object) -> No
 
 
 @pytest.mark.parametrize(
-    "obj",
-    [None, [], "pod", {"kind": "Pod"}, {"metadata": None, "spec": None}, {"metadata": {"annotations": "x"}},
-     {"metadata": {"annotations": {"gpupool.io/gpu-class": "low"}}, "spec": {"containers": None}},
-     {"metadata": {"annotations": {"gpupool.io/gpu-class": "low"}}, "spec": {"containers": ["x", 3]}}],
+    ("obj", "field"),
+    [(None, "the object is not a Pod"), ([], "the object is not a Pod"), ("pod", "the object is not a Pod"),
+     ({"kind": "Pod"}, "metadata"), ({"metadata": None, "spec": None}, "metadata"),
+     ({"metadata": {"annotations": "x"}, "spec": {}}, "metadata.annotations"),
+     ({"metadata": {"annotations": {"gpupool.io/gpu-class": "low"}}, "spec": {"containers": None}}, "no containers"),
+     ({"metadata": {"annotations": {"gpupool.io/gpu-class": "low"}}, "spec": {"containers": ["x", 3]}},
+      "spec.containers[0]"),
+     ({"metadata": {"ownerReferences": 5}, "spec": {"containers": [{"name": "a"}]}}, "metadata.ownerReferences")],
     ids=["none", "list", "string", "no-metadata", "null-parts", "annotations-string", "containers-null",
-         "containers-not-objects"],
+         "containers-not-objects", "owner-references-number"],
 )  # fmt: skip
-def test_malformed_objects_get_an_answer(obj: Any) -> None:
-    """Whatever arrives, the core answers (allowed unchanged or denied with a message), never raises."""
+def test_malformed_objects_are_refused_naming_the_field(obj: Any, field: str) -> None:
+    """Whatever arrives, the core answers, never raises: a Pod that is not well-formed is refused (400)
+    with the field that is wrong, and never gets a patch that could not apply."""
     result = evaluate(obj, "ml-train", demo_policy(), shared_demo_index())
-    assert result.allowed or result.message.strip()
-    assert result.patch == ()
+    assert (result.allowed, result.code, result.patch) == (False, 400, ())
+    assert field in result.message
+
+
+def test_a_pod_with_no_namespace_anywhere_is_refused_in_the_review() -> None:
+    """No namespace on the Pod nor on the request: no rule can apply, so it is refused (400), in the
+    review, naming the field."""
+    obj = pod(gpus=1)
+    del obj["metadata"]["namespace"]
+    result = evaluate(obj, "", demo_policy(), shared_demo_index())
+    assert (result.allowed, result.code) == (False, 400)
+    assert "metadata.namespace" in result.message
+
+
+# --- hostile input: every review costs bounded time ---------------------------------------------------
+
+HOSTILE_TEXT = st.one_of(
+    st.text(max_size=64),
+    st.integers(1, 60_000).map(lambda n: "1" * n + "x"),  # a long digit run the old regex backtracked on
+    st.integers(1, 7).map(lambda n: "1e" + "9" * n),  # exponents up to a ten-million-digit power of ten
+    st.sampled_from(["²", "２", "٣", "535.²", "1.٥Gi", "\u0663\u0662"]),  # digits that are not ASCII
+    st.integers(1, 6000).map(lambda n: "7" * n),  # counts beyond int()'s digit limit
+)
+HOSTILE_VALUE: Any = st.recursive(
+    HOSTILE_TEXT | st.integers() | st.none() | st.booleans(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=8,
+)
+ANNOTATION_KEYS = st.sampled_from(
+    [
+        "gpu-class",
+        "min-memory",
+        "gpu-count",
+        "gpu-product",
+        "min-driver",
+        "vendor",
+        "container",
+        "fallback",
+        "pool",
+        "x",
+    ]
+).map(lambda k: f"gpupool.io/{k}")
+HOSTILE_BUDGET_SECONDS = 0.5  # bounds a blow-up (the old parser took 25 s); not a performance goal
+
+
+@st.composite
+def hostile_pod_st(draw: st.DrawFn) -> tuple[dict[str, Any], list[str]]:
+    obj = pod(annotations={k: draw(HOSTILE_VALUE) for k in draw(st.lists(ANNOTATION_KEYS, max_size=4))})
+    where = draw(st.sampled_from(["limits", "requests", "tolerations", "nodeSelector", "env", "none"]))
+    value = draw(HOSTILE_VALUE)
+    container = obj["spec"]["containers"][0]
+    if where in ("limits", "requests"):
+        container["resources"] = {where: {"nvidia.com/gpu": value}}
+    elif where == "tolerations":
+        obj["spec"]["tolerations"] = [{"key": value, "operator": "Exists"}]
+    elif where == "nodeSelector":
+        obj["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": value}
+    elif where == "env":
+        container["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": value}]
+    return obj, [where]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=hostile_pod_st())
+def test_hostile_values_are_answered_within_a_small_bound(case: tuple[dict[str, Any], list[str]]) -> None:
+    """Long digit runs, huge exponents, Unicode digits and nested values in every field the core reads:
+    each gets an answer (allowed, or refused with a 400 that names what is wrong), never an exception
+    or an internal error, quickly, and a denial message stays short."""
+    obj, _ = case
+    started = time.perf_counter()
+    result = evaluate(obj, "ml-train", demo_policy(), shared_demo_index())
+    elapsed = time.perf_counter() - started
+    assert elapsed < HOSTILE_BUDGET_SECONDS, f"{elapsed:.3f} s"
+    assert result.allowed or (result.code in (400, 403) and 0 < len(result.message) <= 2048)
+
+
+def _bulk(kind: str) -> dict[str, Any]:
+    """A Pod that fills about 3 MiB (kube-apiserver's body limit) with one kind of field, within the
+    counts gpupool reads (webhook.pod's MAX_*), or far beyond them ("too-many-...")."""
+    obj = pod(annotations={"gpupool.io/gpu-class": "medium"})
+    spec, container = obj["spec"], obj["spec"]["containers"][0]
+    if kind == "tolerations":
+        spec["tolerations"] = [{"key": f"{i}{'k' * 3000}", "operator": "Exists"} for i in range(MAX_TOLERATIONS)]
+    elif kind == "too-many-tolerations":
+        spec["tolerations"] = [{"key": f"k{i}", "operator": "Exists"} for i in range(60_000)]
+    elif kind == "containers":
+        limits = {f"example.com/r{j}": "1" * 80 for j in range(MAX_EXTENDED_RESOURCES)}
+        spec["containers"] = [{"name": f"c{i}", "resources": {"limits": limits}} for i in range(MAX_CONTAINERS)]
+    elif kind == "too-many-containers":
+        spec["containers"] = [
+            {"name": f"c{i}", "resources": {"limits": {"nvidia.com/gpu": "1"}}} for i in range(30_000)
+        ]
+    elif kind == "annotations":
+        obj["metadata"]["annotations"].update({f"gpupool.io/k{i}": "1" * 20 for i in range(60_000)})
+    elif kind == "other-annotations":
+        obj["metadata"]["annotations"].update({f"example.com/k{i}": "1" * 20 for i in range(60_000)})
+    elif kind == "nodeSelector":
+        spec["nodeSelector"] = {f"example.com/label-{i}": "x" * 12_000 for i in range(MAX_SELECTOR_ENTRIES)}
+    elif kind == "too-many-selector-labels":
+        spec["nodeSelector"] = {f"example.com/label-{i}": "x" * 20 for i in range(60_000)}
+    elif kind == "env":
+        container["env"] = [{"name": f"VAR_{i}", "value": "x" * 20} for i in range(60_000)]
+    elif kind == "one-value":
+        obj["metadata"]["annotations"]["gpupool.io/min-memory"] = "1" * (3 * 2**20 - 100)
+    return obj
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["tolerations", "too-many-tolerations", "containers", "too-many-containers", "annotations", "other-annotations",
+     "nodeSelector", "too-many-selector-labels", "env", "one-value"],
+)  # fmt: skip
+def test_the_largest_reviews_are_answered_in_milliseconds(kind: str, request: pytest.FixtureRequest) -> None:
+    """The worst case, measured: a Pod of about 3 MiB made of one kind of field, through the Admitter (as
+    the server runs it: read, decide, reserve), twice (cold, then with its shape remembered). The time
+    is printed at the end of the run (tests/conftest.py); the assertion only catches a blow-up."""
+    obj = _bulk(kind)
+    adm = Admitter(demo_policy(), SnapshotInventory(demo_index(), "demo"))
+    worst = 0.0
+    for _ in range(2):
+        started = time.perf_counter()
+        result = adm.admit(obj, namespace="ml-train", dry_run=True)
+        worst = max(worst, time.perf_counter() - started)
+    request.node.user_properties.append(("worst-case seconds", round(worst, 4)))
+    assert result.allowed or result.message
+    assert worst < 2.0, f"{kind}: {worst:.3f} s"
 
 
 # --- Admitter: reservations across a burst of admissions --------------------------------------------------

@@ -8,6 +8,7 @@ from tests.builders import GPU_TAINT, fleet, gpu_node, index_of, pod, policy
 from webhook.annotations import parse_request
 from webhook.decision import Decision, decide
 from webhook.model import PoolKey
+from webhook.pod import read_pod
 from webhook.policy import Policy
 from webhook.pool_index import PoolIndex
 
@@ -28,7 +29,11 @@ def run(
     **kw: Any,
 ) -> Decision:
     index = index or index_of(objects if objects is not None else fleet(), pol)
-    return decide(parse_request(pod(annotations=annotations, namespace=namespace, **kw), namespace, pol), index, pol)
+    return decide(
+        parse_request(read_pod(pod(annotations=annotations, namespace=namespace, **kw), namespace).shape, pol),
+        index,
+        pol,
+    )
 
 
 def chosen(decision: Decision) -> PoolKey | None:

@@ -165,3 +165,14 @@ class TestAdmissionLog:
         AdmissionLog(logging.getLogger("gpupool.admission.test-fd")).info({"uid": "u3"})
         err = capfd.readouterr().err
         assert orjson.loads(err)["uid"] == "u3" and err.endswith("\n")
+
+
+def test_text_from_the_request_is_cut_to_a_few_hundred_characters() -> None:
+    """A hostile review's megabyte-long name or a long denial cannot make a log line of megabytes; the
+    cut says how long the text was."""
+    fields = admission_fields(
+        uid="u" * 100_000, namespace="ns", pod="p" * 3_000_000, outcome="denied", pool="", latency_ms=1.0,
+        message="m" * 100_000,
+    )  # fmt: skip
+    assert len(orjson.dumps(fields)) < 5_000
+    assert fields["pod"].endswith("... (3000000 characters)")

@@ -8,24 +8,25 @@ import jsonpatch
 import pytest
 
 from tests.builders import pod
-from webhook.model import Taint, Toleration
-from webhook.patch import build_patch, escape
+from webhook.model import Taint
+from webhook.patch import PatchSpec, build_patch, escape
+from webhook.pod import read_pod
 
 SELECTOR = {"gpu.accelerator/class": "high", "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}
 GPU_TAINT = Taint("nvidia.com/gpu", "present", "NoSchedule")
 
 
-def patch_of(obj: dict[str, Any], tolerations: tuple[Toleration, ...] = (), count: int = 2) -> list[dict[str, Any]]:
-    return build_patch(
-        obj,
-        selector=SELECTOR,
+def patch_of(obj: dict[str, Any], count: int = 2) -> list[dict[str, Any]]:
+    """The patch for the Pod as the core builds it: from the Pod's shape (so its own tolerations count)."""
+    spec = PatchSpec(
+        selector=tuple(SELECTOR.items()),
         gpu_taints=(GPU_TAINT,),
-        tolerations=tolerations,
         container_index=0,
         resource="nvidia.com/gpu",
-        count=count,
+        gpus=count,
         pool="nvidia/high/NVIDIA-A100-SXM4-40GB",
     )
+    return build_patch(read_pod(obj).shape, spec)
 
 
 def applied(obj: dict[str, Any], **kw: Any) -> dict[str, Any]:
@@ -81,7 +82,7 @@ def test_null_parents_are_replaced_whole() -> None:
 def test_tolerated_taints_add_no_toleration() -> None:
     """A Pod that already tolerates the GPU taint (even by a wildcard) gets no second toleration."""
     obj = pod(tolerations=[{"operator": "Exists"}])
-    ops = patch_of(obj, tolerations=(Toleration(operator="Exists"),))
+    ops = patch_of(obj)
     assert not any(op["path"].startswith("/spec/tolerations") for op in ops)
 
 
@@ -117,8 +118,7 @@ def test_existing_equal_limit_is_left_alone() -> None:
 def test_patch_of_the_patched_pod_is_empty(obj: dict[str, Any]) -> None:
     """Idempotent: kube-apiserver may call the webhook again with the patched Pod."""
     result = applied(obj)
-    tolerations = tuple(Toleration(**t) for t in result["spec"]["tolerations"])
-    assert patch_of(result, tolerations=tolerations) == []
+    assert patch_of(result) == []
 
 
 def test_count_zero_adds_no_limit() -> None:

@@ -6,6 +6,7 @@ from tests.builders import fleet, index_of, pod, policy, quota
 from webhook.annotations import parse_request
 from webhook.kubeobj import quota_from_obj
 from webhook.model import PoolKey
+from webhook.pod import read_pod
 from webhook.quotas import check_quotas, quota_warnings, unenforced
 
 POLICY = policy()
@@ -20,8 +21,8 @@ def test_resource_quota_uses_status_used_plus_reservations() -> None:
         quota("wrong", "team", {"nvidia.com/gpu": "1"}),
     ]
     index = index_of(objects)
-    one = parse_request(pod(namespace="team", annotations={"gpupool.io/gpu-count": "1"}), "team", POLICY)
-    two = parse_request(pod(namespace="team", annotations={"gpupool.io/gpu-count": "2"}), "team", POLICY)
+    one = parse_request(read_pod(pod(namespace="team", annotations={"gpupool.io/gpu-count": "1"})).shape, POLICY)
+    two = parse_request(read_pod(pod(namespace="team", annotations={"gpupool.io/gpu-count": "2"})).shape, POLICY)
     assert check_quotas(one, index, "nvidia.com/gpu") == ""
     assert check_quotas(two, index, "nvidia.com/gpu") == (
         "exceeded quota gpu-quota in namespace team: requests.nvidia.com/gpu used 3 + requested 2 > hard 4"
@@ -37,7 +38,7 @@ def test_scoped_quota_is_left_to_kubernetes() -> None:
         "matchExpressions": [{"scopeName": "PriorityClass", "operator": "In", "values": ["high"]}]
     }
     index = index_of([*fleet(), obj])
-    one = parse_request(pod(namespace="team", annotations={"gpupool.io/gpu-count": "1"}), "team", POLICY)
+    one = parse_request(read_pod(pod(namespace="team", annotations={"gpupool.io/gpu-count": "1"})).shape, POLICY)
     assert check_quotas(one, index, "nvidia.com/gpu") == ""
     assert quota_warnings(index, POLICY) == ["quota team/prio: has scopes; gpupool does not check it (Kubernetes does)"]
 

@@ -115,30 +115,22 @@ class TestSkipVerdict:
         assert verdict is not None
         assert (verdict.allowed, verdict.outcome, verdict.patch) == (True, "unchanged", ())
 
-    def test_mirror_pod_is_allowed_unchanged(self) -> None:
-        """A kubelet mirror Pod is not scheduled, so gpupool leaves it alone."""
-        pod = gpu_pod(annotations={"kubernetes.io/config.mirror": "abc123"})
-        verdict = skip_verdict(parse(admission_review(pod)))
-        assert verdict is not None and verdict.allowed and not verdict.patch
-
-    def test_pod_with_node_name_is_allowed_unchanged(self) -> None:
-        """A Pod that names its node bypasses the scheduler: allowed unchanged, the node named."""
-        verdict = skip_verdict(parse(admission_review(gpu_pod(node_name="gpu-node-7"))))
-        assert verdict is not None and verdict.allowed and "gpu-node-7" in verdict.message
-
-    def test_gpu_pod_create_goes_to_the_core(self) -> None:
-        """A Pod CREATE without a node is the core's to decide."""
-        assert skip_verdict(parse(admission_review(gpu_pod()))) is None
-
-    def test_pod_create_without_object_is_a_bad_call(self) -> None:
-        """A Pod CREATE must carry the Pod; without it the call is malformed."""
-        with pytest.raises(ReviewError, match="no object"):
-            skip_verdict(parse(admission_review(None)))
-
-    def test_pod_without_any_namespace_is_a_bad_call(self) -> None:
-        """With no namespace on the object nor the request, no quota or rule can apply: refused as bad."""
-        with pytest.raises(ReviewError, match="no namespace"):
-            skip_verdict(parse(admission_review(gpu_pod(namespace=None), namespace="")))
+    @pytest.mark.parametrize(
+        "obj",
+        [
+            gpu_pod(),
+            gpu_pod(annotations={"kubernetes.io/config.mirror": "abc123"}),
+            gpu_pod(node_name="gpu-node-7"),
+            gpu_pod(namespace=None),
+            None,
+        ],
+        ids=["gpu-pod", "mirror", "bound", "no-namespace", "no-object"],
+    )
+    def test_every_pod_create_goes_to_the_core(self, obj: dict[str, Any] | None) -> None:
+        """Whatever the Pod (mirror, bound, even missing or without a namespace), a Pod CREATE is the
+        core's to answer in the review with its uid: an HTTP error instead would let the Pod through
+        unplaced under failurePolicy Ignore."""
+        assert skip_verdict(parse(admission_review(obj, namespace=""))) is None
 
 
 class TestPodRef:

@@ -9,7 +9,7 @@ inventory's lock only for `place`, and records a reservation for each real (not 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, NamedTuple
 
@@ -17,20 +17,17 @@ from webhook import verdict
 from webhook.annotations import GpuRequest, RequestError, parse_request, wants_gpus
 from webhook.decision import decide
 from webhook.inventory import Inventory
-from webhook.kubeobj import as_map
 from webhook.memo import NO_MEMO, Memo
-from webhook.patch import build_patch
+from webhook.patch import PatchSpec, build_patch
+from webhook.pod import PodError, PodShape, PodView, read_pod
 from webhook.policy import Policy
 from webhook.pool_index import PoolIndex
 from webhook.quotas import check_quotas
-from webhook.shapes import shape_key
 from webhook.verdict import Placement, Verdict
-
-MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 
 def evaluate(
-    pod: Mapping[str, Any],
+    pod: Any,
     namespace: str,
     policy: Policy,
     index: PoolIndex,
@@ -42,7 +39,7 @@ def evaluate(
     (for `gpupool explain`; the server does not need them, denial messages carry their own).
 
     `shapes` remembers, across calls with the same policy, what a Pod's shape alone decides
-    (webhook.shapes): its request, or why it is left alone or refused, and its patch for a placement.
+    (webhook.pod.PodShape): its request, or why it is refused, and its patch for a placement.
     """
     prepared = prepare(pod, namespace, policy, shapes)
     if isinstance(prepared, Verdict):
@@ -55,27 +52,29 @@ class Prepared(NamedTuple):
     are read. (A NamedTuple: one is built per admission, and it is cheaper to build than a frozen
     dataclass.)"""
 
-    pod: Mapping[str, Any]
+    pod: PodView
     request: GpuRequest
-    shape: bytes | None  # its key in the memo of shapes, when there is one
 
 
-def prepare(pod: Mapping[str, Any], namespace: str, policy: Policy, shapes: Memo = NO_MEMO) -> Prepared | Verdict:
-    """What the Pod alone decides, without the inventory: the verdict for a Pod gpupool leaves alone or
-    refuses as malformed, else its request."""
-    early = left_alone(pod)
+def prepare(pod: Any, namespace: str, policy: Policy, shapes: Memo = NO_MEMO) -> Prepared | Verdict:
+    """What the Pod alone decides, without the inventory: the verdict for a Pod gpupool refuses as
+    malformed or leaves alone, else its request. The raw Pod is read here, once."""
+    try:
+        view = read_pod(pod, namespace)
+    except PodError as exc:
+        return verdict.deny(str(exc), code=verdict.CODE_INVALID, reason="invalid")
+    early = left_alone(view)
     if early is not None:
         return early
-    key = shape_key(pod, namespace) if shapes.remembers else None
-    req = shapes.get(key, lambda: _request(pod, namespace, policy))
-    return req if isinstance(req, Verdict) else Prepared(pod, req, key)
+    req = shapes.get(view.shape, lambda: _request(view.shape, policy))
+    return req if isinstance(req, Verdict) else Prepared(view, req)
 
 
 def place(
     prepared: Prepared, policy: Policy, index: PoolIndex, *, explain: bool = True, shapes: Memo = NO_MEMO
 ) -> Verdict:
     """The pool for a prepared Pod, read from the index now, and the patch that pins it there."""
-    pod, req, key = prepared.pod, prepared.request, prepared.shape
+    view, req = prepared
     decision = decide(req, index, policy)
     reasons = decision.explain() if explain else ()
     chosen = decision.chosen
@@ -93,46 +92,32 @@ def place(
         has_capacity=chosen.fits,
         fallback=chosen.fallback,
     )
-    patch_key = (key, chosen.pool, chosen.selector, chosen.gpu_taints, chosen.resource) if key else None
-    patch = shapes.get(
-        patch_key,
-        lambda: build_patch(
-            pod,
-            selector=dict(chosen.selector),
-            gpu_taints=chosen.gpu_taints,
-            tolerations=req.tolerations,
-            container_index=req.container_index,
-            resource=chosen.resource,
-            count=req.count,
-            pool=str(chosen.pool),
-        ),
+    spec = PatchSpec(
+        chosen.selector, chosen.gpu_taints, req.container_index, chosen.resource, req.count, str(chosen.pool)
     )
+    # The key is the patch's whole input, so nothing it reads can be left out of it.
+    patch = shapes.get((view.shape, spec), lambda: build_patch(view.shape, spec))
     return verdict.place(placement, patch, warnings=decision.warnings, reasons=reasons)
 
 
-def left_alone(pod: Mapping[str, Any]) -> Verdict | None:
-    """Pods gpupool never places, judged on fields outside the Pod's shape (also the HTTP layer's rule,
-    webhook.review.skip_verdict)."""
-    if not isinstance(pod, dict):
-        return verdict.deny("the object is not a Pod", code=verdict.CODE_INVALID)
-    meta = as_map(pod.get("metadata"))
-    spec = as_map(pod.get("spec"))
-    if MIRROR_ANNOTATION in as_map(meta.get("annotations")):
+def left_alone(pod: PodView) -> Verdict | None:
+    """Pods gpupool never places, judged on who the Pod is rather than its shape."""
+    if pod.mirror:
         return verdict.allow("mirror Pod: created by the kubelet, not placed by gpupool")
-    if spec.get("nodeName"):
-        return verdict.allow(f"already bound to node {spec['nodeName']}")
-    if any(as_map(o).get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or []):
+    if pod.node_name:
+        return verdict.allow(f"already bound to node {pod.node_name}")
+    if pod.daemonset:
         # Its node is the DaemonSet controller's choice; pinning it to a pool could only strand it.
         return verdict.allow("DaemonSet Pod: the DaemonSet controller chooses its node")
     return None
 
 
-def _request(pod: Mapping[str, Any], namespace: str, policy: Policy) -> GpuRequest | Verdict:
+def _request(shape: PodShape, policy: Policy) -> GpuRequest | Verdict:
     """What the Pod's shape alone decides: not gpupool's business, malformed, or this request."""
-    if not wants_gpus(pod, policy):
+    if not wants_gpus(shape, policy):
         return verdict.allow("no gpupool.io/ annotation and no GPU resource")
     try:
-        return parse_request(pod, namespace, policy)
+        return parse_request(shape, policy)
     except RequestError as exc:
         return verdict.deny(str(exc), code=verdict.CODE_INVALID, reason="invalid")
 
@@ -146,7 +131,7 @@ class Admitter:
         self._clock = clock
         self._shapes = Memo()
 
-    def admit(self, pod: Mapping[str, Any], *, namespace: str, dry_run: bool = False) -> Verdict:
+    def admit(self, pod: Any, *, namespace: str, dry_run: bool = False) -> Verdict:
         # Only reading the pools and reserving hold the inventory's lock (which the watches need too).
         prepared = prepare(pod, namespace, self.policy, self._shapes)
         if isinstance(prepared, Verdict):

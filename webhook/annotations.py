@@ -1,29 +1,36 @@
-"""From a Pod's `gpupool.io/` annotations and its spec to a validated GpuRequest.
+"""From a Pod's shape (webhook.pod) to a validated GpuRequest.
 
 Every bad value is refused with a message that names the annotation, the value and what is accepted;
 nothing is silently ignored. The Pod's own GPU limits, nodeSelector and tolerations are read here too,
 because they constrain the request (a limit is a count, a nodeSelector a pin).
+
+Every value may come from a hostile Pod: its length is checked before it is parsed, numbers are ASCII
+digits read by linear code, and a denial lists the first few problems and how many more there are, so
+neither the work nor the message grows with what the Pod sent.
 """
 
 from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from webhook.kubeobj import POOL_ANNOTATION, as_map, container_gpus, effective_gpus, tolerations_of
-from webhook.model import PoolKey, Toleration
+from webhook.model import POOL_ANNOTATION, PREFIX, PoolKey, Tolerations, effective_gpus
+from webhook.pod import ContainerView, PodShape
 from webhook.policy import Policy, VendorPolicy
 from webhook.products import Tokens, parse_version, tokens
-from webhook.quantity import MIB, QuantityError, parse_bytes, parse_count
+from webhook.quantity import MIB, QuantityError, parse_bytes, parse_count, shown
 
-PREFIX = "gpupool.io/"
 CLASS, MEMORY, COUNT, PRODUCT = "gpu-class", "min-memory", "gpu-count", "gpu-product"
 DRIVER, VENDOR, CONTAINER, FALLBACK, POOL = "min-driver", "vendor", "container", "fallback", "pool"
 KNOWN = (CLASS, MEMORY, COUNT, PRODUCT, DRIVER, VENDOR, CONTAINER, FALLBACK, POOL)
+# The longest value each annotation accepts, checked before the value is parsed.
+MAX_CHARS = {CLASS: 256, MEMORY: 32, COUNT: 8, PRODUCT: 512, DRIVER: 32, VENDOR: 63, CONTAINER: 253,
+             FALLBACK: 8, POOL: 512}  # fmt: skip
 MAX_COUNT = 64
+MAX_PROBLEMS = 5  # a denial names this many problems, then says how many more there are
 T = TypeVar("T")
 _PRODUCT_TOKEN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -48,42 +55,40 @@ class GpuRequest:
     product_text: str
     min_driver: tuple[int, ...] | None
     container_index: int
-    container_name: str
     fallback: bool
     pins: tuple[tuple[str, str], ...]  # the Pod's nodeSelector entries on pool labels
     pool_pin: PoolKey | None  # an existing gpupool.io/pool annotation
-    tolerations: tuple[Toleration, ...]
+    tolerations: Tolerations
 
 
-def gpupool_annotations(pod: Mapping[str, Any]) -> dict[str, str]:
-    """The Pod's gpupool.io/ annotations without the prefix; refuses non-string values."""
-    found = {}
-    for key, value in as_map(as_map(pod.get("metadata")).get("annotations")).items():
-        if isinstance(key, str) and key.startswith(PREFIX):
-            if not isinstance(value, str):
-                raise RequestError(f"annotation {key}: value must be a string, got {value!r}")
-            found[key[len(PREFIX) :]] = value
-    return found
+def gpupool_annotations(shape: PodShape) -> dict[str, str]:
+    """The Pod's gpupool.io/ annotations without the prefix."""
+    return {key[len(PREFIX) :]: value for key, value in shape.annotations or ()}
 
 
-def requested_resources(pod: Mapping[str, Any], policy: Policy) -> set[str]:
+def container_gpus(container: ContainerView, resource: str) -> int:
+    """A container's request for an extended resource; requests default to limits for those."""
+    for entries in (container.requests, container.limits):
+        for name, value in entries or ():
+            if name == resource:
+                return parse_count(value)
+    return 0
+
+
+def requested_resources(shape: PodShape, policy: Policy) -> set[str]:
     """The policy's GPU resources that any container of the Pod already requests or limits."""
-    spec = as_map(pod.get("spec"))
-    found: set[str] = set()
-    for field in ("containers", "initContainers"):
-        for c in spec.get(field) or []:
-            res = as_map(as_map(c).get("resources"))
-            for kind in ("limits", "requests"):
-                found.update(r for r in as_map(res.get(kind)) if r in policy.gpu_resources)
-    return found
+    return {
+        name
+        for c in (*shape.containers, *(shape.init_containers or ()))
+        for entries in (c.limits, c.requests)
+        for name, _ in entries or ()
+        if name in policy.gpu_resources
+    }
 
 
-def wants_gpus(pod: Mapping[str, Any], policy: Policy) -> bool:
+def wants_gpus(shape: PodShape, policy: Policy) -> bool:
     """Is this Pod gpupool's business: a gpupool.io/ annotation, or a GPU resource?"""
-    annotations = as_map(as_map(pod.get("metadata")).get("annotations"))
-    return any(isinstance(k, str) and k.startswith(PREFIX) for k in annotations) or bool(
-        requested_resources(pod, policy)
-    )
+    return bool(shape.annotations) or bool(requested_resources(shape, policy))
 
 
 class _Errors:
@@ -99,28 +104,41 @@ class _Errors:
             self.messages.append(str(exc))
             return fallback
 
+    def raise_any(self, *more: str) -> None:
+        messages = [*self.messages, *more]
+        if not messages:
+            return
+        shown_ = messages[:MAX_PROBLEMS]
+        if len(messages) > MAX_PROBLEMS:
+            shown_.append(f"and {len(messages) - MAX_PROBLEMS} more problems")
+        raise RequestError("; ".join(shown_))
 
-def parse_request(pod: Mapping[str, Any], namespace: str, policy: Policy) -> GpuRequest:
-    """The validated request; raises RequestError naming everything that is wrong."""
-    ann = gpupool_annotations(pod)
+
+def parse_request(shape: PodShape, policy: Policy) -> GpuRequest:
+    """The validated request; raises RequestError naming what is wrong (the first few problems)."""
+    ann = gpupool_annotations(shape)
     errors = _Errors()
-    for key in sorted(set(ann) - set(KNOWN)):
-        close = difflib.get_close_matches(key, KNOWN, n=1)
-        hint = f" (did you mean {PREFIX}{close[0]}?)" if close else ""
-        errors.messages.append(
-            f"unknown annotation {PREFIX}{key}{hint}; accepted: {', '.join(PREFIX + k for k in KNOWN)}"
-        )
-    spec = as_map(pod.get("spec"))
-    containers: list[Mapping[str, Any]] = [c for c in spec.get("containers") or [] if isinstance(c, dict)]
+    for key, value in list(ann.items()):
+        limit = MAX_CHARS.get(key)
+        if limit is not None and len(value) > limit:
+            errors.messages.append(
+                f"annotation {PREFIX}{key}: the value is {len(value)} characters long; accepted: at most {limit}"
+            )
+            del ann[key]
+    unknown = sorted(set(ann) - set(KNOWN))
+    if unknown:
+        errors.messages.append(_unknown(unknown))
+    containers = shape.containers
     if not containers:
-        raise RequestError("; ".join([*errors.messages, "the Pod has no containers"]))
+        errors.raise_any("the Pod has no containers")
     default_vendor = policy.vendors[policy.default_vendor]
-    vendor = errors.check(lambda: _vendor(ann, pod, policy), default_vendor)
+    vendor = errors.check(lambda: _vendor(ann, shape, policy), default_vendor)
     index = errors.check(lambda: _container(ann, containers, vendor.resource), 0)
     target = containers[index]
-    inits = [as_map(c) for c in spec.get("initContainers") or []]
-    already = any(container_gpus(c, vendor.resource) for c in [*containers, *inits])
+    inits = shape.init_containers or ()
+    already = any(container_gpus(c, vendor.resource) for c in (*containers, *inits))
     count = errors.check(lambda: _count(ann, target, vendor.resource, already), 1)
+    namespace = shape.namespace
     rule = policy.namespace(namespace)
     allowed = rule.allowed_classes or policy.classes
     no_classes: tuple[tuple[str, ...], str] = ((), "any")
@@ -131,10 +149,9 @@ def parse_request(pod: Mapping[str, Any], namespace: str, policy: Policy) -> Gpu
     driver = errors.check(lambda: _driver(ann), None)
     fallback = errors.check(lambda: _flag(ann, FALLBACK, policy.defaults.fallback), False)
     pool = errors.check(lambda: _pool(ann), None)
-    if errors.messages:
-        raise RequestError("; ".join(errors.messages))
+    errors.raise_any()
     counts = [count if i == index else container_gpus(c, vendor.resource) for i, c in enumerate(containers)]
-    init_counts = [(container_gpus(c, vendor.resource), c.get("restartPolicy") == "Always") for c in inits]
+    init_counts = [(container_gpus(c, vendor.resource), c.sidecar) for c in inits]
     return GpuRequest(
         namespace=namespace,
         vendor=vendor,
@@ -148,26 +165,38 @@ def parse_request(pod: Mapping[str, Any], namespace: str, policy: Policy) -> Gpu
         product_text=ann.get(PRODUCT, ""),
         min_driver=driver,
         container_index=index,
-        container_name=str(target.get("name", "")),
         fallback=fallback,
-        pins=_pins(spec, policy),
+        pins=tuple(sorted((k, v) for k, v in shape.node_selector or () if k in policy.pool_labels)),
         pool_pin=pool,
-        tolerations=tolerations_of(spec),
+        tolerations=Tolerations(shape.tolerations or ()),
     )
 
 
-def _vendor(ann: dict[str, str], pod: Mapping[str, Any], policy: Policy) -> VendorPolicy:
-    requested = requested_resources(pod, policy)
+def _unknown(keys: list[str]) -> str:
+    """One message for every unknown key: the first few by name, each with a hint when one is close."""
+    named = []
+    for key in keys[:MAX_PROBLEMS]:
+        close = difflib.get_close_matches(key, KNOWN, n=1) if len(key) <= 64 else []
+        hint = f" (did you mean {PREFIX}{close[0]}?)" if close else ""
+        named.append(f"{PREFIX}{shown(key)[1:-1]}{hint}")
+    more = f" and {len(keys) - MAX_PROBLEMS} more" if len(keys) > MAX_PROBLEMS else ""
+    noun = "annotation" if len(keys) == 1 else "annotations"
+    return f"unknown {noun} {', '.join(named)}{more}; accepted: {', '.join(PREFIX + k for k in KNOWN)}"
+
+
+def _vendor(ann: dict[str, str], shape: PodShape, policy: Policy) -> VendorPolicy:
+    requested = requested_resources(shape, policy)
     owners = sorted(v.name for v in policy.vendors.values() if v.resource in requested)
     if VENDOR in ann:
         name = ann[VENDOR].strip()
         if name not in policy.vendors:
+            accepted = ", ".join(policy.vendors)
             raise RequestError(
-                f"annotation {PREFIX}{VENDOR}: {ann[VENDOR]!r} is not a vendor; accepted: {', '.join(policy.vendors)}"
+                f"annotation {PREFIX}{VENDOR}: {shown(ann[VENDOR])} is not a vendor; accepted: {accepted}"
             )
         if owners and owners != [name]:
             raise RequestError(
-                f"annotation {PREFIX}{VENDOR}: {name!r} contradicts the Pod's own "
+                f"annotation {PREFIX}{VENDOR}: {shown(name)} contradicts the Pod's own "
                 f"{', '.join(policy.vendors[o].resource for o in owners)} request"
             )
         return policy.vendors[name]
@@ -179,36 +208,38 @@ def _vendor(ann: dict[str, str], pod: Mapping[str, Any], policy: Policy) -> Vend
     return policy.vendors[owners[0] if owners else policy.default_vendor]
 
 
-def _container(ann: dict[str, str], containers: list[Mapping[str, Any]], resource: str) -> int:
-    names = [str(c.get("name", "")) for c in containers]
+def _container(ann: dict[str, str], containers: tuple[ContainerView, ...], resource: str) -> int:
+    names = [c.name for c in containers]
     if CONTAINER in ann:
         name = ann[CONTAINER].strip()
         if name not in names:
-            raise RequestError(
-                f"annotation {PREFIX}{CONTAINER}: no container named {name!r}; accepted: {', '.join(names)}"
+            listed = ", ".join(names[:MAX_PROBLEMS]) + (
+                f" and {len(names) - MAX_PROBLEMS} more" if len(names) > MAX_PROBLEMS else ""
             )
+            raise RequestError(f"annotation {PREFIX}{CONTAINER}: no container named {shown(name)}; accepted: {listed}")
         return names.index(name)
     # The container that already asks for the GPUs, else the first one.
     return next((i for i, c in enumerate(containers) if container_gpus(c, resource)), 0)
 
 
-def _count(ann: dict[str, str], container: Mapping[str, Any], resource: str, pod_has_gpus: bool) -> int:
+def _count(ann: dict[str, str], container: ContainerView, resource: str, pod_has_gpus: bool) -> int:
     """GPUs for the target container: the annotation, else its own limit; 0 (leave it alone) when only
     other containers of the Pod, such as an init container, ask for GPUs; else 1."""
-    res = as_map(container.get("resources"))
     existing = {}
-    for kind in ("limits", "requests"):
-        if resource in as_map(res.get(kind)):
-            raw = as_map(res.get(kind))[resource]
+    for kind, entries in (("limits", container.limits), ("requests", container.requests)):
+        for name, raw in entries or ():
+            if name != resource:
+                continue
             value = parse_count(raw)
-            if str(raw).strip() != str(value) or value < 1:
+            if value < 1 or (raw.strip() if isinstance(raw, str) else str(raw)) != str(value):
                 raise RequestError(
-                    f"container {container.get('name')!r}: {kind} {resource}: {raw!r} is not a whole number of GPUs ≥ 1"
+                    f"container {shown(container.name)}: {kind} {resource}: {shown(raw)} is not a whole number of "
+                    "GPUs ≥ 1"
                 )
             existing[kind] = value
     if len(set(existing.values())) > 1:
         raise RequestError(
-            f"container {container.get('name')!r}: limits {resource}={existing['limits']} and requests "
+            f"container {shown(container.name)}: limits {resource}={existing['limits']} and requests "
             f"{resource}={existing['requests']} differ; Kubernetes requires them equal for GPUs"
         )
     current = next(iter(existing.values()), None)
@@ -217,14 +248,16 @@ def _count(ann: dict[str, str], container: Mapping[str, Any], resource: str, pod
             return current
         return 0 if pod_has_gpus else 1
     raw = ann[COUNT].strip()
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_COUNT:
+    # ASCII digits only: str.isdigit() also accepts superscript and full-width digits, which int() refuses
+    # or reads as another number.
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_COUNT:
         raise RequestError(
-            f"annotation {PREFIX}{COUNT}: {ann[COUNT]!r} is not a whole number of GPUs; accepted: 1 to {MAX_COUNT}"
+            f"annotation {PREFIX}{COUNT}: {shown(ann[COUNT])} is not a whole number of GPUs; accepted: 1 to {MAX_COUNT}"
         )
     count = int(raw)
     if current is not None and current != count:
         raise RequestError(
-            f"annotation {PREFIX}{COUNT}: {count} contradicts container {container.get('name')!r}'s "
+            f"annotation {PREFIX}{COUNT}: {count} contradicts container {shown(container.name)}'s "
             f"{resource}: {current}; remove one or make them equal"
         )
     return count
@@ -241,19 +274,19 @@ def _classes(
     accepted = ", ".join(policy.classes)
     if not all(items):
         raise RequestError(
-            f"annotation {PREFIX}{CLASS}: {ann[CLASS]!r} has an empty entry; accepted: a class or an ordered "
+            f"annotation {PREFIX}{CLASS}: {shown(ann[CLASS])} has an empty entry; accepted: a class or an ordered "
             f"list such as 'medium,high' of: {accepted}"
         )
     for c in items:
         if c not in policy.classes:
-            raise RequestError(f"annotation {PREFIX}{CLASS}: {c!r} is not a class; accepted: {accepted}")
+            raise RequestError(f"annotation {PREFIX}{CLASS}: {shown(c)} is not a class; accepted: {accepted}")
         if c not in allowed:
             raise RequestError(
-                f"annotation {PREFIX}{CLASS}: class {c!r} is not allowed in namespace {namespace}; "
+                f"annotation {PREFIX}{CLASS}: class {shown(c)} is not allowed in namespace {namespace}; "
                 f"accepted here: {', '.join(allowed)}"
             )
     if len(set(items)) != len(items):
-        raise RequestError(f"annotation {PREFIX}{CLASS}: {ann[CLASS]!r} names a class twice")
+        raise RequestError(f"annotation {PREFIX}{CLASS}: {shown(ann[CLASS])} names a class twice")
     return tuple(items), "annotation"
 
 
@@ -266,8 +299,8 @@ def _memory(ann: dict[str, str]) -> int:
         value = -1
     if value <= 0:
         raise RequestError(
-            f"annotation {PREFIX}{MEMORY}: {ann[MEMORY]!r} is not a positive memory quantity; accepted: a "
-            "Kubernetes quantity such as 24Gi, 40G or 16384Mi"
+            f"annotation {PREFIX}{MEMORY}: {shown(ann[MEMORY])} is not a positive memory quantity; accepted: a "
+            "Kubernetes quantity below 8Ei such as 24Gi, 40G or 16384Mi"
         )
     return -(-value // MIB)  # round up to whole MiB
 
@@ -279,7 +312,7 @@ def _products(ann: dict[str, str], vendor: VendorPolicy) -> tuple[Tokens, ...]:
     for p in items:
         if not _PRODUCT_TOKEN.match(p):
             raise RequestError(
-                f"annotation {PREFIX}{PRODUCT}: {p!r} is not a product token; accepted: comma-separated names "
+                f"annotation {PREFIX}{PRODUCT}: {shown(p)} is not a product token; accepted: comma-separated names "
                 "of letters, digits, '.', '_' and '-', such as A100 or H100-80GB"
             )
     return tuple(tokens(p, vendor.product_prefixes) for p in items)
@@ -291,7 +324,7 @@ def _driver(ann: dict[str, str]) -> tuple[int, ...] | None:
     version = parse_version(ann[DRIVER])
     if version is None:
         raise RequestError(
-            f"annotation {PREFIX}{DRIVER}: {ann[DRIVER]!r} is not a driver version; accepted: dotted numbers "
+            f"annotation {PREFIX}{DRIVER}: {shown(ann[DRIVER])} is not a driver version; accepted: dotted numbers "
             "such as 535 or 535.104.05"
         )
     return version
@@ -302,7 +335,7 @@ def _flag(ann: dict[str, str], key: str, default: bool) -> bool:
         return default
     value = ann[key].strip().lower()
     if value not in ("true", "false"):
-        raise RequestError(f"annotation {PREFIX}{key}: {ann[key]!r} is not a boolean; accepted: true, false")
+        raise RequestError(f"annotation {PREFIX}{key}: {shown(ann[key])} is not a boolean; accepted: true, false")
     return value == "true"
 
 
@@ -312,12 +345,7 @@ def _pool(ann: dict[str, str]) -> PoolKey | None:
     pool = PoolKey.parse(ann[POOL].strip())
     if pool is None:
         raise RequestError(
-            f"annotation {POOL_ANNOTATION}: {ann[POOL]!r} is not vendor/class/product; gpupool sets it, "
+            f"annotation {POOL_ANNOTATION}: {shown(ann[POOL])} is not vendor/class/product; gpupool sets it, "
             "remove it to let gpupool choose"
         )
     return pool
-
-
-def _pins(spec: Mapping[str, Any], policy: Policy) -> tuple[tuple[str, str], ...]:
-    selector = as_map(spec.get("nodeSelector"))
-    return tuple(sorted((str(k), str(v)) for k, v in selector.items() if k in policy.pool_labels))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, Protocol
@@ -58,7 +58,7 @@ _REASONS = {
 class Admitter(Protocol):
     """The core (webhook.admission.Admitter): one decision per Pod."""
 
-    def admit(self, pod: Mapping[str, Any], *, namespace: str, dry_run: bool = False) -> Verdict: ...
+    def admit(self, pod: Any, *, namespace: str, dry_run: bool = False) -> Verdict: ...
 
 
 QuotaDenialTest = Callable[[Verdict], bool]
@@ -131,14 +131,13 @@ class _Mutate:
         try:
             review = parse_review(body)
             ref = pod_ref(review)
-            verdict = skip_verdict(review, ref)
+            verdict = skip_verdict(review)
         except ReviewError as exc:
             # Not an admission (no uid to answer): a warning with the reason, never the body.
             self._log.warning("bad request", extra={"fields": {"code": exc.status, "reason": str(exc)}})
             return _status_answer(exc.status, str(exc))
         try:
             if verdict is None:
-                assert review.object is not None  # skip_verdict refuses a Pod CREATE without one
                 verdict = self._admit(review.object, namespace=ref.namespace, dry_run=review.dry_run)
             payload = response_body(review, verdict)
         except Exception:  # any failure still answers the call; the log has the traceback

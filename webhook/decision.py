@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from webhook.annotations import PREFIX, GpuRequest
-from webhook.model import PoolKey, Taint
+from webhook.annotations import GpuRequest
+from webhook.model import PREFIX, PoolKey, Taint
 from webhook.nodes import Selector
 from webhook.policy import Policy
 from webhook.pool_index import Group, Pool, PoolIndex
@@ -96,10 +96,8 @@ class _Plan:
 
 def decide(req: GpuRequest, index: PoolIndex, policy: Policy) -> Decision:
     requested = req.classes or req.allowed_classes
-    key = (req.vendor.name, req.namespace, req.classes, req.allowed_classes, req.class_source, req.fallback,
-           req.products, req.product_text, req.min_memory_mib, req.min_driver, req.pod_total, req.pins,
-           req.pool_pin, req.tolerations)  # fmt: skip
-    plan = index.memo(key, lambda: _plan(req, index, policy, requested))
+    # Keyed by the whole request, the plan's only input besides the nodes: nothing it reads is left out.
+    plan = index.memo(req, lambda: _plan(req, index, policy))
     candidates = [_best(req, options) for options in plan.options]
     rejections = list(plan.rejections)
 
@@ -143,7 +141,8 @@ def decide(req: GpuRequest, index: PoolIndex, policy: Policy) -> Decision:
     return Decision(waiting, "", tuple(warnings), tuple(candidates), tuple(rejections))
 
 
-def _plan(req: GpuRequest, index: PoolIndex, policy: Policy, requested: tuple[str, ...]) -> _Plan:
+def _plan(req: GpuRequest, index: PoolIndex, policy: Policy) -> _Plan:
+    requested = req.classes or req.allowed_classes
     top = max(policy.class_rank(c) for c in requested)
     fallback_classes = tuple(c for c in req.allowed_classes if policy.class_rank(c) > top) if req.fallback else ()
     options: list[tuple[_Option, ...]] = []
@@ -193,7 +192,7 @@ def _selectors(req: GpuRequest, pool: Pool, fallback: bool) -> tuple[tuple[_Opti
         if clash:
             why.append(f"{', '.join(clash)} excludes it")
             continue
-        tolerated = [g for g in groups if all(_tolerated(t, req) for t in g.other_taints)]
+        tolerated = [g for g in groups if all(req.tolerations.tolerates(t) for t in g.other_taints)]
         if not tolerated:
             taints = {
                 f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
@@ -252,10 +251,6 @@ def _group_problem(req: GpuRequest, groups: list[Group]) -> str:
         if not version_at_least(oldest, req.min_driver):
             return f"driver {format_version(oldest)} < min-driver {format_version(req.min_driver)}"
     return ""
-
-
-def _tolerated(taint: Taint, req: GpuRequest) -> bool:
-    return any(t.tolerates(taint) for t in req.tolerations)
 
 
 def _class_quota(

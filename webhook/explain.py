@@ -16,6 +16,7 @@ import yaml
 
 from webhook.admission import evaluate
 from webhook.cli import UsageError
+from webhook.kubeobj import as_map
 from webhook.snapshot import describe_yaml_error
 from webhook.sources import add_source_arguments, open_inventory, policy_arg
 from webhook.verdict import Verdict
@@ -35,7 +36,8 @@ def run(args: argparse.Namespace) -> int:
     pod = load_pod(args.pod)
     policy = policy_arg(args.policy)
     inventory = open_inventory(args, policy)
-    namespace = args.namespace or (pod.get("metadata") or {}).get("namespace") or "default"
+    own = as_map(pod.get("metadata")).get("namespace")
+    namespace = args.namespace or (own if isinstance(own, str) else "") or "default"
     try:
         with inventory.read() as index:
             result = evaluate(pod, namespace, policy, index)
@@ -68,7 +70,7 @@ def load_pod(path: str) -> dict[str, Any]:
 
 
 def render_text(pod: dict[str, Any], namespace: str, result: Verdict) -> str:
-    meta = pod.get("metadata") or {}
+    meta = as_map(pod.get("metadata"))
     name = meta.get("name") or f"{meta.get('generateName', '')}<generated>"
     lines = [f"Pod {namespace}/{name}"]
     if not result.allowed:

@@ -10,11 +10,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from webhook.model import NodeInfo, PodInfo, QuotaInfo, Taint, Toleration
+from webhook.model import POOL_ANNOTATION, NodeInfo, PodInfo, QuotaInfo, Taint, effective_gpus
 from webhook.quantity import parse_count
-
-POOL_ANNOTATION = "gpupool.io/pool"
-
 
 _EMPTY: Mapping[str, Any] = {}
 
@@ -57,20 +54,6 @@ def container_gpus(container: Mapping[str, Any], resource: str) -> int:
     if resource in requests:
         return parse_count(requests[resource])
     return parse_count(limits[resource]) if resource in limits else 0
-
-
-def effective_gpus(containers: list[int], inits: list[tuple[int, bool]]) -> int:
-    """A Pod's effective request of one resource, as the scheduler computes it: the larger of the
-    running containers (plus restartable "sidecar" init containers) and the peak during init.
-    `inits` holds (GPUs, is_sidecar) in order."""
-    sidecars = init_peak = 0
-    for n, sidecar in inits:
-        if sidecar:
-            sidecars += n
-            init_peak = max(init_peak, sidecars)
-        else:
-            init_peak = max(init_peak, sidecars + n)
-    return max(sum(containers) + sidecars, init_peak)
 
 
 def pod_gpu_requests(spec: Mapping[str, Any], resources: Collection[str]) -> dict[str, int]:
@@ -122,16 +105,4 @@ def quota_from_obj(obj: Mapping[str, Any], resources: Collection[str]) -> QuotaI
         hard=hard,
         used=used,
         scoped=scoped,
-    )
-
-
-def tolerations_of(spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
-    return tuple(
-        Toleration(
-            key=str(t.get("key", "") or ""),
-            operator=str(t.get("operator", "") or "Equal"),
-            value=str(t.get("value", "") or ""),
-            effect=str(t.get("effect", "") or ""),
-        )
-        for t in (as_map(x) for x in as_list(spec.get("tolerations")))
     )

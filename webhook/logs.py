@@ -16,6 +16,8 @@ from typing import Any
 import orjson
 
 ADMISSION_LOGGER = "gpupool.admission"
+MAX_NAME_CHARS = 256  # Kubernetes names are at most 253 characters
+MAX_MESSAGE_CHARS = 2048
 LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
@@ -89,11 +91,13 @@ def admission_fields(
     message: str = "",
     error_id: str = "",
 ) -> dict[str, Any]:
-    """The fields of the one line logged per admission; empty optional fields are left out."""
+    """The fields of the one line logged per admission; empty optional fields are left out. Text that
+    came with the request is cut to a few hundred characters: a hostile review cannot make a line of
+    megabytes."""
     fields: dict[str, Any] = {
-        "uid": uid,
-        "namespace": namespace,
-        "pod": pod,
+        "uid": _cut(uid, MAX_NAME_CHARS),
+        "namespace": _cut(namespace, MAX_NAME_CHARS),
+        "pod": _cut(pod, MAX_NAME_CHARS),
         "outcome": outcome,
         "pool": pool,
         "latency_ms": round(latency_ms, 3),
@@ -103,10 +107,14 @@ def admission_fields(
     if code != 200:
         fields["code"] = code
     if message:
-        fields["reason"] = message
+        fields["reason"] = _cut(message, MAX_MESSAGE_CHARS)
     if error_id:
         fields["error_id"] = error_id
     return fields
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def logging_config(level: str) -> dict[str, Any]:

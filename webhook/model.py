@@ -8,9 +8,10 @@ hold a reference to the raw object, so 150,000 Pods stay small.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import NamedTuple
 
-TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+PREFIX = "gpupool.io/"  # every annotation gpupool reads or writes
+POOL_ANNOTATION = f"{PREFIX}pool"  # where gpupool records the pool it placed a Pod in
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,9 +23,10 @@ class Taint:
     effect: str
 
 
-@dataclass(frozen=True, slots=True)
-class Toleration:
-    """A Pod toleration, with Kubernetes' defaults filled in (operator Equal, any effect)."""
+class Toleration(NamedTuple):
+    """A Pod toleration, with Kubernetes' defaults filled in (operator Equal, any effect). (A NamedTuple:
+    every admitted Pod's tolerations are read into these, and it is several times cheaper to build than
+    a frozen dataclass.)"""
 
     key: str = ""
     operator: str = "Equal"
@@ -33,11 +35,53 @@ class Toleration:
 
     def tolerates(self, taint: Taint) -> bool:
         """Kubernetes' matching rule (k8s.io/api/core/v1 Toleration.ToleratesTaint)."""
-        if self.effect and self.effect != taint.effect:
+        if (self.effect and self.effect != taint.effect) or (self.key and self.key != taint.key):
             return False
         if self.operator == "Exists":
-            return not self.key or self.key == taint.key
-        return self.key == taint.key and self.value == taint.value
+            return True
+        return self.operator in ("", "Equal") and self.value == taint.value
+
+
+class Tolerations:
+    """A Pod's tolerations, indexed so that asking about one taint costs the same however many there
+    are: a hostile Pod may carry tens of thousands, and a decision asks about every taint of every group
+    of nodes. Equal to another when the tolerations are (it stands in for them in memo keys)."""
+
+    __slots__ = ("_any", "_equal", "_equal_any_key", "_exists", "items")
+
+    def __init__(self, items: tuple[Toleration, ...] = ()) -> None:
+        self.items = items
+        self._any: set[str] = set()  # effects tolerated whatever the key ("" means every effect)
+        self._exists: dict[str, set[str]] = {}  # key -> effects
+        self._equal: dict[tuple[str, str], set[str]] = {}  # (key, value) -> effects
+        self._equal_any_key: dict[str, set[str]] = {}  # value -> effects (Equal with no key)
+        for t in items:
+            if t.operator == "Exists":
+                (self._exists.setdefault(t.key, set()) if t.key else self._any).add(t.effect)
+            elif t.operator in ("", "Equal"):
+                table = self._equal.setdefault((t.key, t.value), set()) if t.key else None
+                (table if table is not None else self._equal_any_key.setdefault(t.value, set())).add(t.effect)
+
+    def tolerates(self, taint: Taint) -> bool:
+        """Does any of the tolerations tolerate `taint` (Toleration.tolerates, in O(1))?"""
+        for effects in (
+            self._any,
+            self._exists.get(taint.key),
+            self._equal.get((taint.key, taint.value)),
+            self._equal_any_key.get(taint.value),
+        ):
+            if effects and ("" in effects or taint.effect in effects):
+                return True
+        return False
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Tolerations) and self.items == other.items
+
+    def __hash__(self) -> int:
+        return hash(self.items)
+
+    def __repr__(self) -> str:
+        return f"Tolerations({self.items!r})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,3 +150,17 @@ class PoolKey:
         if len(parts) != 3 or not all(parts):
             return None
         return cls(parts[0], parts[1], parts[2])
+
+
+def effective_gpus(containers: list[int], inits: list[tuple[int, bool]]) -> int:
+    """A Pod's effective request of one resource, as the scheduler computes it: the larger of the
+    running containers (plus restartable "sidecar" init containers) and the peak during init.
+    `inits` holds (GPUs, is_sidecar) in order."""
+    sidecars = init_peak = 0
+    for n, sidecar in inits:
+        if sidecar:
+            sidecars += n
+            init_peak = max(init_peak, sidecars)
+        else:
+            init_peak = max(init_peak, sidecars + n)
+    return max(sum(containers) + sidecars, init_peak)

@@ -1,21 +1,35 @@
 """The RFC 6902 patch that applies a placement to the original Pod.
 
-Built op by op against the Pod as it arrived, never by diffing whole documents: missing parents are
+Built op by op from the Pod's shape (webhook.pod), never by diffing whole documents: missing parents are
 added whole (kube-apiserver rejects a Pod whose patch adds below a missing parent, even under
 failurePolicy Ignore), the user's lists are appended to, never replaced, and everything already in
-place produces no op, so the patch of a patched Pod is empty.
+place produces no op, so the patch of a patched Pod is empty. The shape is checked when it is read, so
+every parent a path names is an object or a list as the op expects.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
-from webhook.kubeobj import POOL_ANNOTATION, as_map
-from webhook.model import Taint, Toleration
+from webhook.model import POOL_ANNOTATION, Taint, Tolerations
+from webhook.nodes import Selector
+from webhook.pod import ContainerView, PodShape
 from webhook.quantity import parse_count
 
 Op = dict[str, Any]
+
+
+class PatchSpec(NamedTuple):
+    """Everything of a placement the patch depends on; with the shape, the whole input of build_patch
+    (and so the key it is remembered by)."""
+
+    selector: Selector
+    gpu_taints: tuple[Taint, ...]  # to tolerate on the Pod's behalf
+    container_index: int
+    resource: str
+    gpus: int  # for the target container; 0: leave the containers' GPU limits alone
+    pool: str
 
 
 def escape(key: str) -> str:
@@ -31,59 +45,48 @@ def toleration_for(taint: Taint) -> dict[str, str]:
     return tol
 
 
-def _add_entries(ops: list[Op], parent: str, current: Any, entries: Mapping[str, str]) -> None:
+def _add_entries(
+    ops: list[Op], parent: str, current: tuple[tuple[str, object], ...] | None, entries: Mapping[str, str]
+) -> None:
     """Add map entries under `parent`, creating the map when the Pod has none."""
-    existing = as_map(current)
+    existing = dict(current or ())
     missing = {k: v for k, v in entries.items() if existing.get(k) != v}
     if not missing:
         return
-    if not isinstance(current, dict):
+    if current is None:
         ops.append({"op": "add", "path": parent, "value": dict(missing)})
         return
     ops.extend({"op": "add", "path": f"{parent}/{escape(k)}", "value": v} for k, v in missing.items())
 
 
-def build_patch(
-    pod: Mapping[str, Any],
-    *,
-    selector: Mapping[str, str],
-    gpu_taints: tuple[Taint, ...],
-    tolerations: tuple[Toleration, ...],
-    container_index: int,
-    resource: str,
-    count: int,
-    pool: str,
-) -> list[Op]:
-    meta, spec = as_map(pod.get("metadata")), as_map(pod.get("spec"))
+def build_patch(shape: PodShape, spec: PatchSpec) -> list[Op]:
     ops: list[Op] = []
-    _add_entries(ops, "/spec/nodeSelector", spec.get("nodeSelector"), selector)
+    _add_entries(ops, "/spec/nodeSelector", shape.node_selector, dict(spec.selector))
 
-    needed = [toleration_for(t) for t in gpu_taints if not any(tol.tolerates(t) for tol in tolerations)]
+    tolerations = Tolerations(shape.tolerations or ())
+    needed = [toleration_for(t) for t in spec.gpu_taints if not tolerations.tolerates(t)]
     if needed:
-        if isinstance(spec.get("tolerations"), list):
+        if shape.tolerations is not None:
             ops.extend({"op": "add", "path": "/spec/tolerations/-", "value": t} for t in needed)
         else:
             ops.append({"op": "add", "path": "/spec/tolerations", "value": needed})
 
-    if count:
-        _limit_ops(ops, spec, container_index, resource, count)
-    _add_entries(ops, "/metadata/annotations", meta.get("annotations"), {POOL_ANNOTATION: pool})
+    if spec.gpus:
+        _limit_ops(ops, shape.containers[spec.container_index], spec.container_index, spec.resource, spec.gpus)
+    _add_entries(ops, "/metadata/annotations", shape.annotations, {POOL_ANNOTATION: spec.pool})
     return ops
 
 
-def _limit_ops(ops: list[Op], spec: Mapping[str, Any], container_index: int, resource: str, count: int) -> None:
+def _limit_ops(ops: list[Op], container: ContainerView, index: int, resource: str, count: int) -> None:
     """`limits[resource] = count` on the container, and requests kept equal where it sets requests."""
-    container = as_map(spec["containers"][container_index])
-    base = f"/spec/containers/{container_index}/resources"
+    base = f"/spec/containers/{index}/resources"
     value = str(count)
-    resources = container.get("resources")
-    if not isinstance(resources, dict):
+    if not container.has_resources:
         ops.append({"op": "add", "path": base, "value": {"limits": {resource: value}}})
-    else:
-        limits = resources.get("limits")
-        if not isinstance(limits, dict) or parse_count(limits.get(resource)) != count or resource not in limits:
-            _add_entries(ops, f"{base}/limits", limits, {resource: value})
-        requests = resources.get("requests")
-        # Requests stay equal to limits where the container sets requests; absent, they default to limits.
-        if isinstance(requests, dict) and resource not in requests:
-            ops.append({"op": "add", "path": f"{base}/requests/{escape(resource)}", "value": value})
+        return
+    limits = dict(container.limits or ())
+    if container.limits is None or resource not in limits or parse_count(limits[resource]) != count:
+        _add_entries(ops, f"{base}/limits", container.limits, {resource: value})
+    # Requests stay equal to limits where the container sets requests; absent, they default to limits.
+    if container.requests is not None and resource not in dict(container.requests):
+        ops.append({"op": "add", "path": f"{base}/requests/{escape(resource)}", "value": value})

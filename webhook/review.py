@@ -3,8 +3,9 @@
 Two error families are kept apart, as kube-apiserver sees them:
 - `ReviewError`: the webhook call itself is malformed (not JSON, no `request`, no `uid`). It becomes an
   HTTP 4xx with a Kubernetes `Status` body, and kube-apiserver applies the webhook's failurePolicy.
-- A Verdict with `allowed: false`: the call is fine and the Pod is refused; it is an HTTP 200
-  AdmissionReview whose `response.status` carries the code and message shown to the user.
+- A Verdict with `allowed: false`: the call has a uid to answer and the Pod is refused, including a Pod
+  that is itself malformed (code 400); it is an HTTP 200 AdmissionReview whose `response.status`
+  carries the code and message shown to the user, whatever the failurePolicy.
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from webhook.admission import left_alone
 from webhook.kubeobj import as_map
+from webhook.quantity import shown
 from webhook.verdict import Verdict, allow
 
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 AUDIT_POOL_KEY = "pool"  # kube-apiserver prefixes it with the webhook's name: "<webhook>/pool"
 MAX_WARNING_CHARS = 120  # longer warnings are cut by kubectl users' terminals and by the API server
+MAX_MESSAGE_CHARS = 2048  # a denial's message; the core's are shorter, this only bounds the unforeseen
 _ELLIPSIS = "..."  # ASCII: warnings travel in HTTP Warning headers
 
 
@@ -45,7 +47,7 @@ class AdmissionRequest(NamedTuple):
     operation: str  # CREATE, UPDATE, DELETE, CONNECT
     namespace: str  # request.namespace, "" for cluster-scoped objects
     dry_run: bool
-    object: Mapping[str, Any] | None
+    object: Any  # the Pod as sent (the core checks it), None when absent
 
     @property
     def is_pod_create(self) -> bool:
@@ -71,7 +73,7 @@ def parse_review(body: bytes) -> AdmissionRequest:
     if review.get("kind") != "AdmissionReview" or api_version not in API_VERSIONS:
         raise ReviewError(
             f"expected kind AdmissionReview with apiVersion {' or '.join(API_VERSIONS)}, "
-            f"got kind {review.get('kind')!r}, apiVersion {api_version!r}"
+            f"got kind {shown(review.get('kind'))}, apiVersion {shown(api_version)}"
         )
     request = review.get("request")
     if not isinstance(request, dict):
@@ -91,34 +93,26 @@ def parse_review(body: bytes) -> AdmissionRequest:
         operation=_text(request.get("operation")),
         namespace=_text(request.get("namespace")),
         dry_run=request.get("dryRun") is True,
-        object=obj if isinstance(obj, dict) else None,
+        object=obj,
     )
 
 
 def pod_ref(request: AdmissionRequest) -> PodRef:
-    """The Pod's namespace (the object's, else the request's) and name (else its generateName)."""
+    """The Pod's namespace (the object's, else the request's) and name (else its generateName), as the
+    log line and metrics name it: read defensively from the raw object, since the core may refuse it."""
     meta = _metadata(request.object)
     name = _text(meta.get("name")) or _text(meta.get("generateName"))
     return PodRef(namespace=_text(meta.get("namespace")) or request.namespace, name=name)
 
 
-def skip_verdict(request: AdmissionRequest, ref: PodRef | None = None) -> Verdict | None:
-    """The answer for a request the core never sees, or None when the core must decide.
-
-    Only a Pod CREATE is gpupool's business. A mirror Pod (created by the kubelet from a static
-    manifest) and a Pod that names its node bypass the scheduler, so a nodeSelector would not place
-    them and a refusal would only break the node. `ref` is `pod_ref(request)` when the caller has it.
-    """
+def skip_verdict(request: AdmissionRequest) -> Verdict | None:
+    """The answer for a request that is not a Pod CREATE (only those are gpupool's business), or None
+    when the core must decide. Whatever is wrong with the Pod itself (no object, no namespace, a field
+    of the wrong type) is the core's to answer in the review, with the request's uid: an HTTP error
+    would let the Pod through unplaced under failurePolicy Ignore."""
     if not request.is_pod_create:
         sub = f"/{request.sub_resource}" if request.sub_resource else ""
-        return allow(f"not a Pod CREATE ({request.operation} {request.resource or '?'}{sub})")
-    if request.object is None:
-        raise ReviewError("the Pod CREATE request has no object")
-    early = left_alone(request.object)  # the core's own rule: mirror, bound and DaemonSet Pods
-    if early is not None:
-        return early
-    if not (ref or pod_ref(request)).namespace:
-        raise ReviewError("the Pod has no namespace and neither has the request")
+        return allow(f"not a Pod CREATE ({shorten(request.operation, 40)} {shorten(request.resource, 60) or '?'}{sub})")
     return None
 
 
@@ -126,7 +120,7 @@ def response_body(request: AdmissionRequest, verdict: Verdict) -> bytes:
     """The AdmissionReview answer, in the request's apiVersion."""
     response: dict[str, Any] = {"uid": request.uid, "allowed": verdict.allowed}
     if not verdict.allowed:
-        response["status"] = {"code": verdict.code, "message": verdict.message}
+        response["status"] = {"code": verdict.code, "message": shorten(verdict.message, MAX_MESSAGE_CHARS)}
     elif verdict.patch:
         # Only when non-empty: kube-apiserver rejects patchType without a patch and vice versa.
         response["patchType"] = "JSONPatch"
@@ -164,9 +158,14 @@ def status_body(code: int, message: str, reason: str) -> bytes:
     )
 
 
+def shorten(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters, marked with "..." when cut."""
+    return text if len(text) <= limit else text[: limit - len(_ELLIPSIS)] + _ELLIPSIS
+
+
 def shorten_warning(text: str, limit: int = MAX_WARNING_CHARS) -> str:
     """`text` cut to `limit` characters at a word boundary, marked with "..." when cut."""
-    text = " ".join(text.split())  # no newlines or runs of spaces in a one-line warning
+    text = " ".join(text[: 4 * limit].split())  # one line; never split megabytes to keep 120 characters
     if len(text) <= limit:
         return text
     room = limit - len(_ELLIPSIS)
@@ -176,8 +175,8 @@ def shorten_warning(text: str, limit: int = MAX_WARNING_CHARS) -> str:
     return text[:cut].rstrip(" ,;:") + _ELLIPSIS
 
 
-def _metadata(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    return as_map(obj.get("metadata")) if obj is not None else {}
+def _metadata(obj: Any) -> Mapping[str, Any]:
+    return as_map(obj.get("metadata")) if isinstance(obj, dict) else {}
 
 
 def _text(value: Any) -> str:
