@@ -921,12 +921,13 @@ class BusyInventory:
 
 
 def test_a_pod_that_is_not_gpupools_business_is_answered_without_the_inventory() -> None:
-    """A CPU Pod, a malformed one or a bound one is answered without waiting for the pools: only
-    placing a GPU Pod takes the inventory's lock, which the watches need too."""
+    """A CPU Pod, a malformed one or a mirror Pod is answered without waiting for the pools: only placing
+    (or checking) a GPU Pod takes the inventory's lock, which the watches need too."""
     adm = Admitter(demo_policy(), BusyInventory())
     assert adm.admit(pod("web", annotations={}), namespace="ml").outcome == "unchanged"
     assert adm.admit(pod("bad", annotations={"gpupool.io/gpu-count": "lots"}), namespace="ml").code == 400
-    assert adm.admit(pod("bound", gpus=1, node="t4-a"), namespace="ml").outcome == "unchanged"
+    mirror = pod("static", gpus=1, node="t4-a", annotations={"kubernetes.io/config.mirror": "x"})
+    assert adm.admit(mirror, namespace="ml").outcome == "unchanged"
     with pytest.raises(AssertionError, match="pools were read"):
         adm.admit(pod("gpu", gpus=1), namespace="ml")
 
@@ -1281,11 +1282,172 @@ def test_denied_and_unchanged_pods_reserve_nothing() -> None:
     assert index.reservations == 0
 
 
-def test_daemonset_pod_is_left_alone() -> None:
-    """A DaemonSet's Pod (as the webhook's matchConditions also exclude) is allowed unchanged."""
-    obj = load_sample("class-medium.yaml")
-    obj["metadata"]["ownerReferences"] = [
-        {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "dcgm-exporter", "uid": "u", "controller": True}
-    ]
+def test_daemonset_pod_on_its_node_gets_no_patch_but_is_checked() -> None:
+    """A DaemonSet's Pod (the controller pins it with a node affinity on metadata.name) is never pinned
+    to a pool, which could only strand it; it is checked against its node's pool instead."""
+    obj = daemonset_pod("gpu-t4-01", gpus=1)
     result = evaluate(obj, "ml-train", demo_policy(), shared_demo_index())
-    assert result.allowed and result.patch == () and "DaemonSet" in result.message
+    assert (result.allowed, result.patch) == (True, ())
+    assert result.placement is not None and str(result.placement.pool) == T4
+
+
+# --- issue 13: a GPU Pod obeys its namespace's classes and quotas, however it arrives ---------------------
+
+ESCAPE_POLICY = """
+namespaces:
+  students: {allowedClasses: [low, medium], classQuota: {medium: 2}}
+  train: {classQuota: {high: 20}}
+  tools: {allowVisibleDevices: true}
+"""
+
+
+def escape_fleet() -> list[dict[str, Any]]:
+    return [
+        gpu_node("h100-a", "NVIDIA-H100-80GB-HBM3", 8, memory_mib=81559, gpu_class=None),
+        gpu_node("t4-a", "Tesla-T4", 4),
+        gpu_node("t4-b", "Tesla-T4", 4),
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "cpu-a", "labels": {}}, "status": {}},
+    ]
+
+
+def daemonset_pod(node: str, gpus: int = 1, **kw: Any) -> dict[str, Any]:
+    obj = pod("agent-x7", gpus=gpus, **kw)
+    obj["metadata"]["ownerReferences"] = [
+        {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "controller": True}
+    ]
+    obj["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
+            }
+        }
+    }
+    return obj
+
+
+def escape(
+    obj: dict[str, Any], namespace: str, objects: list[dict[str, Any]] | None = None, text: str = ESCAPE_POLICY
+) -> Verdict:
+    pol = make_policy(text)
+    return evaluate(obj, namespace, pol, index_of(objects if objects is not None else escape_fleet(), pol))
+
+
+class TestBoundPods:
+    def test_a_student_pod_naming_an_h100_node_is_denied(self) -> None:
+        """Finding 1: `nodeName: h100-a` with one GPU, in a namespace that may not use the high class, is
+        refused naming the node's pool and the rule; nothing is patched."""
+        result = escape(pod("p", "students", gpus=1, node="h100-a"), "students")
+        assert (result.allowed, result.code, result.reason) == (False, 403, "bound-node")
+        assert "node h100-a is in pool nvidia/high/NVIDIA-H100-80GB-HBM3" in result.message
+        assert "class high is not allowed in namespace students" in result.message
+
+    def test_a_pod_naming_an_allowed_node_is_allowed_without_a_patch(self) -> None:
+        """The same Pod naming a T4 node is within its rules: allowed, nothing to patch, its pool known."""
+        result = escape(pod("p", "students", gpus=1, node="t4-a"), "students")
+        assert (result.allowed, result.patch) == (True, ())
+        assert result.placement is not None and str(result.placement.pool) == "nvidia/medium/Tesla-T4"
+
+    def test_a_bound_pod_over_the_class_quota_is_denied(self) -> None:
+        """Two medium GPUs already held in students (quota 2): a third, naming a T4 node, is refused."""
+        held = [pod(f"held-{i}", "students", gpus=1, node="t4-b", phase="Running",
+                    annotations={"gpupool.io/pool": "nvidia/medium/Tesla-T4"}) for i in range(2)]  # fmt: skip
+        result = escape(pod("p", "students", gpus=1, node="t4-a"), "students", [*escape_fleet(), *held])
+        assert (result.allowed, result.reason) == (False, "class-quota")
+        assert "class quota medium in namespace students exceeded: used 2 + requested 1 > hard 2" in result.message
+
+    def test_a_bound_pod_contradicting_its_own_annotations_is_denied(self) -> None:
+        """A Pod that asks for class low but names a T4 (medium) node is told so."""
+        obj = pod("p", "students", gpus=1, node="t4-a", annotations={"gpupool.io/gpu-class": "low"})
+        result = escape(obj, "students")
+        assert not result.allowed and "class medium not in low (annotation)" in result.message
+
+    def test_a_node_gpupool_cannot_class_is_refused_where_classes_are_limited(self) -> None:
+        """A node without GPUs gpupool knows (a CPU node, a node not seen yet) cannot be checked: refused in
+        a namespace with class rules, allowed with a warning elsewhere."""
+        denied = escape(pod("p", "students", gpus=1, node="cpu-a"), "students")
+        assert (denied.allowed, denied.reason) == (False, "bound-node")
+        assert "names node cpu-a, which has no nvidia GPUs gpupool can class" in denied.message
+        free = escape(pod("p", "ml", gpus=1, node="unseen-node"), "ml")
+        assert free.allowed and free.patch == () and "not checked" in free.warnings[0]
+
+    def test_a_bound_pod_without_gpus_is_left_alone(self) -> None:
+        """Annotations alone add no GPUs to a Pod that names its node: nothing to check there."""
+        result = escape(pod("p", "students", node="h100-a", annotations={"gpupool.io/gpu-class": "low"}), "students")
+        assert (result.allowed, result.patch) == (True, ())
+
+
+class TestDaemonSetPods:
+    def test_a_daemonset_owner_grants_no_exemption(self) -> None:
+        """Finding 2: a Pod with a DaemonSet owner reference, an H100 product nodeSelector and a GPU limit,
+        but no node affinity, is placed like any Pod: the H100 pool is not allowed, so it is refused."""
+        obj = pod("p", "students", gpus=1, node_selector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"})
+        obj["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "x"}]
+        result = escape(obj, "students")
+        assert not result.allowed and "class high is not allowed in namespace students" in result.message
+
+    def test_a_daemonset_pod_is_checked_against_the_node_it_is_pinned_to(self) -> None:
+        """A real DaemonSet Pod (pinned by node affinity) on an H100 node, in students: refused; on a T4
+        node: allowed without a patch."""
+        assert not escape(daemonset_pod("h100-a", namespace="students"), "students").allowed
+        allowed = escape(daemonset_pod("t4-a", namespace="students"), "students")
+        assert (allowed.allowed, allowed.patch) == (True, ())
+
+
+class TestVisibleDevices:
+    @staticmethod
+    def with_env(value: str | None = "all", *, gpus: int | None = None, source: bool = False) -> dict[str, Any]:
+        obj = pod("p", "students", gpus=gpus, node_selector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"})
+        entry: dict[str, Any] = {"name": "NVIDIA_VISIBLE_DEVICES"}
+        if source:
+            entry["valueFrom"] = {"configMapKeyRef": {"name": "gpus", "key": "visible"}}
+        else:
+            entry["value"] = value
+        obj["spec"]["containers"][0]["env"] = [entry]
+        return obj
+
+    @pytest.mark.parametrize("value", ["all", "0,1", "GPU-8a2f3c1e-6b5d-4e0f-9a1b-2c3d4e5f6a7b"])
+    def test_visible_devices_without_a_gpu_resource_is_denied(self, value: str) -> None:
+        """Finding 6: a container with no GPU resource that sets NVIDIA_VISIBLE_DEVICES to all or a device
+        list is refused, saying why."""
+        result = escape(self.with_env(value), "students")
+        assert (result.allowed, result.code, result.reason) == (False, 403, "visible-devices")
+        assert "sets NVIDIA_VISIBLE_DEVICES=" in result.message and "requests no GPU resource" in result.message
+
+    def test_a_value_from_a_config_map_is_denied_as_unreadable(self) -> None:
+        """gpupool cannot see a value that comes from a ConfigMap or Secret, so it refuses it."""
+        result = escape(self.with_env(source=True), "students")
+        assert not result.allowed and "from a configMapKeyRef, which gpupool cannot read" in result.message
+
+    @pytest.mark.parametrize("value", ["void", "none", "", "NONE"])
+    def test_values_that_expose_no_gpu_are_allowed(self, value: str) -> None:
+        """void, none and empty expose nothing: the Pod is not gpupool's to place and goes on unchanged."""
+        result = escape(self.with_env(value), "students")
+        assert (result.allowed, result.patch) == (True, ())
+
+    def test_a_container_that_requests_gpus_may_set_it(self) -> None:
+        """With a GPU resource the device plugin decides what the container sees; only the class rules apply
+        (here: the H100 nodeSelector is refused for students, but not for the variable)."""
+        result = escape(self.with_env("all", gpus=1), "students")
+        assert result.reason != "visible-devices"
+
+    def test_a_namespace_can_be_opted_out_and_the_check_switched_off(self) -> None:
+        """allowVisibleDevices opts a namespace out; defaults.checkVisibleDevices: false turns the rule off."""
+        assert escape(self.with_env(), "tools").allowed
+        off = ESCAPE_POLICY + "defaults: {checkVisibleDevices: false}\n"
+        assert escape(self.with_env(), "students", text=off).allowed
+
+
+class TestPartitions:
+    def test_a_mig_request_is_refused_where_classes_are_limited(self) -> None:
+        """A Pod that requests a MIG instance itself (nvidia.com/mig-...) cannot be kept to a namespace's
+        classes by gpupool, which does not place partitions: refused there, with what to do instead."""
+        obj = pod("p", "students", gpus=1, resource="nvidia.com/mig-1g.10gb")
+        result = escape(obj, "students")
+        assert not result.allowed and "requests nvidia.com/mig-1g.10gb, which gpupool does not place" in result.message
+        free = escape(pod("p", "ml", gpus=1, resource="nvidia.com/mig-1g.10gb"), "ml")
+        assert (free.allowed, free.patch) == (True, ())
+
+    def test_a_mig_pod_naming_an_h100_node_is_checked_there(self) -> None:
+        """A MIG Pod bound to an H100 node counts as a device of that node's class."""
+        obj = pod("p", "students", gpus=1, node="h100-a", resource="nvidia.com/mig-1g.10gb")
+        assert not escape(obj, "students").allowed

@@ -14,10 +14,19 @@ from dataclasses import replace
 from typing import Any, NamedTuple
 
 from webhook import verdict
-from webhook.annotations import GpuRequest, RequestError, parse_request, wants_gpus
-from webhook.decision import decide
+from webhook.annotations import (
+    GpuRequest,
+    RequestError,
+    parse_request,
+    pod_devices,
+    requested_resources,
+    visible_devices_problem,
+    wants_gpus,
+)
+from webhook.decision import bound_problem, class_quota_problem, decide
 from webhook.inventory import Inventory
 from webhook.memo import NO_MEMO, Memo
+from webhook.nodes import NodeFacts
 from webhook.patch import PatchSpec, build_patch
 from webhook.pod import PodError, PodShape, PodView, read_pod
 from webhook.policy import Policy
@@ -54,6 +63,7 @@ class Prepared(NamedTuple):
 
     pod: PodView
     request: GpuRequest
+    node: str  # the node the Pod names (spec.nodeName, or a DaemonSet's node affinity); "" for none
 
 
 def prepare(pod: Any, namespace: str, policy: Policy, shapes: Memo = NO_MEMO) -> Prepared | Verdict:
@@ -63,18 +73,26 @@ def prepare(pod: Any, namespace: str, policy: Policy, shapes: Memo = NO_MEMO) ->
         view = read_pod(pod, namespace)
     except PodError as exc:
         return verdict.deny(str(exc), code=verdict.CODE_INVALID, reason="invalid")
-    early = left_alone(view)
-    if early is not None:
-        return early
+    if view.mirror:  # the kubelet's copy of a static Pod: already running, nothing to decide
+        return verdict.allow("mirror Pod: created by the kubelet, not placed by gpupool")
     req = shapes.get(view.shape, lambda: _request(view.shape, policy))
-    return req if isinstance(req, Verdict) else Prepared(view, req)
+    if isinstance(req, Verdict):
+        return req
+    # A DaemonSet's Pod is placed by the DaemonSet controller's node affinity; pinning it to a pool could
+    # only strand it, but like a Pod that names its node it is checked against its node's pool.
+    return Prepared(view, req, view.node_name or (view.affinity_node if view.daemonset else ""))
 
 
 def place(
     prepared: Prepared, policy: Policy, index: PoolIndex, *, explain: bool = True, shapes: Memo = NO_MEMO
 ) -> Verdict:
-    """The pool for a prepared Pod, read from the index now, and the patch that pins it there."""
-    view, req = prepared
+    """The pool for a prepared Pod, read from the index now, and the patch that pins it there (or, for a
+    Pod that names its node, the check of that node's pool)."""
+    view, req, node = prepared
+    if node:
+        return _bound(view, req, node, policy, index)
+    if req.partitions:
+        return _partitions(req, policy)
     decision = decide(req, index, policy)
     reasons = decision.explain() if explain else ()
     chosen = decision.chosen
@@ -100,21 +118,62 @@ def place(
     return verdict.place(placement, patch, warnings=decision.warnings, reasons=reasons)
 
 
-def left_alone(pod: PodView) -> Verdict | None:
-    """Pods gpupool never places, judged on who the Pod is rather than its shape."""
-    if pod.mirror:
-        return verdict.allow("mirror Pod: created by the kubelet, not placed by gpupool")
-    if pod.node_name:
-        return verdict.allow(f"already bound to node {pod.node_name}")
-    if pod.daemonset:
-        # Its node is the DaemonSet controller's choice; pinning it to a pool could only strand it.
-        return verdict.allow("DaemonSet Pod: the DaemonSet controller chooses its node")
-    return None
+def _bound(view: PodView, req: GpuRequest, node: str, policy: Policy, index: PoolIndex) -> Verdict:
+    """A Pod that names its node gets no patch, but is held to its namespace's rules there: the class of
+    the node's pool must be allowed, its per-class quota and ResourceQuotas must have room."""
+    resources = {req.vendor.resource, *req.partitions}
+    devices = pod_devices(view.shape, resources)
+    if not devices:
+        return verdict.allow(f"already bound to node {node}; requests no {req.vendor.name} GPUs")
+    facts = index.node_facts(node, req.vendor.name)
+    rule = policy.namespace(req.namespace)
+    if not isinstance(facts, NodeFacts):
+        why = f" ({facts.reason})" if facts is not None else ""
+        if rule.restricted:
+            return verdict.deny(
+                f"the Pod names node {node}, which has no {req.vendor.name} GPUs gpupool can class{why}; namespace "
+                f"{req.namespace} may only use some GPU classes, so the Pod must leave the node to gpupool",
+                reason="bound-node",
+            )
+        note = f"gpupool: node {node} has no {req.vendor.name} GPUs gpupool knows of{why}; not checked"
+        return verdict.allow(f"already bound to node {node}").with_warnings((note,))
+    problem = bound_problem(req, facts) or class_quota_problem(
+        req.namespace, facts.pool.gpu_class, devices, index, policy
+    )
+    if problem:
+        return verdict.deny(problem, reason="class-quota" if problem.startswith("class quota") else "bound-node")
+    quota_problem = check_quotas(req, index, facts.resource, devices) if facts.resource in resources else ""
+    if quota_problem:
+        return verdict.deny(quota_problem, reason="quota")
+    free = index.node_free(facts) if facts.resource in resources else devices
+    warnings = () if free >= devices else (f"gpupool: node {node} has {free} free {facts.resource} now",)
+    placement = Placement(facts.pool, facts.resource, devices, devices, facts.selector, free >= devices, False)
+    return verdict.place(placement, [], warnings=warnings, message=f"already bound to node {node} in pool {facts.pool}")
+
+
+def _partitions(req: GpuRequest, policy: Policy) -> Verdict:
+    """A Pod that requests GPU partitions (MIG instances) itself and names no node: gpupool does not
+    place partitions, so it cannot keep such a Pod inside a namespace's classes."""
+    listed = ", ".join(req.partitions)
+    if policy.namespace(req.namespace).restricted:
+        return verdict.deny(
+            f"the Pod requests {listed}, which gpupool does not place; namespace {req.namespace} may only use "
+            f"some GPU classes, so request {req.vendor.resource} and let gpupool choose",
+            reason="no-match",
+        )
+    note = f"gpupool: {listed} is not placed by gpupool; the Pod keeps its own request"
+    return verdict.allow(f"requests {listed}, which gpupool does not place").with_warnings((note,))
 
 
 def _request(shape: PodShape, policy: Policy) -> GpuRequest | Verdict:
-    """What the Pod's shape alone decides: not gpupool's business, malformed, or this request."""
+    """What the Pod's shape alone decides: not gpupool's business, against the rules, malformed, or this
+    request."""
     if not wants_gpus(shape, policy):
+        return verdict.allow("no gpupool.io/ annotation and no GPU resource")
+    problem = visible_devices_problem(shape, policy)
+    if problem:
+        return verdict.deny(problem, reason="visible-devices")
+    if not shape.annotations and not requested_resources(shape, policy):
         return verdict.allow("no gpupool.io/ annotation and no GPU resource")
     try:
         return parse_request(shape, policy)

@@ -59,6 +59,7 @@ class GpuRequest:
     pins: tuple[tuple[str, str], ...]  # the Pod's nodeSelector entries on pool labels
     pool_pin: PoolKey | None  # an existing gpupool.io/pool annotation
     tolerations: Tolerations
+    partitions: tuple[str, ...] = ()  # GPU partition resources the Pod requests itself (nvidia.com/mig-...)
 
 
 def gpupool_annotations(shape: PodShape) -> dict[str, str]:
@@ -76,19 +77,71 @@ def container_gpus(container: ContainerView, resource: str) -> int:
 
 
 def requested_resources(shape: PodShape, policy: Policy) -> set[str]:
-    """The policy's GPU resources that any container of the Pod already requests or limits."""
+    """The vendors' GPU resources (and GPU partitions, such as MIG instances) that any container of the
+    Pod already requests or limits."""
     return {
         name
-        for c in (*shape.containers, *(shape.init_containers or ()))
+        for c in _all_containers(shape)
         for entries in (c.limits, c.requests)
         for name, _ in entries or ()
-        if name in policy.gpu_resources
+        if policy.vendor_of(name) is not None
     }
 
 
 def wants_gpus(shape: PodShape, policy: Policy) -> bool:
-    """Is this Pod gpupool's business: a gpupool.io/ annotation, or a GPU resource?"""
-    return bool(shape.annotations) or bool(requested_resources(shape, policy))
+    """Is this Pod gpupool's business: a gpupool.io/ annotation, a GPU resource, or a container that sets
+    NVIDIA_VISIBLE_DEVICES (webhook/manifests send exactly these Pods)?"""
+    return (
+        bool(shape.annotations)
+        or bool(requested_resources(shape, policy))
+        or any(c.visible_devices is not None for c in _all_containers(shape))
+    )
+
+
+def pod_devices(shape: PodShape, resources: set[str]) -> int:
+    """The Pod's effective request of devices among `resources` (a GPU and its partitions alike), as the
+    scheduler computes it per resource."""
+    inits = shape.init_containers or ()
+    return sum(
+        effective_gpus(
+            [container_gpus(c, r) for c in shape.containers], [(container_gpus(c, r), c.sidecar) for c in inits]
+        )
+        for r in resources
+    )
+
+
+# NVIDIA_VISIBLE_DEVICES values that expose no GPU (the NVIDIA container runtime's own words).
+NO_DEVICES = ("", "void", "none")
+
+
+def visible_devices_problem(shape: PodShape, policy: Policy) -> str:
+    """Why a container that requests no GPU must not set NVIDIA_VISIBLE_DEVICES (a runtime that honours it
+    for unprivileged containers would expose GPUs no device plugin, scheduler or quota counts); "" when
+    none does, or the policy or the namespace's rule turns the check off."""
+    if not policy.defaults.check_visible_devices or policy.namespace(shape.namespace).allow_visible_devices:
+        return ""
+    for c in _all_containers(shape):
+        if c.visible_devices is None or any(
+            policy.vendor_of(name) is not None for entries in (c.limits, c.requests) for name, _ in entries or ()
+        ):
+            continue
+        if c.visible_devices_from:
+            setting = f"sets NVIDIA_VISIBLE_DEVICES from a {c.visible_devices_from}, which gpupool cannot read,"
+        elif c.visible_devices.strip().lower() in NO_DEVICES:
+            continue
+        else:
+            setting = f"sets NVIDIA_VISIBLE_DEVICES={shown(c.visible_devices)}"
+        return (
+            f"container {shown(c.name)} {setting} but requests no GPU resource: where the NVIDIA runtime honours "
+            "the variable it would use GPUs that no quota counts; request the GPUs (for example "
+            f"{policy.vendors[policy.default_vendor].resource}: 1), set it to void, or ask an admin to allow it "
+            f"in namespace {shape.namespace} (allowVisibleDevices)"
+        )
+    return ""
+
+
+def _all_containers(shape: PodShape) -> tuple[ContainerView, ...]:
+    return (*shape.containers, *(shape.init_containers or ()))
 
 
 class _Errors:
@@ -136,7 +189,9 @@ def parse_request(shape: PodShape, policy: Policy) -> GpuRequest:
     index = errors.check(lambda: _container(ann, containers, vendor.resource), 0)
     target = containers[index]
     inits = shape.init_containers or ()
-    already = any(container_gpus(c, vendor.resource) for c in (*containers, *inits))
+    # Any of the vendor's devices the Pod already asks for (whole GPUs or partitions): then they stand.
+    owned = [r for r in requested_resources(shape, policy) if vendor.owns(r)] or [vendor.resource]
+    already = any(container_gpus(c, r) for c in (*containers, *inits) for r in owned)
     count = errors.check(lambda: _count(ann, target, vendor.resource, already), 1)
     namespace = shape.namespace
     rule = policy.namespace(namespace)
@@ -169,6 +224,7 @@ def parse_request(shape: PodShape, policy: Policy) -> GpuRequest:
         pins=tuple(sorted((k, v) for k, v in shape.node_selector or () if k in policy.pool_labels)),
         pool_pin=pool,
         tolerations=Tolerations(shape.tolerations or ()),
+        partitions=tuple(sorted(r for r in owned if r != vendor.resource)),
     )
 
 
@@ -186,7 +242,7 @@ def _unknown(keys: list[str]) -> str:
 
 def _vendor(ann: dict[str, str], shape: PodShape, policy: Policy) -> VendorPolicy:
     requested = requested_resources(shape, policy)
-    owners = sorted(v.name for v in policy.vendors.values() if v.resource in requested)
+    owners = sorted({vendor.name for r in requested if (vendor := policy.vendor_of(r)) is not None})
     if VENDOR in ann:
         name = ann[VENDOR].strip()
         if name not in policy.vendors:
@@ -197,7 +253,7 @@ def _vendor(ann: dict[str, str], shape: PodShape, policy: Policy) -> VendorPolic
         if owners and owners != [name]:
             raise RequestError(
                 f"annotation {PREFIX}{VENDOR}: {shown(name)} contradicts the Pod's own "
-                f"{', '.join(policy.vendors[o].resource for o in owners)} request"
+                f"{', '.join(sorted(requested))} request"
             )
         return policy.vendors[name]
     if len(owners) > 1:

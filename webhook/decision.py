@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from webhook.annotations import GpuRequest
 from webhook.model import PREFIX, PoolKey, Taint
-from webhook.nodes import Selector
+from webhook.nodes import NodeFacts, Selector
 from webhook.policy import Policy
 from webhook.pool_index import Group, Pool, PoolIndex
 from webhook.products import format_version, matches, tokens, version_at_least
@@ -148,7 +148,7 @@ def _plan(req: GpuRequest, index: PoolIndex, policy: Policy) -> _Plan:
     options: list[tuple[_Option, ...]] = []
     rejections: list[Rejection] = []
     for pool in index.pools(req.vendor.name):
-        reasons = _pool_reasons(req, pool, requested, fallback_classes, policy)
+        reasons = _pool_reasons(req, pool.key, requested, fallback_classes)
         if reasons:
             rejections.append(Rejection(pool.key, tuple(reasons)))
             continue
@@ -162,11 +162,8 @@ def _plan(req: GpuRequest, index: PoolIndex, policy: Policy) -> _Plan:
     return _Plan(tuple(options), tuple(rejections))
 
 
-def _pool_reasons(
-    req: GpuRequest, pool: Pool, requested: tuple[str, ...], fallback: tuple[str, ...], policy: Policy
-) -> list[str]:
+def _pool_reasons(req: GpuRequest, key: PoolKey, requested: tuple[str, ...], fallback: tuple[str, ...]) -> list[str]:
     """Why a pool cannot take the Pod at all (not counting capacity); empty when it can."""
-    key = pool.key
     reasons = []
     if req.pool_pin is not None and req.pool_pin != key:
         reasons.append(f"{PREFIX}pool pins {req.pool_pin}")
@@ -257,18 +254,36 @@ def _class_quota(
     req: GpuRequest, index: PoolIndex, policy: Policy, candidates: list[Candidate]
 ) -> tuple[str, list[Candidate]]:
     """Drop candidates whose class would exceed the namespace's per-class quota."""
-    limits = policy.namespace(req.namespace).class_quota
-    if not limits:
+    if not policy.namespace(req.namespace).class_quota:
         return "", candidates
     kept, notes = [], []
     for c in candidates:
-        limit = limits.get(c.pool.gpu_class)
-        used = index.class_used(req.namespace, c.pool.gpu_class)
-        if limit is not None and used + req.pod_total > limit:
-            notes.append(
-                f"class quota {c.pool.gpu_class} in namespace {req.namespace} exceeded: used {used} + "
-                f"requested {req.pod_total} > hard {limit}"
-            )
+        note = class_quota_problem(req.namespace, c.pool.gpu_class, req.pod_total, index, policy)
+        if note:
+            notes.append(note)
         else:
             kept.append(c)
     return (notes[0] if notes else ""), kept
+
+
+def class_quota_problem(namespace: str, gpu_class: str, count: int, index: PoolIndex, policy: Policy) -> str:
+    """Why `count` more GPUs of `gpu_class` would exceed the namespace's per-class quota; "" if not."""
+    limit = policy.namespace(namespace).class_quota.get(gpu_class)
+    used = index.class_used(namespace, gpu_class)
+    if limit is None or used + count <= limit:
+        return ""
+    return f"class quota {gpu_class} in namespace {namespace} exceeded: used {used} + requested {count} > hard {limit}"
+
+
+def bound_problem(req: GpuRequest, facts: NodeFacts) -> str:
+    """Why a Pod that names its node breaks its namespace's rules or its own annotations there ("" when
+    it does not). A namespace's default class is only a default: any allowed class may be named."""
+    requested = req.classes if req.class_source == "annotation" else req.allowed_classes
+    reasons = _pool_reasons(req, facts.pool, requested, ())
+    if req.min_memory_mib and facts.memory_mib < req.min_memory_mib:
+        have = format_mib(facts.memory_mib) if facts.memory_mib else "unknown memory"
+        reasons.append(f"{have} < min-memory {format_mib(req.min_memory_mib)}")
+    if req.min_driver is not None and (facts.driver is None or not version_at_least(facts.driver, req.min_driver)):
+        have = format_version(facts.driver) if facts.driver else "unknown"
+        reasons.append(f"driver {have} < min-driver {format_version(req.min_driver)}")
+    return f"node {facts.node} is in pool {facts.pool}: {'; '.join(reasons)}" if reasons else ""

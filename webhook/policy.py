@@ -55,9 +55,14 @@ class VendorPolicy:
     driver_label: str = ""
     legacy_driver_labels: tuple[str, ...] = ()
     taints: tuple[TaintRule, ...] = ()
+    partition_prefix: str = ""  # resources of GPU partitions, e.g. nvidia.com/mig-<profile>; "" for none
 
     def gpu_taint(self, taint: Taint) -> bool:
         return any(rule.matches(taint) for rule in self.taints)
+
+    def owns(self, resource: str) -> bool:
+        """Is `resource` this vendor's: its GPU resource, or one of its partitions (a MIG profile)?"""
+        return resource == self.resource or bool(self.partition_prefix and resource.startswith(self.partition_prefix))
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +78,12 @@ class NamespaceRule:
     allowed_classes: tuple[str, ...] = ()  # empty: every class
     default_class: str = ""
     class_quota: Mapping[str, int] = field(default_factory=dict)
+    allow_visible_devices: bool = False  # opt out of the NVIDIA_VISIBLE_DEVICES rule
+
+    @property
+    def restricted(self) -> bool:
+        """Does the rule limit what the namespace may use (classes or per-class quotas)?"""
+        return bool(self.allowed_classes or self.class_quota)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +93,7 @@ class Defaults:
     stale_after_seconds: float = 120.0
     on_stale: OnNoCapacity = "warn"
     reservation_seconds: float = 60.0
+    check_visible_devices: bool = True  # refuse NVIDIA_VISIBLE_DEVICES in containers without a GPU resource
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +107,7 @@ class Policy:
     namespaces: Mapping[str, NamespaceRule]
     gpu_resources: frozenset[str] = frozenset()  # every vendor's resource; filled in by __post_init__
     pool_labels: frozenset[str] = frozenset()  # the class label and every product label; likewise
+    _vendor_cache: dict[str, VendorPolicy | None] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpu_resources", frozenset(v.resource for v in self.vendors.values()))
@@ -108,8 +121,16 @@ class Policy:
     def namespace(self, name: str) -> NamespaceRule:
         return self.namespaces.get(name, _ANY_NAMESPACE)
 
-    def vendor_of_resource(self, resource: str) -> VendorPolicy | None:
-        return next((v for v in self.vendors.values() if v.resource == resource), None)
+    def vendor_of(self, resource: str) -> VendorPolicy | None:
+        """The vendor whose GPU (or GPU partition) `resource` is; None for any other resource. Remembered
+        per name (every extended resource of every admitted container is asked about), up to a bound."""
+        try:
+            return self._vendor_cache[resource]
+        except KeyError:
+            vendor = next((v for v in self.vendors.values() if v.owns(resource)), None)
+            if len(self._vendor_cache) < 4096:
+                self._vendor_cache[resource] = vendor
+            return vendor
 
     def product_class(self, product: Tokens) -> str:
         """The class the product table gives, most specific matching entry first; "" when none."""
@@ -254,7 +275,7 @@ def _build(data: dict[str, Any]) -> Policy:
     d = _Fields(
         data.get("defaults", {}),
         "defaults",
-        ("fallback", "onNoCapacity", "staleAfterSeconds", "onStale", "reservationSeconds"),
+        ("fallback", "onNoCapacity", "staleAfterSeconds", "onStale", "reservationSeconds", "checkVisibleDevices"),
     )
     defaults = Defaults(
         fallback=d.flag("fallback", False),
@@ -262,6 +283,7 @@ def _build(data: dict[str, Any]) -> Policy:
         stale_after_seconds=d.seconds("staleAfterSeconds", 120.0),
         on_stale="deny" if d.choice("onStale", "warn", ("warn", "deny")) == "deny" else "warn",
         reservation_seconds=d.seconds("reservationSeconds", 60.0),
+        check_visible_devices=d.flag("checkVisibleDevices", True),
     )
     vendors_data = data.get("vendors")
     if not isinstance(vendors_data, dict) or not vendors_data:
@@ -303,6 +325,7 @@ def _vendor(name: str, spec: Any) -> VendorPolicy:
             "driverLabel",
             "legacyDriverLabels",
             "taints",
+            "partitionResourcePrefix",
         ),
     )
     unit = f.choice("memoryUnit", "Mi", tuple(_MEMORY_UNITS))
@@ -327,6 +350,7 @@ def _vendor(name: str, spec: Any) -> VendorPolicy:
         driver_label=f.text("driverLabel", ""),
         legacy_driver_labels=legacy,
         taints=tuple(taints),
+        partition_prefix=f.text("partitionResourcePrefix", ""),
     )
 
 
@@ -358,7 +382,7 @@ def _products(data: Any, classes: tuple[str, ...], vendors: Mapping[str, VendorP
 
 def _namespace(name: str, data: Any, classes: tuple[str, ...]) -> NamespaceRule:
     path = f"namespaces.{name}"
-    f = _Fields(data or {}, path, ("allowedClasses", "defaultClass", "classQuota"))
+    f = _Fields(data or {}, path, ("allowedClasses", "defaultClass", "classQuota", "allowVisibleDevices"))
     allowed = f.texts("allowedClasses")
     for cls in allowed:
         if cls not in classes:
@@ -378,4 +402,9 @@ def _namespace(name: str, data: Any, classes: tuple[str, ...]) -> NamespaceRule:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
             raise PolicyError(f"{path}.classQuota.{cls}: expected a whole number of GPUs ≥ 0, got {limit!r}")
         quota[str(cls)] = limit
-    return NamespaceRule(allowed_classes=allowed, default_class=default, class_quota=quota)
+    return NamespaceRule(
+        allowed_classes=allowed,
+        default_class=default,
+        class_quota=quota,
+        allow_visible_devices=f.flag("allowVisibleDevices", False),
+    )

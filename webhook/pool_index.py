@@ -462,6 +462,17 @@ class PoolIndex:
     def unclassified(self) -> list[Unclassified]:
         return [u for problems in self._unclassified.values() for u in problems]
 
+    def node_facts(self, name: str, vendor: str) -> NodeFacts | Unclassified | None:
+        """What the index knows of one vendor's GPUs on a node: its facts, why it is not pooled, or None
+        when the node has none of that vendor's GPUs (or is not known yet)."""
+        facts = next((f for f in self._facts.get(name, ()) if f.pool.vendor == vendor), None)
+        return facts or next((u for u in self._unclassified.get(name, ()) if u.vendor == vendor), None)
+
+    def node_free(self, facts: NodeFacts) -> int:
+        """Free GPUs of the node's pool resource now (0 when the node is not usable)."""
+        group = self._pools[facts.pool].groups[(facts.selector, facts.gpu_taints, facts.other_taints)]
+        return group.free_of.get(facts.node, 0)
+
     def pool_stats(self) -> list[PoolStats]:
         stats = []
         for pool in sorted(self._pools.values(), key=lambda p: p.key):

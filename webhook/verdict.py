@@ -7,14 +7,16 @@ place: a denial has no patch, a patch only comes with a chosen pool.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from webhook.model import PoolKey
 
 Outcome = Literal["mutated", "unchanged", "denied"]
 # Why a Pod was denied, for metrics and logs (the message is for people and may change).
-Reason = Literal["", "invalid", "no-match", "no-capacity", "quota", "class-quota", "stale"]
+Reason = Literal[
+    "", "invalid", "no-match", "no-capacity", "quota", "class-quota", "stale", "visible-devices", "bound-node"
+]
 
 # Status codes on denials, as kube-apiserver passes them on to the user.
 CODE_INVALID = 400  # an annotation or the Pod itself is malformed
@@ -57,6 +59,9 @@ class Verdict:
     reasons: tuple[str, ...] = field(default=(), compare=False)  # each pool considered, and why
     reason: Reason = ""  # on denials: which rule denied
 
+    def with_warnings(self, warnings: tuple[str, ...]) -> Verdict:
+        return replace(self, warnings=(*self.warnings, *warnings))
+
     def as_json(self) -> dict[str, Any]:
         """The `gpupool explain -o json` object."""
         return {
@@ -83,12 +88,14 @@ def place(
     patch: list[dict[str, Any]],
     warnings: tuple[str, ...] = (),
     reasons: tuple[str, ...] = (),
+    message: str = "",
 ) -> Verdict:
-    """Allowed and placed; `outcome` is "unchanged" when the Pod already carried the placement."""
+    """Allowed and placed; `outcome` is "unchanged" when the Pod already carried the placement (or named
+    its node: then `message` says so)."""
     return Verdict(
         allowed=True,
         outcome="mutated" if patch else "unchanged",
-        message=f"placed on {placement.pool}",
+        message=message or f"placed on {placement.pool}",
         warnings=warnings,
         placement=placement,
         patch=tuple(patch),
