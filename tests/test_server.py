@@ -549,17 +549,58 @@ def test_a_new_worker_forked_mid_rotation_serves_with_the_previous_certificate(
     ensure_certificates(staged, SERVICE, NAMESPACE, hosts=["localhost", "127.0.0.1"])
     os.replace(staged / "tls.key", certs / "tls.key")  # the key of a certificate not yet in place
 
+    replace_the_worker(server)
+    assert new_connection_serial(port, ca) == serial
+    assert "keeping the previous certificate" in server.log()
+
+
+def replace_the_worker(server: ServerProcess) -> None:
+    """SIGKILL the server's only worker and wait until the master's replacement is ready."""
+    assert server.health_port is not None and server.proc is not None
+    health_port, proc = server.health_port, server.proc
     (old_worker,) = orjson.loads(health_get(health_port, "/readyz")[1])["workers"]
     os.kill(int(old_worker), signal.SIGKILL)
 
     def new_worker_ready() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"the master exited with {proc.returncode}:\n{server.log()}")
         status, body, _ = health_get(health_port, "/readyz")
         workers = orjson.loads(body).get("workers", {}) if body else {}
         return status == 200 and old_worker not in workers
 
     wait_until(new_worker_ready, 60, "a new worker")
-    assert new_connection_serial(port, ca) == serial
-    assert "keeping the previous certificate" in server.log()
+
+
+def test_a_replacement_worker_serves_what_the_master_loaded_at_start(
+    cert_dir: Path, tmp_path: Path, start_server: Callable[..., ServerProcess]
+) -> None:
+    """The inventory and policy files are read once, by the master, before it forks: after both files
+    turned to garbage, a killed worker's replacement still boots and answers from what was loaded at
+    start, and the master keeps running."""
+    inventory, policy = tmp_path / "cluster.yaml", tmp_path / "policy.yaml"
+    shutil.copy(DEMO_INVENTORY, inventory)
+    shutil.copy(REPO / "examples" / "policy.yaml", policy)
+    port, health_port = free_port(), free_port()
+    argv = serve_argv(cert_dir, port, health_port, "--inventory", str(inventory), "--policy", str(policy))
+    server = start_server([*argv, "--workers", "1"], health_port)
+    # students get class low by default from examples/policy.yaml; the built-in policy has no default.
+    pod = gpu_pod(namespace="students", annotations={"gpupool.io/gpu-count": "1"})
+
+    def answer() -> dict[str, Any]:
+        client = ApiServerClient(port, cert_dir / "ca.crt")
+        try:
+            response: dict[str, Any] = client.review(admission_review(pod, uid="same", dry_run=True))["response"]
+            return response
+        finally:
+            client.close()
+
+    before = answer()
+    assert before["auditAnnotations"]["pool"].startswith("nvidia/low/")
+    inventory.write_text("kind: List\nitems: [{kind: Node}]\n", encoding="utf-8")
+    policy.write_text("classes: 7\n", encoding="utf-8")
+    replace_the_worker(server)
+    assert answer() == before
+    assert server.proc is not None and server.proc.poll() is None
 
 
 SLOW_SERVER = textwrap.dedent(

@@ -3,9 +3,13 @@
 Everything a user can get wrong (options, certificate files, policy, inventory, busy ports) is checked
 once, before gunicorn starts, and reported as `gpupool serve: error: ...` with exit code 2.
 
-Process layout: the gunicorn master binds the TLS port and serves /healthz, /readyz and /metrics on the
-plain-HTTP health port from a thread; each worker process loads its own inventory and Admitter (the
-live inventory keeps a watch cache and burst reservations per process) and answers POST /mutate.
+Process layout: the gunicorn master reads the policy and the inventory source once (`load_core`), binds
+the TLS port and serves /healthz, /readyz and /metrics on the plain-HTTP health port from a thread.
+Each worker process is forked with a copy of what the master loaded, builds its Admitter from it and
+answers POST /mutate; a live inventory starts its watches in the worker (threads do not survive a
+fork), so each worker keeps its own watch cache and burst reservations. A worker that is restarted
+(after a crash or a timeout) is forked from the master's copy again and reads no file: a snapshot or
+policy file that changed or broke since the start cannot stop it from booting.
 Metrics cross the process boundary through prometheus_client's multiprocess directory.
 
 The TLS context is re-used while tls.crt and tls.key are unchanged and rebuilt on the next new
@@ -182,9 +186,7 @@ def run(args: argparse.Namespace) -> int:
     options = resolve_options(args, os.environ)
     logging.config.dictConfig(logging_config(options.log_level))
     check_tls_files(options.cert, options.key)
-    policy, inventory = load_core(options)
-    inventory.close()  # workers load their own after the fork (a live inventory runs threads)
-    return serve(options, real_app_loader(options, policy))
+    return serve(options, real_app_loader(load_core(options)))
 
 
 def check_tls_files(cert: str, key: str) -> None:
@@ -198,39 +200,50 @@ def check_tls_files(cert: str, key: str) -> None:
         raise UsageError(f"--cert {cert} / --key {key}: not a usable certificate and key: {exc}") from None
 
 
-def load_core(options: ServeOptions) -> tuple[Policy, Inventory]:
-    """Load the policy and the inventory once, to report a bad file before anything starts."""
+@dataclass(frozen=True, slots=True)
+class Core:
+    """What the master loads once, before the first fork; every worker starts from a copy of it."""
+
+    policy: Policy
+    # A snapshot: the whole index, loaded. The live cluster: the client configuration, not yet watching.
+    inventory: Inventory
+
+
+def load_core(options: ServeOptions) -> Core:
+    """Read the policy and the inventory source, the only time `serve` reads them; UsageError naming
+    the bad file, before anything starts."""
     try:
         policy = load_policy(options.policy)
     except PolicyError as exc:
         raise UsageError(str(exc)) from None
+    inventory: Inventory
     if options.inventory is None:
-        # Only the configuration is checked here; each worker starts its own watches after the fork.
         try:
-            return policy, LiveInventory.connect(policy, options.kubeconfig)
+            inventory = LiveInventory.connect(policy, options.kubeconfig)
         except InventoryConnectError as exc:
             raise UsageError(f"{exc} (or give --inventory FILE for a snapshot)") from None
-    try:
-        inventory = SnapshotInventory.from_file(options.inventory, policy)
-    except InventoryFileError as exc:
-        raise UsageError(str(exc)) from None
-    return policy, inventory
+    else:
+        try:
+            inventory = SnapshotInventory.from_file(options.inventory, policy)
+        except InventoryFileError as exc:
+            raise UsageError(str(exc)) from None
+    return Core(policy, inventory)
 
 
-def real_app_loader(options: ServeOptions, policy: Policy) -> LoadApp:
-    """What each worker runs once after the fork: its inventory, Admitter, metrics and the Flask app."""
+def real_app_loader(core: Core) -> LoadApp:
+    """What each worker runs once after the fork: its Admitter, metrics and the Flask app, from the
+    master's `core`. Nothing here reads a file, so a restarted worker boots whatever the files hold now."""
 
     def load() -> WorkerApp:
         from webhook.app import AppConfig, create_app  # noqa: PLC0415 (see top)
         from webhook.metrics import GaugeRefresher, Metrics  # noqa: PLC0415 (see top)
 
-        inventory: Inventory
-        if options.inventory is None:
-            # Not waited for: /readyz stays false until the first full list, so no admission is routed
-            # to this worker before then.
-            inventory = LiveInventory.connect(policy, options.kubeconfig).start()
-        else:
-            inventory = SnapshotInventory.from_file(options.inventory, policy)
+        policy, inventory = core.policy, core.inventory
+        if isinstance(inventory, LiveInventory):
+            # The master never starts the watches: threads do not survive a fork, so each worker starts
+            # them on its own copy. Not waited for: /readyz stays false until the first full list, so no
+            # admission is routed to this worker before then.
+            inventory.start()
         metrics = Metrics.private()
         metrics.refresh(inventory, policy.defaults.stale_after_seconds)  # gauges before the first request
         refresher = GaugeRefresher(metrics, inventory, policy.defaults.stale_after_seconds).start()
@@ -341,7 +354,7 @@ def gunicorn_settings(options: ServeOptions) -> dict[str, Any]:
         # connections evenly; with one shared socket the first worker to wake takes most of
         # kube-apiserver's few long-lived connections and the others idle.
         "reuse_port": options.workers > 1,
-        "preload_app": False,  # each worker builds its inventory after the fork
+        "preload_app": False,  # each worker builds its app, and starts live watches, after the fork
         "proc_name": "gpupool",
         "accesslog": None,  # one admission line per request instead
         "logger_class": NoAccessLogger,
