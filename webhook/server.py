@@ -12,8 +12,9 @@ fork), so each worker keeps its own watch cache and burst reservations. A worker
 policy file that changed or broke since the start cannot stop it from booting.
 Metrics cross the process boundary through prometheus_client's multiprocess directory.
 
-The TLS context is re-used while tls.crt and tls.key are unchanged and rebuilt on the next new
-connection after they change, so a rotated Secret takes effect without a restart. A certificate and key
+The TLS context is re-used while tls.crt and tls.key (and the --client-ca file, which makes the TLS
+port require a client certificate signed by it) are unchanged and rebuilt on the next new connection
+after they change, so a rotated Secret takes effect without a restart. A certificate and key
 that do not match (a rotation caught half-way) keep the previous context until the pair is whole again;
 the master loads one before forking, so even a freshly forked worker always has a previous one.
 """
@@ -33,6 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gunicorn.app.base import BaseApplication
@@ -40,6 +42,7 @@ from gunicorn.glogging import Logger as GunicornLogger
 from gunicorn.sock import ssl_context as gunicorn_ssl_context
 
 from webhook.admission import Admitter
+from webhook.certs import CertError, read_ca_bundle
 from webhook.cli import UsageError
 from webhook.health import HealthServer, MetricsText, Readiness
 from webhook.inventory import Inventory
@@ -59,6 +62,7 @@ if TYPE_CHECKING:
 SERVE_ENV: dict[str, str] = {
     "GPUPOOL_CERT": "--cert",
     "GPUPOOL_KEY": "--key",
+    "GPUPOOL_CLIENT_CA": "--client-ca",
     "GPUPOOL_INVENTORY": "--inventory",
     "GPUPOOL_KUBECONFIG": "--kubeconfig",
     "GPUPOOL_POLICY": "--policy",
@@ -103,6 +107,7 @@ class ServeOptions:
     inventory: str | None
     policy: str | None
     kubeconfig: str | None = None
+    client_ca: str | None = None  # None: no client certificate is asked for
     host: str = "0.0.0.0"
     port: int = 8443
     health_port: int = 8080
@@ -120,6 +125,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
     add("--cert", "FILE", "serving certificate, PEM (e.g. certs/tls.crt); re-read when it changes")
     add("--key", "FILE", "its private key, PEM (e.g. certs/tls.key)")
+    add(
+        "--client-ca",
+        "FILE",
+        "CA certificate(s), PEM: every connection to --port must show a client certificate signed by one "
+        "(kube-apiserver's, see README); re-read when it changes; default: no client certificate asked for",
+    )
     add(
         "--inventory",
         "FILE",
@@ -165,6 +176,7 @@ def resolve_options(args: argparse.Namespace, environ: Mapping[str, str]) -> Ser
         inventory=value("--inventory"),
         policy=value("--policy"),
         kubeconfig=value("--kubeconfig"),
+        client_ca=value("--client-ca"),
         host=value("--host") or "",
         port=number("--port", 1, 65535),
         health_port=number("--health-port", 1, 65535),
@@ -186,6 +198,8 @@ def run(args: argparse.Namespace) -> int:
     options = resolve_options(args, os.environ)
     logging.config.dictConfig(logging_config(options.log_level))
     check_tls_files(options.cert, options.key)
+    if options.client_ca is not None:
+        check_client_ca(options.client_ca)
     return serve(options, real_app_loader(load_core(options)))
 
 
@@ -207,6 +221,21 @@ class Core:
     policy: Policy
     # A snapshot: the whole index, loaded. The live cluster: the client configuration, not yet watching.
     inventory: Inventory
+
+
+def check_client_ca(path: str) -> None:
+    """The --client-ca file holds CA certificates OpenSSL loads; UsageError saying what is wrong.
+
+    A file that is not what was meant (a client certificate, an expired CA) would make every handshake
+    fail, which under failurePolicy Fail refuses every GPU Pod: better to stop at the start.
+    """
+    try:
+        read_ca_bundle(Path(path))
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=path)
+    except CertError as exc:
+        raise UsageError(f"--client-ca {exc}") from None
+    except (ssl.SSLError, OSError) as exc:
+        raise UsageError(f"--client-ca {path}: not a usable CA file: {exc}") from None
 
 
 def load_core(options: ServeOptions) -> Core:
@@ -349,7 +378,10 @@ def gunicorn_settings(options: ServeOptions) -> dict[str, Any]:
         "timeout": WORKER_TIMEOUT_SECONDS,
         "certfile": options.cert,
         "keyfile": options.key,
-        "ssl_context": CertificateReloader(options.cert, options.key),
+        # With a client CA, gunicorn's context trusts that file alone (not the system's CAs) for clients.
+        "ca_certs": options.client_ca,
+        "cert_reqs": ssl.CERT_NONE if options.client_ca is None else ssl.CERT_REQUIRED,
+        "ssl_context": CertificateReloader(options.cert, options.key, options.client_ca),
         # With several workers each gets its own SO_REUSEPORT socket and the kernel spreads new
         # connections evenly; with one shared socket the first worker to wake takes most of
         # kube-apiserver's few long-lived connections and the others idle.
@@ -404,11 +436,12 @@ class CertificateReloader:
     """gunicorn's `ssl_context` hook: one context per certificate version, TLS 1.2 at least.
 
     gunicorn asks for a context on every new connection; building one costs about 0.7 ms of CPU, so
-    it is cached and rebuilt only when either file's inode, size or mtime changes.
+    it is cached and rebuilt only when a file's inode, size or mtime changes: the certificate, the key,
+    and the client CA when there is one (gunicorn's factory reads it from the `ca_certs` setting).
     """
 
-    def __init__(self, cert: str, key: str) -> None:
-        self._paths = (cert, key)
+    def __init__(self, cert: str, key: str, client_ca: str | None = None) -> None:
+        self._paths = (cert, key) if client_ca is None else (cert, key, client_ca)
         self._lock = threading.Lock()  # gthread wraps sockets on its worker threads
         self._version: tuple[int, ...] | None = None
         self._context: ssl.SSLContext | None = None
@@ -423,13 +456,14 @@ class CertificateReloader:
             except (ssl.SSLError, OSError) as exc:
                 if self._context is None:
                     raise
-                # Mid-rotation (new certificate, old key) or a file briefly missing: keep serving
-                # with the previous pair and try again on the next connection.
+                # Mid-rotation (new certificate, old key), a file briefly missing or a CA file being
+                # rewritten: keep serving with the previous context and try again on the next connection.
                 log.warning("keeping the previous certificate: the new files do not load yet: %s", exc)
                 return self._context
             context.minimum_version = ssl.TLSVersion.TLSv1_2
             self._context, self._version = context, version
-            log.info("serving certificate loaded", extra={"fields": {"cert": self._paths[0]}})
+            fields = {"cert": self._paths[0], **({"client_ca": self._paths[2]} if len(self._paths) > 2 else {})}
+            log.info("serving certificate loaded", extra={"fields": fields})
             return context
 
     def _file_version(self) -> tuple[int, ...]:
