@@ -30,10 +30,11 @@ from cryptography import x509
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from webhook.certs import ensure_certificates
 from webhook.cli import build_parser
 from webhook.policy import Policy, default_policy_text, load_policy_text
 from webhook.quantity import parse_bytes
-from webhook.server import SERVE_ENV, ServeOptions, resolve_options
+from webhook.server import SERVE_ENV, ServeOptions, check_client_ca, resolve_options
 
 REPO = Path(__file__).resolve().parents[1]
 MANIFESTS = REPO / "manifests"
@@ -47,8 +48,11 @@ GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu", "huawei.com/Ascend910")
 # schema drops "This is a beta feature ... feature gate"); 1.28 is the oldest release that has them
 # on by default (beta). Older API servers drop the field, which would send every Pod to gpupool.
 SCHEMA_VERSIONS = ("1.28", "1.30")
-RENDERINGS = ("base", "self-signed", "self-signed+ignore", "cert-manager")
-DEPLOYABLE = ("self-signed", "self-signed+ignore", "cert-manager")
+# "+locked": only kube-apiserver is heard (render.py --client-ca and --control-plane-cidr).
+RENDERINGS = ("base", "self-signed", "self-signed+ignore", "cert-manager", "cert-manager+locked")
+DEPLOYABLE = ("self-signed", "self-signed+ignore", "cert-manager", "cert-manager+locked")
+# As given to render.py, and as the NetworkPolicy must hold them (a bare address is a /32).
+CONTROL_PLANE = {"10.0.0.10": "10.0.0.10/32", "192.0.2.0/28": "192.0.2.0/28", "fd00::5": "fd00::5/128"}
 COMPONENT = "app.kubernetes.io/component"
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration"}
 
@@ -132,13 +136,25 @@ def out_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def rendered(certs_dir: Path, out_dir: Path) -> dict[str, Rendering]:
+def client_ca(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The CA certificate of kube-apiserver's client certificate (a CA of its own, made by gpupool certs)."""
+    directory = tmp_path_factory.mktemp("client-ca")
+    ensure_certificates(directory, SERVICE, NAMESPACE)
+    return directory / "ca.crt"
+
+
+@pytest.fixture(scope="module")
+def rendered(certs_dir: Path, out_dir: Path, client_ca: Path) -> dict[str, Rendering]:
     """Every rendering, once: the base with plain `kubectl kustomize`, the overlays through render.py."""
     result = {"base": parse_objects(kustomize(MANIFESTS / "base"), "base")}
+    locked = ["--client-ca", str(client_ca)]
+    for cidr in CONTROL_PLANE:
+        locked += ["--control-plane-cidr", cidr]
     options = {
         "self-signed": ["--overlay", "self-signed"],
         "self-signed+ignore": ["--overlay", "self-signed", "--failure-policy", "Ignore"],
         "cert-manager": ["--overlay", "cert-manager"],
+        "cert-manager+locked": ["--overlay", "cert-manager", *locked],
     }
     for name, args in options.items():
         out = out_dir / f"{name}.yaml"
@@ -179,6 +195,17 @@ def volume_named(r: Rendering, name: str) -> Obj:
 def container_port(r: Rendering, name: str) -> int:
     (port,) = [p["containerPort"] for p in r.container["ports"] if p["name"] == name]
     return int(port)
+
+
+def network_policy_sources(r: Rendering) -> dict[int, list[str] | None]:
+    """For each port the NetworkPolicy opens: the CIDRs allowed to reach it, or None for every source."""
+    sources: dict[int, list[str] | None] = {}
+    for rule in r.one("NetworkPolicy")["spec"]["ingress"]:
+        peers = rule.get("from")
+        for port in rule["ports"]:
+            assert port["port"] not in sources, f"port {port['port']} in two rules"
+            sources[port["port"]] = None if peers is None else sorted(p["ipBlock"]["cidr"] for p in peers)
+    return sources
 
 
 def selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
@@ -280,6 +307,29 @@ class TestRender:
     def test_release_image(self, deployable: Rendering) -> None:
         """Without an override the Deployment runs the release image."""
         assert deployable.container["image"] == "ghcr.io/gpupool/gpupool-webhook:0.1.0"
+
+    @pytest.mark.parametrize(
+        ("args", "code", "words"),
+        [
+            (["--control-plane-cidr", "10.0.0.1/24"], 2, "'10.0.0.1/24' is not an IP address or CIDR"),
+            (["--control-plane-cidr", "apiserver.example"], 2, "e.g. 10.0.0.10 or 10.0.0.0/28"),
+            (["--client-ca", "{ca_dir}/ca.key"], 1, "holds a private key; give the CA certificate (ca.crt) alone"),
+            (["--client-ca", "{policy}"], 1, "no PEM certificate in it"),
+            (["--client-ca", "{ca_dir}/none.crt"], 1, "cannot read: No such file"),
+        ],
+        ids=["host-bits", "not-an-address", "ca-key", "not-pem", "missing"],
+    )
+    def test_bad_lock_down_options_are_one_line_errors(
+        self, client_ca: Path, tmp_path: Path, args: list[str], code: int, words: str
+    ) -> None:
+        """A bad --control-plane-cidr or --client-ca is refused with one line naming it, and nothing is
+        written: above all, a CA key never goes into a ConfigMap."""
+        out = tmp_path / "out.yaml"
+        given = [a.format(ca_dir=client_ca.parent, policy=MANIFESTS / "base" / "policy.yaml") for a in args]
+        done = run_render("--overlay", "cert-manager", *given, "--out", out)
+        assert done.returncode == code
+        assert words in done.stderr and done.stderr.strip().splitlines()[-1].startswith("render.py: error: ")
+        assert not out.exists()
 
     def test_missing_kubectl_is_a_one_line_error(self, tmp_path: Path) -> None:
         """Without kubectl, render.py says so in one line and exits 1, leaving no output file."""
@@ -434,6 +484,39 @@ class TestWebhookConfiguration:
         """No caBundle to manage in the base or with cert-manager (its cainjector fills it)."""
         for name in ("base", "cert-manager"):
             assert "caBundle" not in rendered[name].webhook["clientConfig"]
+
+
+class TestKubeApiserverSide:
+    """What the README has admins give kube-apiserver, so that it shows its client certificate to gpupool."""
+
+    def admission_configuration(self) -> Obj:
+        config: Obj = yaml.safe_load((MANIFESTS / "kube-apiserver" / "admission-configuration.yaml").read_text())
+        return config
+
+    def test_the_mutating_webhook_plugin_gets_a_kubeconfig(self) -> None:
+        """The AdmissionConfiguration (apiserver.config.k8s.io/v1) gives the MutatingAdmissionWebhook plugin
+        a WebhookAdmissionConfiguration with an absolute kubeConfigFile, and nothing else."""
+        config = self.admission_configuration()
+        assert (config["apiVersion"], config["kind"]) == ("apiserver.config.k8s.io/v1", "AdmissionConfiguration")
+        (plugin,) = config["plugins"]
+        assert plugin["name"] == "MutatingAdmissionWebhook"
+        assert set(plugin["configuration"]) == {"apiVersion", "kind", "kubeConfigFile"}
+        assert plugin["configuration"]["apiVersion"] == "apiserver.config.k8s.io/v1"
+        assert plugin["configuration"]["kind"] == "WebhookAdmissionConfiguration"
+        assert plugin["configuration"]["kubeConfigFile"].startswith("/etc/kubernetes/pki/")
+
+    def test_the_readme_names_the_user_kube_apiserver_looks_up(self, rendered: dict[str, Rendering]) -> None:
+        """kube-apiserver picks the kubeconfig user named <service>.<namespace>.svc for a webhook that calls
+        a Service on port 443 (with ':<port>' for any other port): the README writes that user, into the
+        file the admission configuration names."""
+        ref = rendered["base"].webhook["clientConfig"]["service"]
+        user = f"{ref['name']}.{ref['namespace']}.svc" + ("" if ref["port"] == 443 else f":{ref['port']}")
+        kubeconfig = self.admission_configuration()["plugins"][0]["configuration"]["kubeConfigFile"]
+        readme = (REPO / "README.md").read_text(encoding="utf-8")
+        command = re.search(r"kubectl config set-credentials (\S+) .*?--kubeconfig=(\S+)", readme, re.DOTALL)
+        assert command is not None
+        assert command.groups() == (user, kubeconfig)
+        assert f"  - name: {user}\n    user:\n      client-certificate-data:" in readme
 
 
 class TestCertManager:
@@ -678,9 +761,36 @@ class TestDeployment:
             assert rendering.container[probe]["httpGet"]["port"] == "health"
         targets = {p["name"]: p["targetPort"] for p in rendering.one("Service")["spec"]["ports"]}
         assert targets == {"https": "https", "metrics": "health"}
-        (rule,) = rendering.one("NetworkPolicy")["spec"]["ingress"]
-        assert {p["port"] for p in rule["ports"]} == {options.port, options.health_port}
+        assert set(network_policy_sources(rendering)) == {options.port, options.health_port}
         assert options.host in {"0.0.0.0", "::"}
+
+    def test_network_policy_admits_the_control_plane_to_the_webhook_port(self, rendering: Rendering) -> None:
+        """The health port is open to every source (Prometheus); the webhook port only to the
+        --control-plane-cidr ranges when they are given, else to every source."""
+        options = serve_options(rendering)
+        sources = network_policy_sources(rendering)
+        assert sources[options.health_port] is None
+        expected = sorted(CONTROL_PLANE.values()) if rendering.name.endswith("+locked") else None
+        assert sources[options.port] == expected
+
+    def test_client_certificates_are_required_exactly_when_a_client_ca_is_given(
+        self, rendering: Rendering, client_ca: Path, tmp_path: Path
+    ) -> None:
+        """With --client-ca, GPUPOOL_CLIENT_CA is ca.crt of a mounted ConfigMap that holds that very file
+        and passes serve's own start-up check; without it, no client certificate is asked for."""
+        options = serve_options(rendering)
+        if not rendering.name.endswith("+locked"):
+            assert options.client_ca is None
+            assert "client-ca" not in {v["name"] for v in rendering.pod_spec["volumes"]}
+            return
+        assert options.client_ca == f"{mount_of(rendering, 'client-ca')}/ca.crt"
+        source = volume_named(rendering, "client-ca")["configMap"]
+        assert source["items"] == [{"key": "ca.crt", "path": "ca.crt"}]
+        (config_map,) = [c for c in rendering.all("ConfigMap") if c["metadata"]["name"] == source["name"]]
+        assert config_map["data"]["ca.crt"] == client_ca.read_text()
+        mounted = tmp_path / "ca.crt"
+        mounted.write_text(config_map["data"]["ca.crt"])
+        check_client_ca(str(mounted))
 
     def test_probes(self, rendering: Rendering) -> None:
         """Readiness asks /readyz (inventory synced), liveness and startup ask /healthz."""
