@@ -43,7 +43,12 @@ KUBECTL = shutil.which("kubectl")
 NAMESPACE = "gpupool-system"
 SERVICE = "gpupool-webhook"
 TLS_SECRET = "gpupool-webhook-tls"
-GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu", "huawei.com/Ascend910")
+# For the property test of the webhook's matchConditions: GPU resources, and names that only look like one.
+RESOURCE_NAMES = (
+    *("nvidia.com/gpu", "nvidia.com/mig-1g.5gb", "amd.com/gpu", "huawei.com/Ascend910", "huawei.com/Ascend310P"),
+    *("cpu", "memory", "nvidia.com/gpux", "nvidia.com/mig", "example.com/gpu", "amd.com/gpu-x"),
+)
+ENV_NAMES = ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "nvidia_visible_devices", "PATH")
 # Schemas to validate against. 1.30 is the first release where webhook matchConditions are GA (its
 # schema drops "This is a beta feature ... feature gate"); 1.28 is the oldest release that has them
 # on by default (beta). Older API servers drop the field, which would send every Pod to gpupool.
@@ -464,6 +469,13 @@ class TestWebhookConfiguration:
         assert len(set(names)) == len(names)
         assert all(re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", n) for n in names)
 
+    def test_the_readme_shows_the_condition_names_kubectl_prints(self, rendered: dict[str, Rendering]) -> None:
+        """Step 4 of the install checks the API server kept the matchConditions by their names: the ones
+        the README prints are the rendered ones, in order."""
+        names = " ".join(c["name"] for c in rendered["base"].webhook["matchConditions"])
+        readme = (REPO / "README.md").read_text(encoding="utf-8")
+        assert f'.matchConditions[*].name}}{{"\\n"}}\'\n# {names}\n' in readme
+
     def test_self_signed_ca_bundle_is_certs_ca(self, rendered: dict[str, Rendering], certs_dir: Path) -> None:
         """caBundle is certs/ca.crt, and the mounted certificate is issued by it for the Service name."""
         ca_pem = (certs_dir / "ca.crt").read_bytes()
@@ -576,29 +588,70 @@ def sent(conditions: Mapping[str, Condition], obj: Obj) -> bool:
     return all(bool(r) for r in results)
 
 
+MIRROR = "kubernetes.io/config.mirror"
+
+
+def is_gpu_resource(name: str) -> bool:
+    return name in ("nvidia.com/gpu", "amd.com/gpu") or name.startswith(("nvidia.com/mig-", "huawei.com/Ascend"))
+
+
+def should_be_sent(obj: Obj) -> bool:
+    """The rule the matchConditions implement, for a Pod CREATE in a namespace the namespaceSelector lets
+    through: sent exactly when it is not a mirror Pod (annotation kubernetes.io/config.mirror) and it
+    carries a gpupool.io/ annotation, or names a GPU resource (nvidia.com/gpu, nvidia.com/mig-*,
+    amd.com/gpu, huawei.com/Ascend*) in the limits or requests of any container or init container, or
+    has an env entry named NVIDIA_VISIBLE_DEVICES in any of them. spec.nodeName and DaemonSet owners
+    make no difference."""
+    annotations = obj.get("metadata", {}).get("annotations") or {}
+    if MIRROR in annotations:
+        return False
+    spec = obj.get("spec") or {}
+    containers = [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
+    resources = [
+        r for c in containers for part in ("limits", "requests") for r in c.get("resources", {}).get(part) or {}
+    ]
+    env_names = [e.get("name") for c in containers for e in c.get("env") or []]
+    return (
+        any(k.startswith("gpupool.io/") for k in annotations)
+        or any(is_gpu_resource(r) for r in resources)
+        or "NVIDIA_VISIBLE_DEVICES" in env_names
+    )
+
+
 def pod(
     *,
     annotations: dict[str, str] | None = None,
     limits: dict[str, str] | None = None,
     requests: dict[str, str] | None = None,
+    env: list[str] | None = None,
     init_limits: dict[str, str] | None = None,
+    init_requests: dict[str, str] | None = None,
+    init_env: list[str] | None = None,
     node_name: str | None = None,
     owner_kind: str | None = None,
 ) -> Obj:
-    """A Pod as the API server hands it to admission: only fields that are set are present."""
+    """A Pod as the API server hands it to admission: only fields that are set are present. `env` and
+    `init_env` are the names of the containers' environment variables."""
     metadata: Obj = {"generateName": "job-", "namespace": "team-a"}
     if annotations is not None:
         metadata["annotations"] = annotations
     if owner_kind is not None:
         metadata["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": owner_kind, "name": "owner", "uid": "u1"}]
-    resources: Obj = {}
-    if limits is not None:
-        resources["limits"] = limits
-    if requests is not None:
-        resources["requests"] = requests
-    spec: Obj = {"containers": [{"name": "main", "image": "cuda:12", "resources": resources}]}
-    if init_limits is not None:
-        spec["initContainers"] = [{"name": "init", "image": "busybox", "resources": {"limits": init_limits}}]
+
+    def container(name: str, limits: Obj | None, requests: Obj | None, env: list[str] | None) -> Obj:
+        resources: Obj = {}
+        if limits is not None:
+            resources["limits"] = limits
+        if requests is not None:
+            resources["requests"] = requests
+        made: Obj = {"name": name, "image": "cuda:12", "resources": resources}
+        if env is not None:
+            made["env"] = [{"name": n, "value": "all"} for n in env]
+        return made
+
+    spec: Obj = {"containers": [container("main", limits, requests, env)]}
+    if (init_limits, init_requests, init_env) != (None, None, None):
+        spec["initContainers"] = [container("init", init_limits, init_requests, init_env)]
     if node_name is not None:
         spec["nodeName"] = node_name
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
@@ -613,10 +666,18 @@ class TestMatchConditions:
             pod(limits={"nvidia.com/gpu": "1"}),
             pod(requests={"nvidia.com/gpu": "2"}),
             pod(limits={"cpu": "1"}, init_limits={"nvidia.com/gpu": "1"}),
+            pod(init_requests={"amd.com/gpu": "1"}),
+            pod(limits={"nvidia.com/mig-1g.5gb": "1"}),
+            pod(requests={"nvidia.com/mig-3g.20gb": "1"}),
             pod(limits={"amd.com/gpu": "1"}),
             pod(limits={"huawei.com/Ascend910": "1"}),
             pod(requests={"huawei.com/Ascend310P": "1"}),
+            pod(env=["PATH", "NVIDIA_VISIBLE_DEVICES"]),
+            pod(init_env=["NVIDIA_VISIBLE_DEVICES"]),
             pod(limits={"nvidia.com/gpu": "1"}, owner_kind="ReplicaSet"),
+            pod(limits={"nvidia.com/gpu": "1"}, node_name="gpu-node-1"),
+            pod(annotations={"gpupool.io/gpu-class": "high"}, owner_kind="DaemonSet"),
+            pod(env=["NVIDIA_VISIBLE_DEVICES"], owner_kind="DaemonSet", node_name="gpu-node-1"),
         ],
         ids=[
             "annotated",
@@ -624,14 +685,24 @@ class TestMatchConditions:
             "gpu-limit",
             "gpu-requests-only",
             "init-container-gpu",
+            "init-container-requests",
+            "mig-limit",
+            "mig-requests",
             "amd",
             "ascend",
             "ascend-requests",
+            "visible-devices-env",
+            "init-container-visible-devices",
             "replicaset-pod",
+            "bound-to-a-node",
+            "daemonset",
+            "daemonset-with-visible-devices",
         ],
     )
     def test_sent(self, conditions: dict[str, Condition], obj: Obj) -> None:
-        """A Pod that opted in with a gpupool.io/ annotation or asks for a GPU is sent to gpupool."""
+        """A Pod that opted in with a gpupool.io/ annotation or uses a GPU (a GPU resource, MIG slices
+        included, or NVIDIA_VISIBLE_DEVICES) is sent to gpupool, bound to a node or a DaemonSet's or not."""
+        assert should_be_sent(obj) is True
         assert sent(conditions, obj) is True
 
     @pytest.mark.parametrize(
@@ -642,8 +713,10 @@ class TestMatchConditions:
             pod(annotations={"example.com/owner": "ml"}),
             pod(annotations={"notgpupool.io/gpu-class": "high", "gpupool.io.example/x": "y"}),
             pod(annotations={}),
-            pod(limits={"nvidia.com/gpu": "1"}, node_name="gpu-node-1"),
-            pod(annotations={"gpupool.io/gpu-class": "high"}, owner_kind="DaemonSet"),
+            pod(limits={"nvidia.com/gpux": "1", "nvidia.com/mig": "1", "example.com/gpu": "1"}),
+            pod(env=["NVIDIA_DRIVER_CAPABILITIES", "nvidia_visible_devices", "CUDA_VISIBLE_DEVICES"], init_env=[]),
+            pod(annotations={MIRROR: "hash", "gpupool.io/gpu-class": "high"}, limits={"nvidia.com/gpu": "1"}),
+            pod(annotations={MIRROR: ""}, env=["NVIDIA_VISIBLE_DEVICES"], node_name="gpu-node-1"),
         ],
         ids=[
             "plain",
@@ -651,13 +724,16 @@ class TestMatchConditions:
             "unrelated-annotation",
             "lookalike-prefix",
             "empty-annotations",
-            "bound",
-            "daemonset",
+            "lookalike-resources",
+            "other-env",
+            "mirror-pod",
+            "mirror-pod-empty-value",
         ],
     )
     def test_not_sent(self, conditions: dict[str, Condition], obj: Obj) -> None:
-        """Plain Pods, look-alike annotations, Pods already bound to a node and DaemonSet Pods are never
-        sent, so they cannot be blocked by gpupool."""
+        """Plain Pods, look-alike annotations, resources and variables, and mirror Pods are never sent,
+        so they cannot be blocked by gpupool."""
+        assert should_be_sent(obj) is False
         assert sent(conditions, obj) is False
 
     def test_every_vendor_of_the_policy_is_sent(self, conditions: dict[str, Condition]) -> None:
@@ -672,8 +748,10 @@ class TestMatchConditions:
             {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}, "spec": {}},
             {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}},
             {"metadata": {"ownerReferences": []}, "spec": {"containers": [{"name": "a", "resources": {"limits": {}}}]}},
+            {"metadata": {"annotations": {}}, "spec": {"containers": [{"name": "a", "env": [{"value": "x"}, {}]}]}},
+            {"metadata": {}, "spec": {"containers": [], "initContainers": [{"name": "i", "env": []}]}},
         ],
-        ids=["no-resources", "no-containers", "no-spec", "empty-lists"],
+        ids=["no-resources", "no-containers", "no-spec", "empty-lists", "env-without-names", "only-init-containers"],
     )
     def test_conditions_never_fail_to_evaluate(self, conditions: dict[str, Condition], obj: Obj) -> None:
         """Odd but decodable Pods give false or true, never an error (which failurePolicy Fail turns into
@@ -681,28 +759,30 @@ class TestMatchConditions:
         for name, evaluate in conditions.items():
             assert isinstance(evaluate(obj), celtypes.BoolType), name
 
-    @settings(max_examples=60, deadline=None)
+    @settings(max_examples=150, deadline=None)
     @given(
         parts=st.fixed_dictionaries(
             {
                 "annotations": st.none()
-                | st.dictionaries(st.sampled_from(["gpupool.io/gpu-count", "app", "x.gpupool.io/y"]), st.just("1")),
-                "limits": st.none()
-                | st.dictionaries(st.sampled_from([*GPU_RESOURCES, "cpu", "nvidia.com/mig-1g.5gb"]), st.just("1")),
-                "requests": st.none() | st.dictionaries(st.sampled_from([*GPU_RESOURCES, "memory"]), st.just("1")),
-                "init_limits": st.none() | st.dictionaries(st.sampled_from([*GPU_RESOURCES, "cpu"]), st.just("1")),
+                | st.dictionaries(
+                    st.sampled_from(["gpupool.io/gpu-count", "app", "x.gpupool.io/y", MIRROR]), st.just("1")
+                ),
+                "limits": st.none() | st.dictionaries(st.sampled_from(RESOURCE_NAMES), st.just("1")),
+                "requests": st.none() | st.dictionaries(st.sampled_from(RESOURCE_NAMES), st.just("1")),
+                "env": st.none() | st.lists(st.sampled_from(ENV_NAMES), max_size=3),
+                "init_limits": st.none() | st.dictionaries(st.sampled_from(RESOURCE_NAMES), st.just("1")),
+                "init_requests": st.none() | st.dictionaries(st.sampled_from(RESOURCE_NAMES), st.just("1")),
+                "init_env": st.none() | st.lists(st.sampled_from(ENV_NAMES), max_size=3),
                 "node_name": st.none() | st.sampled_from(["", "node-1"]),
                 "owner_kind": st.none() | st.sampled_from(["ReplicaSet", "Job", "DaemonSet"]),
             }
         )
     )
     def test_conditions_agree_with_the_rule(self, conditions: dict[str, Condition], parts: dict[str, Any]) -> None:
-        """Sent exactly when (a gpupool.io/ annotation or a GPU resource) and not bound and not a DaemonSet Pod."""
-        annotations = parts["annotations"] or {}
-        resources = [*(parts["limits"] or {}), *(parts["requests"] or {}), *(parts["init_limits"] or {})]
-        opted_in = any(k.startswith("gpupool.io/") for k in annotations) or any(r in GPU_RESOURCES for r in resources)
-        expected = opted_in and not parts["node_name"] and parts["owner_kind"] != "DaemonSet"
-        assert sent(conditions, pod(**parts)) is expected
+        """For any mix of annotations, resources, variables, nodeName and owner, the conditions send the
+        Pod exactly when `should_be_sent` says so."""
+        obj = pod(**parts)
+        assert sent(conditions, obj) is should_be_sent(obj)
 
 
 # --- RBAC ----------------------------------------------------------------------------------------
