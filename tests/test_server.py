@@ -1,7 +1,8 @@
 """Tests for webhook.server: the real `gpupool serve` in a subprocess, talked to like kube-apiserver.
 
-One server (two workers, demo inventory) serves most tests of this module; certificate rotation and
-SIGTERM get servers of their own because they change or end them.
+One server (two workers, demo inventory) serves most tests of this module; certificate rotation, client
+certificates (--client-ca), worker restarts and SIGTERM get servers of their own because they configure,
+change or end them.
 """
 
 from __future__ import annotations

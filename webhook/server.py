@@ -214,15 +214,6 @@ def check_tls_files(cert: str, key: str) -> None:
         raise UsageError(f"--cert {cert} / --key {key}: not a usable certificate and key: {exc}") from None
 
 
-@dataclass(frozen=True, slots=True)
-class Core:
-    """What the master loads once, before the first fork; every worker starts from a copy of it."""
-
-    policy: Policy
-    # A snapshot: the whole index, loaded. The live cluster: the client configuration, not yet watching.
-    inventory: Inventory
-
-
 def check_client_ca(path: str) -> None:
     """The --client-ca file holds CA certificates OpenSSL loads; UsageError saying what is wrong.
 
@@ -236,6 +227,15 @@ def check_client_ca(path: str) -> None:
         raise UsageError(f"--client-ca {exc}") from None
     except (ssl.SSLError, OSError) as exc:
         raise UsageError(f"--client-ca {path}: not a usable CA file: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Core:
+    """What the master loads once, before the first fork; every worker starts from a copy of it."""
+
+    policy: Policy
+    # A snapshot: the whole index, loaded. The live cluster: the client configuration, not yet watching.
+    inventory: Inventory
 
 
 def load_core(options: ServeOptions) -> Core:
@@ -261,7 +261,8 @@ def load_core(options: ServeOptions) -> Core:
 
 def real_app_loader(core: Core) -> LoadApp:
     """What each worker runs once after the fork: its Admitter, metrics and the Flask app, from the
-    master's `core`. Nothing here reads a file, so a restarted worker boots whatever the files hold now."""
+    master's `core`. Nothing here reads a file: a restarted worker boots even if the policy or snapshot
+    file has changed or broken since the start."""
 
     def load() -> WorkerApp:
         from webhook.app import AppConfig, create_app  # noqa: PLC0415 (see top)
@@ -442,6 +443,7 @@ class CertificateReloader:
 
     def __init__(self, cert: str, key: str, client_ca: str | None = None) -> None:
         self._paths = (cert, key) if client_ca is None else (cert, key, client_ca)
+        self._log_fields = {"cert": cert} if client_ca is None else {"cert": cert, "client_ca": client_ca}
         self._lock = threading.Lock()  # gthread wraps sockets on its worker threads
         self._version: tuple[int, ...] | None = None
         self._context: ssl.SSLContext | None = None
@@ -462,8 +464,7 @@ class CertificateReloader:
                 return self._context
             context.minimum_version = ssl.TLSVersion.TLSv1_2
             self._context, self._version = context, version
-            fields = {"cert": self._paths[0], **({"client_ca": self._paths[2]} if len(self._paths) > 2 else {})}
-            log.info("serving certificate loaded", extra={"fields": fields})
+            log.info("serving certificate loaded", extra={"fields": self._log_fields})
             return context
 
     def _file_version(self) -> tuple[int, ...]:
