@@ -12,6 +12,10 @@ POD ?= examples/pods/class-medium.yaml
 OVERLAY ?= self-signed
 FAILURE_POLICY ?= Fail
 IMAGE ?=
+# Only kube-apiserver is heard (README: "Only kube-apiserver may call gpupool"): the CA of its client
+# certificate, and the control plane's addresses for the NetworkPolicy (space-separated). Empty: off.
+CLIENT_CA ?=
+CONTROL_PLANE_CIDRS ?=
 # The names `make certs` puts in certs/tls.crt (besides the in-cluster Service names); `make manifests`
 # uses the same ones, or each would re-issue the other's serving certificate.
 CERT_HOSTS ?= localhost 127.0.0.1
@@ -62,8 +66,9 @@ bench: $(STAMP) ## run every benchmark in bench/ (minutes; not part of make test
 	$(BIN)/python bench/bench_cache.py
 	$(BIN)/python bench/bench_server.py
 
-manifests: $(STAMP) ## render deployable YAML into build/gpupool-<overlay>.yaml (OVERLAY=self-signed|cert-manager FAILURE_POLICY=Fail|Ignore IMAGE=ref)
-	$(BIN)/python manifests/render.py --overlay $(OVERLAY) --failure-policy $(FAILURE_POLICY) $(if $(IMAGE),--image $(IMAGE)) $(addprefix --host ,$(CERT_HOSTS)) --out $(MANIFEST)
+manifests: $(STAMP) ## render deployable YAML into build/gpupool-<overlay>.yaml (OVERLAY=self-signed|cert-manager FAILURE_POLICY=Fail|Ignore IMAGE=ref CLIENT_CA=file CONTROL_PLANE_CIDRS="cidr ...")
+	$(BIN)/python manifests/render.py --overlay $(OVERLAY) --failure-policy $(FAILURE_POLICY) $(if $(IMAGE),--image $(IMAGE)) $(addprefix --host ,$(CERT_HOSTS)) \
+		$(if $(CLIENT_CA),--client-ca $(CLIENT_CA)) $(addprefix --control-plane-cidr ,$(CONTROL_PLANE_CIDRS)) --out $(MANIFEST)
 
 deploy: manifests ## install on the current kubectl context; the webhook configuration goes last, once the Pods are ready
 	kubectl apply -f $(MANIFEST) -l 'app.kubernetes.io/component!=webhook-configuration'

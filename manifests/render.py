@@ -1,14 +1,17 @@
 """Render gpupool's manifests for one overlay into a single file that `kubectl apply -f` installs.
 
-`make manifests OVERLAY=self-signed|cert-manager [FAILURE_POLICY=Ignore] [IMAGE=ref]` runs this:
+`make manifests OVERLAY=self-signed|cert-manager [FAILURE_POLICY=Ignore] [IMAGE=ref] [CLIENT_CA=file]
+[CONTROL_PLANE_CIDRS="cidr ..."]` runs this:
 
 1. self-signed only: `gpupool certs` creates or renews the CA and the serving certificate in certs/
    (it keeps a valid CA, so the caBundle stays stable).
 2. manifests/ is copied to a scratch directory, and for self-signed ca.crt, tls.crt and tls.key go
    into the copy's overlay directory: kustomize reads files only from inside a kustomization's root,
    and rendering from a copy leaves no keys in the source tree.
-3. A scratch kustomization stacks the overlay, the failure-policy-ignore component if asked for, and
-   an image override if given, and `kubectl kustomize` renders it.
+3. A scratch kustomization stacks the overlay, the failure-policy-ignore component if asked for, an
+   image override if given, the client-ca component with a ConfigMap made from --client-ca, and the
+   webhook-port-from-control-plane component with the --control-plane-cidr addresses; `kubectl
+   kustomize` renders it.
 4. The output is checked for the one thing that breaks silently (a webhook without a CA source) and
    written to build/gpupool-<overlay>.yaml, mode 0600: the self-signed output holds the private key.
 
@@ -19,6 +22,7 @@ same interpreter (`python -m webhook certs`).
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import os
 import shutil
@@ -38,6 +42,7 @@ NAMESPACE = "gpupool-system"
 # The image the base Deployment names; kustomize's `images:` entries match it by name.
 IMAGE_NAME = "ghcr.io/gpupool/gpupool-webhook"
 CERT_FILES = ("ca.crt", "tls.crt", "tls.key")
+CLIENT_CA_FILE = "client-ca.crt"  # the --client-ca copy, next to the scratch kustomization
 
 
 class RenderError(Exception):
@@ -62,18 +67,78 @@ def image_override(ref: str) -> list[str]:
     return [*lines, f"    newName: {json.dumps(ref)}"]
 
 
-def stacked_kustomization(overlay: str, failure_policy: str, image: str | None) -> str:
+def control_plane_cidr(value: str) -> str:
+    """A --control-plane-cidr value as the NetworkPolicy's ipBlock takes it; a bare address is a /32 (/128)."""
+    try:
+        return str(ipaddress.ip_network(value, strict=True))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not an IP address or CIDR ({exc}); e.g. 10.0.0.10 or 10.0.0.0/28"
+        ) from None
+
+
+def stacked_kustomization(
+    overlay: str,
+    failure_policy: str,
+    image: str | None,
+    *,
+    client_ca: bool = False,
+    control_plane_cidrs: Sequence[str] = (),
+) -> str:
     """A kustomization, placed next to the copy of manifests/, that renders `overlay` as asked.
 
-    Paths are relative because kustomize refuses absolute resource paths.
+    Paths are relative because kustomize refuses absolute resource paths. With `client_ca`, the
+    ConfigMap the client-ca component mounts is generated from CLIENT_CA_FILE next to it.
     """
     lines = ["apiVersion: kustomize.config.k8s.io/v1beta1", "kind: Kustomization", "resources:"]
     lines.append(f"  - ../manifests/overlays/{overlay}")
+    components = []
     if failure_policy == "Ignore":
-        lines += ["components:", "  - ../manifests/components/failure-policy-ignore"]
+        components.append("failure-policy-ignore")
+    if client_ca:
+        components.append("client-ca")
+    if control_plane_cidrs:
+        components.append("webhook-port-from-control-plane")
+    if components:
+        lines += ["components:", *(f"  - ../manifests/components/{c}" for c in components)]
     if image:
         lines += ["images:", *image_override(image)]
+    if client_ca:
+        # A fixed name, like the TLS Secret's: a changed CA updates it in place and the server reloads it.
+        lines += [
+            "configMapGenerator:",
+            "  - name: gpupool-client-ca",
+            f"    namespace: {NAMESPACE}",
+            f"    files: [ca.crt={CLIENT_CA_FILE}]",
+            "    options:",
+            "      disableNameSuffixHash: true",
+            "      labels: {app.kubernetes.io/name: gpupool-webhook, app.kubernetes.io/part-of: gpupool}",
+        ]
+    if control_plane_cidrs:
+        blocks = ", ".join(f"{{ipBlock: {{cidr: {json.dumps(c)}}}}}" for c in control_plane_cidrs)
+        lines += [
+            "patches:",
+            "  - target: {kind: NetworkPolicy, name: gpupool-webhook}",
+            "    patch: |-",
+            "      - op: replace",
+            "        path: /spec/ingress/0/from",
+            f"        value: [{blocks}]",
+        ]
     return "\n".join(lines) + "\n"
+
+
+def read_client_ca(path: Path) -> bytes:
+    """The --client-ca file's bytes: PEM certificates and nothing secret, since a ConfigMap is readable
+    by anyone who may read the namespace. `gpupool serve` checks the certificates themselves at start."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise RenderError(f"--client-ca {path}: cannot read: {exc.strerror}") from None
+    if b"PRIVATE KEY-----" in data:
+        raise RenderError(f"--client-ca {path}: holds a private key; give the CA certificate (ca.crt) alone")
+    if b"-----BEGIN CERTIFICATE-----" not in data:
+        raise RenderError(f"--client-ca {path}: no PEM certificate in it; give the client CA's certificate")
+    return data
 
 
 def ensure_certs(certs_dir: Path, hosts: Sequence[str]) -> None:
@@ -124,16 +189,28 @@ def render(
     certs_dir: Path,
     hosts: Sequence[str],
     kubectl: str,
+    client_ca: Path | None = None,
+    control_plane_cidrs: Sequence[str] = (),
 ) -> None:
     if shutil.which(kubectl) is None:
         raise RenderError(f"{kubectl!r} not found on PATH; kubectl (with kustomize) renders the manifests")
+    client_ca_pem = None if client_ca is None else read_client_ca(client_ca)
     if overlay == "self-signed":
         ensure_certs(certs_dir, hosts)
     with tempfile.TemporaryDirectory(prefix="gpupool-render-") as tmp:
         scratch = Path(tmp)
         stage(scratch, overlay, certs_dir)
         (scratch / "render").mkdir()
-        (scratch / "render" / "kustomization.yaml").write_text(stacked_kustomization(overlay, failure_policy, image))
+        if client_ca_pem is not None:
+            (scratch / "render" / CLIENT_CA_FILE).write_bytes(client_ca_pem)
+        kustomization = stacked_kustomization(
+            overlay,
+            failure_policy,
+            image,
+            client_ca=client_ca_pem is not None,
+            control_plane_cidrs=control_plane_cidrs,
+        )
+        (scratch / "render" / "kustomization.yaml").write_text(kustomization)
         rendered = kustomize(kubectl, scratch / "render")
     check_ca_source(rendered, overlay)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -169,6 +246,22 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="one more name for the serving certificate, passed to `gpupool certs` (self-signed only)",
     )
+    parser.add_argument(
+        "--client-ca",
+        metavar="FILE",
+        type=Path,
+        help="PEM certificate(s) of the CA that signs kube-apiserver's client certificate: the webhook port "
+        "then answers only clients with such a certificate (components/client-ca)",
+    )
+    parser.add_argument(
+        "--control-plane-cidr",
+        metavar="CIDR",
+        action="append",
+        type=control_plane_cidr,
+        default=[],
+        help="an address range kube-apiserver calls the webhook from; repeatable. The NetworkPolicy then "
+        "admits only these to port 8443 (components/webhook-port-from-control-plane); 8080 stays open",
+    )
     parser.add_argument("--kubectl", default="kubectl", metavar="PATH")
     return parser
 
@@ -185,11 +278,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             certs_dir=args.certs_dir,
             hosts=args.host,
             kubectl=args.kubectl,
+            client_ca=args.client_ca,
+            control_plane_cidrs=args.control_plane_cidr,
         )
     except RenderError as exc:
         print(f"render.py: error: {exc}", file=sys.stderr)
         return 1
-    print(f"wrote {out} ({args.overlay}, failurePolicy {args.failure_policy})")
+    extras = ", client certificates required" if args.client_ca else ""
+    if args.control_plane_cidr:
+        extras += f", port 8443 from {' '.join(args.control_plane_cidr)} only"
+    print(f"wrote {out} ({args.overlay}, failurePolicy {args.failure_policy}{extras})")
     return 0
 
 

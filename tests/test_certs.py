@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
@@ -27,6 +27,7 @@ from webhook.certs import (
     dns_names,
     ensure_certificates,
     parse_host,
+    read_ca_bundle,
     serving_names,
 )
 from webhook.cli import main
@@ -463,6 +464,45 @@ class TestRerun:
         """`now` must carry a time zone; a naive datetime would silently mean local time."""
         with pytest.raises(ValueError, match="timezone-aware"):
             ensure(certs, now=datetime(2030, 1, 1))
+
+
+# --- a client CA file (serve --client-ca) ----------------------------------------------------------
+
+
+class TestCaBundle:
+    def test_ca_certificates_are_read_old_and_new_together(
+        self, generated: tuple[Path, CertReport], other: Path, tmp_path: Path
+    ) -> None:
+        """A file with two CAs (the state during a CA rotation) gives both."""
+        bundle = tmp_path / "ca.crt"
+        bundle.write_bytes((generated[0] / "ca.crt").read_bytes() + (other / "ca.crt").read_bytes())
+        assert [c.fingerprint(hashes.SHA256()) for c in read_ca_bundle(bundle)] == [
+            cert(d, "ca.crt").fingerprint(hashes.SHA256()) for d in (generated[0], other)
+        ]
+
+    @pytest.mark.parametrize(
+        ("name", "words"),
+        [
+            ("tls.crt", "is not a CA certificate (no basicConstraints CA:TRUE)"),
+            ("tls.key", "not a PEM certificate file; accepted: the PEM certificate(s) of the CA"),
+            ("missing.crt", "no such file"),
+        ],
+        ids=["serving-certificate", "a-key", "missing"],
+    )
+    def test_what_is_no_ca_file_is_an_error_naming_it(
+        self, generated: tuple[Path, CertReport], name: str, words: str
+    ) -> None:
+        """A certificate that is no CA, a key, or no file at all: CertError naming the file and the fault."""
+        path = generated[0] / name
+        with pytest.raises(CertError) as info:
+            read_ca_bundle(path)
+        assert str(info.value).startswith(f"{path}: ") and words in str(info.value)
+
+    def test_an_expired_ca_is_an_error(self, generated: tuple[Path, CertReport]) -> None:
+        """A CA past its end (10 years) would refuse every client: CertError saying when it expired."""
+        expires = cert(generated[0], "ca.crt").not_valid_after_utc
+        with pytest.raises(CertError, match=f"expired on {expires:%Y-%m-%d}"):
+            read_ca_bundle(generated[0] / "ca.crt", now=expires + timedelta(days=1))
 
 
 # --- names and arguments -------------------------------------------------------------------------

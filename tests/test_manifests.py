@@ -30,10 +30,11 @@ from cryptography import x509
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from webhook.certs import ensure_certificates
 from webhook.cli import build_parser
 from webhook.policy import Policy, default_policy_text, load_policy_text
 from webhook.quantity import parse_bytes
-from webhook.server import SERVE_ENV, ServeOptions, resolve_options
+from webhook.server import SERVE_ENV, ServeOptions, check_client_ca, resolve_options
 
 REPO = Path(__file__).resolve().parents[1]
 MANIFESTS = REPO / "manifests"
@@ -42,13 +43,21 @@ KUBECTL = shutil.which("kubectl")
 NAMESPACE = "gpupool-system"
 SERVICE = "gpupool-webhook"
 TLS_SECRET = "gpupool-webhook-tls"
-GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu", "huawei.com/Ascend910")
+# For the property test of the webhook's matchConditions: GPU resources, and names that only look like one.
+RESOURCE_NAMES = (
+    *("nvidia.com/gpu", "nvidia.com/mig-1g.5gb", "amd.com/gpu", "huawei.com/Ascend910", "huawei.com/Ascend310P"),
+    *("cpu", "memory", "nvidia.com/gpux", "nvidia.com/mig", "example.com/gpu", "amd.com/gpu-x"),
+)
+ENV_NAMES = ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "nvidia_visible_devices", "PATH")
 # Schemas to validate against. 1.30 is the first release where webhook matchConditions are GA (its
 # schema drops "This is a beta feature ... feature gate"); 1.28 is the oldest release that has them
 # on by default (beta). Older API servers drop the field, which would send every Pod to gpupool.
 SCHEMA_VERSIONS = ("1.28", "1.30")
-RENDERINGS = ("base", "self-signed", "self-signed+ignore", "cert-manager")
-DEPLOYABLE = ("self-signed", "self-signed+ignore", "cert-manager")
+# "+locked": only kube-apiserver is heard (render.py --client-ca and --control-plane-cidr).
+RENDERINGS = ("base", "self-signed", "self-signed+ignore", "cert-manager", "cert-manager+locked")
+DEPLOYABLE = ("self-signed", "self-signed+ignore", "cert-manager", "cert-manager+locked")
+# As given to render.py, and as the NetworkPolicy must hold them (a bare address is a /32).
+CONTROL_PLANE = {"10.0.0.10": "10.0.0.10/32", "192.0.2.0/28": "192.0.2.0/28", "fd00::5": "fd00::5/128"}
 COMPONENT = "app.kubernetes.io/component"
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration"}
 
@@ -132,13 +141,25 @@ def out_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def rendered(certs_dir: Path, out_dir: Path) -> dict[str, Rendering]:
+def client_ca(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The CA certificate of kube-apiserver's client certificate (a CA of its own, made by gpupool certs)."""
+    directory = tmp_path_factory.mktemp("client-ca")
+    ensure_certificates(directory, SERVICE, NAMESPACE)
+    return directory / "ca.crt"
+
+
+@pytest.fixture(scope="module")
+def rendered(certs_dir: Path, out_dir: Path, client_ca: Path) -> dict[str, Rendering]:
     """Every rendering, once: the base with plain `kubectl kustomize`, the overlays through render.py."""
     result = {"base": parse_objects(kustomize(MANIFESTS / "base"), "base")}
+    locked = ["--client-ca", str(client_ca)]
+    for cidr in CONTROL_PLANE:
+        locked += ["--control-plane-cidr", cidr]
     options = {
         "self-signed": ["--overlay", "self-signed"],
         "self-signed+ignore": ["--overlay", "self-signed", "--failure-policy", "Ignore"],
         "cert-manager": ["--overlay", "cert-manager"],
+        "cert-manager+locked": ["--overlay", "cert-manager", *locked],
     }
     for name, args in options.items():
         out = out_dir / f"{name}.yaml"
@@ -179,6 +200,17 @@ def volume_named(r: Rendering, name: str) -> Obj:
 def container_port(r: Rendering, name: str) -> int:
     (port,) = [p["containerPort"] for p in r.container["ports"] if p["name"] == name]
     return int(port)
+
+
+def network_policy_sources(r: Rendering) -> dict[int, list[str] | None]:
+    """For each port the NetworkPolicy opens: the CIDRs allowed to reach it, or None for every source."""
+    sources: dict[int, list[str] | None] = {}
+    for rule in r.one("NetworkPolicy")["spec"]["ingress"]:
+        peers = rule.get("from")
+        for port in rule["ports"]:
+            assert port["port"] not in sources, f"port {port['port']} in two rules"
+            sources[port["port"]] = None if peers is None else sorted(p["ipBlock"]["cidr"] for p in peers)
+    return sources
 
 
 def selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
@@ -280,6 +312,29 @@ class TestRender:
     def test_release_image(self, deployable: Rendering) -> None:
         """Without an override the Deployment runs the release image."""
         assert deployable.container["image"] == "ghcr.io/gpupool/gpupool-webhook:0.1.0"
+
+    @pytest.mark.parametrize(
+        ("args", "code", "words"),
+        [
+            (["--control-plane-cidr", "10.0.0.1/24"], 2, "'10.0.0.1/24' is not an IP address or CIDR"),
+            (["--control-plane-cidr", "apiserver.example"], 2, "e.g. 10.0.0.10 or 10.0.0.0/28"),
+            (["--client-ca", "{ca_dir}/ca.key"], 1, "holds a private key; give the CA certificate (ca.crt) alone"),
+            (["--client-ca", "{policy}"], 1, "no PEM certificate in it"),
+            (["--client-ca", "{ca_dir}/none.crt"], 1, "cannot read: No such file"),
+        ],
+        ids=["host-bits", "not-an-address", "ca-key", "not-pem", "missing"],
+    )
+    def test_bad_lock_down_options_are_one_line_errors(
+        self, client_ca: Path, tmp_path: Path, args: list[str], code: int, words: str
+    ) -> None:
+        """A bad --control-plane-cidr or --client-ca is refused with one line naming it, and nothing is
+        written: above all, a CA key never goes into a ConfigMap."""
+        out = tmp_path / "out.yaml"
+        given = [a.format(ca_dir=client_ca.parent, policy=MANIFESTS / "base" / "policy.yaml") for a in args]
+        done = run_render("--overlay", "cert-manager", *given, "--out", out)
+        assert done.returncode == code
+        assert words in done.stderr and done.stderr.strip().splitlines()[-1].startswith("render.py: error: ")
+        assert not out.exists()
 
     def test_missing_kubectl_is_a_one_line_error(self, tmp_path: Path) -> None:
         """Without kubectl, render.py says so in one line and exits 1, leaving no output file."""
@@ -414,6 +469,13 @@ class TestWebhookConfiguration:
         assert len(set(names)) == len(names)
         assert all(re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", n) for n in names)
 
+    def test_the_readme_shows_the_condition_names_kubectl_prints(self, rendered: dict[str, Rendering]) -> None:
+        """Step 4 of the install checks the API server kept the matchConditions by their names: the ones
+        the README prints are the rendered ones, in order."""
+        names = " ".join(c["name"] for c in rendered["base"].webhook["matchConditions"])
+        readme = (REPO / "README.md").read_text(encoding="utf-8")
+        assert f'.matchConditions[*].name}}{{"\\n"}}\'\n# {names}\n' in readme
+
     def test_self_signed_ca_bundle_is_certs_ca(self, rendered: dict[str, Rendering], certs_dir: Path) -> None:
         """caBundle is certs/ca.crt, and the mounted certificate is issued by it for the Service name."""
         ca_pem = (certs_dir / "ca.crt").read_bytes()
@@ -434,6 +496,39 @@ class TestWebhookConfiguration:
         """No caBundle to manage in the base or with cert-manager (its cainjector fills it)."""
         for name in ("base", "cert-manager"):
             assert "caBundle" not in rendered[name].webhook["clientConfig"]
+
+
+class TestKubeApiserverSide:
+    """What the README has admins give kube-apiserver, so that it shows its client certificate to gpupool."""
+
+    def admission_configuration(self) -> Obj:
+        config: Obj = yaml.safe_load((MANIFESTS / "kube-apiserver" / "admission-configuration.yaml").read_text())
+        return config
+
+    def test_the_mutating_webhook_plugin_gets_a_kubeconfig(self) -> None:
+        """The AdmissionConfiguration (apiserver.config.k8s.io/v1) gives the MutatingAdmissionWebhook plugin
+        a WebhookAdmissionConfiguration with an absolute kubeConfigFile, and nothing else."""
+        config = self.admission_configuration()
+        assert (config["apiVersion"], config["kind"]) == ("apiserver.config.k8s.io/v1", "AdmissionConfiguration")
+        (plugin,) = config["plugins"]
+        assert plugin["name"] == "MutatingAdmissionWebhook"
+        assert set(plugin["configuration"]) == {"apiVersion", "kind", "kubeConfigFile"}
+        assert plugin["configuration"]["apiVersion"] == "apiserver.config.k8s.io/v1"
+        assert plugin["configuration"]["kind"] == "WebhookAdmissionConfiguration"
+        assert plugin["configuration"]["kubeConfigFile"].startswith("/etc/kubernetes/pki/")
+
+    def test_the_readme_names_the_user_kube_apiserver_looks_up(self, rendered: dict[str, Rendering]) -> None:
+        """kube-apiserver picks the kubeconfig user named <service>.<namespace>.svc for a webhook that calls
+        a Service on port 443 (with ':<port>' for any other port): the README writes that user, into the
+        file the admission configuration names."""
+        ref = rendered["base"].webhook["clientConfig"]["service"]
+        user = f"{ref['name']}.{ref['namespace']}.svc" + ("" if ref["port"] == 443 else f":{ref['port']}")
+        kubeconfig = self.admission_configuration()["plugins"][0]["configuration"]["kubeConfigFile"]
+        readme = (REPO / "README.md").read_text(encoding="utf-8")
+        command = re.search(r"kubectl config set-credentials (\S+) .*?--kubeconfig=(\S+)", readme, re.DOTALL)
+        assert command is not None
+        assert command.groups() == (user, kubeconfig)
+        assert f"  - name: {user}\n    user:\n      client-certificate-data:" in readme
 
 
 class TestCertManager:
@@ -493,29 +588,70 @@ def sent(conditions: Mapping[str, Condition], obj: Obj) -> bool:
     return all(bool(r) for r in results)
 
 
+MIRROR = "kubernetes.io/config.mirror"
+
+
+def is_gpu_resource(name: str) -> bool:
+    return name in ("nvidia.com/gpu", "amd.com/gpu") or name.startswith(("nvidia.com/mig-", "huawei.com/Ascend"))
+
+
+def should_be_sent(obj: Obj) -> bool:
+    """The rule the matchConditions implement, for a Pod CREATE in a namespace the namespaceSelector lets
+    through: sent exactly when it is not a mirror Pod (annotation kubernetes.io/config.mirror) and it
+    carries a gpupool.io/ annotation, or names a GPU resource (nvidia.com/gpu, nvidia.com/mig-*,
+    amd.com/gpu, huawei.com/Ascend*) in the limits or requests of any container or init container, or
+    has an env entry named NVIDIA_VISIBLE_DEVICES in any of them. spec.nodeName and DaemonSet owners
+    make no difference."""
+    annotations = obj.get("metadata", {}).get("annotations") or {}
+    if MIRROR in annotations:
+        return False
+    spec = obj.get("spec") or {}
+    containers = [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
+    resources = [
+        r for c in containers for part in ("limits", "requests") for r in c.get("resources", {}).get(part) or {}
+    ]
+    env_names = [e.get("name") for c in containers for e in c.get("env") or []]
+    return (
+        any(k.startswith("gpupool.io/") for k in annotations)
+        or any(is_gpu_resource(r) for r in resources)
+        or "NVIDIA_VISIBLE_DEVICES" in env_names
+    )
+
+
 def pod(
     *,
     annotations: dict[str, str] | None = None,
     limits: dict[str, str] | None = None,
     requests: dict[str, str] | None = None,
+    env: list[str] | None = None,
     init_limits: dict[str, str] | None = None,
+    init_requests: dict[str, str] | None = None,
+    init_env: list[str] | None = None,
     node_name: str | None = None,
     owner_kind: str | None = None,
 ) -> Obj:
-    """A Pod as the API server hands it to admission: only fields that are set are present."""
+    """A Pod as the API server hands it to admission: only fields that are set are present. `env` and
+    `init_env` are the names of the containers' environment variables."""
     metadata: Obj = {"generateName": "job-", "namespace": "team-a"}
     if annotations is not None:
         metadata["annotations"] = annotations
     if owner_kind is not None:
         metadata["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": owner_kind, "name": "owner", "uid": "u1"}]
-    resources: Obj = {}
-    if limits is not None:
-        resources["limits"] = limits
-    if requests is not None:
-        resources["requests"] = requests
-    spec: Obj = {"containers": [{"name": "main", "image": "cuda:12", "resources": resources}]}
-    if init_limits is not None:
-        spec["initContainers"] = [{"name": "init", "image": "busybox", "resources": {"limits": init_limits}}]
+
+    def container(name: str, limits: Obj | None, requests: Obj | None, env: list[str] | None) -> Obj:
+        resources: Obj = {}
+        if limits is not None:
+            resources["limits"] = limits
+        if requests is not None:
+            resources["requests"] = requests
+        made: Obj = {"name": name, "image": "cuda:12", "resources": resources}
+        if env is not None:
+            made["env"] = [{"name": n, "value": "all"} for n in env]
+        return made
+
+    spec: Obj = {"containers": [container("main", limits, requests, env)]}
+    if (init_limits, init_requests, init_env) != (None, None, None):
+        spec["initContainers"] = [container("init", init_limits, init_requests, init_env)]
     if node_name is not None:
         spec["nodeName"] = node_name
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
@@ -530,10 +666,18 @@ class TestMatchConditions:
             pod(limits={"nvidia.com/gpu": "1"}),
             pod(requests={"nvidia.com/gpu": "2"}),
             pod(limits={"cpu": "1"}, init_limits={"nvidia.com/gpu": "1"}),
+            pod(init_requests={"amd.com/gpu": "1"}),
+            pod(limits={"nvidia.com/mig-1g.5gb": "1"}),
+            pod(requests={"nvidia.com/mig-3g.20gb": "1"}),
             pod(limits={"amd.com/gpu": "1"}),
             pod(limits={"huawei.com/Ascend910": "1"}),
             pod(requests={"huawei.com/Ascend310P": "1"}),
+            pod(env=["PATH", "NVIDIA_VISIBLE_DEVICES"]),
+            pod(init_env=["NVIDIA_VISIBLE_DEVICES"]),
             pod(limits={"nvidia.com/gpu": "1"}, owner_kind="ReplicaSet"),
+            pod(limits={"nvidia.com/gpu": "1"}, node_name="gpu-node-1"),
+            pod(annotations={"gpupool.io/gpu-class": "high"}, owner_kind="DaemonSet"),
+            pod(env=["NVIDIA_VISIBLE_DEVICES"], owner_kind="DaemonSet", node_name="gpu-node-1"),
         ],
         ids=[
             "annotated",
@@ -541,14 +685,24 @@ class TestMatchConditions:
             "gpu-limit",
             "gpu-requests-only",
             "init-container-gpu",
+            "init-container-requests",
+            "mig-limit",
+            "mig-requests",
             "amd",
             "ascend",
             "ascend-requests",
+            "visible-devices-env",
+            "init-container-visible-devices",
             "replicaset-pod",
+            "bound-to-a-node",
+            "daemonset",
+            "daemonset-with-visible-devices",
         ],
     )
     def test_sent(self, conditions: dict[str, Condition], obj: Obj) -> None:
-        """A Pod that opted in with a gpupool.io/ annotation or asks for a GPU is sent to gpupool."""
+        """A Pod that opted in with a gpupool.io/ annotation or uses a GPU (a GPU resource, MIG slices
+        included, or NVIDIA_VISIBLE_DEVICES) is sent to gpupool, bound to a node or a DaemonSet's or not."""
+        assert should_be_sent(obj) is True
         assert sent(conditions, obj) is True
 
     @pytest.mark.parametrize(
@@ -559,8 +713,10 @@ class TestMatchConditions:
             pod(annotations={"example.com/owner": "ml"}),
             pod(annotations={"notgpupool.io/gpu-class": "high", "gpupool.io.example/x": "y"}),
             pod(annotations={}),
-            pod(limits={"nvidia.com/gpu": "1"}, node_name="gpu-node-1"),
-            pod(annotations={"gpupool.io/gpu-class": "high"}, owner_kind="DaemonSet"),
+            pod(limits={"nvidia.com/gpux": "1", "nvidia.com/mig": "1", "example.com/gpu": "1"}),
+            pod(env=["NVIDIA_DRIVER_CAPABILITIES", "nvidia_visible_devices", "CUDA_VISIBLE_DEVICES"], init_env=[]),
+            pod(annotations={MIRROR: "hash", "gpupool.io/gpu-class": "high"}, limits={"nvidia.com/gpu": "1"}),
+            pod(annotations={MIRROR: ""}, env=["NVIDIA_VISIBLE_DEVICES"], node_name="gpu-node-1"),
         ],
         ids=[
             "plain",
@@ -568,13 +724,16 @@ class TestMatchConditions:
             "unrelated-annotation",
             "lookalike-prefix",
             "empty-annotations",
-            "bound",
-            "daemonset",
+            "lookalike-resources",
+            "other-env",
+            "mirror-pod",
+            "mirror-pod-empty-value",
         ],
     )
     def test_not_sent(self, conditions: dict[str, Condition], obj: Obj) -> None:
-        """Plain Pods, look-alike annotations, Pods already bound to a node and DaemonSet Pods are never
-        sent, so they cannot be blocked by gpupool."""
+        """Plain Pods, look-alike annotations, resources and variables, and mirror Pods are never sent,
+        so they cannot be blocked by gpupool."""
+        assert should_be_sent(obj) is False
         assert sent(conditions, obj) is False
 
     def test_every_vendor_of_the_policy_is_sent(self, conditions: dict[str, Condition]) -> None:
@@ -589,8 +748,10 @@ class TestMatchConditions:
             {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}, "spec": {}},
             {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}},
             {"metadata": {"ownerReferences": []}, "spec": {"containers": [{"name": "a", "resources": {"limits": {}}}]}},
+            {"metadata": {"annotations": {}}, "spec": {"containers": [{"name": "a", "env": [{"value": "x"}, {}]}]}},
+            {"metadata": {}, "spec": {"containers": [], "initContainers": [{"name": "i", "env": []}]}},
         ],
-        ids=["no-resources", "no-containers", "no-spec", "empty-lists"],
+        ids=["no-resources", "no-containers", "no-spec", "empty-lists", "env-without-names", "only-init-containers"],
     )
     def test_conditions_never_fail_to_evaluate(self, conditions: dict[str, Condition], obj: Obj) -> None:
         """Odd but decodable Pods give false or true, never an error (which failurePolicy Fail turns into
@@ -598,28 +759,30 @@ class TestMatchConditions:
         for name, evaluate in conditions.items():
             assert isinstance(evaluate(obj), celtypes.BoolType), name
 
-    @settings(max_examples=60, deadline=None)
+    @settings(max_examples=150, deadline=None)
     @given(
         parts=st.fixed_dictionaries(
             {
                 "annotations": st.none()
-                | st.dictionaries(st.sampled_from(["gpupool.io/gpu-count", "app", "x.gpupool.io/y"]), st.just("1")),
-                "limits": st.none()
-                | st.dictionaries(st.sampled_from([*GPU_RESOURCES, "cpu", "nvidia.com/mig-1g.5gb"]), st.just("1")),
-                "requests": st.none() | st.dictionaries(st.sampled_from([*GPU_RESOURCES, "memory"]), st.just("1")),
-                "init_limits": st.none() | st.dictionaries(st.sampled_from([*GPU_RESOURCES, "cpu"]), st.just("1")),
+                | st.dictionaries(
+                    st.sampled_from(["gpupool.io/gpu-count", "app", "x.gpupool.io/y", MIRROR]), st.just("1")
+                ),
+                "limits": st.none() | st.dictionaries(st.sampled_from(RESOURCE_NAMES), st.just("1")),
+                "requests": st.none() | st.dictionaries(st.sampled_from(RESOURCE_NAMES), st.just("1")),
+                "env": st.none() | st.lists(st.sampled_from(ENV_NAMES), max_size=3),
+                "init_limits": st.none() | st.dictionaries(st.sampled_from(RESOURCE_NAMES), st.just("1")),
+                "init_requests": st.none() | st.dictionaries(st.sampled_from(RESOURCE_NAMES), st.just("1")),
+                "init_env": st.none() | st.lists(st.sampled_from(ENV_NAMES), max_size=3),
                 "node_name": st.none() | st.sampled_from(["", "node-1"]),
                 "owner_kind": st.none() | st.sampled_from(["ReplicaSet", "Job", "DaemonSet"]),
             }
         )
     )
     def test_conditions_agree_with_the_rule(self, conditions: dict[str, Condition], parts: dict[str, Any]) -> None:
-        """Sent exactly when (a gpupool.io/ annotation or a GPU resource) and not bound and not a DaemonSet Pod."""
-        annotations = parts["annotations"] or {}
-        resources = [*(parts["limits"] or {}), *(parts["requests"] or {}), *(parts["init_limits"] or {})]
-        opted_in = any(k.startswith("gpupool.io/") for k in annotations) or any(r in GPU_RESOURCES for r in resources)
-        expected = opted_in and not parts["node_name"] and parts["owner_kind"] != "DaemonSet"
-        assert sent(conditions, pod(**parts)) is expected
+        """For any mix of annotations, resources, variables, nodeName and owner, the conditions send the
+        Pod exactly when `should_be_sent` says so."""
+        obj = pod(**parts)
+        assert sent(conditions, obj) is should_be_sent(obj)
 
 
 # --- RBAC ----------------------------------------------------------------------------------------
@@ -678,9 +841,36 @@ class TestDeployment:
             assert rendering.container[probe]["httpGet"]["port"] == "health"
         targets = {p["name"]: p["targetPort"] for p in rendering.one("Service")["spec"]["ports"]}
         assert targets == {"https": "https", "metrics": "health"}
-        (rule,) = rendering.one("NetworkPolicy")["spec"]["ingress"]
-        assert {p["port"] for p in rule["ports"]} == {options.port, options.health_port}
+        assert set(network_policy_sources(rendering)) == {options.port, options.health_port}
         assert options.host in {"0.0.0.0", "::"}
+
+    def test_network_policy_admits_the_control_plane_to_the_webhook_port(self, rendering: Rendering) -> None:
+        """The health port is open to every source (Prometheus); the webhook port only to the
+        --control-plane-cidr ranges when they are given, else to every source."""
+        options = serve_options(rendering)
+        sources = network_policy_sources(rendering)
+        assert sources[options.health_port] is None
+        expected = sorted(CONTROL_PLANE.values()) if rendering.name.endswith("+locked") else None
+        assert sources[options.port] == expected
+
+    def test_client_certificates_are_required_exactly_when_a_client_ca_is_given(
+        self, rendering: Rendering, client_ca: Path, tmp_path: Path
+    ) -> None:
+        """With --client-ca, GPUPOOL_CLIENT_CA is ca.crt of a mounted ConfigMap that holds that very file
+        and passes serve's own start-up check; without it, no client certificate is asked for."""
+        options = serve_options(rendering)
+        if not rendering.name.endswith("+locked"):
+            assert options.client_ca is None
+            assert "client-ca" not in {v["name"] for v in rendering.pod_spec["volumes"]}
+            return
+        assert options.client_ca == f"{mount_of(rendering, 'client-ca')}/ca.crt"
+        source = volume_named(rendering, "client-ca")["configMap"]
+        assert source["items"] == [{"key": "ca.crt", "path": "ca.crt"}]
+        (config_map,) = [c for c in rendering.all("ConfigMap") if c["metadata"]["name"] == source["name"]]
+        assert config_map["data"]["ca.crt"] == client_ca.read_text()
+        mounted = tmp_path / "ca.crt"
+        mounted.write_text(config_map["data"]["ca.crt"])
+        check_client_ca(str(mounted))
 
     def test_probes(self, rendering: Rendering) -> None:
         """Readiness asks /readyz (inventory synced), liveness and startup ask /healthz."""

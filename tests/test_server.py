@@ -1,7 +1,8 @@
 """Tests for webhook.server: the real `gpupool serve` in a subprocess, talked to like kube-apiserver.
 
-One server (two workers, demo inventory) serves most tests of this module; certificate rotation and
-SIGTERM get servers of their own because they change or end them.
+One server (two workers, demo inventory) serves most tests of this module; certificate rotation, client
+certificates (--client-ca), worker restarts and SIGTERM get servers of their own because they configure,
+change or end them.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,9 @@ import jsonpatch
 import orjson
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tests.builders import gpu_node
 from tests.conftest import (
@@ -117,6 +122,13 @@ class TestTransport:
             ctx.wrap_socket(raw, server_hostname=SERVICE_DNS)
         assert info.value.reason == "TLSV1_ALERT_PROTOCOL_VERSION"
 
+    def test_without_client_ca_no_client_certificate_is_checked(self, served: Served, tmp_path: Path) -> None:
+        """Without --client-ca the server asks for no client certificate: clients with none, and clients
+        with one from any CA, are answered alike."""
+        stranger = client_certificate(new_ca(tmp_path / "ca"), tmp_path / "client")
+        assert refusal(served.port, served.cert_dir / "ca.crt", stranger) is None
+        assert refusal(served.port, served.cert_dir / "ca.crt", None) is None
+
     def test_wrong_service_name_does_not_verify(self, served: Served) -> None:
         """The certificate is for the webhook's Service only: another name fails verification."""
         other = ApiServerClient(served.port, served.cert_dir / "ca.crt", server_name="other.default.svc")
@@ -125,6 +137,163 @@ class TestTransport:
                 other.review(admission_review(gpu_pod(), dry_run=True))
         finally:
             other.close()
+
+
+# --- client certificates (--client-ca) ---------------------------------------------------------------
+
+
+def client_certificate(ca_dir: Path, out_dir: Path, name: str = "kube-apiserver") -> tuple[Path, Path]:
+    """A client certificate (extendedKeyUsage clientAuth) for `name`, signed by ca_dir's ca.crt and ca.key,
+    as the one kube-apiserver shows from its admission kubeconfig; returns (certificate, key) files."""
+    ca_cert = x509.load_pem_x509_certificate((ca_dir / "ca.crt").read_bytes())
+    ca_key = serialization.load_pem_private_key((ca_dir / "ca.key").read_bytes(), password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.now(UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=5))
+        .not_valid_after(now + timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        # Names the CA's key: with two CAs of the same name in one file (a rotation), OpenSSL picks by it.
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cert_file, key_file = out_dir / f"{name}.crt", out_dir / f"{name}.key"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    no_password = serialization.NoEncryption()
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, no_password))
+    return cert_file, key_file
+
+
+def new_ca(directory: Path) -> Path:
+    """A fresh CA (ca.crt, ca.key) in `directory`, made by `gpupool certs`' own code."""
+    ensure_certificates(directory, SERVICE, NAMESPACE)
+    return directory
+
+
+@dataclass
+class CertClient(ApiServerClient):
+    """An ApiServerClient that shows a client certificate, as kube-apiserver does with a kubeconfig user."""
+
+    cert_files: tuple[Path, Path] | None = None
+
+    def context(self) -> ssl.SSLContext:
+        ctx = super().context()
+        if self.cert_files is not None:
+            ctx.load_cert_chain(*self.cert_files)
+        return ctx
+
+
+def refusal(port: int, ca_file: Path, cert_files: tuple[Path, Path] | None) -> ssl.SSLError | OSError | None:
+    """How one admission over a new connection fails (the TLS error), or None when it is answered."""
+    client = CertClient(port, ca_file, cert_files=cert_files)
+    try:
+        assert client.review(admission_review(gpu_pod(), dry_run=True))["response"]["allowed"] is True
+    except (ssl.SSLError, OSError) as exc:  # the handshake's alert, or the reset connection after it
+        return exc
+    finally:
+        client.close()
+    return None
+
+
+@dataclass
+class MutualTls:
+    server: ServerProcess
+    port: int
+    health_port: int
+    ca_file: Path  # the serving certificate's CA, which the client trusts
+    client: tuple[Path, Path]  # signed by the client CA the server was given
+    stranger: tuple[Path, Path]  # signed by another CA with the very same name
+
+
+@pytest.fixture(scope="module")
+def mutual_tls(
+    cert_dir: Path, tmp_path_factory: pytest.TempPathFactory, start_server: Callable[..., ServerProcess]
+) -> MutualTls:
+    """`gpupool serve` with GPUPOOL_CLIENT_CA set to a client CA of its own (not the serving CA)."""
+    tmp = tmp_path_factory.mktemp("mtls")
+    client_ca, other_ca = new_ca(tmp / "client-ca"), new_ca(tmp / "other-ca")
+    port, health_port = free_port(), free_port()
+    env = server_env(GPUPOOL_CLIENT_CA=str(client_ca / "ca.crt"))
+    argv = serve_argv(cert_dir, port, health_port, "--inventory", str(DEMO_INVENTORY))
+    server = start_server(argv, health_port, env=env)
+    return MutualTls(
+        server,
+        port,
+        health_port,
+        cert_dir / "ca.crt",
+        client_certificate(client_ca, tmp / "client"),
+        client_certificate(other_ca, tmp / "stranger"),
+    )
+
+
+class TestClientCertificates:
+    def test_a_client_without_a_certificate_is_refused(self, mutual_tls: MutualTls) -> None:
+        """With --client-ca, a connection that shows no client certificate fails in the TLS handshake:
+        anyone who merely reaches the port gets no admission answered (and reserves nothing)."""
+        error = refusal(mutual_tls.port, mutual_tls.ca_file, None)
+        # TLS 1.3 says certificate_required, 1.2 handshake_failure; or the reset right after the alert.
+        reasons = ("TLSV13_ALERT_CERTIFICATE_REQUIRED", "SSLV3_ALERT_HANDSHAKE_FAILURE")
+        assert isinstance(error, ConnectionError) or getattr(error, "reason", None) in reasons, error
+        assert "peer did not return a certificate" in mutual_tls.server.log()
+
+    def test_a_certificate_from_another_ca_is_refused(self, mutual_tls: MutualTls) -> None:
+        """A client certificate signed by another CA (even one with the same name) is refused."""
+        error = refusal(mutual_tls.port, mutual_tls.ca_file, mutual_tls.stranger)
+        # The same issuer name leads OpenSSL to the client CA, whose signature check then fails.
+        reasons = ("TLSV1_ALERT_DECRYPT_ERROR", "TLSV1_ALERT_UNKNOWN_CA")
+        assert isinstance(error, ConnectionError) or getattr(error, "reason", None) in reasons, error
+
+    def test_a_certificate_from_the_client_ca_is_answered_and_health_needs_none(self, mutual_tls: MutualTls) -> None:
+        """kube-apiserver's certificate, signed by the --client-ca, gets its answers; the plain-HTTP
+        health port (probes, Prometheus) asks for no certificate."""
+        assert refusal(mutual_tls.port, mutual_tls.ca_file, mutual_tls.client) is None
+        assert health_get(mutual_tls.health_port, "/readyz")[0] == 200
+        assert health_get(mutual_tls.health_port, "/metrics")[0] == 200
+
+
+def test_a_changed_client_ca_file_is_picked_up_without_a_restart(
+    cert_dir: Path, tmp_path: Path, start_server: Callable[..., ServerProcess]
+) -> None:
+    """The --client-ca file is re-read like a rotated serving certificate: new handshakes follow it
+    (old CA, then both during a rotation, then the new one alone), and a file that does not load
+    (caught mid-write) keeps the previous CA instead of refusing everyone."""
+    old_ca, next_ca = new_ca(tmp_path / "old-ca"), new_ca(tmp_path / "next-ca")
+    old_client = client_certificate(old_ca, tmp_path / "old-client")
+    next_client = client_certificate(next_ca, tmp_path / "next-client")
+    bundle = tmp_path / "client-ca" / "ca.crt"
+    bundle.parent.mkdir()
+
+    def put(data: bytes) -> None:  # as the kubelet updates a mounted ConfigMap: a new file, renamed over
+        staged = bundle.with_name("staged")
+        staged.write_bytes(data)
+        os.replace(staged, bundle)
+
+    old_pem, next_pem = (old_ca / "ca.crt").read_bytes(), (next_ca / "ca.crt").read_bytes()
+    put(old_pem)
+    port, health_port = free_port(), free_port()
+    argv = serve_argv(cert_dir, port, health_port, "--inventory", str(DEMO_INVENTORY), "--client-ca", str(bundle))
+    server = start_server(argv, health_port)
+    ca = cert_dir / "ca.crt"
+
+    def answered() -> tuple[bool, bool]:
+        return refusal(port, ca, old_client) is None, refusal(port, ca, next_client) is None
+
+    assert answered() == (True, False)
+    put(b"-----BEGIN CERTIFICATE-----\nhalf written")
+    assert answered() == (True, False)
+    assert "keeping the previous certificate" in server.log()
+    put(old_pem + next_pem)
+    assert answered() == (True, True)
+    put(next_pem)
+    assert answered() == (False, True)
 
 
 class TestResponseContract:
@@ -383,12 +552,15 @@ class TestStartupErrors:
         )
 
     def test_bad_configurations_exit_2_with_a_clear_message(self, cert_dir: Path, tmp_path: Path) -> None:
-        """Missing certificate, bad policy, bad inventory or no inventory: exit 2 before gunicorn starts."""
+        """Missing certificate, bad policy, bad inventory, no inventory, or a --client-ca that is missing,
+        not PEM or a client certificate instead of a CA: exit 2 before gunicorn starts."""
         bad_policy = tmp_path / "policy.yaml"
         bad_policy.write_text("classes: 7\n")
         bad_inventory = tmp_path / "cluster.yaml"
         bad_inventory.write_text("kind: List\nitems: [{kind: Node}]\n")
         tls = ["--cert", str(cert_dir / "tls.crt"), "--key", str(cert_dir / "tls.key")]
+        client_cert, _ = client_certificate(new_ca(tmp_path / "client-ca"), tmp_path / "client")
+        demo = ["--inventory", str(DEMO_INVENTORY)]
         port_args = ["--host", "127.0.0.1", "--port", str(free_port()), "--health-port", str(free_port())]
         cases = {
             "no such file": [
@@ -410,6 +582,14 @@ class TestStartupErrors:
             "classes": [*tls, "--policy", str(bad_policy), "--inventory", str(DEMO_INVENTORY)],
             str(bad_inventory): [*tls, "--inventory", str(bad_inventory)],
             "cannot load Kubernetes configuration": [*tls, "--kubeconfig", str(cert_dir / "no-such-kubeconfig")],
+            f"--client-ca {tmp_path / 'none.crt'}: no such file": [
+                *tls,
+                *demo,
+                "--client-ca",
+                str(tmp_path / "none.crt"),
+            ],
+            "not a PEM certificate file": [*tls, *demo, "--client-ca", str(bad_policy)],
+            "'CN=kube-apiserver' is not a CA certificate": [*tls, *demo, "--client-ca", str(client_cert)],
         }
         for words, args in cases.items():
             result = self.run_serve(*args, *port_args)
@@ -549,17 +729,58 @@ def test_a_new_worker_forked_mid_rotation_serves_with_the_previous_certificate(
     ensure_certificates(staged, SERVICE, NAMESPACE, hosts=["localhost", "127.0.0.1"])
     os.replace(staged / "tls.key", certs / "tls.key")  # the key of a certificate not yet in place
 
+    replace_the_worker(server)
+    assert new_connection_serial(port, ca) == serial
+    assert "keeping the previous certificate" in server.log()
+
+
+def replace_the_worker(server: ServerProcess) -> None:
+    """SIGKILL the server's only worker and wait until the master's replacement is ready."""
+    assert server.health_port is not None and server.proc is not None
+    health_port, proc = server.health_port, server.proc
     (old_worker,) = orjson.loads(health_get(health_port, "/readyz")[1])["workers"]
     os.kill(int(old_worker), signal.SIGKILL)
 
     def new_worker_ready() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"the master exited with {proc.returncode}:\n{server.log()}")
         status, body, _ = health_get(health_port, "/readyz")
         workers = orjson.loads(body).get("workers", {}) if body else {}
         return status == 200 and old_worker not in workers
 
     wait_until(new_worker_ready, 60, "a new worker")
-    assert new_connection_serial(port, ca) == serial
-    assert "keeping the previous certificate" in server.log()
+
+
+def test_a_replacement_worker_serves_what_the_master_loaded_at_start(
+    cert_dir: Path, tmp_path: Path, start_server: Callable[..., ServerProcess]
+) -> None:
+    """The inventory and policy files are read once, by the master, before it forks: after both files
+    turned to garbage, a killed worker's replacement still boots and answers from what was loaded at
+    start, and the master keeps running."""
+    inventory, policy = tmp_path / "cluster.yaml", tmp_path / "policy.yaml"
+    shutil.copy(DEMO_INVENTORY, inventory)
+    shutil.copy(REPO / "examples" / "policy.yaml", policy)
+    port, health_port = free_port(), free_port()
+    argv = serve_argv(cert_dir, port, health_port, "--inventory", str(inventory), "--policy", str(policy))
+    server = start_server([*argv, "--workers", "1"], health_port)
+    # students get class low by default from examples/policy.yaml; the built-in policy has no default.
+    pod = gpu_pod(namespace="students", annotations={"gpupool.io/gpu-count": "1"})
+
+    def answer() -> dict[str, Any]:
+        client = ApiServerClient(port, cert_dir / "ca.crt")
+        try:
+            response: dict[str, Any] = client.review(admission_review(pod, uid="same", dry_run=True))["response"]
+            return response
+        finally:
+            client.close()
+
+    before = answer()
+    assert before["auditAnnotations"]["pool"].startswith("nvidia/low/")
+    inventory.write_text("kind: List\nitems: [{kind: Node}]\n", encoding="utf-8")
+    policy.write_text("classes: 7\n", encoding="utf-8")
+    replace_the_worker(server)
+    assert answer() == before
+    assert server.proc is not None and server.proc.poll() is None
 
 
 SLOW_SERVER = textwrap.dedent(

@@ -305,6 +305,35 @@ def _load_cert(path: Path, *, replace_if_corrupt: bool) -> tuple[x509.Certificat
         raise CertError(f"{path}: not a PEM certificate (remove ca.crt to issue a new one for ca.key)") from None
 
 
+def read_ca_bundle(path: Path, now: datetime | None = None) -> list[x509.Certificate]:
+    """The CA certificates in a PEM file that is to verify client certificates (`serve --client-ca`).
+
+    CertError naming the file for what would otherwise make every handshake fail: no certificate,
+    a certificate that is no CA (a client certificate given by mistake), or an expired CA.
+    """
+    data = _read(path)
+    if data is None:
+        raise CertError(f"{path}: no such file")
+    try:
+        certs = x509.load_pem_x509_certificates(data)
+    except ValueError:
+        raise CertError(
+            f"{path}: not a PEM certificate file; accepted: the PEM certificate(s) of the CA that signs "
+            "the clients' certificates"
+        ) from None
+    now = _utc(now)
+    for cert in certs:
+        subject = cert.subject.rfc4514_string() or "(no subject)"
+        if not _is_ca(cert):
+            raise CertError(
+                f"{path}: {subject!r} is not a CA certificate (no basicConstraints CA:TRUE); give the CA "
+                "that signed the clients' certificates, not a client certificate"
+            )
+        if cert.not_valid_after_utc <= now:
+            raise CertError(f"{path}: CA {subject!r} expired on {cert.not_valid_after_utc:%Y-%m-%d}")
+    return certs
+
+
 # --- deciding ------------------------------------------------------------------------------------
 
 

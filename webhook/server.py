@@ -3,13 +3,18 @@
 Everything a user can get wrong (options, certificate files, policy, inventory, busy ports) is checked
 once, before gunicorn starts, and reported as `gpupool serve: error: ...` with exit code 2.
 
-Process layout: the gunicorn master binds the TLS port and serves /healthz, /readyz and /metrics on the
-plain-HTTP health port from a thread; each worker process loads its own inventory and Admitter (the
-live inventory keeps a watch cache and burst reservations per process) and answers POST /mutate.
+Process layout: the gunicorn master reads the policy and the inventory source once (`load_core`), binds
+the TLS port and serves /healthz, /readyz and /metrics on the plain-HTTP health port from a thread.
+Each worker process is forked with a copy of what the master loaded, builds its Admitter from it and
+answers POST /mutate; a live inventory starts its watches in the worker (threads do not survive a
+fork), so each worker keeps its own watch cache and burst reservations. A worker that is restarted
+(after a crash or a timeout) is forked from the master's copy again and reads no file: a snapshot or
+policy file that changed or broke since the start cannot stop it from booting.
 Metrics cross the process boundary through prometheus_client's multiprocess directory.
 
-The TLS context is re-used while tls.crt and tls.key are unchanged and rebuilt on the next new
-connection after they change, so a rotated Secret takes effect without a restart. A certificate and key
+The TLS context is re-used while tls.crt and tls.key (and the --client-ca file, which makes the TLS
+port require a client certificate signed by it) are unchanged and rebuilt on the next new connection
+after they change, so a rotated Secret takes effect without a restart. A certificate and key
 that do not match (a rotation caught half-way) keep the previous context until the pair is whole again;
 the master loads one before forking, so even a freshly forked worker always has a previous one.
 """
@@ -29,6 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gunicorn.app.base import BaseApplication
@@ -36,6 +42,7 @@ from gunicorn.glogging import Logger as GunicornLogger
 from gunicorn.sock import ssl_context as gunicorn_ssl_context
 
 from webhook.admission import Admitter
+from webhook.certs import CertError, read_ca_bundle
 from webhook.cli import UsageError
 from webhook.health import HealthServer, MetricsText, Readiness
 from webhook.inventory import Inventory
@@ -55,6 +62,7 @@ if TYPE_CHECKING:
 SERVE_ENV: dict[str, str] = {
     "GPUPOOL_CERT": "--cert",
     "GPUPOOL_KEY": "--key",
+    "GPUPOOL_CLIENT_CA": "--client-ca",
     "GPUPOOL_INVENTORY": "--inventory",
     "GPUPOOL_KUBECONFIG": "--kubeconfig",
     "GPUPOOL_POLICY": "--policy",
@@ -99,6 +107,7 @@ class ServeOptions:
     inventory: str | None
     policy: str | None
     kubeconfig: str | None = None
+    client_ca: str | None = None  # None: no client certificate is asked for
     host: str = "0.0.0.0"
     port: int = 8443
     health_port: int = 8080
@@ -116,6 +125,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
     add("--cert", "FILE", "serving certificate, PEM (e.g. certs/tls.crt); re-read when it changes")
     add("--key", "FILE", "its private key, PEM (e.g. certs/tls.key)")
+    add(
+        "--client-ca",
+        "FILE",
+        "CA certificate(s), PEM: every connection to --port must show a client certificate signed by one "
+        "(kube-apiserver's, see README); re-read when it changes; default: no client certificate asked for",
+    )
     add(
         "--inventory",
         "FILE",
@@ -161,6 +176,7 @@ def resolve_options(args: argparse.Namespace, environ: Mapping[str, str]) -> Ser
         inventory=value("--inventory"),
         policy=value("--policy"),
         kubeconfig=value("--kubeconfig"),
+        client_ca=value("--client-ca"),
         host=value("--host") or "",
         port=number("--port", 1, 65535),
         health_port=number("--health-port", 1, 65535),
@@ -182,9 +198,9 @@ def run(args: argparse.Namespace) -> int:
     options = resolve_options(args, os.environ)
     logging.config.dictConfig(logging_config(options.log_level))
     check_tls_files(options.cert, options.key)
-    policy, inventory = load_core(options)
-    inventory.close()  # workers load their own after the fork (a live inventory runs threads)
-    return serve(options, real_app_loader(options, policy))
+    if options.client_ca is not None:
+        check_client_ca(options.client_ca)
+    return serve(options, real_app_loader(load_core(options)))
 
 
 def check_tls_files(cert: str, key: str) -> None:
@@ -198,39 +214,66 @@ def check_tls_files(cert: str, key: str) -> None:
         raise UsageError(f"--cert {cert} / --key {key}: not a usable certificate and key: {exc}") from None
 
 
-def load_core(options: ServeOptions) -> tuple[Policy, Inventory]:
-    """Load the policy and the inventory once, to report a bad file before anything starts."""
+def check_client_ca(path: str) -> None:
+    """The --client-ca file holds CA certificates OpenSSL loads; UsageError saying what is wrong.
+
+    A file that is not what was meant (a client certificate, an expired CA) would make every handshake
+    fail, which under failurePolicy Fail refuses every GPU Pod: better to stop at the start.
+    """
+    try:
+        read_ca_bundle(Path(path))
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=path)
+    except CertError as exc:
+        raise UsageError(f"--client-ca {exc}") from None
+    except (ssl.SSLError, OSError) as exc:
+        raise UsageError(f"--client-ca {path}: not a usable CA file: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Core:
+    """What the master loads once, before the first fork; every worker starts from a copy of it."""
+
+    policy: Policy
+    # A snapshot: the whole index, loaded. The live cluster: the client configuration, not yet watching.
+    inventory: Inventory
+
+
+def load_core(options: ServeOptions) -> Core:
+    """Read the policy and the inventory source, the only time `serve` reads them; UsageError naming
+    the bad file, before anything starts."""
     try:
         policy = load_policy(options.policy)
     except PolicyError as exc:
         raise UsageError(str(exc)) from None
+    inventory: Inventory
     if options.inventory is None:
-        # Only the configuration is checked here; each worker starts its own watches after the fork.
         try:
-            return policy, LiveInventory.connect(policy, options.kubeconfig)
+            inventory = LiveInventory.connect(policy, options.kubeconfig)
         except InventoryConnectError as exc:
             raise UsageError(f"{exc} (or give --inventory FILE for a snapshot)") from None
-    try:
-        inventory = SnapshotInventory.from_file(options.inventory, policy)
-    except InventoryFileError as exc:
-        raise UsageError(str(exc)) from None
-    return policy, inventory
+    else:
+        try:
+            inventory = SnapshotInventory.from_file(options.inventory, policy)
+        except InventoryFileError as exc:
+            raise UsageError(str(exc)) from None
+    return Core(policy, inventory)
 
 
-def real_app_loader(options: ServeOptions, policy: Policy) -> LoadApp:
-    """What each worker runs once after the fork: its inventory, Admitter, metrics and the Flask app."""
+def real_app_loader(core: Core) -> LoadApp:
+    """What each worker runs once after the fork: its Admitter, metrics and the Flask app, from the
+    master's `core`. Nothing here reads a file: a restarted worker boots even if the policy or snapshot
+    file has changed or broken since the start."""
 
     def load() -> WorkerApp:
         from webhook.app import AppConfig, create_app  # noqa: PLC0415 (see top)
         from webhook.metrics import GaugeRefresher, Metrics  # noqa: PLC0415 (see top)
 
-        inventory: Inventory
-        if options.inventory is None:
-            # Not waited for: /readyz stays false until the first full list, so no admission is routed
-            # to this worker before then.
-            inventory = LiveInventory.connect(policy, options.kubeconfig).start()
-        else:
-            inventory = SnapshotInventory.from_file(options.inventory, policy)
+        policy, inventory = core.policy, core.inventory
+        if isinstance(inventory, LiveInventory):
+            # The master never starts the watches: threads do not survive a fork, so each worker starts
+            # them on its own copy. Not waited for: /readyz stays false until the first full list, so no
+            # admission is routed to this worker before then.
+            inventory.start()
         metrics = Metrics.private()
         metrics.refresh(inventory, policy.defaults.stale_after_seconds)  # gauges before the first request
         refresher = GaugeRefresher(metrics, inventory, policy.defaults.stale_after_seconds).start()
@@ -336,12 +379,15 @@ def gunicorn_settings(options: ServeOptions) -> dict[str, Any]:
         "timeout": WORKER_TIMEOUT_SECONDS,
         "certfile": options.cert,
         "keyfile": options.key,
-        "ssl_context": CertificateReloader(options.cert, options.key),
+        # With a client CA, gunicorn's context trusts that file alone (not the system's CAs) for clients.
+        "ca_certs": options.client_ca,
+        "cert_reqs": ssl.CERT_NONE if options.client_ca is None else ssl.CERT_REQUIRED,
+        "ssl_context": CertificateReloader(options.cert, options.key, options.client_ca),
         # With several workers each gets its own SO_REUSEPORT socket and the kernel spreads new
         # connections evenly; with one shared socket the first worker to wake takes most of
         # kube-apiserver's few long-lived connections and the others idle.
         "reuse_port": options.workers > 1,
-        "preload_app": False,  # each worker builds its inventory after the fork
+        "preload_app": False,  # each worker builds its app, and starts live watches, after the fork
         "proc_name": "gpupool",
         "accesslog": None,  # one admission line per request instead
         "logger_class": NoAccessLogger,
@@ -391,11 +437,13 @@ class CertificateReloader:
     """gunicorn's `ssl_context` hook: one context per certificate version, TLS 1.2 at least.
 
     gunicorn asks for a context on every new connection; building one costs about 0.7 ms of CPU, so
-    it is cached and rebuilt only when either file's inode, size or mtime changes.
+    it is cached and rebuilt only when a file's inode, size or mtime changes: the certificate, the key,
+    and the client CA when there is one (gunicorn's factory reads it from the `ca_certs` setting).
     """
 
-    def __init__(self, cert: str, key: str) -> None:
-        self._paths = (cert, key)
+    def __init__(self, cert: str, key: str, client_ca: str | None = None) -> None:
+        self._paths = (cert, key) if client_ca is None else (cert, key, client_ca)
+        self._log_fields = {"cert": cert} if client_ca is None else {"cert": cert, "client_ca": client_ca}
         self._lock = threading.Lock()  # gthread wraps sockets on its worker threads
         self._version: tuple[int, ...] | None = None
         self._context: ssl.SSLContext | None = None
@@ -410,13 +458,13 @@ class CertificateReloader:
             except (ssl.SSLError, OSError) as exc:
                 if self._context is None:
                     raise
-                # Mid-rotation (new certificate, old key) or a file briefly missing: keep serving
-                # with the previous pair and try again on the next connection.
+                # Mid-rotation (new certificate, old key), a file briefly missing or a CA file being
+                # rewritten: keep serving with the previous context and try again on the next connection.
                 log.warning("keeping the previous certificate: the new files do not load yet: %s", exc)
                 return self._context
             context.minimum_version = ssl.TLSVersion.TLSv1_2
             self._context, self._version = context, version
-            log.info("serving certificate loaded", extra={"fields": {"cert": self._paths[0]}})
+            log.info("serving certificate loaded", extra={"fields": self._log_fields})
             return context
 
     def _file_version(self) -> tuple[int, ...]:
