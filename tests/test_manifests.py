@@ -30,8 +30,10 @@ from cryptography import x509
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from webhook.annotations import wants_gpus
 from webhook.certs import ensure_certificates
 from webhook.cli import build_parser
+from webhook.pod import read_pod
 from webhook.policy import Policy, default_policy_text, load_policy_text
 from webhook.quantity import parse_bytes
 from webhook.server import SERVE_ENV, ServeOptions, check_client_ca, resolve_options
@@ -595,6 +597,9 @@ def is_gpu_resource(name: str) -> bool:
     return name in ("nvidia.com/gpu", "amd.com/gpu") or name.startswith(("nvidia.com/mig-", "huawei.com/Ascend"))
 
 
+DEFAULT_POLICY = load_policy_text(default_policy_text())
+
+
 def should_be_sent(obj: Obj) -> bool:
     """The rule the matchConditions implement, for a Pod CREATE in a namespace the namespaceSelector lets
     through: sent exactly when it is not a mirror Pod (annotation kubernetes.io/config.mirror) and it
@@ -780,9 +785,14 @@ class TestMatchConditions:
     )
     def test_conditions_agree_with_the_rule(self, conditions: dict[str, Condition], parts: dict[str, Any]) -> None:
         """For any mix of annotations, resources, variables, nodeName and owner, the conditions send the
-        Pod exactly when `should_be_sent` says so."""
+        Pod exactly when `should_be_sent` says so; and every Pod the core itself checks with the default
+        policy is sent (one it would check but kube-apiserver never sends is a hole in the policy). The
+        conditions may send more: any huawei.com/Ascend* model, where the default policy knows Ascend910."""
         obj = pod(**parts)
         assert sent(conditions, obj) is should_be_sent(obj)
+        view = read_pod(obj, "ml")
+        if not view.mirror and wants_gpus(view.shape, DEFAULT_POLICY):
+            assert should_be_sent(obj)
 
 
 # --- RBAC ----------------------------------------------------------------------------------------
