@@ -64,13 +64,17 @@ class Reflector:
         sink: Sink,
         config: ReflectorConfig,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        wait: Callable[[float], object] | None = None,
     ) -> None:
+        """`clock` and `wait` (sleep that `stop()` cuts short) let tests run the backoff on fake time."""
         self.kind = kind
         self._list = list_call
         self._sink = sink
         self._config = config
         self._clock = clock
         self._stop = threading.Event()
+        self._wait = wait or self._stop.wait
         self._thread: threading.Thread | None = None
         self.resource_version = ""
         self.synced = threading.Event()  # set after the first complete list
@@ -80,7 +84,7 @@ class Reflector:
         self.errors = 0
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name=f"reflector-{self.kind}", daemon=True)
+        self._thread = threading.Thread(target=self.run, name=f"reflector-{self.kind}", daemon=True)
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -88,7 +92,8 @@ class Reflector:
         if self._thread is not None:
             self._thread.join(timeout)
 
-    def _run(self) -> None:
+    def run(self) -> None:
+        """Keep the sink in step until `stop()`; `start()` runs this in a thread of its own."""
         delay = self._config.backoff_initial
         while not self._stop.is_set():
             try:
@@ -103,7 +108,7 @@ class Reflector:
                 self.errors += 1
                 self._mark_down()
                 log.warning("%s: %s; retrying in %.1f s", self.kind, _describe(exc), delay)
-                self._stop.wait(delay * random.uniform(0.8, 1.2))
+                self._wait(delay * random.uniform(0.8, 1.2))
                 delay = min(delay * 2, self._config.backoff_max)
 
     def _mark_up(self) -> None:
