@@ -3,8 +3,9 @@
 What client-go's reflector does, minus the typed models (20,000 Pods through `ApiClient.deserialize`
 cost 6.7 s and 813 MB here): list in pages with limit/continue, then watch from the list's
 resourceVersion with bookmarks; resume from the last resourceVersion when a watch ends; re-list on
-410 Gone; reconnect with capped exponential backoff and jitter; a client-side timeout on every call,
-since a dead connection can otherwise hang forever.
+410 Gone; reconnect with capped exponential backoff and jitter, starting over from the initial delay
+once the API has served for a while; a client-side timeout on every call, since a dead connection can
+otherwise hang forever.
 
 The reflector knows nothing about GPUs: it hands raw objects to a `Sink`.
 """
@@ -48,6 +49,8 @@ class ReflectorConfig:
     watch_read_timeout: float = 90.0  # no byte (event or bookmark) for this long: the connection is dead
     backoff_initial: float = 0.5
     backoff_max: float = 30.0
+    # Served this long without a failure, the API is healthy: its next drop is retried at backoff_initial.
+    backoff_reset_after: float = 10.0
 
 
 class Gone(Exception):
@@ -64,23 +67,27 @@ class Reflector:
         sink: Sink,
         config: ReflectorConfig,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        wait: Callable[[float], object] | None = None,
     ) -> None:
+        """`clock` and `wait` (sleep that `stop()` cuts short) let tests run the backoff on fake time."""
         self.kind = kind
         self._list = list_call
         self._sink = sink
         self._config = config
         self._clock = clock
         self._stop = threading.Event()
+        self._wait = wait or self._stop.wait
         self._thread: threading.Thread | None = None
         self.resource_version = ""
         self.synced = threading.Event()  # set after the first complete list
-        self.connected_since: float | None = None  # None while the API cannot be reached
+        self.connected_since: float | None = None  # since when the API has answered; None while it cannot
         self.down_since: float | None = clock()
         self.relists = 0
         self.errors = 0
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name=f"reflector-{self.kind}", daemon=True)
+        self._thread = threading.Thread(target=self.run, name=f"reflector-{self.kind}", daemon=True)
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -88,7 +95,8 @@ class Reflector:
         if self._thread is not None:
             self._thread.join(timeout)
 
-    def _run(self) -> None:
+    def run(self) -> None:
+        """Keep the sink in step until `stop()`; `start()` runs this in a thread of its own."""
         delay = self._config.backoff_initial
         while not self._stop.is_set():
             try:
@@ -101,10 +109,24 @@ class Reflector:
                 self.resource_version = ""
             except (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
                 self.errors += 1
+                if self._served_for() >= self._config.backoff_reset_after:
+                    # An ordinary drop (an API server restart, a proxy closing the stream) ending a
+                    # healthy stretch: reconnect at once rather than inherit the backoff of failures
+                    # long past, which climbs to 15 s after seven drops while the inventory drifts.
+                    delay = self._config.backoff_initial
                 self._mark_down()
                 log.warning("%s: %s; retrying in %.1f s", self.kind, _describe(exc), delay)
-                self._stop.wait(delay * random.uniform(0.8, 1.2))
+                self._wait(delay * random.uniform(0.8, 1.2))
                 delay = min(delay * 2, self._config.backoff_max)
+
+    def _served_for(self) -> float:
+        """How long the API has answered without a failure in between (0 while it cannot be reached).
+
+        A watch that connects and breaks at once has served for no time, so a flapping API still backs off.
+        A stalled watch counts as served until its read timeout ends it; that timeout, not the backoff,
+        then sets the pace of reconnecting.
+        """
+        return 0.0 if self.connected_since is None else self._clock() - self.connected_since
 
     def _mark_up(self) -> None:
         if self.down_since is not None:
