@@ -75,6 +75,9 @@ DEFAULTS: dict[str, str] = {
 }
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 KEEPALIVE_SECONDS = 120  # longer than kube-apiserver's ~90 s idle timeout, so the client closes first
+# Open connections per worker, idle or slow ones included (an idle TLS connection costs about 30 KiB);
+# at the limit a new one closes the oldest that has not sent a whole request (webhook/worker.py).
+WORKER_CONNECTIONS = 4096
 GRACEFUL_SECONDS = 20  # in-flight admissions take milliseconds; below the Pod's 30 s grace period
 WORKER_TIMEOUT_SECONDS = 30  # a worker silent this long is restarted (kube-apiserver gives up at 30 s)
 
@@ -330,7 +333,10 @@ def gunicorn_settings(options: ServeOptions) -> dict[str, Any]:
         "bind": [_bind_address(options.host, options.port)],
         "workers": options.workers,
         "threads": options.threads,
-        "worker_class": "gthread",
+        # gthread's thread pool and request handling, with all waiting for clients in its main loop:
+        # a slow or idle client costs a connection, not a thread (webhook/worker.py).
+        "worker_class": "webhook.worker.WebhookWorker",
+        "worker_connections": WORKER_CONNECTIONS,
         "keepalive": KEEPALIVE_SECONDS,
         "graceful_timeout": GRACEFUL_SECONDS,
         "timeout": WORKER_TIMEOUT_SECONDS,
