@@ -422,6 +422,8 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
         req = None
         try:
             req = next(parser)
+            if not conn.keep:  # the answer says so: the connection closes after it (webhook.http1)
+                req.force_close()
             keep = bool(self.handle_request(req, exchange))
             # Whatever the app left of the body is dropped; bytes gunicorn did not read as this request
             # mean it framed it differently than webhook.http1 did: the connection is not trusted.
