@@ -16,6 +16,7 @@ thread drives thousands.
 from __future__ import annotations
 
 import contextlib
+import functools
 import socket
 import ssl
 import threading
@@ -26,6 +27,7 @@ KINDS = ("idle-tcp", "idle-tls", "half-open-tls", "header-drip", "body-drip")
 HEAD = b"POST /mutate?timeout=10s HTTP/1.1\r\nHost: gpupool\r\nContent-Type: application/json\r\n"
 
 
+@functools.cache  # a new context loads the system's CA certificates: far too slow per connection
 def client_hello(server_name: str) -> bytes:
     """The ClientHello a TLS client sends first (made by the ssl module, never sent whole)."""
     incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
