@@ -202,8 +202,12 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
         sock = raw
         if self.cfg.is_ssl:
             try:
-                sock = gunicorn_sock.ssl_context(self.cfg).wrap_socket(
-                    raw, server_side=True, do_handshake_on_connect=False, suppress_ragged_eofs=True
+                context = gunicorn_sock.ssl_context(self.cfg)
+                sock = context.wrap_socket(
+                    raw,
+                    server_side=True,
+                    do_handshake_on_connect=False,  # done in the main loop, without blocking
+                    suppress_ragged_eofs=self.cfg.suppress_ragged_eofs,
                 )
             except (ssl.SSLError, OSError) as exc:
                 self.log.warning("dropped a new connection: no TLS context: %s", exc)
@@ -334,6 +338,8 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
             self.close(conn)
         else:
             self.account(conn, len(framer))
+            if conn not in self.conns:  # it held the most when the budget ran out
+                return
             if framer.continue_due:
                 framer.continue_due = False
                 self.send_continue(conn)
@@ -388,11 +394,11 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
             else:
                 pending.popleft()
         if conn.keep:
-            self.next_request(conn)
+            self.keep_alive(conn)
         else:
             self.linger(conn)
 
-    def next_request(self, conn: Connection) -> None:
+    def keep_alive(self, conn: Connection) -> None:
         """After an answer on a kept-alive connection: the next request, or idle until one comes."""
         if len(conn.framer):
             conn.state = READING  # it has begun: pipelined behind the last one, or sent meanwhile
@@ -423,7 +429,7 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
             return
         except OSError:
             data = b""
-        if not data or len(data) == LINGER_BYTES:
+        if not data or len(data) == LINGER_BYTES:  # closed by the client, or it still sends a lot: done
             self.close(conn)
 
     # --- a thread's side ----------------------------------------------------------------------------
