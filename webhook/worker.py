@@ -326,6 +326,8 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
                 conn.deadline = time.monotonic() + REQUEST_SECONDS
                 self.idle.pop(conn, None)
             framer.feed(data)
+            if len(data) < RECV_BYTES and not tls_pending(conn.sock):
+                break  # all there was: the poller tells when more comes (saves a failing recv per request)
         try:
             framed = framer.next_request()
         except FramingError as exc:
@@ -407,7 +409,10 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
             conn.state = IDLE
             conn.deadline = time.monotonic() + self.cfg.keepalive
             self.idle[conn] = None
-        self.read(conn)  # what the client sent while its request was served (TLS may hold some)
+        if len(conn.framer) or tls_pending(conn.sock):
+            self.read(conn)  # bytes the poller cannot see: already read, or decrypted and held by TLS
+        else:
+            self.watch(conn, selectors.EVENT_READ)
 
     def linger(self, conn: Connection) -> None:
         """Close after the last answer: FIN first, then read and drop what the client still sends
@@ -457,6 +462,11 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
         except Exception as exc:  # gunicorn's own handling: a 400 for a malformed request, else a 500, logged
             self.handle_error(req, conn.writer, conn.client, exc)
             return False
+
+
+def tls_pending(sock: socket.socket) -> int:
+    """Bytes TLS has decrypted and holds for the next recv: the poller does not see them."""
+    return sock.pending() if isinstance(sock, ssl.SSLSocket) else 0
 
 
 def raise_fd_limit(connections: int, log: Any) -> int:
