@@ -30,7 +30,7 @@ from tests.conftest import (
 )
 from webhook.app import MAX_BODY_BYTES
 from webhook.testing.slow_clients import KINDS, SlowClients, wait_closed
-from webhook.worker import REQUEST_SECONDS
+from webhook.worker import BUFFER_BUDGET, REQUEST_SECONDS
 
 pytestmark = pytest.mark.slow
 THREADS = 2
@@ -163,3 +163,29 @@ def test_a_client_that_expects_100_continue_gets_it_before_sending_the_body(tls:
     tls.sendall(body)
     status, _, answer = read_reply(stream)
     assert status == 200 and orjson.loads(answer)["response"]["allowed"] is True
+
+
+def test_incomplete_requests_hold_a_bounded_amount_of_memory(served: Served) -> None:
+    """Connections that each send all of a 3 MiB body but its last byte would add up without bound (a
+    thousand of them: 3 GiB, past the Pod's memory limit); past 64 MiB the server closes the one holding
+    most, and admissions go on."""
+    head = b"POST /mutate?timeout=10s HTTP/1.1\r\nHost: gpupool\r\nContent-Type: application/json\r\n"
+    head += b"Content-Length: %d\r\n\r\n" % MAX_BODY_BYTES
+    socks = []
+    try:
+        for _ in range(BUFFER_BUDGET // MAX_BODY_BYTES + 2):
+            sock = served.tls()
+            socks.append(sock)
+            try:
+                sock.sendall(head + b" " * (MAX_BODY_BYTES - 1))
+            except OSError:  # this one was closed already
+                continue
+        wait_until(lambda: "bytes of a request" in served.server.log(), 3 * REQUEST_SECONDS, "a connection closed")
+        client = served.client()
+        try:
+            assert client.review(admission_review(gpu_pod(), dry_run=True))["response"]["allowed"] is True
+        finally:
+            client.close()
+    finally:
+        for sock in socks:
+            sock.close()
