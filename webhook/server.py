@@ -75,7 +75,7 @@ DEFAULTS: dict[str, str] = {
 }
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 KEEPALIVE_SECONDS = 120  # longer than kube-apiserver's ~90 s idle timeout, so the client closes first
-# Open connections per worker, idle or slow ones included (an idle TLS connection costs about 30 KiB);
+# Open connections per worker, idle or slow ones included (15 to 50 KiB each, see README Performance);
 # at the limit a new one closes the oldest that has not sent a whole request (webhook/worker.py).
 WORKER_CONNECTIONS = 4096
 GRACEFUL_SECONDS = 20  # in-flight admissions take milliseconds; below the Pod's 30 s grace period
