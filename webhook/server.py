@@ -1,4 +1,4 @@
-"""`gpupool serve`: the admission webhook on gunicorn (gthread workers, TLS), plus the health port.
+"""`gpupool serve`: the admission webhook on gunicorn (webhook.worker's workers, TLS), plus the health port.
 
 Everything a user can get wrong (options, certificate files, policy, inventory, busy ports) is checked
 once, before gunicorn starts, and reported as `gpupool serve: error: ...` with exit code 2.
@@ -402,7 +402,7 @@ class CertificateReloader:
 
     def __init__(self, cert: str, key: str) -> None:
         self._paths = (cert, key)
-        self._lock = threading.Lock()  # gthread wraps sockets on its worker threads
+        self._lock = threading.Lock()  # called from any thread that wraps a socket
         self._version: tuple[int, ...] | None = None
         self._context: ssl.SSLContext | None = None
 

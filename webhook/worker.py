@@ -1,10 +1,11 @@
 """gpupool's gunicorn worker: a slow or idle client costs a connection, never a thread.
 
 gunicorn's gthread worker hands each new connection, and each kept-alive one that becomes readable,
-to a thread that then reads the TLS handshake and the request with blocking calls and no deadline: four
-clients that connect and send nothing (or one byte a second) hold its four threads, and no other
-admission is answered while they stay. This worker keeps gthread's thread pool, main loop and request
-handling, and moves all waiting for the client into the main loop (non-blocking, epoll):
+to a thread that waits up to 5 s for a first byte, then reads the TLS handshake and the request with
+blocking calls and no deadline: four clients that complete a handshake and send nothing (or one byte
+a second) hold its four threads, and no other admission is answered while they stay. This worker
+keeps gthread's thread pool, main loop and request handling, and moves all waiting for the client
+into the main loop (non-blocking, epoll):
 
 - the TLS handshake and the reading of each request happen there, and a request goes to a thread only
   once it is complete (webhook.http1 decides), as bytes the thread's parser reads from memory;
