@@ -1,4 +1,4 @@
-"""`gpupool serve`: the admission webhook on gunicorn (gthread workers, TLS), plus the health port.
+"""`gpupool serve`: the admission webhook on gunicorn (webhook.worker's workers, TLS), plus the health port.
 
 Everything a user can get wrong (options, certificate files, policy, inventory, busy ports) is checked
 once, before gunicorn starts, and reported as `gpupool serve: error: ...` with exit code 2.
@@ -83,6 +83,9 @@ DEFAULTS: dict[str, str] = {
 }
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 KEEPALIVE_SECONDS = 120  # longer than kube-apiserver's ~90 s idle timeout, so the client closes first
+# Open connections per worker, idle or slow ones included (15 to 50 KiB each, see README Performance);
+# at the limit a new one closes the oldest that has not sent a whole request (webhook/worker.py).
+WORKER_CONNECTIONS = 4096
 GRACEFUL_SECONDS = 20  # in-flight admissions take milliseconds; below the Pod's 30 s grace period
 WORKER_TIMEOUT_SECONDS = 30  # a worker silent this long is restarted (kube-apiserver gives up at 30 s)
 
@@ -373,7 +376,10 @@ def gunicorn_settings(options: ServeOptions) -> dict[str, Any]:
         "bind": [_bind_address(options.host, options.port)],
         "workers": options.workers,
         "threads": options.threads,
-        "worker_class": "gthread",
+        # gthread's thread pool and request handling, with all waiting for clients in its main loop:
+        # a slow or idle client costs a connection, not a thread (webhook/worker.py).
+        "worker_class": "webhook.worker.WebhookWorker",
+        "worker_connections": WORKER_CONNECTIONS,
         "keepalive": KEEPALIVE_SECONDS,
         "graceful_timeout": GRACEFUL_SECONDS,
         "timeout": WORKER_TIMEOUT_SECONDS,
@@ -444,7 +450,7 @@ class CertificateReloader:
     def __init__(self, cert: str, key: str, client_ca: str | None = None) -> None:
         self._paths = (cert, key) if client_ca is None else (cert, key, client_ca)
         self._log_fields = {"cert": cert} if client_ca is None else {"cert": cert, "client_ca": client_ca}
-        self._lock = threading.Lock()  # gthread wraps sockets on its worker threads
+        self._lock = threading.Lock()  # called from any thread that wraps a socket
         self._version: tuple[int, ...] | None = None
         self._context: ssl.SSLContext | None = None
 
