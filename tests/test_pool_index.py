@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.builders import GPU_TAINT, fleet, gpu_node, index_of, pod, policy, quota
+from webhook.admission import evaluate
 from webhook.kubeobj import node_from_obj, pod_from_obj, quota_from_obj
 from webhook.model import PoolKey
 from webhook.pool_index import PoolIndex
@@ -117,14 +118,14 @@ def test_pending_pinned_pod_is_placed_virtually_on_best_fit_node() -> None:
     index.upsert_pod(pod_from_obj(waiting, RES))
     assert free_counts(index, T4) == {0: 1, 4: 1}
     assert stats(index, T4).pending == 2
-    assert index.class_used("ml", "medium") == 2
+    assert index.class_used("ml", "medium") == 4  # the running Pod's 2 on a medium node, and these 2
     # Scheduled: the virtual hold is replaced by the real one on the chosen node.
     waiting["spec"]["nodeName"] = "t4-b"
     index.upsert_pod(pod_from_obj(waiting, RES))
     assert free_per_node(index, T4) == {"t4-a": 2, "t4-b": 2}
     assert free_counts(index, T4) == {2: 2}
     assert stats(index, T4).pending == 0
-    assert index.class_used("ml", "medium") == 2
+    assert index.class_used("ml", "medium") == 4
 
 
 def test_reservations_hold_capacity_until_the_pod_shows_up_or_expires() -> None:
@@ -391,3 +392,122 @@ def test_reservation_on_a_full_pool_holds_gpus_on_a_node_that_joins() -> None:
     index.remove_node("t4-c")
     index.remove_pod(("ml", "b"))
     assert (stats(index, T4).gpus_free, stats(index, T4).pending) == (1, 3)
+
+
+def test_pod_bound_to_a_node_not_yet_seen_counts_once_the_node_arrives() -> None:
+    """A bound Pod listed before its node takes the node's GPUs and its class when the node comes."""
+    index = PoolIndex(POLICY)
+    index.upsert_pod(pod_from_obj(pod("a", gpus=3, node="t4-a", phase="Running"), RES))
+    assert index.class_used("ml", "medium") == 0  # no node, no class yet
+    index.upsert_node(node_from_obj(gpu_node("t4-a"), RES))
+    assert (stats(index, T4).gpus_free, index.class_used("ml", "medium")) == (1, 3)
+
+
+# --- class usage is counted from where the GPUs are (issue 13) ------------------------------------------
+
+A100 = PoolKey("nvidia", "high", "NVIDIA-A100-SXM4-40GB")
+A100_SELECTOR = (("gpu.accelerator/class", "high"), ("nvidia.com/gpu.product", "NVIDIA-A100-SXM4-40GB"))
+TRAIN = policy("namespaces: {train: {classQuota: {high: 20}}}")
+
+
+def a100(name: str, gpu_class: str = "high") -> dict[str, Any]:
+    return gpu_node(name, "NVIDIA-A100-SXM4-40GB", 8, gpu_class=gpu_class, taints=[GPU_TAINT])
+
+
+def train_cluster() -> list[dict[str, Any]]:
+    """16 high-class GPUs in use in `train` by Pods placed before gpupool was installed (no annotation)."""
+    return [
+        a100("a100-a"),
+        a100("a100-b"),
+        a100("a100-c"),
+        pod("old-1", namespace="train", gpus=8, node="a100-a", phase="Running"),
+        pod("old-2", namespace="train", gpus=8, node="a100-b", phase="Running"),
+    ]
+
+
+def test_bound_pods_count_against_their_nodes_class_without_the_annotation() -> None:
+    """Pods on high-class nodes count 16 high GPUs for `train`, whatever their annotations say."""
+    assert index_of(train_cluster(), TRAIN).class_used("train", "high") == 16
+
+
+def test_class_quota_denies_a_pod_beyond_the_gpus_already_on_the_nodes() -> None:
+    """`train` may hold 20 high GPUs and holds 16 on the nodes: a Pod asking for 8 more is denied naming
+    the class quota, although a whole A100 node is free."""
+    index = index_of(train_cluster(), TRAIN)
+    ask = pod("more", namespace="train", annotations={"gpupool.io/gpu-class": "high", "gpupool.io/gpu-count": "8"})
+    answer = evaluate(ask, "train", TRAIN, index)
+    assert not answer.allowed
+    assert answer.message == "class quota high in namespace train exceeded: used 16 + requested 8 > hard 20"
+    four = pod("four", namespace="train", annotations={"gpupool.io/gpu-class": "high", "gpupool.io/gpu-count": "4"})
+    assert evaluate(four, "train", TRAIN, index).allowed
+
+
+def test_removing_the_pool_annotation_changes_no_usage() -> None:
+    """A placed Pod whose gpupool.io/pool annotation is removed still counts the same, bound or not."""
+    placed = {"gpupool.io/pool": str(A100)}
+    bound = pod("b", namespace="train", gpus=8, node="a100-a", phase="Running", annotations=placed)
+    waiting = pod("w", namespace="train", gpus=4, annotations=placed, node_selector=dict(A100_SELECTOR))
+    index = index_of([a100("a100-a"), a100("a100-b"), bound, waiting], TRAIN)
+    before = (index.class_used("train", "high"), stats(index, A100).pending, stats(index, A100).gpus_free)
+    assert before == (12, 4, 4)
+    for obj in (bound, waiting):
+        del obj["metadata"]["annotations"]
+        index.upsert_pod(pod_from_obj(obj, RES))
+    assert (index.class_used("train", "high"), stats(index, A100).pending, stats(index, A100).gpus_free) == before
+
+
+def test_relabelled_node_moves_the_class_usage_of_its_pods() -> None:
+    """A node relabelled from high to medium takes its Pods' GPUs to medium, and back."""
+    index = index_of(train_cluster(), TRAIN)
+    index.upsert_node(node_from_obj(a100("a100-a", gpu_class="medium"), RES))
+    assert (index.class_used("train", "high"), index.class_used("train", "medium")) == (8, 8)
+    index.upsert_node(node_from_obj(a100("a100-a"), RES))
+    assert (index.class_used("train", "high"), index.class_used("train", "medium")) == (16, 0)
+    index.remove_node("a100-b")
+    assert index.class_used("train", "high") == 8
+
+
+def test_pod_list_before_node_list_gives_the_same_usage() -> None:
+    """Usage does not depend on whether Pods or nodes were listed first."""
+    objects = train_cluster()
+    nodes_first = _feed(PoolIndex(TRAIN), objects)
+    pods_first = _feed(PoolIndex(TRAIN), objects[::-1])
+    assert pods_first.class_used("train", "high") == nodes_first.class_used("train", "high") == 16
+    assert _view(pods_first, ("train",)) == _view(nodes_first, ("train",))
+
+
+@pytest.mark.parametrize(
+    ("annotation", "selector", "expected"),
+    [
+        # The nodeSelector gpupool wrote reaches one pool: that pool, whatever the annotation says.
+        (None, dict(A100_SELECTOR), {"high": 4, "pending": 4}),
+        (str(T4), {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}, {"high": 4, "pending": 4}),
+        # No nodeSelector on pool labels reaches several pools: the annotation's pool.
+        (str(A100), None, {"high": 4, "pending": 4}),
+        # The nodeSelector contradicts the annotation: the class of the pools it reaches (T4 and L4).
+        (str(A100), {"gpu.accelerator/class": "medium"}, {"medium": 4}),
+        # It contradicts the annotation and reaches no pool: not counted until bound.
+        (str(A100), {"gpu.accelerator/class": "low", "nvidia.com/gpu.product": "Tesla-T4"}, {}),
+        # The reachable pools share one class: that class, but no pool to hold GPUs in.
+        (None, {"gpu.accelerator/class": "high"}, {"high": 4}),
+        # Nothing says where it goes, and the pools it could go to differ in class.
+        (None, None, {}),
+    ],
+)
+def test_unbound_pod_counts_against_the_pool_it_is_pinned_to(
+    annotation: str | None, selector: dict[str, str] | None, expected: dict[str, int]
+) -> None:
+    """An unbound Pod counts where its nodeSelector, else its gpupool.io/pool annotation, pins it."""
+    h100 = gpu_node("h100-a", "NVIDIA-H100-80GB-HBM3", 8, gpu_class="high", taints=[GPU_TAINT])
+    index = index_of([*fleet(), h100, a100("a100-b")], TRAIN)
+    waiting = pod(
+        "w",
+        namespace="train",
+        gpus=4,
+        annotations={"gpupool.io/pool": annotation} if annotation else None,
+        node_selector=selector,
+    )
+    index.upsert_pod(pod_from_obj(waiting, RES))
+    counted = {c: index.class_used("train", c) for c in POLICY.classes}
+    counted["pending"] = sum(s.pending for s in index.pool_stats())
+    assert {k: v for k, v in counted.items() if v} == expected

@@ -18,7 +18,11 @@ a hold that fits nowhere stays pending and is placed once the pool has room. The
 the same to the scheduler and to decisions, so a group keeps how many nodes have each number of free
 GPUs left, not which node a hold went to.
 
-Class usage (the policy's classQuota) is counted from Pods carrying gpupool.io/pool.
+Class usage (the policy's classQuota) is counted from where the GPUs are: a Pod bound to a node counts
+against the class of that node's pool, whatever its annotations say; an unbound Pod against the pool
+its nodeSelector or gpupool.io/pool annotation pins it to (`_place_unbound`). Both follow the nodes: a
+node relabelled, added after its Pods or removed moves the usage of the Pods bound to it (kept per
+node), and unbound Pods are placed again when a pool gains or loses a selector.
 
 Not thread-safe: the inventory that owns it serialises access.
 """
@@ -33,8 +37,9 @@ from typing import Any, NamedTuple, TypeVar
 
 from webhook.memo import Memo
 from webhook.model import NodeInfo, PodInfo, PodKey, PoolKey, QuotaInfo, Taint
-from webhook.nodes import NodeFacts, Selector, Unclassified, node_facts
-from webhook.policy import Policy
+from webhook.nodes import UNKNOWN_PRODUCT, NodeFacts, Selector, Unclassified, node_facts
+from webhook.policy import Policy, VendorPolicy
+from webhook.products import normalise_product
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +111,7 @@ class Pool:
     groups: dict[GroupKey, Group] = field(default_factory=dict)
     pending: int = 0  # GPUs held for Pods not yet on a node
     holds: Counter[Hold] = field(default_factory=Counter)  # (pins, GPUs) -> Pods and reservations
+    selector_nodes: Counter[Selector] = field(default_factory=Counter)  # nodes per selector
     # Caches; groups come and go far less often than decisions and holds.
     _by_selector: dict[Selector, list[Group]] | None = None
     _ordered: tuple[Group, ...] | None = None
@@ -200,6 +206,8 @@ class PoolIndex:
         self._unclassified: dict[str, list[Unclassified]] = {}
         self._used: dict[str, Counter[str]] = {}  # node -> resource -> GPUs requested by Pods bound to it
         self._pods: dict[PodKey, _Claim] = {}
+        self._on_node: dict[str, set[PodKey]] = {}  # node -> Pods bound to it (known or not yet)
+        self._unbound: dict[PodKey, PodInfo] = {}  # to place again when pools change
         self._quotas: dict[str, dict[str, QuotaInfo]] = {}
         self._class_used: dict[str, Counter[str]] = {}
         self._reserved: Counter[tuple[str, str]] = Counter()  # (namespace, resource) -> GPUs
@@ -208,6 +216,7 @@ class PoolIndex:
         self._expiry: deque[tuple[float, int]] = deque()  # (expires_at, token), oldest first
         self._tokens = itertools.count(1)
         self._unpacked: set[PoolKey] = set()  # pools whose holds must be packed again
+        self._reshaped: set[tuple[PoolKey, Selector]] = set()  # selectors that came or went (toggled)
         self._memo = Memo()  # derived from the node structure; dropped when it changes
 
     # --- nodes ---------------------------------------------------------------------------------------
@@ -225,10 +234,13 @@ class PoolIndex:
             for f in facts:
                 self._add_facts(f)
             self._refresh(node.name)
+        if _classes_of(facts) != _classes_of(old):
+            self._reclass(node.name)
         self._settle()
 
     def remove_node(self, name: str) -> None:
         self._drop_facts(name)
+        self._reclass(name)
         self._settle()
 
     def _add_facts(self, f: NodeFacts) -> None:
@@ -245,6 +257,9 @@ class PoolIndex:
         group.memory[f.memory_mib] += 1
         group.sizes[f.allocatable] += 1
         group.drivers[f.driver] += 1
+        if not pool.selector_nodes[f.selector]:
+            self._reshaped ^= {(f.pool, f.selector)}
+        pool.selector_nodes[f.selector] += 1
 
     def _drop_facts(self, name: str) -> None:
         self._memo.clear()
@@ -261,6 +276,9 @@ class PoolIndex:
             if not group.nodes:
                 pool.drop_group(gkey)
                 self._unpack(pool)
+            _decrement(pool.selector_nodes, f.selector)
+            if not pool.selector_nodes[f.selector]:
+                self._reshaped ^= {(f.pool, f.selector)}
             self._drop_if_empty(pool)
 
     def _refresh(self, name: str) -> None:
@@ -291,6 +309,23 @@ class PoolIndex:
                 _bump(group.buckets, free, +1)
                 group.free_total += free
 
+    def _reclass(self, name: str) -> None:
+        """The node's pools changed (or it came or went): the Pods bound to it count against its classes now."""
+        for key in self._on_node.get(name, ()):
+            claim = self._pods[key]
+            classes = self._node_classes(name, claim.requests)
+            if classes != claim.classes:
+                self._count_classes(claim.namespace, claim.classes, -1)
+                self._count_classes(claim.namespace, classes, +1)
+                self._pods[key] = claim._replace(classes=classes)
+
+    def _node_classes(self, name: str, requests: tuple[tuple[str, int], ...]) -> tuple[tuple[str, int], ...]:
+        """A bound Pod's GPUs by the class of the pool the node is in for each resource's vendor."""
+        facts = self._facts.get(name)
+        if not facts:
+            return ()  # not seen yet, or a node gpupool cannot class: counted once it is
+        return tuple((f.pool.gpu_class, n) for resource, n in requests for f in facts if f.resource == resource)
+
     # --- Pods ----------------------------------------------------------------------------------------
 
     def upsert_pod(self, pod: PodInfo | None, key: PodKey | None = None) -> None:
@@ -311,25 +346,63 @@ class PoolIndex:
         self._settle()
 
     def _add_pod(self, key: PodKey, pod: PodInfo) -> None:
-        pool = PoolKey.parse(pod.pool) if pod.pool else None
-        vendor = self.policy.vendors.get(pool.vendor) if pool else None
-        gpus = pod.gpu_requests.get(vendor.resource, 0) if vendor else 0
-        if pool is None or pool.gpu_class not in self.policy.classes or not gpus:
-            pool = None  # a placement this policy cannot account for: count the node usage only
-        classes = ((pool.gpu_class, gpus),) if pool else ()
         if pod.node:
-            claim = _Claim(pod.namespace, node=pod.node, requests=tuple(pod.gpu_requests.items()), classes=classes)
+            requests = tuple(pod.gpu_requests.items())
+            claim = _Claim(
+                pod.namespace, node=pod.node, requests=requests, classes=self._node_classes(pod.node, requests)
+            )
+            self._on_node.setdefault(pod.node, set()).add(key)
         else:
-            labels = self.policy.pool_labels
-            pins = tuple(sorted((k, v) for k, v in pod.node_selector.items() if k in labels))
-            claim = _Claim(pod.namespace, holds=((pool, gpus),) if pool else (), pins=pins, classes=classes)
+            claim = self._place_unbound(pod)
+            self._unbound[key] = pod
         self._pods[key] = claim
         self._apply(claim, +1)
 
     def _drop_pod(self, key: PodKey) -> None:
         claim = self._pods.pop(key, None)
-        if claim is not None:
-            self._apply(claim, -1)
+        if claim is None:
+            return
+        self._apply(claim, -1)
+        if claim.node:
+            on_node = self._on_node[claim.node]
+            on_node.discard(key)
+            if not on_node:
+                del self._on_node[claim.node]
+        else:
+            del self._unbound[key]
+
+    def _place_unbound(self, pod: PodInfo) -> _Claim:
+        """Where an unbound Pod's GPUs count: per GPU resource, the one pool of the resource's vendor
+        that its nodeSelector reaches (gpupool writes the pool's labels into it); else the pool of its
+        gpupool.io/pool annotation, unless the nodeSelector contradicts it; else, without a pool to hold
+        GPUs in, the class every reachable pool shares; else nowhere until it is bound."""
+        labels = self.policy.pool_labels
+        pins = tuple(sorted((k, v) for k, v in pod.node_selector.items() if k in labels))
+        annotated = PoolKey.parse(pod.pool) if pod.pool else None
+        holds: list[tuple[PoolKey, int]] = []
+        classes: list[tuple[str, int]] = []
+        for resource, gpus in pod.gpu_requests.items():
+            vendor = self._vendor_of[resource]
+            reached = [p.key for p in self._pools.values() if p.key.vendor == vendor.name and p.reach(pins)]
+            if len(reached) == 1:
+                holds.append((reached[0], gpus))
+            elif annotated is not None and self._may_hold(annotated, vendor, pins):
+                holds.append((annotated, gpus))
+            elif len({p.gpu_class for p in reached}) == 1:
+                classes.append((reached[0].gpu_class, gpus))
+        classes.extend((pool.gpu_class, gpus) for pool, gpus in holds)
+        return _Claim(pod.namespace, holds=tuple(holds), pins=pins, classes=tuple(classes))
+
+    def _may_hold(self, pool: PoolKey, vendor: VendorPolicy, pins: Selector) -> bool:
+        """Whether an annotated pool can hold the Pod's GPUs: one this policy knows, of the resource's
+        vendor, and not contradicted by the nodeSelector's class or product label."""
+        if pool.vendor != vendor.name or pool.gpu_class not in self.policy.classes:
+            return False
+        pinned = dict(pins)
+        gpu_class, product = pinned.get(self.policy.class_label), pinned.get(vendor.product_label)
+        if gpu_class is not None and gpu_class != pool.gpu_class:
+            return False
+        return product is None or (normalise_product(product) or UNKNOWN_PRODUCT) == pool.product
 
     def _apply(self, claim: _Claim, sign: int) -> None:
         if claim.node and claim.requests:
@@ -368,7 +441,16 @@ class PoolIndex:
         self._unpacked.add(pool.key)
 
     def _settle(self) -> None:
-        """End of one change: pack the holds of every pool whose nodes or holds changed."""
+        """End of one change: place unbound Pods again if a selector came or went, then pack the holds
+        of every pool whose nodes or holds changed."""
+        if self._reshaped:
+            self._reshaped.clear()
+            for pod_key, pod in self._unbound.items():
+                old, new = self._pods[pod_key], self._place_unbound(pod)
+                if new != old:
+                    self._apply(old, -1)
+                    self._pods[pod_key] = new
+                    self._apply(new, +1)
         for pool_key in self._unpacked:
             pool = self._pools.get(pool_key)
             if pool is not None:
@@ -487,6 +569,8 @@ class PoolIndex:
         return self._reserved.get((namespace, resource), 0)
 
     def class_used(self, namespace: str, gpu_class: str) -> int:
+        """GPUs of the class the namespace holds: on nodes of the class, pinned to a pool of it, or
+        reserved for admissions the watch has not shown yet."""
         counter = self._class_used.get(namespace)
         return counter[gpu_class] if counter else 0
 
@@ -578,6 +662,10 @@ def _bump(counts: dict[int, int], key: int, by: int) -> None:
         counts[key] = n
     else:
         del counts[key]
+
+
+def _classes_of(facts: list[NodeFacts]) -> dict[str, PoolKey]:
+    return {f.resource: f.pool for f in facts}
 
 
 def _counter(table: dict[str, Counter[str]], key: str) -> Counter[str]:
