@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.builders import GPU_TAINT, eventually, gpu_node, pod, policy, quota
+from tests.builders import GPU_TAINT, decision_view, eventually, gpu_node, pod, policy, quota
 from webhook.admission import Admitter
 from webhook.kubecache import LiveInventory
 from webhook.model import PoolKey
@@ -244,28 +244,12 @@ def demo_lists() -> dict[str, list[dict[str, Any]]]:
 
 
 def view(inventory: LiveInventory | None, objects: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """What decisions read, from the inventory or from a snapshot of `objects`: per pool capacity, free
-    and pending GPUs; per node group the most free GPUs on one node; per namespace its class usage."""
+    """What decisions read, from the inventory or from a snapshot of `objects`."""
     if inventory is None:
         assert objects is not None
-        return _view_of(build_index(objects, POLICY))
+        return decision_view(build_index(objects, POLICY), DEMO_NAMESPACES)
     with inventory.read() as index:
-        return _view_of(index)
-
-
-def _view_of(index: Any) -> dict[str, Any]:
-    return {
-        "stats": [
-            (s.pool, s.nodes, s.usable_nodes, s.gpus_total, s.gpus_allocated, s.gpus_free, s.pending)
-            for s in index.pool_stats()
-        ],
-        "groups": sorted(
-            (str(p.key), g.selector, str(g.other_taints), g.max_free(), g.free_total)
-            for p in index.pools()
-            for g in p.groups.values()
-        ),
-        "class": {(ns, c): index.class_used(ns, c) for ns in DEMO_NAMESPACES for c in POLICY.classes},
-    }
+        return decision_view(index, DEMO_NAMESPACES)
 
 
 def pages(items: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]]]:
@@ -292,8 +276,8 @@ def test_the_view_does_not_depend_on_which_list_arrives_first(order: tuple[str, 
         relist(live, kind, lists[kind])
     expected = view(None, _with_kinds(lists))
     assert view(live) == expected
-    t4 = next(s for s in expected["stats"] if s[0] == T4)
-    assert (t4[5], t4[6]) == (3, 1)
+    t4 = next(s for s in expected["stats"] if s.pool == T4)
+    assert (t4.gpus_free, t4.pending) == (3, 1)
 
 
 def test_a_failed_node_list_in_between_leaves_the_same_view() -> None:

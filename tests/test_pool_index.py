@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.builders import GPU_TAINT, fleet, gpu_node, index_of, pod, policy, quota
+from tests.builders import GPU_TAINT, decision_view, fleet, gpu_node, index_of, pod, policy, quota
 from webhook.admission import evaluate
 from webhook.kubeobj import node_from_obj, pod_from_obj, quota_from_obj
 from webhook.model import PoolKey
@@ -252,20 +252,8 @@ ops_st = st.lists(
 )
 
 
-def _decision_view(index: PoolIndex) -> dict[str, Any]:
-    """Everything decisions and `gpupool inventory` read: per pool its capacity, free and pending GPUs;
-    per node group how many nodes have each number of free GPUs (its most free on one node and its
-    total follow) and each node's own free GPUs; per namespace its class usage and reserved GPUs."""
-    return {
-        "stats": index.pool_stats(),
-        "groups": sorted(
-            (str(p.key), g.selector, str(g.gpu_taints), str(g.other_taints), sorted(g.buckets.items()), g.own_free)
-            for p in index.pools()
-            for g in p.groups.values()
-        ),
-        "class": {(ns, c): index.class_used(ns, c) for ns, _ in POD_KEYS for c in POLICY.classes},
-        "reserved": {ns: index.reserved(ns, "nvidia.com/gpu") for ns, _ in POD_KEYS},
-    }
+def view(index: PoolIndex) -> dict[str, Any]:
+    return decision_view(index, sorted({ns for ns, _ in POD_KEYS}))
 
 
 def _check_free_gpus(index: PoolIndex, nodes: dict[str, dict[str, Any]], pods: dict[Any, dict[str, Any]]) -> None:
@@ -319,27 +307,10 @@ def test_incremental_index_matches_a_rebuild_in_any_order(ops: list[tuple[str, A
     final = [*nodes.values(), *pods.values()]
     shuffled = data.draw(st.permutations(final))
     for order in (final, final[::-1], shuffled):
-        assert _decision_view(index) == _decision_view(_feed(PoolIndex(POLICY), order))
+        assert view(index) == view(_feed(PoolIndex(POLICY), order))
 
 
 # --- the view does not depend on the order objects arrive in (issue 12) ---------------------------------
-
-
-def _view(index: PoolIndex, namespaces: tuple[str, ...] = ("ml",)) -> dict[str, Any]:
-    """What a decision reads: per pool its capacity, free GPUs and pending GPUs; per node group the most
-    free GPUs on one node and the total; per namespace the GPUs it holds of each class."""
-    return {
-        "stats": [
-            (s.pool, s.nodes, s.usable_nodes, s.gpus_total, s.gpus_allocated, s.gpus_free, s.pending)
-            for s in index.pool_stats()
-        ],
-        "groups": sorted(
-            (str(p.key), g.selector, str(g.other_taints), g.max_free(), g.free_total)
-            for p in index.pools()
-            for g in p.groups.values()
-        ),
-        "class": {(ns, c): index.class_used(ns, c) for ns in namespaces for c in POLICY.classes},
-    }
 
 
 def _feed(index: PoolIndex, objects: list[dict[str, Any]]) -> PoolIndex:
@@ -364,7 +335,7 @@ def test_pinned_pod_seen_before_its_pools_nodes_holds_gpus_once_they_arrive() ->
     nodes_first = _feed(PoolIndex(POLICY), [*nodes, *pods])
     pods_first = _feed(PoolIndex(POLICY), [*pods, *nodes])
     assert (stats(nodes_first, T4).gpus_free, stats(nodes_first, T4).pending) == (3, 1)
-    assert _view(pods_first) == _view(nodes_first)
+    assert view(pods_first) == view(nodes_first)
 
 
 def test_holds_move_to_where_room_is_when_nodes_arrive_one_by_one() -> None:
@@ -473,7 +444,7 @@ def test_pod_list_before_node_list_gives_the_same_usage() -> None:
     nodes_first = _feed(PoolIndex(TRAIN), objects)
     pods_first = _feed(PoolIndex(TRAIN), objects[::-1])
     assert pods_first.class_used("train", "high") == nodes_first.class_used("train", "high") == 16
-    assert _view(pods_first, ("train",)) == _view(nodes_first, ("train",))
+    assert decision_view(pods_first, ["train"]) == decision_view(nodes_first, ["train"])
 
 
 @pytest.mark.parametrize(
