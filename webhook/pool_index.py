@@ -214,6 +214,9 @@ class PoolIndex:
         self._reservations: dict[int, _Claim] = {}  # token -> what the admitted Pod holds
         self._waiting: dict[tuple[str, PoolKey, int], deque[int]] = {}
         self._expiry: deque[tuple[float, int]] = deque()  # (expires_at, token), oldest first
+        # What reservations of one pool and size share, so each is one new object for the garbage
+        # collector to walk (60,000 of them can wait out their time under a burst).
+        self._reservation_parts: dict[tuple[PoolKey, int], tuple[Any, Any, tuple[str, int]]] = {}
         self._tokens = itertools.count(1)
         self._unpacked: set[PoolKey] = set()  # pools whose holds must be packed again
         self._reshaped: set[tuple[PoolKey, Selector]] = set()  # selectors that came or went (toggled)
@@ -461,14 +464,16 @@ class PoolIndex:
 
     def reserve(self, namespace: str, pool: PoolKey, selector: Selector, gpus: int, now: float) -> int:
         """Count an admitted Pod against its pool until the watch shows it; returns a token."""
-        resource = self.policy.vendors[pool.vendor].resource
-        claim = _Claim(
-            namespace,
-            holds=((pool, gpus),),
-            pins=selector,
-            classes=((pool.gpu_class, gpus),),
-            reserved=(resource, gpus),
-        )
+        parts = self._reservation_parts.get((pool, gpus))
+        if parts is None:
+            resource = self.policy.vendors[pool.vendor].resource
+            parts = self._reservation_parts[(pool, gpus)] = (
+                ((pool, gpus),),
+                ((pool.gpu_class, gpus),),
+                (resource, gpus),
+            )
+        holds, classes, reserved = parts
+        claim = _Claim(namespace, "", (), holds, selector, classes, reserved)
         token = next(self._tokens)
         self._reservations[token] = claim
         self._waiting.setdefault((namespace, pool, gpus), deque()).append(token)
