@@ -280,12 +280,13 @@ def test_the_view_does_not_depend_on_which_list_arrives_first(order: tuple[str, 
     assert (t4.gpus_free, t4.pending) == (3, 1)
 
 
-def test_a_failed_node_list_in_between_leaves_the_same_view() -> None:
-    """A node list that fails after its first page, with the Pods listed in between, then lists again
-    from the start: the view equals the snapshot."""
+def test_a_failed_list_in_between_leaves_the_same_view() -> None:
+    """A Pod list and a node list that each fail after their first page, then list again from the
+    start (the nodes after the Pods): the view equals the snapshot."""
     lists = demo_lists()
     live = LiveInventory(POLICY, _UnusedApi())
-    live.replace("nodes", lists["nodes"][:4], first=True, final=False)  # then the connection drops
+    live.replace("pods", lists["pods"][-5:], first=True, final=False)  # then the connection drops
+    live.replace("nodes", lists["nodes"][:4], first=True, final=False)  # and this one too
     relist(live, "pods", lists["pods"])
     relist(live, "resourcequotas", lists["resourcequotas"])
     relist(live, "nodes", lists["nodes"][::-1])
