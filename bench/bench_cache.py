@@ -6,7 +6,8 @@
    to 150,000 (time and memory above the interpreter's baseline scale with the number of objects).
    Each side runs in a fresh process; peak RSS is that process's ru_maxrss.
 2. Applying watch events: MODIFIED Pod events (raw JSON lines, as the watch delivers them) decoded,
-   projected and applied to the loaded cache.
+   projected and applied to the loaded cache: 1-GPU Pods turning Running and Succeeded on 500 of its
+   GPU nodes, so every event changes a pool's free GPUs.
 3. Admission latency with that cache loaded vs. the demo inventory, interleaved.
 
     .venv/bin/python bench/bench_cache.py [--nodes 5000] [--pods 150000] [--typed-pods 20000]
@@ -52,10 +53,12 @@ def child_gpupool(kubeconfig: str, events: int) -> dict[str, Any]:
     peak = rss_mb()
     with live.read() as index:
         gpu_pods = len(index.pod_keys())
-    # Watch events: Pods flipping between Running and Succeeded on their nodes.
+        all_gpu = sorted(n for p in index.pools() for g in p.groups.values() for n in g.nodes)
+        gpu_nodes = all_gpu[:: max(len(all_gpu) // 500, 1)][:500]  # spread over every pool
+    # Watch events: Pods flipping between Running and Succeeded on GPU nodes, so each one updates a pool.
     lines = []
     for i in range(events):
-        node = f"node-{i % 500:05d}"
+        node = gpu_nodes[i % len(gpu_nodes)]
         phase = "Running" if (i // 500) % 2 == 0 else "Succeeded"
         pod = {
             "metadata": {"name": f"bench-{i % 500}", "namespace": "team-a", "resourceVersion": str(10**7 + i)},

@@ -6,7 +6,7 @@ Fakes over mocks: tests build real-shaped objects and feed them through the real
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from webhook.policy import Policy, load_policy, load_policy_text
@@ -144,3 +144,28 @@ def eventually(check: Callable[[], bool], timeout: float = 10.0, what: str = "co
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} not reached within {timeout} s")
         time.sleep(0.02)
+
+
+def decision_view(index: PoolIndex, namespaces: Iterable[str]) -> dict[str, Any]:
+    """Everything decisions and `gpupool inventory` read from an index, to compare two of them: per pool
+    its capacity, free and pending GPUs; per node group how many usable nodes have each number of free
+    GPUs left (so its most free on one node and its total) and each node's own free GPUs; per namespace
+    its class usage and the GPUs it has reserved."""
+    policy = index.policy
+    return {
+        "stats": index.pool_stats(),
+        "groups": sorted(
+            (
+                str(p.key),
+                g.selector,
+                str(g.gpu_taints),
+                str(g.other_taints),
+                sorted(g.buckets.items()),
+                sorted(g.own_free.items()),
+            )
+            for p in index.pools()
+            for g in p.groups.values()
+        ),
+        "class": {(ns, c): index.class_used(ns, c) for ns in namespaces for c in policy.classes},
+        "reserved": {(ns, r): index.reserved(ns, r) for ns in namespaces for r in sorted(policy.gpu_resources)},
+    }

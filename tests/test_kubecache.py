@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from tests.builders import GPU_TAINT, eventually, gpu_node, pod, policy, quota
+from tests.builders import GPU_TAINT, decision_view, eventually, gpu_node, pod, policy, quota
 from webhook.admission import Admitter
 from webhook.kubecache import LiveInventory
 from webhook.model import PoolKey
 from webhook.policy import Policy
 from webhook.reflector import ReflectorConfig
-from webhook.snapshot import build_index
+from webhook.snapshot import build_index, parse_objects
 from webhook.testing.kubesim import KubeSim
 
 pytestmark = pytest.mark.slow
@@ -215,6 +215,97 @@ def test_burst_never_oversubscribes_a_pool(live: LiveInventory, sim: KubeSim) ->
     for i, node in enumerate(placed_t4):
         sim.add(pod(f"w-{i}", gpus=1, node=node, phase="Running", annotations={"gpupool.io/pool": str(T4)}))
     eventually(lambda: free(live) == 0 and _reservations(live) == 6, what="settled reservations")
+
+
+# --- the order lists and events arrive in (issue 12) ------------------------------------------------------
+
+DEMO = Path(__file__).resolve().parent.parent / "examples" / "cluster.yaml"
+
+
+DEMO_NAMESPACES = ("default", "kube-system", "ml-train", "research", "team-a", "team-b")
+
+
+class _UnusedApi:
+    """A CoreV1Api stand-in for driving LiveInventory's sink by hand: its reflectors are never started."""
+
+    def _never(self, **kwargs: Any) -> Any:
+        raise AssertionError("the reflectors of this inventory are not started")
+
+    list_node = list_pod_for_all_namespaces = list_resource_quota_for_all_namespaces = _never
+
+
+def demo_lists() -> dict[str, list[dict[str, Any]]]:
+    """The demo cluster as the three lists the reflectors would get (list items carry no kind)."""
+    lists: dict[str, list[dict[str, Any]]] = {"nodes": [], "pods": [], "resourcequotas": []}
+    kinds = {"Node": "nodes", "Pod": "pods", "ResourceQuota": "resourcequotas"}
+    for obj in parse_objects(DEMO.read_text("utf-8"), str(DEMO)):
+        lists[kinds[obj["kind"]]].append({k: v for k, v in obj.items() if k not in ("kind", "apiVersion")})
+    return lists
+
+
+def view(inventory: LiveInventory | None, objects: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """What decisions read, from the inventory or from a snapshot of `objects`."""
+    if inventory is None:
+        assert objects is not None
+        return decision_view(build_index(objects, POLICY), DEMO_NAMESPACES)
+    with inventory.read() as index:
+        return decision_view(index, DEMO_NAMESPACES)
+
+
+def pages(items: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]]]:
+    return [items[i : i + size] for i in range(0, len(items), size)] or [[]]
+
+
+def relist(inventory: LiveInventory, kind: str, items: list[dict[str, Any]], size: int = 3) -> None:
+    """A complete list of `kind` in pages, as the reflector hands it to the sink."""
+    chunks = pages(items, size)
+    for i, chunk in enumerate(chunks):
+        inventory.replace(kind, chunk, first=i == 0, final=i == len(chunks) - 1)
+
+
+@pytest.mark.parametrize(
+    "order",
+    [("nodes", "pods", "resourcequotas"), ("pods", "nodes", "resourcequotas"), ("pods", "resourcequotas", "nodes")],
+)
+def test_the_view_does_not_depend_on_which_list_arrives_first(order: tuple[str, ...]) -> None:
+    """Whichever of the three lists completes first, the view equals the snapshot of the same objects:
+    the Pending Pod pinned to T4 holds one of its GPUs (3 free, not 4) even when listed before the nodes."""
+    lists = demo_lists()
+    live = LiveInventory(POLICY, _UnusedApi())
+    for kind in order:
+        relist(live, kind, lists[kind])
+    expected = view(None, _with_kinds(lists))
+    assert view(live) == expected
+    t4 = next(s for s in expected["stats"] if s.pool == T4)
+    assert (t4.gpus_free, t4.pending) == (3, 1)
+
+
+def test_a_failed_list_in_between_leaves_the_same_view() -> None:
+    """A Pod list and a node list that each fail after their first page, then list again from the
+    start (the nodes after the Pods): the view equals the snapshot."""
+    lists = demo_lists()
+    live = LiveInventory(POLICY, _UnusedApi())
+    live.replace("pods", lists["pods"][-5:], first=True, final=False)  # then the connection drops
+    live.replace("nodes", lists["nodes"][:4], first=True, final=False)  # and this one too
+    relist(live, "pods", lists["pods"])
+    relist(live, "resourcequotas", lists["resourcequotas"])
+    relist(live, "nodes", lists["nodes"][::-1])
+    assert view(live) == view(None, _with_kinds(lists))
+
+
+def test_watch_events_in_any_order_leave_the_same_view() -> None:
+    """ADDED events with every Pod before any node, then nodes in reverse order, give the snapshot's view."""
+    lists = demo_lists()
+    live = LiveInventory(POLICY, _UnusedApi())
+    for kind in ("pods", "resourcequotas", "nodes"):
+        for obj in lists[kind][::-1]:
+            live.apply(kind, "ADDED", obj)
+    assert view(live) == view(None, _with_kinds(lists))
+
+
+def _with_kinds(lists: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    kinds = {"nodes": "Node", "pods": "Pod", "resourcequotas": "ResourceQuota"}
+    return [{**obj, "kind": kinds[kind]} for kind, items in lists.items() for obj in items]
 
 
 def _reservations(inventory: LiveInventory) -> int:

@@ -2,7 +2,8 @@
 
 Three reflectors (webhook.reflector) feed one PoolIndex; each event is projected outside the lock and
 applied under it, so an admission never waits on the API, only on the applying of one event or one page
-of a list. GPU-less Pods project to nothing and are never stored.
+of a list. GPU-less Pods project to nothing and are never stored. The three lists and their watches run
+independently, so Pods may well arrive before their nodes; the index's view does not depend on that.
 
 Readiness: the first full list of all three resources. Staleness: how long any watch has been unable to
 reach the API; admissions keep being answered from the last view, and the Admitter flags or denies

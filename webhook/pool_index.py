@@ -1,13 +1,28 @@
-"""The pool index: GPU pools with per-node free GPUs, kept up to date one object at a time.
+"""The pool index: GPU pools with their free GPUs, and the GPUs each namespace holds per class, kept up
+to date one object at a time.
 
 The snapshot file and the live watch cache both feed it node, Pod and quota changes; the decision only
-reads it. Everything a decision reads is kept incrementally, so a decision costs the same for 50 Pods as
+reads it. What it shows depends only on the objects it holds, never on the order they came in: a Pod
+listed before its node, or a pinned Pod before its pool's nodes, is counted as if the nodes had come
+first. Everything a decision reads is kept incrementally, so a decision costs the same for 50 Pods as
 for 150,000: per pool, nodes are grouped by the labels that pin them and the taints they carry, and each
-group keeps its usable nodes in buckets by number of free GPUs.
+group counts its usable nodes by number of free GPUs.
 
-Capacity that is promised but not yet on a node (a Pending Pod pinned by gpupool, or an admission the
-watch has not shown yet) is placed *virtually* on the best-fitting node of its pool, so a burst of
-admissions cannot oversubscribe a pool through gpupool's own decisions.
+Free GPUs. A node's own free GPUs are its allocatable minus the requests of the Pods bound to it. GPUs
+promised but not on a node yet (a Pending Pod pinned to a pool, an admission the watch has not shown)
+are *held* in their pool, so a burst of admissions cannot oversubscribe it: the pool's holds are packed
+onto the nodes their nodeSelector reaches, largest first, each on the node with the fewest free GPUs
+that still fits it. The packing is redone from the pool's nodes and holds whenever either changes
+(holds of one size and reach are packed as a batch, so this costs the same for 1 hold as for 10,000);
+a hold that fits nowhere stays pending and is placed once the pool has room. The nodes of a group are
+the same to the scheduler and to decisions, so a group keeps how many nodes have each number of free
+GPUs left, not which node a hold went to.
+
+Class usage (the policy's classQuota) is counted from where the GPUs are: a Pod bound to a node counts
+against the class of that node's pool, whatever its annotations say; an unbound Pod against the pool
+its nodeSelector or gpupool.io/pool annotation pins it to (`_place_unbound`). Both follow the nodes: a
+node relabelled, added after its Pods or removed moves the usage of the Pods bound to it (kept per
+node), and unbound Pods are placed again when a pool gains or loses a selector.
 
 Not thread-safe: the inventory that owns it serialises access.
 """
@@ -22,8 +37,9 @@ from typing import Any, NamedTuple, TypeVar
 
 from webhook.memo import Memo
 from webhook.model import NodeInfo, PodInfo, PodKey, PoolKey, QuotaInfo, Taint
-from webhook.nodes import NodeFacts, Selector, Unclassified, node_facts
-from webhook.policy import Policy
+from webhook.nodes import UNKNOWN_PRODUCT, NodeFacts, Selector, Unclassified, node_facts
+from webhook.policy import Policy, VendorPolicy
+from webhook.products import normalise_product
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,12 +53,13 @@ class PoolStats:
     usable_nodes: int  # Ready and schedulable
     gpus_total: int  # allocatable on usable nodes
     gpus_allocated: int  # held by running or scheduled Pods on usable nodes
-    gpus_free: int
-    pending: int  # GPUs of admitted or pinned Pods not yet on a node
+    gpus_free: int  # once the pool's holds are placed
+    pending: int  # GPUs held for admitted or pinned Pods not yet on a node
 
 
 TaintSet = tuple[Taint, ...]
-_Owner = PodKey | int  # a Pod, or a reservation token
+GroupKey = tuple[Selector, TaintSet, TaintSet]
+Hold = tuple[Selector, int]  # (the pool labels the Pod's nodeSelector pins, GPUs)
 T = TypeVar("T")
 
 
@@ -54,15 +71,18 @@ class Group:
     gpu_taints: TaintSet
     other_taints: TaintSet
     nodes: dict[str, NodeFacts] = field(default_factory=dict)
-    free_of: dict[str, int] = field(default_factory=dict)  # usable node -> free GPUs
-    buckets: dict[int, set[str]] = field(default_factory=dict)  # free GPUs -> usable nodes (never empty)
-    free_total: int = 0
+    own_free: dict[str, int] = field(default_factory=dict)  # usable node -> allocatable - its Pods' requests
+    # Plain dicts, not Counters: copied and summed on every packing, where a Counter costs several times more.
+    own_counts: dict[int, int] = field(default_factory=dict)  # own free GPUs -> usable nodes (no zero counts)
+    buckets: dict[int, int] = field(default_factory=dict)  # free GPUs once holds are placed -> usable nodes
+    own_total: int = 0  # own free GPUs of the usable nodes
+    free_total: int = 0  # free GPUs once holds are placed
     memory: Counter[int] = field(default_factory=Counter)
     sizes: Counter[int] = field(default_factory=Counter)  # allocatable GPUs per node, usable or not
     drivers: Counter[tuple[int, ...] | None] = field(default_factory=Counter)
 
     def max_free(self) -> int:
-        return max(self.buckets, default=0)  # buckets are never left empty
+        return max(self.buckets, default=0)  # buckets never hold a zero count
 
     def largest_node(self) -> int:
         """The most GPUs any one node of the group has: a Pod needing more can never run here."""
@@ -77,30 +97,56 @@ class Group:
             return None
         return min(d for d in self.drivers if d is not None)
 
-    def best_fit(self, need: int, exclude: str = "") -> str | None:
-        """The usable node with the fewest free GPUs that still holds `need`."""
-        for free in sorted(n for n in self.buckets if n >= need):
-            node = next((n for n in self.buckets[free] if n != exclude), None)
-            if node is not None:
-                return node
-        return None
+    def reached_by(self, pins: Selector) -> bool:
+        """Whether a nodeSelector with these pool labels reaches the group: the scheduler needs every
+        one of them on the node."""
+        labels = dict(self.selector)
+        return all(labels.get(k) == v for k, v in pins)
 
 
 @dataclass(eq=False, slots=True)
 class Pool:
     key: PoolKey
     resource: str
-    groups: dict[tuple[Selector, TaintSet, TaintSet], Group] = field(default_factory=dict)
-    pending: int = 0  # GPUs promised to Pods not yet on a node
-    _by_selector: dict[Selector, list[Group]] | None = None  # cache; groups come and go far less than decisions
+    groups: dict[GroupKey, Group] = field(default_factory=dict)
+    pending: int = 0  # GPUs held for Pods not yet on a node
+    holds: Counter[Hold] = field(default_factory=Counter)  # (pins, GPUs) -> Pods and reservations
+    selector_nodes: Counter[Selector] = field(default_factory=Counter)  # nodes per selector
+    # Caches; groups come and go far less often than decisions and holds.
+    _by_selector: dict[Selector, list[Group]] | None = None
+    _ordered: tuple[Group, ...] | None = None
+    _reach: dict[Selector, tuple[int, ...]] = field(default_factory=dict)
+    _packing: list[Hold] | None = None  # the holds' kinds in packing order
 
-    def add_group(self, key: tuple[Selector, TaintSet, TaintSet], group: Group) -> None:
+    def hold(self, pins: Selector, gpus: int, sign: int) -> None:
+        """Add (+1) or take back (-1) a hold of `gpus` GPUs for a Pod whose nodeSelector pins `pins`."""
+        key = (pins, gpus)
+        n = self.holds[key] + sign
+        if n > 0:
+            self.holds[key] = n
+        else:
+            del self.holds[key]
+        if n <= 1:  # a kind of hold came or went
+            self._packing = None
+        self.pending += sign * gpus
+
+    def packing_order(self) -> list[Hold]:
+        """Kinds of holds, largest first (first-fit decreasing packs tighter), then by pins."""
+        if self._packing is None:
+            self._packing = sorted(self.holds, key=lambda h: (-h[1], h[0]))
+        return self._packing
+
+    def add_group(self, key: GroupKey, group: Group) -> None:
         self.groups[key] = group
-        self._by_selector = None
+        self._forget()
 
-    def drop_group(self, key: tuple[Selector, TaintSet, TaintSet]) -> None:
+    def drop_group(self, key: GroupKey) -> None:
         del self.groups[key]
-        self._by_selector = None
+        self._forget()
+
+    def _forget(self) -> None:
+        self._by_selector = self._ordered = None
+        self._reach.clear()
 
     def by_selector(self) -> dict[Selector, list[Group]]:
         """The groups by the nodeSelector that reaches them (one selector may reach several taint sets)."""
@@ -111,6 +157,29 @@ class Pool:
             self._by_selector = out
         return self._by_selector
 
+    def ordered(self) -> tuple[Group, ...]:
+        """The groups in a fixed order (by selector and taints), so ties in packing go the same way
+        whatever order the groups were made in."""
+        if self._ordered is None:
+            self._ordered = tuple(g for _, g in sorted(self.groups.items(), key=lambda kv: _group_order(kv[0])))
+        return self._ordered
+
+    def reach(self, pins: Selector) -> tuple[int, ...]:
+        """Positions in `ordered()` of the groups a nodeSelector with these pool labels reaches."""
+        found = self._reach.get(pins)
+        if found is None:
+            found = self._reach[pins] = tuple(i for i, g in enumerate(self.ordered()) if g.reached_by(pins))
+        return found
+
+
+def _group_order(key: GroupKey) -> tuple[Selector, tuple[tuple[str, str, str], ...], tuple[tuple[str, str, str], ...]]:
+    selector, gpu_taints, other_taints = key
+    return (
+        selector,
+        tuple((t.key, t.value, t.effect) for t in gpu_taints),
+        tuple((t.key, t.value, t.effect) for t in other_taints),
+    )
+
 
 class _Claim(NamedTuple):
     """What one Pod or reservation adds to the index, so it can be taken back exactly. (A NamedTuple:
@@ -118,12 +187,11 @@ class _Claim(NamedTuple):
     which is all a full garbage collection has to walk for each of them.)"""
 
     namespace: str
-    node: str = ""  # real usage on this node
-    requests: tuple[tuple[str, int], ...] = ()
-    virtual_node: str = ""  # pending: placed here virtually
-    pins: Selector = ()  # the Pod's nodeSelector, to place it virtually again
-    pool: PoolKey | None = None
-    pool_gpus: int = 0  # GPUs of the pool's resource (class usage, pending)
+    node: str = ""  # bound: real usage on this node
+    requests: tuple[tuple[str, int], ...] = ()  # bound: GPUs per resource on that node
+    holds: tuple[tuple[PoolKey, int], ...] = ()  # not bound: GPUs held per pool (pending)
+    pins: Selector = ()  # the pool labels its nodeSelector pins: which of the pool's groups a hold reaches
+    classes: tuple[tuple[str, int], ...] = ()  # GPUs counted against the namespace's classes
     reserved: tuple[str, int] = ("", 0)  # (resource, GPUs) not yet in any quota's status.used
 
 
@@ -132,90 +200,134 @@ class PoolIndex:
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
-        self._resources = policy.gpu_resources
+        self._vendor_of = {v.resource: v for v in policy.vendors.values()}
         self._pools: dict[PoolKey, Pool] = {}
         self._facts: dict[str, list[NodeFacts]] = {}
         self._unclassified: dict[str, list[Unclassified]] = {}
-        self._used: dict[str, Counter[str]] = {}  # node -> resource -> GPUs held by Pods on it
-        self._virtual: dict[str, Counter[str]] = {}  # node -> resource -> GPUs promised to Pending Pods
+        self._used: dict[str, Counter[str]] = {}  # node -> resource -> GPUs requested by Pods bound to it
         self._pods: dict[PodKey, _Claim] = {}
+        self._on_node: dict[str, set[PodKey]] = {}  # node -> Pods bound to it (known or not yet)
+        self._unbound: dict[PodKey, PodInfo] = {}  # to place again when pools change
         self._quotas: dict[str, dict[str, QuotaInfo]] = {}
         self._class_used: dict[str, Counter[str]] = {}
         self._reserved: Counter[tuple[str, str]] = Counter()  # (namespace, resource) -> GPUs
         self._reservations: dict[int, _Claim] = {}  # token -> what the admitted Pod holds
         self._waiting: dict[tuple[str, PoolKey, int], deque[int]] = {}
         self._expiry: deque[tuple[float, int]] = deque()  # (expires_at, token), oldest first
+        # What reservations of one pool and size share, so each is one new object for the garbage
+        # collector to walk (60,000 of them can wait out their time under a burst).
+        self._reservation_parts: dict[tuple[PoolKey, int], tuple[Any, Any, tuple[str, int]]] = {}
         self._tokens = itertools.count(1)
-        self._holds: dict[str, set[_Owner]] = {}  # node -> claims holding GPUs on it virtually
+        self._unpacked: set[PoolKey] = set()  # pools whose holds must be packed again
+        self._reshaped: set[tuple[PoolKey, Selector]] = set()  # selectors that came or went (toggled)
         self._memo = Memo()  # derived from the node structure; dropped when it changes
 
     # --- nodes ---------------------------------------------------------------------------------------
 
     def upsert_node(self, node: NodeInfo) -> None:
         facts, problems = node_facts(node, self.policy)
-        if facts == self._facts.get(node.name, []) and problems == self._unclassified.get(node.name, []):
+        old = self._facts.get(node.name, [])
+        if facts == old and problems == self._unclassified.get(node.name, []):
             return  # a status heartbeat, or a CPU node: nothing a decision reads changed
-        self.remove_node(node.name)
+        self._drop_facts(node.name)
         if problems:
             self._unclassified[node.name] = problems
-        if not facts:
-            return
-        self._facts[node.name] = facts
-        for f in facts:
-            pool = self._pools.get(f.pool)
-            if pool is None:
-                pool = self._pools[f.pool] = Pool(f.pool, f.resource)
-            gkey = (f.selector, f.gpu_taints, f.other_taints)
-            group = pool.groups.get(gkey)
-            if group is None:
-                group = Group(f.selector, f.gpu_taints, f.other_taints)
-                pool.add_group(gkey, group)
-            group.nodes[f.node] = f
-            group.memory[f.memory_mib] += 1
-            group.sizes[f.allocatable] += 1
-            group.drivers[f.driver] += 1
-        self._refresh(node.name)
+        if facts:
+            self._facts[node.name] = facts
+            for f in facts:
+                self._add_facts(f)
+            self._refresh(node.name)
+        if _classes_of(facts) != _classes_of(old):
+            self._reclass(node.name)
+        self._settle()
 
     def remove_node(self, name: str) -> None:
+        self._drop_facts(name)
+        self._reclass(name)
+        self._settle()
+
+    def _add_facts(self, f: NodeFacts) -> None:
+        pool = self._pools.get(f.pool)
+        if pool is None:
+            pool = self._pools[f.pool] = Pool(f.pool, f.resource)
+        gkey = (f.selector, f.gpu_taints, f.other_taints)
+        group = pool.groups.get(gkey)
+        if group is None:
+            group = Group(f.selector, f.gpu_taints, f.other_taints)
+            pool.add_group(gkey, group)
+            self._unpack(pool)
+        group.nodes[f.node] = f
+        group.memory[f.memory_mib] += 1
+        group.sizes[f.allocatable] += 1
+        group.drivers[f.driver] += 1
+        if not pool.selector_nodes[f.selector]:
+            self._reshaped ^= {(f.pool, f.selector)}
+        pool.selector_nodes[f.selector] += 1
+
+    def _drop_facts(self, name: str) -> None:
         self._memo.clear()
         self._unclassified.pop(name, None)
         for f in self._facts.pop(name, []):
             pool = self._pools[f.pool]
             gkey = (f.selector, f.gpu_taints, f.other_taints)
             group = pool.groups[gkey]
-            self._set_free(group, name, None)
+            self._set_own_free(pool, group, name, None)
             del group.nodes[name]
             _decrement(group.memory, f.memory_mib)
             _decrement(group.sizes, f.allocatable)
             _decrement(group.drivers, f.driver)
             if not group.nodes:
                 pool.drop_group(gkey)
-            if not pool.groups and not pool.pending:
-                del self._pools[f.pool]
+                self._unpack(pool)
+            _decrement(pool.selector_nodes, f.selector)
+            if not pool.selector_nodes[f.selector]:
+                self._reshaped ^= {(f.pool, f.selector)}
+            self._drop_if_empty(pool)
 
     def _refresh(self, name: str) -> None:
-        """Recompute the free GPUs of a node after its usage changed."""
-        used, virtual = self._used.get(name), self._virtual.get(name)
+        """Recompute a node's own free GPUs after its usage or facts changed."""
+        used = self._used.get(name)
         for f in self._facts.get(name, ()):
-            group = self._pools[f.pool].groups[(f.selector, f.gpu_taints, f.other_taints)]
-            if not f.usable:
-                continue
-            taken = (used[f.resource] if used else 0) + (virtual[f.resource] if virtual else 0)
-            self._set_free(group, name, max(f.allocatable - taken, 0))
+            if f.usable:
+                pool = self._pools[f.pool]
+                free = max(f.allocatable - (used[f.resource] if used else 0), 0)
+                self._set_own_free(pool, pool.groups[(f.selector, f.gpu_taints, f.other_taints)], name, free)
 
-    @staticmethod
-    def _set_free(group: Group, name: str, free: int | None) -> None:
-        old = group.free_of.pop(name, None)
+    def _set_own_free(self, pool: Pool, group: Group, name: str, free: int | None) -> None:
+        old = group.own_free.pop(name, None)
         if old is not None:
-            bucket = group.buckets[old]
-            bucket.discard(name)
-            if not bucket:
-                del group.buckets[old]
-            group.free_total -= old
+            _bump(group.own_counts, old, -1)
+            group.own_total -= old
         if free is not None:
-            group.free_of[name] = free
-            group.buckets.setdefault(free, set()).add(name)
-            group.free_total += free
+            group.own_free[name] = free
+            _bump(group.own_counts, free, +1)
+            group.own_total += free
+        if pool.holds or pool.key in self._unpacked:
+            self._unpack(pool)  # packed again at the end of this change
+        else:  # nothing held: what is left is the nodes' own free GPUs, kept in step here
+            if old is not None:
+                _bump(group.buckets, old, -1)
+                group.free_total -= old
+            if free is not None:
+                _bump(group.buckets, free, +1)
+                group.free_total += free
+
+    def _reclass(self, name: str) -> None:
+        """The node's pools changed (or it came or went): the Pods bound to it count against its classes now."""
+        for key in self._on_node.get(name, ()):
+            claim = self._pods[key]
+            classes = self._node_classes(name, claim.requests)
+            if classes != claim.classes:
+                self._count_classes(claim.namespace, claim.classes, -1)
+                self._count_classes(claim.namespace, classes, +1)
+                self._pods[key] = claim._replace(classes=classes)
+
+    def _node_classes(self, name: str, requests: tuple[tuple[str, int], ...]) -> tuple[tuple[str, int], ...]:
+        """A bound Pod's GPUs by the class of the pool the node is in for each resource's vendor."""
+        facts = self._facts.get(name)
+        if not facts:
+            return ()  # not seen yet, or a node gpupool cannot class: counted once it is
+        return tuple((f.pool.gpu_class, n) for resource, n in requests for f in facts if f.resource == resource)
 
     # --- Pods ----------------------------------------------------------------------------------------
 
@@ -225,164 +337,167 @@ class PoolIndex:
         if key is None:
             return
         first_sight = key not in self._pods
-        self.remove_pod(key)
-        if pod is None or pod.terminal:
-            return
-        if first_sight and pod.pool:
-            self._settle_reservation(pod)
-        claim = self._claim_for(pod)
-        if claim is not None:
-            self._pods[key] = claim
-            self._apply(claim, +1, key)
+        self._drop_pod(key)
+        if pod is not None and not pod.terminal:
+            if first_sight and pod.pool:
+                self._settle_reservation(pod)
+            self._add_pod(key, pod)
+        self._settle()
 
     def remove_pod(self, key: PodKey) -> None:
-        claim = self._pods.pop(key, None)
-        if claim is not None:
-            self._apply(claim, -1, key)
+        self._drop_pod(key)
+        self._settle()
 
-    def _claim_for(self, pod: PodInfo) -> _Claim | None:
-        pool = PoolKey.parse(pod.pool) if pod.pool else None
-        vendor = self.policy.vendors.get(pool.vendor) if pool else None
-        pool_gpus = pod.gpu_requests.get(vendor.resource, 0) if vendor else 0
-        if pool is not None and (vendor is None or pool.gpu_class not in self.policy.classes):
-            pool = None  # a placement this policy cannot account for: count the node usage only
+    def _add_pod(self, key: PodKey, pod: PodInfo) -> None:
         if pod.node:
-            if not pod.gpu_requests and pool is None:
-                return None
-            return _Claim(
-                pod.namespace,
-                node=pod.node,
-                requests=tuple(pod.gpu_requests.items()),
-                pool=pool,
-                pool_gpus=pool_gpus if pool else 0,
+            requests = tuple(pod.gpu_requests.items())
+            claim = _Claim(
+                pod.namespace, node=pod.node, requests=requests, classes=self._node_classes(pod.node, requests)
             )
-        if pool is None or not pool_gpus:
-            return None
-        selector = tuple((k, v) for k, v in pod.node_selector.items())
-        return _Claim(
-            pod.namespace,
-            virtual_node=self._place_virtually(pool, selector, pool_gpus) or "",
-            pins=selector,
-            pool=pool,
-            pool_gpus=pool_gpus,
-        )
+            self._on_node.setdefault(pod.node, set()).add(key)
+        else:
+            claim = self._place_unbound(pod)
+            self._unbound[key] = pod
+        self._pods[key] = claim
+        self._apply(claim, +1)
 
-    def _place_virtually(self, pool_key: PoolKey, pins: Selector, gpus: int, exclude: str = "") -> str | None:
-        """The best-fitting usable node of the pool that the Pod's nodeSelector allows."""
-        pool = self._pools.get(pool_key)
-        if pool is None:
-            return None
-        pinned = dict(pins)
-        best: tuple[int, str] | None = None
-        for group in pool.groups.values():
-            if any(pinned.get(k, v) != v for k, v in group.selector):
-                continue
-            node = group.best_fit(gpus, exclude)
-            if node is not None and (best is None or group.free_of[node] < best[0]):
-                best = (group.free_of[node], node)
-        return best[1] if best else None
-
-    def _apply(self, claim: _Claim, sign: int, owner: _Owner) -> None:
+    def _drop_pod(self, key: PodKey) -> None:
+        claim = self._pods.pop(key, None)
+        if claim is None:
+            return
+        self._apply(claim, -1)
         if claim.node:
+            on_node = self._on_node[claim.node]
+            on_node.discard(key)
+            if not on_node:
+                del self._on_node[claim.node]
+        else:
+            del self._unbound[key]
+
+    def _place_unbound(self, pod: PodInfo) -> _Claim:
+        """Where an unbound Pod's GPUs count: per GPU resource, the one pool of the resource's vendor
+        that its nodeSelector reaches (gpupool writes the pool's labels into it); else the pool of its
+        gpupool.io/pool annotation, unless the nodeSelector contradicts it; else, without a pool to hold
+        GPUs in, the class every reachable pool shares; else nowhere until it is bound."""
+        labels = self.policy.pool_labels
+        pins = tuple(sorted((k, v) for k, v in pod.node_selector.items() if k in labels))
+        annotated = PoolKey.parse(pod.pool) if pod.pool else None
+        holds: list[tuple[PoolKey, int]] = []
+        classes: list[tuple[str, int]] = []
+        for resource, gpus in pod.gpu_requests.items():
+            vendor = self._vendor_of[resource]
+            reached = [p.key for p in self._pools.values() if p.key.vendor == vendor.name and p.reach(pins)]
+            if len(reached) == 1:
+                holds.append((reached[0], gpus))
+            elif annotated is not None and self._may_hold(annotated, vendor, pins):
+                holds.append((annotated, gpus))
+            elif len({p.gpu_class for p in reached}) == 1:
+                classes.append((reached[0].gpu_class, gpus))
+        classes.extend((pool.gpu_class, gpus) for pool, gpus in holds)
+        return _Claim(pod.namespace, holds=tuple(holds), pins=pins, classes=tuple(classes))
+
+    def _may_hold(self, pool: PoolKey, vendor: VendorPolicy, pins: Selector) -> bool:
+        """Whether an annotated pool can hold the Pod's GPUs: one this policy knows, of the resource's
+        vendor, and not contradicted by the nodeSelector's class or product label."""
+        if pool.vendor != vendor.name or pool.gpu_class not in self.policy.classes:
+            return False
+        pinned = dict(pins)
+        gpu_class, product = pinned.get(self.policy.class_label), pinned.get(vendor.product_label)
+        if gpu_class is not None and gpu_class != pool.gpu_class:
+            return False
+        return product is None or (normalise_product(product) or UNKNOWN_PRODUCT) == pool.product
+
+    def _apply(self, claim: _Claim, sign: int) -> None:
+        if claim.node and claim.requests:
             used = _counter(self._used, claim.node)
             for resource, n in claim.requests:
                 used[resource] += sign * n
             if not +used:
                 del self._used[claim.node]
             self._refresh(claim.node)
-            if sign > 0:
-                self._rebalance(claim.node)
-        if claim.pool is not None and claim.pool_gpus:
-            cls = _counter(self._class_used, claim.namespace)
-            cls[claim.pool.gpu_class] += sign * claim.pool_gpus
-            if not claim.node:
-                pool = self._pools.get(claim.pool)
-                if pool is None and sign > 0:
-                    pool = self._pools[claim.pool] = Pool(claim.pool, self.policy.vendors[claim.pool.vendor].resource)
-                    self._memo.clear()
-                if pool is not None:
-                    pool.pending += sign * claim.pool_gpus
-                    if not pool.groups and not pool.pending:
-                        del self._pools[claim.pool]
-                        self._memo.clear()
-        if claim.virtual_node:
-            resource = self.policy.vendors[claim.pool.vendor].resource if claim.pool else ""
-            virtual = _counter(self._virtual, claim.virtual_node)
-            virtual[resource] += sign * claim.pool_gpus
-            if not +virtual:
-                del self._virtual[claim.virtual_node]
-            holds = self._holds.setdefault(claim.virtual_node, set())
-            if sign > 0:
-                holds.add(owner)
-            else:
-                holds.discard(owner)
-                if not holds:
-                    del self._holds[claim.virtual_node]
-            self._refresh(claim.virtual_node)
+        for key, gpus in claim.holds:
+            pool = self._pools.get(key)
+            if pool is None:
+                pool = self._pools[key] = Pool(key, self.policy.vendors[key.vendor].resource)
+                self._memo.clear()  # a pool with only pending GPUs is still a pool decisions list
+            pool.hold(claim.pins, gpus, sign)
+            self._unpack(pool)
+            self._drop_if_empty(pool)
+        self._count_classes(claim.namespace, claim.classes, sign)
         if claim.reserved[1]:
             self._reserved[(claim.namespace, claim.reserved[0])] += sign * claim.reserved[1]
 
-    def _rebalance(self, name: str) -> None:
-        """A Pod really landed where virtual holds were guessed: move holds that no longer fit there
-        to the best-fitting node that still has room (or leave them unplaced, still counted as pending)."""
-        for f in self._facts.get(name, ()):
-            while self._overflow(name, f.resource, f.allocatable) > 0:
-                owner = next((o for o in self._holds.get(name, ()) if self._claim_of(o).pool_gpus), None)
-                if owner is None:
-                    break
-                claim = self._claim_of(owner)
-                self._apply(claim, -1, owner)
-                assert claim.pool is not None  # virtual holds always have a pool
-                target = self._place_virtually(claim.pool, claim.pins, claim.pool_gpus, exclude=name)
-                moved = claim._replace(virtual_node=target or "")
-                self._set_claim(owner, moved)
-                self._apply(moved, +1, owner)
+    def _count_classes(self, namespace: str, classes: tuple[tuple[str, int], ...], sign: int) -> None:
+        if classes:
+            counter = _counter(self._class_used, namespace)
+            for gpu_class, n in classes:
+                counter[gpu_class] += sign * n
 
-    def _overflow(self, name: str, resource: str, allocatable: int) -> int:
-        used, virtual = self._used.get(name), self._virtual.get(name)
-        return (used[resource] if used else 0) + (virtual[resource] if virtual else 0) - allocatable
+    def _drop_if_empty(self, pool: Pool) -> None:
+        if not pool.groups and not pool.pending and not pool.holds:
+            del self._pools[pool.key]
+            self._memo.clear()
 
-    def _claim_of(self, owner: _Owner) -> _Claim:
-        return self._reservations[owner] if isinstance(owner, int) else self._pods[owner]
+    # --- holds ---------------------------------------------------------------------------------------
 
-    def _set_claim(self, owner: _Owner, claim: _Claim) -> None:
-        if isinstance(owner, int):
-            self._reservations[owner] = claim
-        else:
-            self._pods[owner] = claim
+    def _unpack(self, pool: Pool) -> None:
+        self._unpacked.add(pool.key)
+
+    def _settle(self) -> None:
+        """End of one change: place unbound Pods again if a selector came or went, then pack the holds
+        of every pool whose nodes or holds changed."""
+        if self._reshaped:
+            self._reshaped.clear()
+            for pod_key, pod in self._unbound.items():
+                old, new = self._pods[pod_key], self._place_unbound(pod)
+                if new != old:
+                    self._apply(old, -1)
+                    self._pods[pod_key] = new
+                    self._apply(new, +1)
+        for pool_key in self._unpacked:
+            pool = self._pools.get(pool_key)
+            if pool is not None:
+                _pack(pool)
+        self._unpacked.clear()
 
     # --- reservations --------------------------------------------------------------------------------
 
     def reserve(self, namespace: str, pool: PoolKey, selector: Selector, gpus: int, now: float) -> int:
         """Count an admitted Pod against its pool until the watch shows it; returns a token."""
-        resource = self.policy.vendors[pool.vendor].resource
-        claim = _Claim(
-            namespace,
-            virtual_node=self._place_virtually(pool, selector, gpus) or "",
-            pins=selector,
-            pool=pool,
-            pool_gpus=gpus,
-            reserved=(resource, gpus),
-        )
+        parts = self._reservation_parts.get((pool, gpus))
+        if parts is None:
+            resource = self.policy.vendors[pool.vendor].resource
+            parts = self._reservation_parts[(pool, gpus)] = (
+                ((pool, gpus),),
+                ((pool.gpu_class, gpus),),
+                (resource, gpus),
+            )
+        holds, classes, reserved = parts
+        claim = _Claim(namespace, "", (), holds, selector, classes, reserved)
         token = next(self._tokens)
         self._reservations[token] = claim
         self._waiting.setdefault((namespace, pool, gpus), deque()).append(token)
         self._expiry.append((now + self.policy.defaults.reservation_seconds, token))
-        self._apply(claim, +1, token)
+        self._apply(claim, +1)
+        self._settle()
         return token
 
     def release(self, token: int) -> None:
+        self._release(token)
+        self._settle()
+
+    def _release(self, token: int) -> None:
         claim = self._reservations.pop(token, None)
         if claim is None:
             return
-        assert claim.pool is not None  # a reservation always has its pool
-        waiting = (claim.namespace, claim.pool, claim.pool_gpus)
+        ((pool, gpus),) = claim.holds  # a reservation holds GPUs in its one pool
+        waiting = (claim.namespace, pool, gpus)
         queue = self._waiting.get(waiting)
         if queue is not None:
             queue.remove(token)
             if not queue:
                 del self._waiting[waiting]
-        self._apply(claim, -1, token)
+        self._apply(claim, -1)
 
     def expire(self, now: float) -> int:
         """Drop reservations whose Pod never showed up (its creation failed later in admission)."""
@@ -390,8 +505,10 @@ class PoolIndex:
         while self._expiry and self._expiry[0][0] <= now:
             _, token = self._expiry.popleft()
             if token in self._reservations:
-                self.release(token)
+                self._release(token)
                 dropped += 1
+        if dropped:
+            self._settle()
         return dropped
 
     def _settle_reservation(self, pod: PodInfo) -> None:
@@ -404,7 +521,7 @@ class PoolIndex:
             return
         queue = self._waiting.get((pod.namespace, pool, pod.gpu_requests.get(vendor.resource, 0)))
         if queue:
-            self.release(queue[0])
+            self._release(queue[0])
 
     @property
     def reservations(self) -> int:
@@ -457,7 +574,10 @@ class PoolIndex:
         return self._reserved.get((namespace, resource), 0)
 
     def class_used(self, namespace: str, gpu_class: str) -> int:
-        return self._class_used.get(namespace, Counter())[gpu_class]
+        """GPUs of the class the namespace holds: on nodes of the class, pinned to a pool of it, or
+        reserved for admissions the watch has not shown yet."""
+        counter = self._class_used.get(namespace)
+        return counter[gpu_class] if counter else 0
 
     def unclassified(self) -> list[Unclassified]:
         return [u for problems in self._unclassified.values() for u in problems]
@@ -480,13 +600,11 @@ class PoolIndex:
             memory = [g.min_memory_mib() for g in pool.groups.values()]
             for group in pool.groups.values():
                 nodes += len(group.nodes)
-                for name, f in group.nodes.items():
-                    if name not in group.free_of:
-                        continue
+                for name, own in group.own_free.items():
+                    allocatable = group.nodes[name].allocatable
                     usable += 1
-                    total += f.allocatable
-                    held = self._used.get(name, Counter())[f.resource]
-                    allocated += min(held, f.allocatable)
+                    total += allocatable
+                    allocated += allocatable - own
                 free += group.free_total
             stats.append(
                 PoolStats(
@@ -502,6 +620,68 @@ class PoolIndex:
                 )
             )
         return stats
+
+
+def _pack(pool: Pool) -> None:
+    """Place the pool's holds on its groups' usable nodes: largest first, each on the node with the
+    fewest free GPUs that fits it (ties: the group first in `ordered()`); what fits nowhere stays pending.
+
+    Best fit fills one node until the next hold no longer fits on it, then takes the next node of the
+    same count, so all holds of one size and reach are placed per (group, free count) in one step.
+    """
+    groups = pool.ordered()
+    counts = [dict(g.own_counts) for g in groups]
+    placed = [0] * len(groups)
+    most = max((max(c) for c in counts if c), default=0)  # most free GPUs on one node
+    for pins, gpus in pool.packing_order():
+        left = pool.holds[(pins, gpus)]
+        reach = pool.reach(pins)
+        # Fewest free GPUs first, so scan the counts upwards; what a step leaves on a node is below
+        # `gpus` (or nothing is left to place), so the scan never meets it again.
+        for free in range(gpus, most + 1):
+            per_node = free // gpus
+            for g in reach:
+                nodes = counts[g].get(free)
+                if not nodes:
+                    continue
+                full = min(nodes, left // per_node)  # nodes filled until less than `gpus` is left
+                if full:
+                    _move(counts[g], free, free - per_node * gpus, full)
+                    left -= full * per_node
+                    placed[g] += full * per_node * gpus
+                if left and full < nodes:  # fewer holds left than one node takes
+                    _move(counts[g], free, free - left * gpus, 1)
+                    placed[g] += left * gpus
+                    left = 0
+                if not left:
+                    break
+            if not left:
+                break
+    for group, after, gpus_placed in zip(groups, counts, placed, strict=True):
+        group.buckets = after
+        group.free_total = group.own_total - gpus_placed
+
+
+def _move(counts: dict[int, int], source: int, target: int, nodes: int) -> None:
+    left = counts[source] - nodes
+    if left:
+        counts[source] = left
+    else:
+        del counts[source]
+    counts[target] = counts.get(target, 0) + nodes
+
+
+def _bump(counts: dict[int, int], key: int, by: int) -> None:
+    """Add to a count, dropping it at zero (so `max(counts)` is the most free GPUs on a node)."""
+    n = counts.get(key, 0) + by
+    if n:
+        counts[key] = n
+    else:
+        del counts[key]
+
+
+def _classes_of(facts: list[NodeFacts]) -> dict[str, PoolKey]:
+    return {f.resource: f.pool for f in facts}
 
 
 def _counter(table: dict[str, Counter[str]], key: str) -> Counter[str]:
