@@ -591,7 +591,7 @@ class PoolIndex:
     def node_free(self, facts: NodeFacts) -> int:
         """Free GPUs of the node's pool resource now (0 when the node is not usable)."""
         group = self._pools[facts.pool].groups[(facts.selector, facts.gpu_taints, facts.other_taints)]
-        return group.free_of.get(facts.node, 0)
+        return group.own_free.get(facts.node, 0)
 
     def pool_stats(self) -> list[PoolStats]:
         stats = []
