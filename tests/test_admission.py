@@ -916,6 +916,9 @@ class BusyInventory:
     def age_seconds(self) -> float:
         return 0.0
 
+    def current_since(self) -> float | None:
+        return None
+
     def close(self) -> None:
         pass
 
@@ -1451,3 +1454,145 @@ class TestPartitions:
         """A MIG Pod bound to an H100 node counts as a device of that node's class."""
         obj = pod("p", "students", gpus=1, node="h100-a", resource="nvidia.com/mig-1g.10gb")
         assert not escape(obj, "students").allowed
+
+
+# --- issue 13: reservations for every placed Pod, re-invocations recognised ------------------------------
+
+
+class CurrentInventory(SnapshotInventory):
+    """A snapshot whose Pod view counts as current since `since` (as a live watch that never broke)."""
+
+    def __init__(self, index: PoolIndex, since: float | None) -> None:
+        super().__init__(index, "test")
+        self.since = since
+
+    def current_since(self) -> float | None:
+        return self.since
+
+
+def l4_fleet() -> list[dict[str, Any]]:
+    """One L4 node with one free GPU (the other three are taken)."""
+    return [gpu_node("l4-a", "NVIDIA-L4", 4, memory_mib=23034), running("busy", "l4-a", 3)]
+
+
+def reinvoked(first: dict[str, Any], result: Verdict) -> dict[str, Any]:
+    """The Pod as kube-apiserver sends it again: gpupool's patch applied, and a later webhook's sidecar."""
+    patched = apply(first, result.patch)
+    patched["spec"]["containers"].append({"name": "mesh-proxy", "image": "proxy:1"})
+    return patched
+
+
+class TestReinvocation:
+    def test_the_pod_on_the_last_free_gpu_is_not_counted_against_itself(self) -> None:
+        """Finding 5: placed on the last free L4, the re-invoked Pod (its own patch applied) is allowed
+        with no patch and no false "will wait" warning, even under onNoCapacity deny; and its GPU is held
+        once, not twice."""
+        adm, _, index = admitter(l4_fleet(), "defaults: {onNoCapacity: deny}")
+        first = pod("infer", "ml", annotations={"gpupool.io/gpu-class": "medium"})
+        result = adm.admit(first, namespace="ml")
+        assert result.placement is not None and result.patch
+        again = adm.admit(reinvoked(first, result), namespace="ml")
+        assert (again.allowed, again.patch, again.warnings) == (True, (), ())
+        assert index.reservations == 1
+        other = adm.admit(pod("other", "ml", annotations={"gpupool.io/gpu-class": "medium"}), namespace="ml")
+        assert not other.allowed and "no capacity" in other.message
+
+    def test_a_pod_made_from_a_generate_name_is_recognised_by_it(self) -> None:
+        """Before kube-apiserver names it, a Job's Pod is known by its generateName."""
+        adm, _, index = admitter(l4_fleet(), "defaults: {onNoCapacity: deny}")
+        first = burst_pod(0)
+        result = adm.admit(first, namespace="ml")
+        again = adm.admit(reinvoked(first, result), namespace="ml")
+        assert (again.allowed, again.patch, again.warnings, index.reservations) == (True, (), (), 1)
+
+    def test_a_copy_of_a_placed_pod_under_another_name_is_a_new_pod(self) -> None:
+        """A Pod copied from a placed one (same placement, another name) is checked and reserved like any
+        other: here the last GPU is already taken, so it is refused."""
+        adm, _, index = admitter(l4_fleet(), "defaults: {onNoCapacity: deny}")
+        first = pod("infer", "ml", annotations={"gpupool.io/gpu-class": "medium"})
+        copy_ = reinvoked(first, adm.admit(first, namespace="ml"))
+        copy_["metadata"]["name"] = "infer-copy"
+        assert not adm.admit(copy_, namespace="ml").allowed
+        assert index.reservations == 1
+
+    def test_a_second_reinvocation_is_a_new_pod(self) -> None:
+        """A reservation is matched by one re-invocation at most; a third call is counted like a new Pod."""
+        adm, _, index = admitter([gpu_node("l4-a", "NVIDIA-L4", 4, memory_mib=23034)])
+        first = pod("infer", "ml", annotations={"gpupool.io/gpu-class": "medium"})
+        patched = reinvoked(first, adm.admit(first, namespace="ml"))
+        adm.admit(patched, namespace="ml")
+        assert index.reservations == 1
+        adm.admit(patched, namespace="ml")
+        assert index.reservations == 2
+
+
+class TestPrePatched:
+    def test_pre_patched_pods_count_against_the_class_quota(self) -> None:
+        """Finding 3: Pods that arrive carrying the pool's annotation, selector and limit are reserved
+        like any Pod, so three of them against classQuota medium: 2 admit two; a normal Pod after them
+        gets no medium GPU either."""
+        adm, _, _ = admitter(escape_fleet(), ESCAPE_POLICY)
+        template = pod("p", "students", annotations={"gpupool.io/gpu-class": "medium"})
+        patch = adm.admit(template, namespace="students", dry_run=True).patch
+        results = []
+        for i in range(3):
+            prepatched = apply(template, patch)
+            prepatched["metadata"]["name"] = f"pre-{i}"
+            results.append(adm.admit(prepatched, namespace="students"))
+        assert [r.allowed for r in results] == [True, True, False]
+        assert all(r.patch == () for r in results[:2])
+        assert "class quota medium in namespace students exceeded: used 2 + requested 1 > hard 2" in results[2].message
+        normal = adm.admit(
+            pod("late", "students", annotations={"gpupool.io/gpu-class": "medium"}), namespace="students"
+        )
+        assert not normal.allowed
+
+    def test_pods_naming_their_node_count_against_the_class_quota_at_once(self) -> None:
+        """Three Pods naming T4 nodes, created back to back (none in the watch yet), against classQuota
+        medium: 2: the third is refused."""
+        adm, _, _ = admitter(escape_fleet(), ESCAPE_POLICY)
+        results = [adm.admit(pod(f"b-{i}", "students", gpus=1, node="t4-a"), namespace="students") for i in range(3)]
+        assert [r.allowed for r in results] == [True, True, False]
+        assert results[2].reason == "class-quota"
+
+
+class TestForgedReviews:
+    def review_of(self, clock: FakeClock, since: float | None) -> tuple[Admitter, Any]:
+        pol = make_policy(None)
+        index = index_of(
+            [gpu_node("t4-a", "Tesla-T4", 4), quota("gpus", "team-a", {"requests.nvidia.com/gpu": "4"})], pol
+        )
+        adm = Admitter(pol, CurrentInventory(index, since), clock=clock)
+        return adm, lambda name, gpus: adm.admit(pod(name, "team-a", gpus=gpus), namespace="team-a")
+
+    def test_a_reservation_whose_pod_never_shows_is_released_soon_when_the_watch_is_current(self) -> None:
+        """Finding 7: a forged review for team-a (4 GPUs) holds its quota only until the Pod would have
+        shown up in a current watch (reservationSettleSeconds, 15 s), not the full 60 s: the real Pod is
+        then admitted."""
+        clock = FakeClock()
+        _, admit = self.review_of(clock, since=clock.now - 100)
+        assert admit("forged", 4).allowed
+        assert "used 4 + requested 1 > hard 4" in admit("real", 1).message
+        clock.now += 16
+        assert admit("real", 1).allowed
+
+    def test_without_a_current_watch_the_reservation_waits_out_its_time(self) -> None:
+        """With no current Pod view (a snapshot, or a watch that broke since), the reservation stays for
+        reservationSeconds: releasing it early could let a burst overbook the pool."""
+        clock = FakeClock()
+        _, admit = self.review_of(clock, since=None)
+        assert admit("forged", 4).allowed
+        clock.now += 16
+        assert not admit("real", 1).allowed
+        clock.now += 45
+        assert admit("real", 1).allowed
+
+    def test_reservations_made_before_the_watch_came_back_wait_their_full_time(self) -> None:
+        """A reservation made while the watch was down may have missed its Pod: it is not released early."""
+        clock = FakeClock()
+        adm, admit = self.review_of(clock, since=None)
+        assert admit("during-outage", 4).allowed
+        assert isinstance(adm.inventory, CurrentInventory)
+        adm.inventory.since = clock.now + 1  # the watch came back after the reservation was made
+        clock.now += 16
+        assert not admit("real", 1).allowed

@@ -157,6 +157,17 @@ def test_outage_keeps_answering_from_last_view_and_recovers(live: LiveInventory,
     assert admitter.admit(medium, namespace="ml", dry_run=True).warnings == ()
 
 
+def test_the_pod_view_is_current_since_the_watch_last_reconnected(live: LiveInventory, sim: KubeSim) -> None:
+    """current_since (what lets a reservation whose Pod never shows go early) is set while the Pod
+    watch is up, None while the API is down, and later than the outage once it is back."""
+    first = live.current_since()
+    assert first is not None
+    sim.set_down(True)
+    eventually(lambda: live.current_since() is None, what="the watch noticing the outage")
+    sim.set_down(False)
+    eventually(lambda: (live.current_since() or 0.0) > first, what="the watch back")
+
+
 def test_stale_inventory_denies_when_policy_says_so(live: LiveInventory, sim: KubeSim) -> None:
     """onStale: deny refuses GPU Pods while the view is stale, with a 503 that says why."""
     strict = policy("defaults: {staleAfterSeconds: 1, onStale: deny}")

@@ -64,6 +64,7 @@ class Prepared(NamedTuple):
     pod: PodView
     request: GpuRequest
     node: str  # the node the Pod names (spec.nodeName, or a DaemonSet's node affinity); "" for none
+    devices: int  # the GPUs it takes: the request's for a Pod gpupool places, its own if it names a node
 
 
 def prepare(pod: Any, namespace: str, policy: Policy, shapes: Memo = NO_MEMO) -> Prepared | Verdict:
@@ -80,7 +81,9 @@ def prepare(pod: Any, namespace: str, policy: Policy, shapes: Memo = NO_MEMO) ->
         return req
     # A DaemonSet's Pod is placed by the DaemonSet controller's node affinity; pinning it to a pool could
     # only strand it, but like a Pod that names its node it is checked against its node's pool.
-    return Prepared(view, req, view.node_name or (view.affinity_node if view.daemonset else ""))
+    node = view.node_name or (view.affinity_node if view.daemonset else "")
+    devices = pod_devices(view.shape, {req.vendor.resource, *req.partitions}) if node else req.pod_total
+    return Prepared(view, req, node, devices)
 
 
 def place(
@@ -88,9 +91,9 @@ def place(
 ) -> Verdict:
     """The pool for a prepared Pod, read from the index now, and the patch that pins it there (or, for a
     Pod that names its node, the check of that node's pool)."""
-    view, req, node = prepared
+    view, req, node, devices = prepared
     if node:
-        return _bound(view, req, node, policy, index)
+        return _bound(req, node, devices, policy, index)
     if req.partitions:
         return _partitions(req, policy)
     decision = decide(req, index, policy)
@@ -118,11 +121,10 @@ def place(
     return verdict.place(placement, patch, warnings=decision.warnings, reasons=reasons)
 
 
-def _bound(view: PodView, req: GpuRequest, node: str, policy: Policy, index: PoolIndex) -> Verdict:
+def _bound(req: GpuRequest, node: str, devices: int, policy: Policy, index: PoolIndex) -> Verdict:
     """A Pod that names its node gets no patch, but is held to its namespace's rules there: the class of
     the node's pool must be allowed, its per-class quota and ResourceQuotas must have room."""
     resources = {req.vendor.resource, *req.partitions}
-    devices = pod_devices(view.shape, resources)
     if not devices:
         return verdict.allow(f"already bound to node {node}; requests no {req.vendor.name} GPUs")
     facts = index.node_facts(node, req.vendor.name)
@@ -196,8 +198,19 @@ class Admitter:
         if isinstance(prepared, Verdict):
             return prepared
         stale = self.stale_seconds()
+        view, req, node, devices = prepared
         with self.inventory.read() as index:
-            index.expire(self._clock())
+            now = self._clock()
+            index.expire(now, self.inventory.current_since())
+            # kube-apiserver may call again with gpupool's own placement applied (reinvocationPolicy
+            # IfNeeded): that Pod's reservation is taken back first, so it is not counted against itself.
+            echoed = (
+                not dry_run
+                and (node or req.pool_pin is not None)
+                and index.take_echo(
+                    view.namespace, view.name, view.generate_name, pool=req.pool_pin, node=node, gpus=devices
+                )
+            )
             result = place(prepared, self.policy, index, explain=False, shapes=self._shapes)
             placement = result.placement
             if placement is not None and stale and self.policy.defaults.on_stale == "deny":
@@ -208,9 +221,20 @@ class Admitter:
                     reasons=result.reasons,
                     reason="stale",
                 )
-            # A Pod placed on an earlier call (reinvocation) has an empty patch and is not reserved twice.
-            if placement is not None and result.patch and not dry_run:
-                index.reserve(namespace, placement.pool, placement.selector, placement.pod_total, self._clock())
+            # Every placed Pod counts until the watch shows it, pre-patched and bound ones too (only its
+            # own re-invocation, recognised above, is not counted twice).
+            if placement is not None and not dry_run:
+                index.reserve(
+                    view.namespace,
+                    placement.pool,
+                    placement.selector,
+                    placement.pod_total,
+                    now,
+                    name=view.name,
+                    generate_name=view.generate_name,
+                    node=node,
+                    echoed=bool(echoed),
+                )
         if placement is not None and stale:
             note = f"gpupool: placed from a GPU inventory {stale:.0f} s stale; the pool may have changed"
             result = replace(result, warnings=(*result.warnings, note))

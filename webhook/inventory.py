@@ -32,6 +32,11 @@ class Inventory(Protocol):
         """Seconds since the view was last known to be current (0 for a snapshot file)."""
         ...
 
+    def current_since(self) -> float | None:
+        """Since when (monotonic clock) the view of Pods has been current without a break: a Pod created
+        since then is seen within moments. None when that is not known (a snapshot never sees one)."""
+        ...
+
     def close(self) -> None:
         """Stop background work (watches); a no-op for a snapshot."""
         ...

@@ -100,6 +100,11 @@ class LiveInventory(LockedIndex):
         now = self._clock()
         return max((now - r.down_since for r in self.reflectors.values() if r.down_since is not None), default=0.0)
 
+    def current_since(self) -> float | None:
+        """Since when the Pod watch has been connected without a break, once its first list is in."""
+        pods = self.reflectors[PODS]
+        return pods.connected_since if pods.synced.is_set() else None
+
     # --- Sink: called from the reflectors' threads ---------------------------------------------------
 
     def replace(self, kind: str, objects: list[Obj], first: bool, final: bool) -> None:
@@ -131,7 +136,7 @@ class LiveInventory(LockedIndex):
             return meta.get("name", ""), node_from_obj(obj, self._resources)
         key = (meta.get("namespace", ""), meta.get("name", ""))
         if kind == PODS:
-            return key, pod_from_obj(obj, self._resources)
+            return key, pod_from_obj(obj, self._resources, self.policy.partition_prefixes)
         return key, quota_from_obj(obj, self._resources)
 
     def _upsert(self, kind: str, key: Any, value: Any) -> None:

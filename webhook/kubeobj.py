@@ -56,11 +56,16 @@ def container_gpus(container: Mapping[str, Any], resource: str) -> int:
     return parse_count(limits[resource]) if resource in limits else 0
 
 
-def pod_gpu_requests(spec: Mapping[str, Any], resources: Collection[str]) -> dict[str, int]:
-    """The Pod's effective request per GPU resource."""
+def pod_gpu_requests(
+    spec: Mapping[str, Any], resources: Collection[str], prefixes: tuple[str, ...] = ()
+) -> dict[str, int]:
+    """The Pod's effective request per GPU resource: `resources`, and any resource with one of the
+    `prefixes` (GPU partitions such as nvidia.com/mig-3g.20gb)."""
     containers = [as_map(c) for c in as_list(spec.get("containers"))]
     inits = [as_map(c) for c in as_list(spec.get("initContainers"))]
     result: dict[str, int] = {}
+    if prefixes:
+        resources = {*resources, *_named_with(prefixes, [*containers, *inits])}
     for resource in resources:
         total = effective_gpus(
             [container_gpus(c, resource) for c in containers],
@@ -71,16 +76,27 @@ def pod_gpu_requests(spec: Mapping[str, Any], resources: Collection[str]) -> dic
     return result
 
 
-def pod_from_obj(obj: Mapping[str, Any], resources: Collection[str]) -> PodInfo | None:
-    """The Pod, or None when it neither requests a GPU nor carries a gpupool placement."""
+def _named_with(prefixes: tuple[str, ...], containers: list[Mapping[str, Any]]) -> set[str]:
+    return {
+        name
+        for c in containers
+        for part in ("limits", "requests")
+        for name in as_map(as_map(c.get("resources")).get(part))
+        if isinstance(name, str) and name.startswith(prefixes)
+    }
+
+
+def pod_from_obj(obj: Mapping[str, Any], resources: Collection[str], prefixes: tuple[str, ...] = ()) -> PodInfo | None:
+    """The Pod, or None when it neither requests a GPU (or GPU partition) nor carries a gpupool placement."""
     meta, spec, status = as_map(obj.get("metadata")), as_map(obj.get("spec")), as_map(obj.get("status"))
-    requests = pod_gpu_requests(spec, resources)
+    requests = pod_gpu_requests(spec, resources, prefixes)
     pool = str(as_map(meta.get("annotations")).get(POOL_ANNOTATION, ""))
     if not requests and not pool:
         return None
     return PodInfo(
         namespace=str(meta.get("namespace", "")),
         name=str(meta.get("name", "")),
+        generate_name=str(meta.get("generateName", "") or ""),
         node=str(spec.get("nodeName", "") or ""),
         phase=str(status.get("phase", "Pending") or "Pending"),
         gpu_requests=requests,

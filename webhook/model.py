@@ -110,6 +110,7 @@ class PodInfo:
     gpu_requests: dict[str, int] = field(default_factory=dict, hash=False)  # resource -> effective request
     pool: str = ""  # the gpupool.io/pool annotation, "" when absent
     node_selector: dict[str, str] = field(default_factory=dict, hash=False)
+    generate_name: str = ""  # what its name was made from, if it was (to find its admission's reservation)
 
     @property
     def key(self) -> PodKey:

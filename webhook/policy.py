@@ -93,6 +93,7 @@ class Defaults:
     stale_after_seconds: float = 120.0
     on_stale: OnNoCapacity = "warn"
     reservation_seconds: float = 60.0
+    reservation_settle_seconds: float = 15.0  # with a current watch, a reservation's Pod shows up by then
     check_visible_devices: bool = True  # refuse NVIDIA_VISIBLE_DEVICES in containers without a GPU resource
 
 
@@ -107,6 +108,7 @@ class Policy:
     namespaces: Mapping[str, NamespaceRule]
     gpu_resources: frozenset[str] = frozenset()  # every vendor's resource; filled in by __post_init__
     pool_labels: frozenset[str] = frozenset()  # the class label and every product label; likewise
+    partition_prefixes: tuple[str, ...] = ()  # every vendor's partitionResourcePrefix; likewise
     _vendor_cache: dict[str, VendorPolicy | None] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -114,6 +116,8 @@ class Policy:
         object.__setattr__(
             self, "pool_labels", frozenset({self.class_label, *(v.product_label for v in self.vendors.values())})
         )
+        prefixes = tuple(v.partition_prefix for v in self.vendors.values() if v.partition_prefix)
+        object.__setattr__(self, "partition_prefixes", prefixes)
 
     def class_rank(self, gpu_class: str) -> int:
         return self.classes.index(gpu_class)
@@ -275,7 +279,15 @@ def _build(data: dict[str, Any]) -> Policy:
     d = _Fields(
         data.get("defaults", {}),
         "defaults",
-        ("fallback", "onNoCapacity", "staleAfterSeconds", "onStale", "reservationSeconds", "checkVisibleDevices"),
+        (
+            "fallback",
+            "onNoCapacity",
+            "staleAfterSeconds",
+            "onStale",
+            "reservationSeconds",
+            "reservationSettleSeconds",
+            "checkVisibleDevices",
+        ),
     )
     defaults = Defaults(
         fallback=d.flag("fallback", False),
@@ -283,6 +295,7 @@ def _build(data: dict[str, Any]) -> Policy:
         stale_after_seconds=d.seconds("staleAfterSeconds", 120.0),
         on_stale="deny" if d.choice("onStale", "warn", ("warn", "deny")) == "deny" else "warn",
         reservation_seconds=d.seconds("reservationSeconds", 60.0),
+        reservation_settle_seconds=d.seconds("reservationSettleSeconds", 15.0),
         check_visible_devices=d.flag("checkVisibleDevices", True),
     )
     vendors_data = data.get("vendors")

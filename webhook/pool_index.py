@@ -193,6 +193,8 @@ class _Claim(NamedTuple):
     pins: Selector = ()  # the pool labels its nodeSelector pins: which of the pool's groups a hold reaches
     classes: tuple[tuple[str, int], ...] = ()  # GPUs counted against the namespace's classes
     reserved: tuple[str, int] = ("", 0)  # (resource, GPUs) not yet in any quota's status.used
+    who: tuple[str, str, str] = ("", "", "")  # a reservation's Pod: (namespace, name, generateName)
+    echoed: bool = False  # a reservation a re-invocation of its Pod has matched already
 
 
 class PoolIndex:
@@ -200,7 +202,6 @@ class PoolIndex:
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
-        self._vendor_of = {v.resource: v for v in policy.vendors.values()}
         self._pools: dict[PoolKey, Pool] = {}
         self._facts: dict[str, list[NodeFacts]] = {}
         self._unclassified: dict[str, list[Unclassified]] = {}
@@ -212,8 +213,10 @@ class PoolIndex:
         self._class_used: dict[str, Counter[str]] = {}
         self._reserved: Counter[tuple[str, str]] = Counter()  # (namespace, resource) -> GPUs
         self._reservations: dict[int, _Claim] = {}  # token -> what the admitted Pod holds
-        self._waiting: dict[tuple[str, PoolKey, int], deque[int]] = {}
-        self._expiry: deque[tuple[float, int]] = deque()  # (expires_at, token), oldest first
+        # Reservations by what the watch will know the Pod by: its name or generateName (_Who), else,
+        # for callers that name no Pod, its namespace, pool and GPUs; oldest first.
+        self._waiting: dict[Hashable, deque[int]] = {}
+        self._expiry: deque[tuple[float, int]] = deque()  # (made at, token), oldest first
         # What reservations of one pool and size share, so each is one new object for the garbage
         # collector to walk (60,000 of them can wait out their time under a burst).
         self._reservation_parts: dict[tuple[PoolKey, int], tuple[Any, Any, tuple[str, int]]] = {}
@@ -327,7 +330,13 @@ class PoolIndex:
         facts = self._facts.get(name)
         if not facts:
             return ()  # not seen yet, or a node gpupool cannot class: counted once it is
-        return tuple((f.pool.gpu_class, n) for resource, n in requests for f in facts if f.resource == resource)
+        return tuple(
+            (f.pool.gpu_class, n)
+            for resource, n in requests
+            if (vendor := self.policy.vendor_of(resource)) is not None
+            for f in facts
+            if f.pool.vendor == vendor.name
+        )
 
     # --- Pods ----------------------------------------------------------------------------------------
 
@@ -339,7 +348,7 @@ class PoolIndex:
         first_sight = key not in self._pods
         self._drop_pod(key)
         if pod is not None and not pod.terminal:
-            if first_sight and pod.pool:
+            if first_sight:
                 self._settle_reservation(pod)
             self._add_pod(key, pod)
         self._settle()
@@ -385,9 +394,14 @@ class PoolIndex:
         holds: list[tuple[PoolKey, int]] = []
         classes: list[tuple[str, int]] = []
         for resource, gpus in pod.gpu_requests.items():
-            vendor = self._vendor_of[resource]
+            vendor = self.policy.vendor_of(resource)
+            if vendor is None:
+                continue
             reached = [p.key for p in self._pools.values() if p.key.vendor == vendor.name and p.reach(pins)]
-            if len(reached) == 1:
+            if resource != vendor.resource:  # a GPU partition: counts against its class, holds no whole GPU
+                if len({p.gpu_class for p in reached}) == 1:
+                    classes.append((reached[0].gpu_class, gpus))
+            elif len(reached) == 1:
                 holds.append((reached[0], gpus))
             elif annotated is not None and self._may_hold(annotated, vendor, pins):
                 holds.append((annotated, gpus))
@@ -462,8 +476,24 @@ class PoolIndex:
 
     # --- reservations --------------------------------------------------------------------------------
 
-    def reserve(self, namespace: str, pool: PoolKey, selector: Selector, gpus: int, now: float) -> int:
-        """Count an admitted Pod against its pool until the watch shows it; returns a token."""
+    def reserve(
+        self,
+        namespace: str,
+        pool: PoolKey,
+        selector: Selector,
+        gpus: int,
+        now: float,
+        *,
+        name: str = "",
+        generate_name: str = "",
+        node: str = "",
+        echoed: bool = False,
+    ) -> int:
+        """Count an admitted Pod against its pool until the watch shows it; returns a token.
+
+        `name` or `generate_name` say which Pod it is, so that the watch and a re-invocation find it
+        (`take_echo`); a Pod that names its `node` holds its GPUs on that node rather than in the pool.
+        `echoed`: a re-invocation has matched it already (it is not matched again)."""
         parts = self._reservation_parts.get((pool, gpus))
         if parts is None:
             resource = self.policy.vendors[pool.vendor].resource
@@ -473,14 +503,39 @@ class PoolIndex:
                 (resource, gpus),
             )
         holds, classes, reserved = parts
-        claim = _Claim(namespace, "", (), holds, selector, classes, reserved)
+        who = (namespace, name, "" if name else generate_name)  # the name, once known, is what counts
+        if node:
+            # Held on the node as its resource (a MIG Pod's instances too, until the watch shows what
+            # it really requests: a few seconds of a view that is too full, never too empty).
+            claim = _Claim(namespace, node, (reserved,), (), (), classes, reserved, who, echoed)
+        else:
+            claim = _Claim(namespace, "", (), holds, selector, classes, reserved, who, echoed)
         token = next(self._tokens)
         self._reservations[token] = claim
-        self._waiting.setdefault((namespace, pool, gpus), deque()).append(token)
-        self._expiry.append((now + self.policy.defaults.reservation_seconds, token))
+        self._waiting.setdefault(_waiting_key(claim), deque()).append(token)
+        self._expiry.append((now, token))
         self._apply(claim, +1)
         self._settle()
         return token
+
+    def take_echo(
+        self, namespace: str, name: str, generate_name: str, *, pool: PoolKey | None, node: str, gpus: int
+    ) -> bool:
+        """A re-invocation: kube-apiserver calls again for a Pod that already carries the placement
+        gpupool gave it moments ago. Takes back that Pod's reservation (same Pod, pool or node, GPUs; not
+        matched before), so the caller can decide without counting the Pod against itself and reserve
+        again with `echoed=True`. False when there is none: then it is a Pod like any other."""
+        if not (name or generate_name):
+            return False
+        queue = self._waiting.get((namespace, name, "" if name else generate_name))
+        for token in reversed(queue or ()):  # the Pod's own is the newest: re-invocation follows at once
+            claim = self._reservations[token]
+            if claim.echoed or claim.reserved[1] != gpus or claim.node != node:
+                continue
+            if node or claim.holds[0][0] == pool:
+                self.release(token)
+                return True
+        return False
 
     def release(self, token: int) -> None:
         self._release(token)
@@ -490,20 +545,31 @@ class PoolIndex:
         claim = self._reservations.pop(token, None)
         if claim is None:
             return
-        ((pool, gpus),) = claim.holds  # a reservation holds GPUs in its one pool
-        waiting = (claim.namespace, pool, gpus)
-        queue = self._waiting.get(waiting)
+        key = _waiting_key(claim)
+        queue = self._waiting.get(key)
         if queue is not None:
             queue.remove(token)
             if not queue:
-                del self._waiting[waiting]
+                del self._waiting[key]
         self._apply(claim, -1)
 
-    def expire(self, now: float) -> int:
-        """Drop reservations whose Pod never showed up (its creation failed later in admission)."""
+    def expire(self, now: float, current_since: float | None = None) -> int:
+        """Drop reservations whose Pod never showed up (its creation failed later in admission, or the
+        review was not from kube-apiserver): after `reservationSeconds`, or, when the watch has been
+        current without a break since `current_since`, once a reservation made in that time is
+        `reservationSettleSeconds` old (the Pod would have shown up by then)."""
+        defaults = self.policy.defaults
         dropped = 0
-        while self._expiry and self._expiry[0][0] <= now:
-            _, token = self._expiry.popleft()
+        while self._expiry:
+            made, token = self._expiry[0]
+            settled = (
+                current_since is not None
+                and made >= current_since
+                and made + defaults.reservation_settle_seconds <= now
+            )
+            if not (settled or made + defaults.reservation_seconds <= now):
+                break
+            self._expiry.popleft()
             if token in self._reservations:
                 self._release(token)
                 dropped += 1
@@ -512,10 +578,16 @@ class PoolIndex:
         return dropped
 
     def _settle_reservation(self, pod: PodInfo) -> None:
-        """A Pod placed by gpupool shows up: it takes over from the oldest matching reservation.
-        Admissions do not know the Pod's final name (generateName), so they are matched by namespace,
+        """A Pod shows up for the first time: it takes over from its admission's reservation. That is
+        found by the Pod's name, or (for a Pod made from a generateName, whose name the admission did not
+        know) by its generateName, oldest first; else, for reservations that name no Pod, by namespace,
         pool and GPUs, first in first out."""
-        pool = PoolKey.parse(pod.pool)
+        for who in ((pod.namespace, pod.name, ""), (pod.namespace, "", pod.generate_name)):
+            queue = self._waiting.get(who)
+            if queue and (who[1] or who[2]):
+                self._release(queue[0])
+                return
+        pool = PoolKey.parse(pod.pool) if pod.pool else None
         vendor = self.policy.vendors.get(pool.vendor) if pool else None
         if pool is None or vendor is None:
             return
@@ -696,3 +768,13 @@ def _decrement(counter: Counter[Any], key: object) -> None:
     counter[key] -= 1
     if counter[key] <= 0:
         del counter[key]
+
+
+def _waiting_key(claim: _Claim) -> Hashable:
+    """Where a reservation waits for its Pod: under the Pod's name or generateName when the admission
+    knew them, else under its namespace, pool and GPUs."""
+    _, name, generate_name = claim.who
+    if name or generate_name:
+        return claim.who
+    ((pool, gpus),) = claim.holds  # a reservation that names no Pod holds GPUs in its one pool
+    return (claim.namespace, pool, gpus)

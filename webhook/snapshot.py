@@ -83,7 +83,9 @@ def build_index(objects: Sequence[Mapping[str, Any]], policy: Policy, source: st
             meta = obj["metadata"]
             if not meta.get("namespace"):
                 raise InventoryFileError(f"{source}: Pod {meta['name']} has no metadata.namespace")
-            index.upsert_pod(pod_from_obj(obj, resources), key=(meta["namespace"], meta["name"]))
+            index.upsert_pod(
+                pod_from_obj(obj, resources, policy.partition_prefixes), key=(meta["namespace"], meta["name"])
+            )
         elif kind == "ResourceQuota":
             meta = obj["metadata"]
             index.upsert_quota(quota_from_obj(obj, resources), meta.get("namespace", ""), meta["name"])
@@ -123,6 +125,9 @@ class SnapshotInventory(LockedIndex):
 
     def age_seconds(self) -> float:
         return 0.0
+
+    def current_since(self) -> float | None:
+        return None  # a file never shows the Pods it admits: reservations wait out reservationSeconds
 
     def close(self) -> None:
         return None
