@@ -366,3 +366,31 @@ class TestRealCore:
             for _ in range(20)
         }
         assert len(pools) == 1
+
+    @pytest.mark.parametrize(
+        ("edit", "field"),
+        [
+            (lambda p: p["metadata"].update(ownerReferences=5), "metadata.ownerReferences"),
+            (lambda p: p.update(metadata=None), "metadata"),
+            (lambda p: p["spec"]["containers"].insert(0, None), "spec.containers[0]"),
+            (lambda p: p["metadata"]["annotations"].update({"gpupool.io/gpu-count": "²"}), "gpupool.io/gpu-count"),
+            (lambda p: p["metadata"]["annotations"].update({"gpupool.io/gpu-count": "7" * 5000}), "gpu-count"),
+            (lambda p: p["metadata"]["annotations"].update({"gpupool.io/min-driver": "535.²"}), "min-driver"),
+            (lambda p: p["spec"]["containers"][0].update(resources={"limits": {"nvidia.com/gpu": "1e5000"}}),
+             "limits nvidia.com/gpu"),
+        ],
+        ids=["owner-references-number", "metadata-null", "container-null", "superscript-count", "5000-digit-count",
+             "superscript-driver", "huge-limit"],
+    )  # fmt: skip
+    def test_malformed_pods_are_refused_in_the_review_never_an_internal_error(
+        self, real: Harness, edit: Any, field: str
+    ) -> None:
+        """Issue 12's internal errors: each of these answered code 500 (or HTTP 500, which lets the Pod
+        through under failurePolicy Ignore). Now: HTTP 200, allowed false, code 400, naming the field."""
+        review = admission_review(gpu_pod())
+        edit(review["request"]["object"])
+        resp = real.post(review)
+        assert resp.status_code == 200
+        response = orjson.loads(resp.data)["response"]
+        assert (response["allowed"], response["status"]["code"]) == (False, 400)
+        assert field in response["status"]["message"]
