@@ -13,7 +13,7 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY webhook/ webhook/
-# webhook/default_policy.yaml is a symlink to this file (one policy for the code and the ConfigMap).
+# webhook/domain/default_policy.yaml is a symlink to this file (one policy for the code and the ConfigMap).
 # COPY keeps the link as a link, so the target must be at the same relative place for the wheel
 # build to read it; the wheel then holds its content as a regular file.
 COPY manifests/base/policy.yaml manifests/base/policy.yaml
@@ -23,8 +23,8 @@ RUN python -m pip wheel --wheel-dir /wheels . \
  && python -m venv /opt/gpupool \
  && /opt/gpupool/bin/pip install --no-index --find-links /wheels gpupool-webhook \
  && /opt/gpupool/bin/pip uninstall --yes pip setuptools \
- && test -f /opt/gpupool/lib/python3.*/site-packages/webhook/default_policy.yaml \
- && test ! -L /opt/gpupool/lib/python3.*/site-packages/webhook/default_policy.yaml \
+ && test -f /opt/gpupool/lib/python3.*/site-packages/webhook/domain/default_policy.yaml \
+ && test ! -L /opt/gpupool/lib/python3.*/site-packages/webhook/domain/default_policy.yaml \
  && /opt/gpupool/bin/gpupool --help > /dev/null
 
 FROM ${PYTHON_IMAGE}

@@ -50,9 +50,10 @@ test: lint typecheck ## lint, type check and run the whole test suite
 
 PYCODE := webhook tests bench manifests/render.py
 
-lint: $(STAMP) ## ruff: lint and formatting check
+lint: $(STAMP) ## ruff (lint and formatting) and import-linter (the layers of webhook/, see docs/development.md)
 	$(BIN)/ruff check $(PYCODE)
 	$(BIN)/ruff format --check $(PYCODE)
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP) ## mypy --strict on the package and the manifest renderer
 	$(BIN)/mypy

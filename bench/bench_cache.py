@@ -39,10 +39,10 @@ def child_gpupool(kubeconfig: str, events: int) -> dict[str, Any]:
     import orjson
 
     from bench.bench_decision import PODS
-    from webhook.admission import evaluate
-    from webhook.kubecache import LiveInventory
-    from webhook.policy import load_policy
-    from webhook.snapshot import SnapshotInventory
+    from webhook.admission.core import evaluate
+    from webhook.domain.policy import load_policy
+    from webhook.sources.live import LiveInventory
+    from webhook.sources.snapshot import SnapshotInventory
 
     policy = load_policy(None)
     baseline = rss_mb()

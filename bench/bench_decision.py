@@ -19,10 +19,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from webhook.admission import evaluate
-from webhook.policy import load_policy
-from webhook.pool_index import PoolIndex
-from webhook.snapshot import build_index
+from webhook.admission.core import evaluate
+from webhook.domain.policy import load_policy
+from webhook.pools.index import PoolIndex
+from webhook.sources.snapshot import build_index
 from webhook.testing.synthetic import synthetic_cluster
 
 PODS: list[dict[str, Any]] = [

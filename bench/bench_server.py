@@ -1,6 +1,6 @@
 """Benchmark: POST /mutate with a full decision against a no-op handler on identical Flask + gunicorn.
 
-Starts four servers on the same gunicorn settings (`webhook.server.serve`, TLS, gthread, keep-alive):
+Starts four servers on the same gunicorn settings (`webhook.serving.server.serve`, TLS, gpupool's worker, keep-alive):
 - a no-op: the same Flask app setup whose /mutate route only reads the body and returns a constant
   AdmissionReview (the issue's baseline);
 - the same no-op answered by a thin WSGI entry in front of Flask, the shortcut gpupool's /mutate takes;
@@ -46,12 +46,12 @@ from typing import Any
 
 from flask import Flask, Response, request
 
-from webhook.admission import Admitter
-from webhook.certs import ensure_certificates
-from webhook.policy import load_policy
-from webhook.review import parse_review, pod_ref
-from webhook.server import ServeOptions, WorkerApp, serve
-from webhook.snapshot import SnapshotInventory
+from webhook.admission.core import Admitter
+from webhook.domain.policy import load_policy
+from webhook.serving.certs import ensure_certificates
+from webhook.serving.review import parse_review, pod_ref
+from webhook.serving.server import ServeOptions, WorkerApp, serve
+from webhook.sources.snapshot import SnapshotInventory
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
@@ -109,7 +109,7 @@ def noop_server(args: argparse.Namespace) -> int:
     ).encode()
 
     def load() -> WorkerApp:
-        from webhook.metrics import Metrics
+        from webhook.serving.metrics import Metrics
 
         app = Flask("noop")
 
@@ -119,7 +119,7 @@ def noop_server(args: argparse.Namespace) -> int:
             return Response(answer, 200, mimetype="application/json")
 
         if args.thin:
-            # The same shortcut gpupool's app takes (webhook/app.py): POST /mutate is answered by a
+            # The same shortcut gpupool's app takes (webhook/serving/app.py): POST /mutate is answered by a
             # middleware before Flask's dispatch; everything else still goes through Flask.
             flask_app = app.wsgi_app
 
@@ -156,9 +156,9 @@ def stub_server(args: argparse.Namespace) -> int:
             return verdict
 
     def load() -> WorkerApp:
-        # After serve() set PROMETHEUS_MULTIPROC_DIR, like webhook.server's own loader.
-        from webhook.app import AppConfig, create_app
-        from webhook.metrics import Metrics
+        # After serve() set PROMETHEUS_MULTIPROC_DIR, like webhook.serving.server's own loader.
+        from webhook.serving.app import AppConfig, create_app
+        from webhook.serving.metrics import Metrics
 
         metrics = Metrics.private()
         metrics.inventory_ready.set(1)
@@ -289,7 +289,8 @@ def python_run(
 
 def shape_variants(body_file: Path, count: int) -> list[dict[str, Any]]:
     """`count` copies of the review whose Pods differ in gpupool.io/min-memory (1,000 to 5,999 MiB, which
-    every medium GPU of the demo has), so no two share a shape (webhook.pod.PodShape); each has its own uid."""
+    every medium GPU of the demo has), so no two share a shape (webhook.admission.pod.PodShape); each has
+    its own uid."""
     review = json.loads(body_file.read_text())
     variants = []
     for i in range(count):

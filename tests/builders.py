@@ -9,9 +9,9 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from webhook.policy import Policy, load_policy, load_policy_text
-from webhook.pool_index import PoolIndex
-from webhook.snapshot import build_index
+from webhook.domain.policy import Policy, load_policy, load_policy_text
+from webhook.pools.index import PoolIndex
+from webhook.sources.snapshot import build_index
 
 
 def gpu_node(

@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 import pytest
 
-from webhook.certs import ensure_certificates
+from webhook.serving.certs import ensure_certificates
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_INVENTORY = REPO / "examples" / "cluster.yaml"

@@ -30,13 +30,14 @@ from cryptography import x509
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.annotations import wants_gpus
-from webhook.certs import ensure_certificates
-from webhook.cli import build_parser
-from webhook.pod import read_pod
-from webhook.policy import Policy, default_policy_text, load_policy_text
-from webhook.quantity import parse_bytes
-from webhook.server import SERVE_ENV, ServeOptions, check_client_ca, resolve_options
+from webhook.admission.pod import read_pod
+from webhook.admission.request import wants_gpus
+from webhook.commands.cli import build_parser
+from webhook.commands.serve import SERVE_ENV, check_client_ca, resolve_options
+from webhook.domain.policy import Policy, default_policy_text, load_policy_text
+from webhook.domain.quantity import parse_bytes
+from webhook.serving.certs import ensure_certificates
+from webhook.serving.server import ServeOptions
 
 REPO = Path(__file__).resolve().parents[1]
 MANIFESTS = REPO / "manifests"
@@ -1039,7 +1040,7 @@ class TestDockerfile:
 
     def test_builder_context_packages_the_default_policy(self, tmp_path: Path) -> None:
         """Built from exactly what the builder copies, the package holds the default policy as a regular
-        file (webhook/default_policy.yaml is a symlink into manifests/base, which setuptools follows)."""
+        file (webhook/domain/default_policy.yaml is a symlink into manifests/base, which setuptools follows)."""
         for source in copy_sources(dockerfile_stages()[1]):
             target = tmp_path / "context" / source
             if (REPO / source).is_dir():
@@ -1047,7 +1048,7 @@ class TestDockerfile:
             elif (REPO / source).exists():
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(REPO / source, target)
-        assert (tmp_path / "context" / "webhook" / "default_policy.yaml").is_symlink()
+        assert (tmp_path / "context" / "webhook" / "domain" / "default_policy.yaml").is_symlink()
         done = subprocess.run(
             [sys.executable, "-c", "from setuptools import setup; setup()", "-q", "build_py", "--build-lib", "../lib"],
             cwd=tmp_path / "context",
@@ -1057,7 +1058,7 @@ class TestDockerfile:
             check=False,
         )
         assert done.returncode == 0, done.stderr
-        packaged = tmp_path / "lib" / "webhook" / "default_policy.yaml"
+        packaged = tmp_path / "lib" / "webhook" / "domain" / "default_policy.yaml"
         assert packaged.is_file()
         assert not packaged.is_symlink()
         assert packaged.read_text(encoding="utf-8") == (MANIFESTS / "base" / "policy.yaml").read_text(encoding="utf-8")

@@ -1,0 +1,243 @@
+"""The decision: candidates, ranking, fallback, no-capacity handling, quotas, and why pools were passed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.builders import GPU_TAINT, fleet, gpu_node, index_of, pod, policy
+from webhook.admission.decision import Decision, decide
+from webhook.admission.pod import read_pod
+from webhook.admission.request import parse_request
+from webhook.domain.model import PoolKey
+from webhook.domain.policy import Policy
+from webhook.pools.index import PoolIndex
+
+POLICY = policy()
+T4 = PoolKey("nvidia", "medium", "Tesla-T4")
+L4 = PoolKey("nvidia", "medium", "NVIDIA-L4")
+A100 = PoolKey("nvidia", "high", "NVIDIA-A100-SXM4-40GB")
+H100 = PoolKey("nvidia", "high", "NVIDIA-H100-80GB-HBM3")
+RTX = PoolKey("nvidia", "low", "NVIDIA-GeForce-RTX-4090")
+
+
+def run(
+    annotations: dict[str, str] | None,
+    objects: list[dict[str, Any]] | None = None,
+    pol: Policy = POLICY,
+    namespace: str = "ml",
+    index: PoolIndex | None = None,
+    **kw: Any,
+) -> Decision:
+    index = index or index_of(objects if objects is not None else fleet(), pol)
+    return decide(
+        parse_request(read_pod(pod(annotations=annotations, namespace=namespace, **kw), namespace).shape, pol),
+        index,
+        pol,
+    )
+
+
+def chosen(decision: Decision) -> PoolKey | None:
+    return decision.chosen.pool if decision.chosen else None
+
+
+def test_least_capable_fitting_pool_wins_without_a_class() -> None:
+    """Any class: the lowest class first, so a plain GPU Pod does not take an H100."""
+    assert chosen(run({"gpupool.io/gpu-count": "1"})) == RTX
+
+
+def test_min_memory_goes_to_the_smallest_card_that_fits() -> None:
+    """20Gi lands on a 24 GB card, not an 80 GB one."""
+    d = run({"gpupool.io/min-memory": "20Gi", "gpupool.io/gpu-class": "medium,high"})
+    assert chosen(d) == L4
+    assert chosen(run({"gpupool.io/min-memory": "20Gi"})) == RTX  # 4090 has 24 GB too, and is low
+
+
+def test_requested_class_order_is_the_preference_order() -> None:
+    """`high,medium` prefers high although medium is less capable."""
+    assert chosen(run({"gpupool.io/gpu-class": "high,medium"})) == A100
+    assert chosen(run({"gpupool.io/gpu-class": "medium,high"})) == T4
+
+
+def test_within_a_class_memory_then_free_gpus_then_name() -> None:
+    """Same class: less memory first; equal memory: more free GPUs first; then the product name."""
+    pol = policy("products: [{match: T4G, class: medium}, {match: T4, class: medium}]")
+    t4g = PoolKey("nvidia", "medium", "NVIDIA-T4G")
+    objects = [gpu_node("t4-a", "Tesla-T4", 2), gpu_node("t4-b", "Tesla-T4", 2), gpu_node("x", "NVIDIA-T4G", 4)]
+    assert chosen(run({"gpupool.io/gpu-class": "medium"}, objects, pol)) == t4g  # 4 free each: by name
+    objects.append(gpu_node("t4-c", "Tesla-T4", 2))
+    assert chosen(run({"gpupool.io/gpu-class": "medium"}, objects, pol)) == T4  # 6 free beat 4
+    objects[2] = gpu_node("x", "NVIDIA-T4G", 1, memory_mib=8192)
+    assert chosen(run({"gpupool.io/gpu-class": "medium"}, objects, pol)) == t4g  # less memory first
+
+
+def test_gpus_must_be_free_on_one_node() -> None:
+    """Two nodes with 2 free GPUs each do not fit a 4-GPU Pod."""
+    objects = [
+        gpu_node("t4-a"),
+        gpu_node("t4-b"),
+        pod("x", gpus=2, node="t4-a", phase="Running"),
+        pod("y", gpus=2, node="t4-b", phase="Running"),
+    ]
+    d = run({"gpupool.io/gpu-class": "medium", "gpupool.io/gpu-count": "4"}, objects)
+    assert d.chosen is not None and not d.chosen.fits
+    assert d.warnings == ("gpupool: no Tesla-T4 node has 4 free GPUs now; the Pod will wait",)
+
+
+def test_no_capacity_deny_policy_denies() -> None:
+    """onNoCapacity: deny refuses instead of pinning the Pod to wait."""
+    objects = [gpu_node("t4-a"), pod("x", gpus=4, node="t4-a", phase="Running")]
+    d = run({"gpupool.io/gpu-class": "medium"}, objects, policy("defaults: {onNoCapacity: deny}"))
+    assert d.chosen is None and d.denial_reason == "no-capacity"
+    assert "no capacity" in d.denial and "onNoCapacity is deny" in d.denial
+
+
+def test_fallback_goes_up_in_class_order_only_when_allowed() -> None:
+    """A full medium class falls back to high only with fallback true, with a warning."""
+    objects = [
+        *fleet(),
+        pod("a", gpus=4, node="t4-a", phase="Running"),
+        pod("b", gpus=4, node="t4-b", phase="Running"),
+        pod("c", gpus=4, node="l4-a", phase="Running"),
+    ]
+    stuck = run({"gpupool.io/gpu-class": "medium"}, objects)
+    assert chosen(stuck) in (T4, L4) and stuck.chosen is not None and not stuck.chosen.fits
+    moved = run({"gpupool.io/gpu-class": "medium", "gpupool.io/fallback": "true"}, objects)
+    assert chosen(moved) == A100
+    assert moved.warnings and "fell back to class high" in moved.warnings[0]
+    assert all(len(w) <= 120 for w in moved.warnings)
+
+
+def test_fallback_never_goes_down_or_outside_the_namespace() -> None:
+    """Fallback only climbs to classes the namespace allows."""
+    pol = policy("namespaces: {ml: {allowedClasses: [low, medium]}}")
+    objects = [
+        *fleet(),
+        pod("a", gpus=4, node="t4-a", phase="Running"),
+        pod("b", gpus=4, node="t4-b", phase="Running"),
+        pod("c", gpus=4, node="l4-a", phase="Running"),
+    ]
+    d = run({"gpupool.io/gpu-class": "medium", "gpupool.io/fallback": "true"}, objects, pol)
+    assert chosen(d) in (T4, L4) and d.chosen is not None and not d.chosen.fits
+
+
+def test_no_matching_pool_denies_with_nearest_reasons() -> None:
+    """Nothing matches: the message says why for the nearest pools."""
+    d = run({"gpupool.io/gpu-product": "A100", "gpupool.io/min-memory": "80Gi"})
+    assert d.chosen is None and d.denial_reason == "no-match"
+    assert "NVIDIA-A100-SXM4-40GB" in d.denial and "40Gi < min-memory 80Gi" in d.denial
+
+
+def test_product_tokens_are_exact() -> None:
+    """`H100` picks the H100 pool; `A10` matches no A100."""
+    assert chosen(run({"gpupool.io/gpu-product": "H100"})) == H100
+    d = run({"gpupool.io/gpu-product": "A10"})
+    assert d.chosen is None and "does not match gpupool.io/gpu-product A10" in d.denial
+
+
+def test_min_driver_must_hold_on_every_node_of_the_pool() -> None:
+    """The scheduler may pick any node the selector reaches, so the oldest driver decides."""
+    objects = [gpu_node("t4-a", driver="535.104.05"), gpu_node("t4-b", driver="525.60.13")]
+    d = run({"gpupool.io/min-driver": "530"}, objects)
+    assert d.chosen is None and "driver 525.60.13 < min-driver 530" in d.denial
+    assert chosen(run({"gpupool.io/min-driver": "525.60"}, objects)) == T4
+    unknown = run({"gpupool.io/min-driver": "500"}, [gpu_node("t4-a", driver=None)])
+    assert unknown.chosen is None and "driver version unknown" in unknown.denial
+
+
+def test_existing_nodeselector_is_honoured_and_contradiction_denied() -> None:
+    """A Pod pinned to T4 by hand stays on T4; asking for high on top of that is a contradiction."""
+    pinned = {"nvidia.com/gpu.product": "Tesla-T4"}
+    assert chosen(run({"gpupool.io/gpu-count": "1"}, node_selector=pinned)) == T4
+    d = run({"gpupool.io/gpu-class": "high"}, node_selector=pinned)
+    assert d.chosen is None and "nodeSelector nvidia.com/gpu.product=Tesla-T4 excludes it" in d.denial
+
+
+def test_class_label_pin_does_not_reach_unlabelled_nodes() -> None:
+    """A nodeSelector on the class label cannot land on nodes classed only by the product table."""
+    d = run(
+        None,
+        [gpu_node("h", "NVIDIA-H100-80GB-HBM3", gpu_class=None)],
+        gpus=1,
+        node_selector={"gpu.accelerator/class": "high"},
+    )
+    assert d.chosen is None and "nodeSelector gpu.accelerator/class=high excludes it" in d.denial
+
+
+def test_untolerated_taints_exclude_nodes_gpu_taints_do_not() -> None:
+    """GPU taints from the policy are gpupool's to tolerate; other taints are the Pod's."""
+    tainted = [
+        gpu_node("l4-a", "NVIDIA-L4", taints=[{"key": "dedicated", "value": "inference", "effect": "NoSchedule"}])
+    ]
+    d = run({"gpupool.io/gpu-class": "medium"}, tainted)
+    assert d.chosen is None and "taints the Pod does not tolerate: dedicated=inference:NoSchedule" in d.denial
+    ok = run(
+        {"gpupool.io/gpu-class": "medium"},
+        tainted,
+        tolerations=[{"key": "dedicated", "operator": "Equal", "value": "inference", "effect": "NoSchedule"}],
+    )
+    assert chosen(ok) == L4
+    gpu = run(
+        {"gpupool.io/gpu-class": "high"}, [gpu_node("a", "NVIDIA-A100-SXM4-40GB", gpu_class="high", taints=[GPU_TAINT])]
+    )
+    assert chosen(gpu) == A100 and gpu.chosen is not None and gpu.chosen.gpu_taints
+
+
+def test_not_ready_and_cordoned_nodes_offer_nothing() -> None:
+    """A pool of only unusable nodes is a match without capacity."""
+    d = run({"gpupool.io/gpu-class": "medium"}, [gpu_node("a", ready=False), gpu_node("b", unschedulable=True)])
+    assert d.chosen is not None and not d.chosen.fits and d.chosen.max_free == 0
+
+
+def test_vendor_default_and_explicit() -> None:
+    """A Pod that names no vendor never lands on an NPU; `vendor: ascend` does."""
+    objects = [
+        gpu_node("npu", gpu_class=None, resource="huawei.com/Ascend910", labels={"accelerator": "huawei-Ascend910"})
+    ]
+    d = run({"gpupool.io/gpu-count": "1"}, objects)
+    assert d.chosen is None and "no nvidia GPU pools" in d.denial
+    assert chosen(run({"gpupool.io/vendor": "ascend"}, objects)) == PoolKey("ascend", "high", "huawei-Ascend910")
+
+
+def test_pool_annotation_pins_the_pool() -> None:
+    """A Pod already placed by gpupool keeps its pool on re-invocation."""
+    d = run({"gpupool.io/pool": str(A100)})
+    assert chosen(d) == A100
+
+
+def test_class_quota_excludes_classes_over_their_limit() -> None:
+    """team-a may hold 4 high GPUs: a fifth is denied naming the limit; with medium allowed it goes there."""
+    pol = policy("namespaces: {team-a: {classQuota: {high: 4}}}")
+    objects = [
+        *fleet(),
+        pod(
+            "r", namespace="team-a", gpus=4, node="a100-a", phase="Running", annotations={"gpupool.io/pool": str(A100)}
+        ),
+    ]
+    d = run({"gpupool.io/gpu-class": "high"}, objects, pol, namespace="team-a")
+    assert d.chosen is None and d.denial_reason == "class-quota"
+    assert d.denial == "class quota high in namespace team-a exceeded: used 4 + requested 1 > hard 4"
+    assert chosen(run({"gpupool.io/gpu-class": "high,medium"}, objects, pol, namespace="team-a")) == T4
+
+
+def test_every_pool_is_judged_with_a_reason() -> None:
+    """explain lists every pool of the vendor, chosen or rejected, with why."""
+    d = run({"gpupool.io/gpu-class": "medium", "gpupool.io/min-memory": "20Gi"})
+    lines = d.explain()
+    assert any(line.startswith(f"{L4}: chosen") for line in lines)
+    assert any(line.startswith(f"{T4}: rejected") and "15Gi < min-memory 20Gi" in line for line in lines)
+    assert any(line.startswith(f"{A100}: rejected") and "class high not in medium" in line for line in lines)
+    assert len(lines) == 5
+
+
+def test_pool_whose_nodes_are_all_too_small_is_not_a_place_to_wait() -> None:
+    """An 8-GPU Pod never waits on 4-GPU nodes: that pool is rejected saying how large its nodes are."""
+    objects = [
+        gpu_node("t4-a"),
+        gpu_node("a", "NVIDIA-A100-SXM4-40GB", 8, gpu_class="high"),
+        pod("x", gpus=8, node="a", phase="Running"),
+    ]
+    d = run({"gpupool.io/gpu-count": "8"}, objects)
+    assert chosen(d) == A100 and d.chosen is not None and not d.chosen.fits
+    assert any("no node has 8 GPUs (the largest has 4)" in line for line in d.explain())
+    too_big = run({"gpupool.io/gpu-count": "16"}, objects)
+    assert too_big.chosen is None and "no node has 16 GPUs" in too_big.denial

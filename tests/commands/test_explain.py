@@ -1,0 +1,343 @@
+"""`gpupool explain`: the decision, the reasons, the patch and the patched Pod for a Pod manifest.
+
+Run through `webhook.commands.cli.main` (as the console script does) and, for the exit status and the absence
+of tracebacks, as a real `python -m webhook` process. Exit status: 0 allowed, 1 denied, 2 for a bad
+file or argument, with `gpupool explain: error:` and the file or field named.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import pytest
+import yaml
+
+from webhook.commands.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+PODS = REPO / "examples" / "pods"
+INVENTORY = str(REPO / "examples" / "cluster.yaml")
+POLICY = str(REPO / "examples" / "policy.yaml")
+ERROR_PREFIX = "gpupool explain: error:"
+JSON_KEYS = {"allowed", "code", "message", "warnings", "pool", "patch"}
+
+
+def explain(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """Run `gpupool explain ARGS` in-process against the demo inventory: (exit status, stdout, stderr)."""
+    argv = ["explain", *args]
+    if "--inventory" not in args:
+        argv += ["--inventory", INVENTORY]
+    status = main(argv)
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def explain_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
+    status, out, err = explain(capsys, *args, "-o", "json")
+    assert err == ""
+    answer = json.loads(out)  # the whole of stdout is one JSON document
+    assert isinstance(answer, dict)
+    return status, answer
+
+
+def load(path: Path) -> dict[str, Any]:
+    loaded = yaml.safe_load(path.read_text("utf-8"))
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+def patched_pod_section(text: str) -> dict[str, Any]:
+    """The patched Pod printed at the end of the text output, parsed back."""
+    assert "Patched Pod:\n" in text, text
+    section = textwrap.dedent(text.split("Patched Pod:\n", 1)[1])
+    loaded = yaml.safe_load(section)
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+# --- text output -------------------------------------------------------------------------------------------
+
+
+def test_text_output_names_pool_reasons_patch_and_patched_pod(capsys: pytest.CaptureFixture[str]) -> None:
+    """The text report says where the Pod goes, why each pool was taken or passed over, the patch, and
+    the patched Pod (the original with the patch applied)."""
+    pod_file = PODS / "class-medium.yaml"
+    status, out, err = explain(capsys, str(pod_file))
+    assert (status, err) == (0, "")
+    assert "ml-train/resnet50-train" in out
+    assert "nvidia/medium/Tesla-T4" in out
+    for pool in (
+        "nvidia/medium/NVIDIA-L4",
+        "nvidia/high/NVIDIA-A100-SXM4-40GB",
+        "nvidia/high/NVIDIA-H100-80GB-HBM3",
+        "nvidia/low/NVIDIA-GeForce-RTX-3060",
+        "nvidia/low/NVIDIA-GeForce-RTX-4090",
+    ):
+        assert pool in out, f"no reason given for {pool}"
+    l4_line = next(line for line in out.splitlines() if "NVIDIA-L4" in line)
+    assert "dedicated=inference" in l4_line, "the L4 is passed over for its taint, and the line says so"
+    _, answer = explain_json(capsys, str(pod_file))
+    for op in answer["patch"]:
+        assert op["path"] in out
+    expected = jsonpatch.apply_patch(load(pod_file), answer["patch"])
+    assert patched_pod_section(out) == expected
+
+
+def test_text_output_shows_warnings(capsys: pytest.CaptureFixture[str]) -> None:
+    """A fallback placement is reported with its warning."""
+    status, out, _ = explain(capsys, str(PODS / "fallback.yaml"))
+    assert status == 0
+    assert "nvidia/high/NVIDIA-A100-SXM4-40GB" in out
+    assert "fell back" in out or "fallback" in out.lower()
+
+
+def test_text_output_for_a_denied_pod_gives_the_reason(capsys: pytest.CaptureFixture[str]) -> None:
+    """A denied Pod exits with status 1 and the text says why (the quota, used, requested and hard)."""
+    status, out, _ = explain(capsys, str(PODS / "team-a-quota.yaml"), "--policy", POLICY)
+    assert status == 1
+    assert "gpu-quota" in out and "Patched Pod" not in out
+
+
+# --- JSON output -------------------------------------------------------------------------------------------
+
+
+def test_json_output_is_one_object_with_the_documented_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    """`-o json` prints exactly one object: allowed, code, message, warnings, pool, patch; the pool
+    names vendor, class, product and resource, and the patch applies to the Pod."""
+    pod_file = PODS / "class-medium.yaml"
+    status, answer = explain_json(capsys, str(pod_file))
+    assert status == 0
+    assert set(answer) == JSON_KEYS
+    assert answer["allowed"] is True and answer["code"] == 200
+    assert isinstance(answer["message"], str) and answer["warnings"] == []
+    assert answer["pool"] == {
+        "vendor": "nvidia",
+        "class": "medium",
+        "product": "Tesla-T4",
+        "resource": "nvidia.com/gpu",
+    }
+    patched = jsonpatch.apply_patch(load(pod_file), answer["patch"])
+    assert patched["metadata"]["annotations"]["gpupool.io/pool"] == "nvidia/medium/Tesla-T4"
+
+
+def test_json_output_for_a_denied_pod(capsys: pytest.CaptureFixture[str]) -> None:
+    """A denial: exit status 1, allowed false, a 4xx code, the message, pool null and an empty patch."""
+    status, answer = explain_json(capsys, str(PODS / "team-a-quota.yaml"), "--policy", POLICY)
+    assert status == 1
+    assert set(answer) == JSON_KEYS
+    assert answer["allowed"] is False and answer["code"] == 403
+    assert "gpu-quota" in answer["message"]
+    assert answer["pool"] is None and answer["patch"] == []
+
+
+def test_json_output_for_a_bad_annotation_is_a_400(capsys: pytest.CaptureFixture[str]) -> None:
+    """A malformed annotation is a denial with code 400 (exit 1), not a usage error."""
+    status, answer = explain_json(capsys, str(PODS / "bad-annotation.yaml"))
+    assert status == 1
+    assert answer["code"] == 400 and "gpupool.io/gpu-clas" in answer["message"]
+
+
+def test_json_output_for_a_pod_that_is_not_gpupools_business(capsys: pytest.CaptureFixture[str]) -> None:
+    """A CPU Pod is allowed unchanged: exit 0, pool null, no patch."""
+    status, answer = explain_json(capsys, str(PODS / "plain-cpu.yaml"))
+    assert status == 0
+    assert answer["allowed"] is True and answer["pool"] is None and answer["patch"] == []
+
+
+def test_json_output_carries_the_wait_warning(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Without fallback, the 4-GPU medium Pod is admitted to wait, and the warning is in `warnings`."""
+    obj = load(PODS / "fallback.yaml")
+    del obj["metadata"]["annotations"]["gpupool.io/fallback"]
+    pod_file = tmp_path / "wait.yaml"
+    pod_file.write_text(yaml.safe_dump(obj), "utf-8")
+    status, answer = explain_json(capsys, str(pod_file))
+    assert status == 0
+    assert answer["pool"]["product"] == "Tesla-T4"
+    assert answer["warnings"] and any("wait" in w for w in answer["warnings"])
+
+
+def test_pod_in_json_form_is_read_too(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A Pod saved with `kubectl get pod -o json` gives the same answer as its YAML."""
+    pod_file = tmp_path / "pod.json"
+    pod_file.write_text(json.dumps(load(PODS / "class-medium.yaml")), "utf-8")
+    assert explain_json(capsys, str(pod_file)) == explain_json(capsys, str(PODS / "class-medium.yaml"))
+
+
+# --- inputs and options ------------------------------------------------------------------------------------
+
+
+def test_dash_reads_the_pod_from_stdin(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`-` reads the manifest from standard input, with the same answer as the file."""
+    from_file = explain_json(capsys, str(PODS / "class-medium.yaml"))
+    monkeypatch.setattr(sys, "stdin", io.StringIO((PODS / "class-medium.yaml").read_text("utf-8")))
+    assert explain_json(capsys, "-") == from_file
+
+
+def test_namespace_option_overrides_the_manifest(capsys: pytest.CaptureFixture[str]) -> None:
+    """--namespace decides the namespace rules: the students Pod gets the students' default class low,
+    but in team-a it gets team-a's default class medium."""
+    pod_file = str(PODS / "students-default-class.yaml")
+    _, as_written = explain_json(capsys, pod_file, "--policy", POLICY)
+    assert as_written["pool"]["class"] == "low"
+    _, overridden = explain_json(capsys, pod_file, "--policy", POLICY, "--namespace", "team-a")
+    assert overridden["pool"]["class"] == "medium"
+    _, out, _ = explain(capsys, pod_file, "--policy", POLICY, "-n", "team-a")
+    assert "team-a/homework-3" in out
+
+
+def test_pod_without_namespace_is_in_default(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A manifest without metadata.namespace is explained for the namespace `default`."""
+    obj = load(PODS / "class-medium.yaml")
+    del obj["metadata"]["namespace"]
+    pod_file = tmp_path / "pod.yaml"
+    pod_file.write_text(yaml.safe_dump(obj), "utf-8")
+    status, out, _ = explain(capsys, str(pod_file))
+    assert status == 0 and "default/resnet50-train" in out
+
+
+def test_policy_option_is_applied(capsys: pytest.CaptureFixture[str]) -> None:
+    """--policy brings the namespace rules: the A100 Pod is placed in students under the built-in
+    policy (every class allowed) and denied under the demo policy (students may not use high)."""
+    pod_file = str(PODS / "product-a100.yaml")
+    status, built_in = explain_json(capsys, pod_file, "--namespace", "students")
+    assert status == 0 and built_in["pool"]["class"] == "high"
+    status, demo = explain_json(capsys, pod_file, "--namespace", "students", "--policy", POLICY)
+    assert status == 1 and demo["pool"] is None
+    assert "students" in demo["message"]
+
+
+def test_without_inventory_the_live_cluster_is_used(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """No --inventory means the live cluster from KUBECONFIG; with no usable configuration the command
+    exits 2 with one error line that points to --inventory, and touches no snapshot."""
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing-kubeconfig"))
+    status = main(["explain", str(PODS / "class-medium.yaml"), "-o", "json"])
+    out, err = capsys.readouterr()
+    assert (status, out) == (2, "")
+    assert err.startswith(ERROR_PREFIX) and "Traceback" not in err
+    assert "--inventory" in err
+
+
+def test_snapshot_does_not_need_a_kubeconfig(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """With --inventory FILE the cluster configuration is never read."""
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing-kubeconfig"))
+    status, answer = explain_json(capsys, str(PODS / "class-medium.yaml"))
+    assert status == 0 and answer["pool"]["product"] == "Tesla-T4"
+
+
+# --- bad files and arguments -------------------------------------------------------------------------------
+
+SERVICE = "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {ports: [{port: 80}]}\n"
+POD = "@pod"  # stands for the text of examples/pods/class-medium.yaml
+
+# name -> (pod file content or None for a missing file, inventory content, policy content, words in the message)
+BAD_FILES: dict[str, tuple[str | None, str | None, str | None, tuple[str, ...]]] = {
+    "missing-pod": (None, None, None, ("pod.yaml",)),
+    "pod-not-yaml": ("metadata: {name: [unclosed\n", None, None, ("pod.yaml", "YAML")),
+    "pod-two-documents": (POD + "\n---\n" + POD, None, None, ("pod.yaml", "2")),
+    "pod-empty": ("", None, None, ("pod.yaml",)),
+    "pod-is-a-list": ("- a\n- b\n", None, None, ("pod.yaml",)),
+    "service-not-pod": (SERVICE, None, None, ("pod.yaml", "Service")),
+    "missing-inventory": (POD, "", None, ("inventory.yaml",)),
+    "inventory-not-a-list": (POD, "apiVersion: v1\nkind: Status\nfoo: bar\n", None, ("inventory.yaml",)),
+    "inventory-a-mapping-without-items": (POD, "foo: bar\n", None, ("inventory.yaml", "List")),
+    "inventory-a-scalar": (POD, "just some text\n", None, ("inventory.yaml",)),
+    "inventory-not-yaml": (POD, "items: [\n", None, ("inventory.yaml",)),
+    "inventory-without-nodes": (POD, "apiVersion: v1\nkind: List\nitems: []\n", None, ("inventory.yaml", "Node")),
+    "policy-unknown-field": (POD, None, "defaults:\n  fallbak: true\n", ("policy.yaml", "fallbak")),
+    "policy-bad-value": (POD, None, "defaults:\n  onNoCapacity: maybe\n", ("policy.yaml", "onNoCapacity", "maybe")),
+    "policy-not-yaml": (POD, None, "classes: [low\n", ("policy.yaml",)),
+    "missing-policy": (POD, None, "", ("policy.yaml",)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_FILES))
+def test_bad_files_exit_2_with_a_clear_error(case: str, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A missing or unusable Pod, inventory or policy file: exit status 2, one `gpupool explain: error:`
+    line naming the file (and the field), nothing on stdout, no traceback."""
+    pod_text, inventory_text, policy_text, words = BAD_FILES[case]
+    pod_file, inventory_file, policy_file = tmp_path / "pod.yaml", tmp_path / "inventory.yaml", tmp_path / "policy.yaml"
+    if pod_text is not None:
+        pod_file.write_text(pod_text.replace(POD, (PODS / "class-medium.yaml").read_text("utf-8")), "utf-8")
+    args = [str(pod_file)]
+    if inventory_text is not None:
+        if inventory_text:
+            inventory_file.write_text(inventory_text, "utf-8")
+        args += ["--inventory", str(inventory_file)]
+    if policy_text is not None:
+        if policy_text:
+            policy_file.write_text(policy_text, "utf-8")
+        args += ["--policy", str(policy_file)]
+    status, out, err = explain(capsys, *args)
+    assert status == 2
+    assert out == ""
+    assert err.startswith(ERROR_PREFIX), err
+    assert "Traceback" not in err
+    for word in words:
+        assert word in err, f"{word!r} not in {err!r}"
+
+
+def test_unknown_output_format_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """`-o yaml` is refused by the argument parser with status 2, naming the accepted choices."""
+    with pytest.raises(SystemExit) as exc:
+        main(["explain", str(PODS / "class-medium.yaml"), "-o", "yaml"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "json" in err and "text" in err
+
+
+# --- as a real process -------------------------------------------------------------------------------------
+
+
+def run_module(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """`python -m webhook ARGS` in the repository, killed if it runs longer than a generous timeout."""
+    return subprocess.run(
+        [sys.executable, "-m", "webhook", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_module_reads_stdin_and_prints_json(capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m webhook explain - -o json` with the Pod on stdin: exit 0 and the same object as the
+    in-process command."""
+    proc = run_module(
+        "explain", "-", "--inventory", INVENTORY, "-o", "json", stdin=(PODS / "class-medium.yaml").read_text("utf-8")
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == explain_json(capsys, str(PODS / "class-medium.yaml"))[1]
+
+
+def test_module_denied_pod_exits_1() -> None:
+    """A denied Pod makes the process exit with status 1 (scripts can test it)."""
+    proc = run_module("explain", str(PODS / "team-a-quota.yaml"), "--inventory", INVENTORY, "--policy", POLICY)
+    assert proc.returncode == 1, proc.stderr
+    assert "gpu-quota" in proc.stdout
+
+
+def test_module_bad_policy_exits_2_without_traceback(tmp_path: Path) -> None:
+    """A policy with an unknown field: the process exits 2 with one error line naming file and field."""
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text("namespaces:\n  team-a:\n    defaultClas: medium\n", "utf-8")
+    proc = run_module(
+        "explain", str(PODS / "class-medium.yaml"), "--inventory", INVENTORY, "--policy", str(policy_file)
+    )
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr.startswith(ERROR_PREFIX) and "Traceback" not in proc.stderr
+    assert str(policy_file) in proc.stderr and "defaultClas" in proc.stderr

@@ -1,0 +1,152 @@
+"""`gpupool serve`'s command line: every flag has a variable, flags win, defaults, and every configuration
+a user can get wrong exits 2 with a message before gunicorn starts."""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import DEMO_INVENTORY, REPO, free_port, server_env
+from tests.serving.test_server import client_certificate, new_ca
+from webhook.commands.serve import DEFAULTS, SERVE_ENV, configure, resolve_options
+from webhook.domain.errors import ConfigError
+
+
+def serve_args(**given: Any) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    args = parser.parse_args([])
+    for name, value in given.items():
+        setattr(args, name, value)
+    return args
+
+
+class TestOptions:
+    def test_every_option_has_an_environment_variable(self) -> None:
+        """SERVE_ENV maps each of serve's flags to its variable (the Deployment is checked against it)."""
+        parser = argparse.ArgumentParser()
+        configure(parser)
+        flags = {a.option_strings[0] for a in parser._actions if a.option_strings and a.dest != "help"}
+        assert set(SERVE_ENV.values()) == flags
+        assert all(name.startswith("GPUPOOL_") for name in SERVE_ENV)
+
+    def test_environment_is_used_and_flags_win(self) -> None:
+        """A variable sets an option; the flag, when given, wins over it."""
+        env = {"GPUPOOL_CERT": "env.crt", "GPUPOOL_KEY": "env.key", "GPUPOOL_PORT": "9443", "GPUPOOL_WORKERS": "3"}
+        options = resolve_options(serve_args(port="10443"), env)
+        assert (options.cert, options.key, options.port, options.workers) == ("env.crt", "env.key", 10443, 3)
+
+    def test_defaults(self) -> None:
+        """Without flags or variables: 0.0.0.0, 8443, 8080, 1 worker, 4 threads, info."""
+        options = resolve_options(serve_args(cert="c", key="k"), {})
+        assert (
+            options.host,
+            options.port,
+            options.health_port,
+            options.workers,
+            options.threads,
+            options.log_level,
+        ) == ("0.0.0.0", 8443, 8080, 1, 4, "info")
+        assert DEFAULTS["--port"] == "8443"
+
+    @pytest.mark.parametrize(
+        ("given", "env", "words"),
+        [
+            pytest.param({}, {}, "--cert (or GPUPOOL_CERT) is required", id="no-cert"),
+            pytest.param({"cert": "c", "key": "k"}, {"GPUPOOL_PORT": "https"}, "GPUPOOL_PORT", id="bad-env-port"),
+            pytest.param({"cert": "c", "key": "k", "workers": "0"}, {}, "--workers", id="zero-workers"),
+            pytest.param({"cert": "c", "key": "k", "port": "8080"}, {}, "must differ", id="same-ports"),
+            pytest.param({"cert": "c", "key": "k", "log_level": "loud"}, {}, "--log-level", id="bad-level"),
+        ],
+    )
+    def test_bad_options_are_usage_errors(self, given: dict[str, str], env: dict[str, str], words: str) -> None:
+        """A bad option is a ConfigError that names the flag and its variable."""
+        with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)")):
+            resolve_options(serve_args(**given), env)
+
+
+class TestStartupErrors:
+    def run_serve(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "webhook", "serve", *args],
+            check=False,
+            env=env or server_env(),
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    def test_bad_configurations_exit_2_with_a_clear_message(self, cert_dir: Path, tmp_path: Path) -> None:
+        """Missing certificate, bad policy, bad inventory, no inventory, or a --client-ca that is missing,
+        not PEM or a client certificate instead of a CA: exit 2 before gunicorn starts."""
+        bad_policy = tmp_path / "policy.yaml"
+        bad_policy.write_text("classes: 7\n")
+        bad_inventory = tmp_path / "cluster.yaml"
+        bad_inventory.write_text("kind: List\nitems: [{kind: Node}]\n")
+        tls = ["--cert", str(cert_dir / "tls.crt"), "--key", str(cert_dir / "tls.key")]
+        client_cert, _ = client_certificate(new_ca(tmp_path / "client-ca"), tmp_path / "client")
+        demo = ["--inventory", str(DEMO_INVENTORY)]
+        port_args = ["--host", "127.0.0.1", "--port", str(free_port()), "--health-port", str(free_port())]
+        cases = {
+            "no such file": [
+                "--cert",
+                str(tmp_path / "missing.crt"),
+                "--key",
+                str(cert_dir / "tls.key"),
+                "--inventory",
+                str(DEMO_INVENTORY),
+            ],
+            "not a usable certificate": [
+                "--cert",
+                str(cert_dir / "ca.crt"),
+                "--key",
+                str(cert_dir / "tls.key"),
+                "--inventory",
+                str(DEMO_INVENTORY),
+            ],
+            "classes": [*tls, "--policy", str(bad_policy), "--inventory", str(DEMO_INVENTORY)],
+            str(bad_inventory): [*tls, "--inventory", str(bad_inventory)],
+            "cannot load Kubernetes configuration": [*tls, "--kubeconfig", str(cert_dir / "no-such-kubeconfig")],
+            f"--client-ca {tmp_path / 'none.crt'}: no such file": [
+                *tls,
+                *demo,
+                "--client-ca",
+                str(tmp_path / "none.crt"),
+            ],
+            "not a PEM certificate file": [*tls, *demo, "--client-ca", str(bad_policy)],
+            "'CN=kube-apiserver' is not a CA certificate": [*tls, *demo, "--client-ca", str(client_cert)],
+        }
+        for words, args in cases.items():
+            result = self.run_serve(*args, *port_args)
+            assert result.returncode == 2, (words, result.stderr)
+            assert result.stderr.startswith("gpupool serve: error:") and words in result.stderr, result.stderr
+            assert "Traceback" not in result.stderr and "Starting gunicorn" not in result.stderr
+
+    def test_busy_port_exits_2(self, cert_dir: Path) -> None:
+        """A TLS port that is already taken is reported, not retried for seconds by gunicorn."""
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            result = self.run_serve(
+                "--cert",
+                str(cert_dir / "tls.crt"),
+                "--key",
+                str(cert_dir / "tls.key"),
+                "--inventory",
+                str(DEMO_INVENTORY),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--health-port",
+                str(free_port()),
+            )
+        assert result.returncode == 2 and f"--port {port}" in result.stderr

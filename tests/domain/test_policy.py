@@ -1,0 +1,128 @@
+"""The policy file: the built-in default, a user file merged over it, and errors that name the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from webhook.domain.policy import PolicyError, default_policy_text, load_policy, load_policy_text
+from webhook.domain.products import tokens
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_default_policy_is_the_manifests_file() -> None:
+    """The code and the ConfigMap read the same file, so they cannot drift."""
+    assert default_policy_text() == (REPO / "manifests" / "base" / "policy.yaml").read_text("utf-8")
+
+
+def test_default_policy_classes_and_product_table() -> None:
+    """The default classes are low<medium<high and the product table classes the common GPUs."""
+    policy = load_policy(None)
+    assert policy.classes == ("low", "medium", "high")
+    nv = policy.vendors["nvidia"].product_prefixes
+    classes = {
+        p: policy.product_class(tokens(p, nv))
+        for p in (
+            "NVIDIA-H100-80GB-HBM3",
+            "NVIDIA-H200",
+            "NVIDIA-B200",
+            "NVIDIA-A100-SXM4-40GB",
+            "NVIDIA-L40S",
+            "NVIDIA-L4",
+            "NVIDIA-A10",
+            "Tesla-T4",
+            "NVIDIA-GeForce-RTX-3060",
+            "NVIDIA-GeForce-RTX-4090",
+        )
+    }
+    assert classes == {
+        "NVIDIA-H100-80GB-HBM3": "high",
+        "NVIDIA-H200": "high",
+        "NVIDIA-B200": "high",
+        "NVIDIA-A100-SXM4-40GB": "high",
+        "NVIDIA-L40S": "medium",
+        "NVIDIA-L4": "medium",
+        "NVIDIA-A10": "medium",
+        "Tesla-T4": "medium",
+        "NVIDIA-GeForce-RTX-3060": "low",
+        "NVIDIA-GeForce-RTX-4090": "low",
+    }
+
+
+def test_most_specific_product_entry_wins() -> None:
+    """`A100-80GB` gets 80Gi from its own entry, a plain A100 40Gi; unknown products get nothing."""
+    policy = load_policy(None)
+    nv = policy.vendors["nvidia"].product_prefixes
+    assert policy.product_memory_mib(tokens("NVIDIA-A100-SXM4-80GB", nv)) == 80 * 1024
+    assert policy.product_memory_mib(tokens("NVIDIA-A100-SXM4-40GB", nv)) == 40 * 1024
+    assert policy.product_class(tokens("NVIDIA-Quadro-P2000", nv)) == ""
+
+
+def test_user_file_merges_over_the_default() -> None:
+    """An admin's file changes only what it names: defaults key by key, vendors one by one."""
+    policy = load_policy_text(
+        "defaults: {onNoCapacity: deny}\n"
+        "vendors: {amd: {resource: amd.com/gpu, productLabel: amd.com/gpu.product-name}}\n"
+        "namespaces: {team-a: {allowedClasses: [medium, high], defaultClass: medium, classQuota: {high: 4}}}\n"
+    )
+    assert policy.defaults.on_no_capacity == "deny"
+    assert policy.defaults.fallback is False  # untouched default
+    assert policy.vendors["nvidia"].resource == "nvidia.com/gpu"
+    assert policy.vendors["amd"].taints == ()  # replaced whole
+    rule = policy.namespace("team-a")
+    assert (rule.allowed_classes, rule.default_class, dict(rule.class_quota)) == (
+        ("medium", "high"),
+        "medium",
+        {"high": 4},
+    )
+    assert policy.namespace("elsewhere").allowed_classes == ()
+
+
+def test_empty_user_file_is_the_default() -> None:
+    """An empty ConfigMap entry is valid and means the default."""
+    assert load_policy_text("") == load_policy(None)
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        ("classes: []", "classes"),
+        ("classes: [low, low]", "classes"),
+        ("clases: [low]", "policy.clases: unknown field"),
+        ("defaults: {onNoCapacity: maybe}", "defaults.onNoCapacity: 'maybe' is not one of warn, deny"),
+        ("defaults: {fallback: yes please}", "defaults.fallback: expected true or false"),
+        ("defaults: {staleAfterSeconds: -1}", "defaults.staleAfterSeconds"),
+        ("defaultVendor: intel", "defaultVendor: 'intel' is not a vendor"),
+        ("vendors: {nvidia: {resource: nvidia.com/gpu}}", "vendors.nvidia.productLabel"),
+        ("vendors: {nvidia: {resource: x, productLabel: y, memoryUnit: KB}}", "vendors.nvidia.memoryUnit"),
+        (
+            "vendors: {nvidia: {resource: x, productLabel: y, taints: [{key: k, effect: Sometimes}]}}",
+            "vendors.nvidia.taints[0].effect",
+        ),
+        ("vendors: {amd: {resource: nvidia.com/gpu, productLabel: y}}", "two vendors share a resource"),
+        ("products: [{match: T4, class: mid}]", "products[0].class: 'mid' is not a class"),
+        ("products: [{match: T4, memory: lots}]", "products[0].memory"),
+        ("products: [{match: T4}]", "products[0]: gives neither class nor memory"),
+        ("namespaces: {a: {allowedClasses: [huge]}}", "namespaces.a.allowedClasses: 'huge' is not a class"),
+        ("namespaces: {a: {allowedClasses: [low], defaultClass: high}}", "namespaces.a.defaultClass"),
+        ("namespaces: {a: {classQuota: {high: -1}}}", "namespaces.a.classQuota.high"),
+        ("namespaces: {a: {classQuota: {huge: 1}}}", "namespaces.a.classQuota.huge: not a class"),
+        ("kind: ConfigMap", "kind: 'ConfigMap' is not Policy"),
+        ("- a list", "expected a mapping at the top level"),
+        ("classes: [low\n", "not valid YAML"),
+    ],
+)
+def test_invalid_policy_is_refused_naming_the_field(text: str, names: str) -> None:
+    """Each mistake is refused at start with a message that points at the field."""
+    with pytest.raises(PolicyError) as err:
+        load_policy_text(text, source="my-policy.yaml")
+    assert names in str(err.value)
+    assert str(err.value).startswith("my-policy.yaml")
+
+
+def test_missing_policy_file_is_a_clear_error(tmp_path: Path) -> None:
+    """A path that does not exist names the path."""
+    with pytest.raises(PolicyError, match="cannot read policy file .*nope.yaml"):
+        load_policy(str(tmp_path / "nope.yaml"))

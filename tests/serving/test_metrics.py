@@ -1,0 +1,200 @@
+"""Tests for webhook.serving.metrics: what is counted, pool gauges from the inventory, the multiprocess readers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from tests.conftest import REPO, wait_until
+from webhook.domain.model import PoolKey, QuotaInfo
+from webhook.domain.policy import Policy, load_policy
+from webhook.pools.inventory import PoolStats
+from webhook.serving.metrics import GaugeRefresher, Metrics, multiprocess_exposition, worker_readiness
+
+L4 = PoolKey("nvidia", "medium", "NVIDIA-L4")
+T4 = PoolKey("nvidia", "medium", "Tesla-T4")
+
+
+def stats(pool: PoolKey, nodes: int, gpus: int, free: int) -> PoolStats:
+    return PoolStats(pool, "nvidia.com/gpu", 23034, nodes, nodes, gpus, gpus - free, free, 0)
+
+
+@dataclass
+class FakeView:
+    stats: list[PoolStats]
+    quotas: list[QuotaInfo] = field(default_factory=list)
+    reservations: int = 0
+    policy: Policy = field(default_factory=lambda: load_policy(None))
+
+    def pool_stats(self) -> list[PoolStats]:
+        return list(self.stats)
+
+    def all_quotas(self) -> list[QuotaInfo]:
+        return list(self.quotas)
+
+
+@dataclass
+class FakeInventory:
+    """An Inventory whose pools, readiness and age a test sets directly."""
+
+    pools: list[PoolStats] = field(default_factory=list)
+    is_ready: bool = True
+    age: float = 0.0
+    reads: int = 0
+
+    quotas: list[QuotaInfo] = field(default_factory=list)
+    reservations: int = 0
+
+    @contextmanager
+    def read(self) -> Iterator[FakeView]:
+        self.reads += 1
+        yield FakeView(self.pools, self.quotas, self.reservations)
+
+    @property
+    def ready(self) -> bool:
+        return self.is_ready
+
+    def age_seconds(self) -> float:
+        return self.age
+
+    def close(self) -> None:
+        return None
+
+
+def value(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
+    return registry.get_sample_value(name, labels)
+
+
+class TestRecord:
+    def test_admission_counted_by_outcome_and_pool_with_latency(self) -> None:
+        """Each admission adds one to its (outcome, pool) counter and one latency observation."""
+        registry = CollectorRegistry()
+        metrics = Metrics(registry)
+        metrics.record(outcome="mutated", pool=str(L4), seconds=0.002, dry_run=False)
+        metrics.record(outcome="mutated", pool=str(L4), seconds=0.0004, dry_run=False)
+        assert value(registry, "gpupool_admissions_total", outcome="mutated", pool=str(L4)) == 2
+        assert value(registry, "gpupool_admission_duration_seconds_bucket", le="0.0005") == 1
+        assert value(registry, "gpupool_admission_duration_seconds_count") == 2
+
+    def test_dry_run_is_timed_but_not_counted(self) -> None:
+        """A dry run leaves no count of placed Pods, only its latency."""
+        registry = CollectorRegistry()
+        Metrics(registry).record(outcome="mutated", pool=str(L4), seconds=0.001, dry_run=True, quota_denial=True)
+        assert value(registry, "gpupool_admissions_total", outcome="mutated", pool=str(L4)) is None
+        assert value(registry, "gpupool_quota_denials_total", namespace="") is None
+        assert value(registry, "gpupool_admission_duration_seconds_count") == 1
+
+    def test_quota_denial_counted_by_namespace(self) -> None:
+        """A quota denial counts both as denied and as a quota denial of its namespace."""
+        registry = CollectorRegistry()
+        Metrics(registry).record(
+            outcome="denied", pool="", seconds=0.001, dry_run=False, namespace="ml", quota_denial=True
+        )
+        assert value(registry, "gpupool_quota_denials_total", namespace="ml") == 1
+        assert value(registry, "gpupool_admissions_total", outcome="denied", pool="") == 1
+
+
+class TestRefresh:
+    def test_pool_gauges_follow_the_inventory(self) -> None:
+        """Nodes, GPUs and free GPUs per pool, inventory age and readiness come from the inventory."""
+        registry = CollectorRegistry()
+        inventory = FakeInventory([stats(L4, 2, 8, 3)], age=4.5)
+        Metrics(registry).refresh(inventory)
+        assert value(registry, "gpupool_pool_nodes", pool=str(L4)) == 2
+        assert value(registry, "gpupool_pool_gpus", pool=str(L4)) == 8
+        assert value(registry, "gpupool_pool_gpus_free", pool=str(L4)) == 3
+        assert value(registry, "gpupool_inventory_age_seconds") == 4.5
+        assert value(registry, "gpupool_inventory_ready") == 1
+
+    def test_staleness_reservations_and_unenforced_quotas(self) -> None:
+        """The admin sees a stale inventory, pending reservations and quotas Kubernetes does not enforce."""
+        registry = CollectorRegistry()
+        wrong = QuotaInfo("team-b", "gpu", {"nvidia.com/gpu": 4})
+        right = QuotaInfo("team-a", "gpu", {"requests.nvidia.com/gpu": 4})
+        inventory = FakeInventory([stats(L4, 2, 8, 3)], age=30.0, quotas=[wrong, right], reservations=3)
+        Metrics(registry).refresh(inventory, stale_after_seconds=10)
+        assert value(registry, "gpupool_inventory_stale") == 1
+        assert value(registry, "gpupool_quotas_unenforced") == 1
+        assert value(registry, "gpupool_reservations") == 3
+        inventory.age = 0.0
+        Metrics(registry2 := CollectorRegistry()).refresh(inventory, stale_after_seconds=10)
+        assert value(registry2, "gpupool_inventory_stale") == 0
+
+    def test_vanished_pool_reads_zero(self) -> None:
+        """A pool that is gone from the inventory shows 0, not its last capacity."""
+        registry = CollectorRegistry()
+        metrics = Metrics(registry)
+        inventory = FakeInventory([stats(L4, 2, 8, 3), stats(T4, 1, 4, 4)])
+        metrics.refresh(inventory)
+        inventory.pools = [stats(L4, 2, 8, 1)]
+        metrics.refresh(inventory)
+        assert value(registry, "gpupool_pool_gpus_free", pool=str(T4)) == 0
+        assert value(registry, "gpupool_pool_gpus_free", pool=str(L4)) == 1
+
+    def test_not_ready_inventory_is_not_read(self) -> None:
+        """Before the inventory is loaded, readiness is 0 and no pool is reported."""
+        registry = CollectorRegistry()
+        inventory = FakeInventory([stats(L4, 2, 8, 3)], is_ready=False)
+        Metrics(registry).refresh(inventory)
+        assert value(registry, "gpupool_inventory_ready") == 0
+        assert inventory.reads == 0
+
+    def test_refresher_keeps_refreshing_until_stopped(self) -> None:
+        """The background refresher picks up inventory changes on its own."""
+        registry = CollectorRegistry()
+        inventory = FakeInventory([stats(L4, 2, 8, 3)])
+        refresher = GaugeRefresher(Metrics(registry), inventory, interval=0.05).start()
+        try:
+            inventory.pools = [stats(L4, 2, 8, 0)]
+            wait_until(lambda: value(registry, "gpupool_pool_gpus_free", pool=str(L4)) == 0, 30, "a refresh")
+        finally:
+            refresher.stop()
+
+
+WORKER = textwrap.dedent(
+    """
+    import sys
+    from webhook.serving.metrics import Metrics
+    m = Metrics.private()
+    m.inventory_ready.set(int(sys.argv[1]))
+    m.record(outcome="mutated", pool="nvidia/medium/NVIDIA-L4", seconds=0.001, dry_run=False)
+    print(__import__("os").getpid())
+    """
+)
+
+
+def run_worker(directory: Path, ready: int) -> int:
+    """A separate process that records into the multiprocess directory, as a gunicorn worker does."""
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(directory)}
+    out = subprocess.run(
+        [sys.executable, "-c", WORKER, str(ready)],
+        env=env,
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return int(out.stdout.strip())
+
+
+class TestMultiprocess:
+    def test_readiness_per_worker_and_summed_counters(self, tmp_path: Path) -> None:
+        """Readiness is read per worker pid; counters of all workers add up in the exposition."""
+        ready_pid = run_worker(tmp_path, 1)
+        loading_pid = run_worker(tmp_path, 0)
+        assert worker_readiness(str(tmp_path)) == {ready_pid: True, loading_pid: False}
+        text = multiprocess_exposition(str(tmp_path)).decode()
+        assert 'gpupool_admissions_total{outcome="mutated",pool="nvidia/medium/NVIDIA-L4"} 2.0' in text
+
+    def test_empty_directory_has_no_ready_worker(self, tmp_path: Path) -> None:
+        """Before any worker writes, no worker is ready."""
+        assert worker_readiness(str(tmp_path)) == {}

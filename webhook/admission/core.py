@@ -1,0 +1,246 @@
+"""Admission of one Pod: annotations -> request -> decision -> quota -> patch, as a Verdict.
+
+`evaluate` is the pure core (no I/O, no clock): the same function answers kube-apiserver through the
+Flask app and the user through `gpupool explain`. It is `prepare` (what the Pod alone decides) then
+`place` (what the pools decide). `Admitter` binds them to a policy and an inventory, holds the
+inventory's lock only for `place`, and records a reservation for each real (not dry-run) placement.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any, NamedTuple
+
+from webhook.admission import verdict
+from webhook.admission.decision import bound_problem, class_quota_problem, decide
+from webhook.admission.patch import PatchSpec, build_patch
+from webhook.admission.pod import PodError, PodShape, PodView, read_pod
+from webhook.admission.quotas import check_quotas
+from webhook.admission.request import (
+    GpuRequest,
+    RequestError,
+    parse_request,
+    pod_devices,
+    requested_resources,
+    visible_devices_problem,
+    wants_gpus,
+)
+from webhook.admission.verdict import Placement, Verdict
+from webhook.domain.policy import Policy
+from webhook.pools.index import PoolIndex
+from webhook.pools.inventory import Inventory
+from webhook.pools.memo import NO_MEMO, Memo
+from webhook.pools.nodes import NodeFacts
+
+
+def evaluate(
+    pod: Any,
+    namespace: str,
+    policy: Policy,
+    index: PoolIndex,
+    *,
+    explain: bool = True,
+    shapes: Memo = NO_MEMO,
+) -> Verdict:
+    """The verdict for a Pod being created in `namespace`. `explain` adds a line per pool considered
+    (for `gpupool explain`; the server does not need them, denial messages carry their own).
+
+    `shapes` remembers, across calls with the same policy, what a Pod's shape alone decides
+    (webhook.admission.pod.PodShape): its request, or why it is refused, and its patch for a placement.
+    """
+    prepared = prepare(pod, namespace, policy, shapes)
+    if isinstance(prepared, Verdict):
+        return prepared
+    return place(prepared, policy, index, explain=explain, shapes=shapes)
+
+
+class Prepared(NamedTuple):
+    """A Pod that is gpupool's business, with its validated request: all that is known before the pools
+    are read. (A NamedTuple: one is built per admission, and it is cheaper to build than a frozen
+    dataclass.)"""
+
+    pod: PodView
+    request: GpuRequest
+    node: str  # the node the Pod names (spec.nodeName, or a DaemonSet's node affinity); "" for none
+    devices: int  # the GPUs it takes: the request's for a Pod gpupool places, its own if it names a node
+
+
+def prepare(pod: Any, namespace: str, policy: Policy, shapes: Memo = NO_MEMO) -> Prepared | Verdict:
+    """What the Pod alone decides, without the inventory: the verdict for a Pod gpupool refuses as
+    malformed or leaves alone, else its request. The raw Pod is read here, once."""
+    try:
+        view = read_pod(pod, namespace)
+    except PodError as exc:
+        return verdict.deny(str(exc), code=verdict.CODE_INVALID, reason="invalid")
+    if view.mirror:  # the kubelet's copy of a static Pod: already running, nothing to decide
+        return verdict.allow("mirror Pod: created by the kubelet, not placed by gpupool")
+    req = shapes.get(view.shape, lambda: _request(view.shape, policy))
+    if isinstance(req, Verdict):
+        return req
+    # A DaemonSet's Pod is placed by the DaemonSet controller's node affinity; pinning it to a pool could
+    # only strand it, but like a Pod that names its node it is checked against its node's pool.
+    node = view.node_name or (view.affinity_node if view.daemonset else "")
+    devices = pod_devices(view.shape, {req.vendor.resource, *req.partitions}) if node else req.pod_total
+    return Prepared(view, req, node, devices)
+
+
+def place(
+    prepared: Prepared, policy: Policy, index: PoolIndex, *, explain: bool = True, shapes: Memo = NO_MEMO
+) -> Verdict:
+    """The pool for a prepared Pod, read from the index now, and the patch that pins it there (or, for a
+    Pod that names its node, the check of that node's pool)."""
+    view, req, node, devices = prepared
+    if node:
+        return _bound(req, node, devices, policy, index)
+    if req.partitions:
+        return _partitions(req, policy)
+    decision = decide(req, index, policy)
+    reasons = decision.explain() if explain else ()
+    chosen = decision.chosen
+    if chosen is None:
+        return verdict.deny(decision.denial, reasons=reasons, reason=decision.denial_reason)
+    quota_problem = check_quotas(req, index, chosen.resource)
+    if quota_problem:
+        return verdict.deny(quota_problem, reasons=reasons, reason="quota")
+    placement = Placement(
+        pool=chosen.pool,
+        resource=chosen.resource,
+        count=req.count,
+        pod_total=req.pod_total,
+        selector=chosen.selector,
+        has_capacity=chosen.fits,
+        fallback=chosen.fallback,
+    )
+    spec = PatchSpec(
+        chosen.selector, chosen.gpu_taints, req.container_index, chosen.resource, req.count, str(chosen.pool)
+    )
+    # The key is the patch's whole input, so nothing it reads can be left out of it.
+    patch = shapes.get((view.shape, spec), lambda: build_patch(view.shape, spec))
+    return verdict.place(placement, patch, warnings=decision.warnings, reasons=reasons)
+
+
+def _bound(req: GpuRequest, node: str, devices: int, policy: Policy, index: PoolIndex) -> Verdict:
+    """A Pod that names its node gets no patch, but is held to its namespace's rules there: the class of
+    the node's pool must be allowed, its per-class quota and ResourceQuotas must have room."""
+    resources = {req.vendor.resource, *req.partitions}
+    if not devices:
+        return verdict.allow(f"already bound to node {node}; requests no {req.vendor.name} GPUs")
+    facts = index.node_facts(node, req.vendor.name)
+    rule = policy.namespace(req.namespace)
+    if not isinstance(facts, NodeFacts):
+        why = f" ({facts.reason})" if facts is not None else ""
+        if rule.restricted:
+            return verdict.deny(
+                f"the Pod names node {node}, which has no {req.vendor.name} GPUs gpupool can class{why}; namespace "
+                f"{req.namespace} may only use some GPU classes, so the Pod must leave the node to gpupool",
+                reason="bound-node",
+            )
+        note = f"gpupool: node {node} has no {req.vendor.name} GPUs gpupool knows of{why}; not checked"
+        return verdict.allow(f"already bound to node {node}").with_warnings((note,))
+    problem = bound_problem(req, facts) or class_quota_problem(
+        req.namespace, facts.pool.gpu_class, devices, index, policy
+    )
+    if problem:
+        return verdict.deny(problem, reason="class-quota" if problem.startswith("class quota") else "bound-node")
+    quota_problem = check_quotas(req, index, facts.resource, devices) if facts.resource in resources else ""
+    if quota_problem:
+        return verdict.deny(quota_problem, reason="quota")
+    free = index.node_free(facts) if facts.resource in resources else devices
+    warnings = () if free >= devices else (f"gpupool: node {node} has {free} free {facts.resource} now",)
+    placement = Placement(facts.pool, facts.resource, devices, devices, facts.selector, free >= devices, False)
+    return verdict.place(placement, [], warnings=warnings, message=f"already bound to node {node} in pool {facts.pool}")
+
+
+def _partitions(req: GpuRequest, policy: Policy) -> Verdict:
+    """A Pod that requests GPU partitions (MIG instances) itself and names no node: gpupool does not
+    place partitions, so it cannot keep such a Pod inside a namespace's classes."""
+    listed = ", ".join(req.partitions)
+    if policy.namespace(req.namespace).restricted:
+        return verdict.deny(
+            f"the Pod requests {listed}, which gpupool does not place; namespace {req.namespace} may only use "
+            f"some GPU classes, so request {req.vendor.resource} and let gpupool choose",
+            reason="no-match",
+        )
+    note = f"gpupool: {listed} is not placed by gpupool; the Pod keeps its own request"
+    return verdict.allow(f"requests {listed}, which gpupool does not place").with_warnings((note,))
+
+
+def _request(shape: PodShape, policy: Policy) -> GpuRequest | Verdict:
+    """What the Pod's shape alone decides: not gpupool's business, against the rules, malformed, or this
+    request."""
+    if not wants_gpus(shape, policy):
+        return verdict.allow("no gpupool.io/ annotation and no GPU resource")
+    problem = visible_devices_problem(shape, policy)
+    if problem:
+        return verdict.deny(problem, reason="visible-devices")
+    if not shape.annotations and not requested_resources(shape, policy):
+        return verdict.allow("no gpupool.io/ annotation and no GPU resource")
+    try:
+        return parse_request(shape, policy)
+    except RequestError as exc:
+        return verdict.deny(str(exc), code=verdict.CODE_INVALID, reason="invalid")
+
+
+class Admitter:
+    """The core bound to a policy and an inventory, as the server uses it."""
+
+    def __init__(self, policy: Policy, inventory: Inventory, clock: Callable[[], float] = time.monotonic) -> None:
+        self.policy = policy
+        self.inventory = inventory
+        self._clock = clock
+        self._shapes = Memo()
+
+    def admit(self, pod: Any, *, namespace: str, dry_run: bool = False) -> Verdict:
+        # Only reading the pools and reserving hold the inventory's lock (which the watches need too).
+        prepared = prepare(pod, namespace, self.policy, self._shapes)
+        if isinstance(prepared, Verdict):
+            return prepared
+        stale = self.stale_seconds()
+        view, req, node, devices = prepared
+        with self.inventory.read() as index:
+            now = self._clock()
+            index.expire(now, self.inventory.current_since())
+            # kube-apiserver may call again with gpupool's own placement applied (reinvocationPolicy
+            # IfNeeded): that Pod's reservation is taken back first, so it is not counted against itself.
+            echoed = (
+                not dry_run
+                and (node or req.pool_pin is not None)
+                and index.take_echo(
+                    view.namespace, view.name, view.generate_name, pool=req.pool_pin, node=node, gpus=devices
+                )
+            )
+            result = place(prepared, self.policy, index, explain=False, shapes=self._shapes)
+            placement = result.placement
+            if placement is not None and stale and self.policy.defaults.on_stale == "deny":
+                return verdict.deny(
+                    f"the GPU inventory is stale (no contact with the API for {stale:.0f} s); "
+                    "policy onStale is deny, so GPU Pods are refused until it re-syncs",
+                    code=verdict.CODE_UNAVAILABLE,
+                    reasons=result.reasons,
+                    reason="stale",
+                )
+            # Every placed Pod counts until the watch shows it, pre-patched and bound ones too (only its
+            # own re-invocation, recognised above, is not counted twice).
+            if placement is not None and not dry_run:
+                index.reserve(
+                    view.namespace,
+                    placement.pool,
+                    placement.selector,
+                    placement.pod_total,
+                    now,
+                    name=view.name,
+                    generate_name=view.generate_name,
+                    node=node,
+                    echoed=bool(echoed),
+                )
+        if placement is not None and stale:
+            note = f"gpupool: placed from a GPU inventory {stale:.0f} s stale; the pool may have changed"
+            result = replace(result, warnings=(*result.warnings, note))
+        return result
+
+    def stale_seconds(self) -> float:
+        """How stale the inventory is beyond the policy's threshold (0 when fresh)."""
+        age = self.inventory.age_seconds()
+        return age if age > self.policy.defaults.stale_after_seconds else 0.0

@@ -1,0 +1,289 @@
+"""The decision: which pool a GpuRequest goes to, or why none can take it.
+
+A pure function of the request, the pool index and the policy. Every pool of the Pod's vendor is
+judged; each judgement says why the pool was taken or passed over, so `gpupool explain` and denial
+messages can show the user the nearest misses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from webhook.admission.request import GpuRequest
+from webhook.admission.verdict import Reason
+from webhook.domain.model import PREFIX, PoolKey, Taint
+from webhook.domain.policy import Policy
+from webhook.domain.products import format_version, matches, tokens, version_at_least
+from webhook.domain.quantity import format_mib
+from webhook.pools.index import Group, Pool, PoolIndex
+from webhook.pools.nodes import NodeFacts, Selector
+
+
+class Candidate(NamedTuple):
+    """A pool the Pod may go to, through one selector of it. (A NamedTuple: one is built per matching
+    pool for every decision, and a frozen dataclass costs several times more to build.)"""
+
+    pool: PoolKey
+    resource: str
+    selector: Selector
+    gpu_taints: tuple[Taint, ...]  # to tolerate on the Pod's behalf
+    memory_mib: int
+    max_free: int  # most free GPUs on one usable node the Pod tolerates
+    free_total: int
+    fits: bool
+    fallback: bool  # of a class the Pod did not ask for
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    pool: PoolKey
+    reasons: tuple[str, ...]
+
+
+def _describe(rejection: Rejection, all_rejections: list[Rejection]) -> str:
+    """`NVIDIA-A100-SXM4-40GB: 40Gi < min-memory 80Gi`; the full pool name when the product is ambiguous."""
+    same = sum(r.pool.product == rejection.pool.product for r in all_rejections)
+    name = rejection.pool.product if same == 1 else str(rejection.pool)
+    return f"{name}: {', '.join(rejection.reasons)}"
+
+
+class Decision(NamedTuple):
+    """Either a chosen candidate (with warnings) or a denial message; plus every judgement made.
+    (A NamedTuple, like Candidate: one per admission.)"""
+
+    chosen: Candidate | None
+    denial: str
+    warnings: tuple[str, ...]
+    candidates: tuple[Candidate, ...]
+    rejections: tuple[Rejection, ...]
+    denial_reason: Reason = ""
+
+    def explain(self) -> tuple[str, ...]:
+        lines = []
+        for c in self.candidates:
+            verdict = "chosen" if c == self.chosen else ("fits" if c.fits else "no capacity")
+            note = " (fallback)" if c.fallback else ""
+            lines.append(
+                f"{c.pool}: {verdict}{note}: {format_mib(c.memory_mib)} per GPU, "
+                f"{c.free_total} free, at most {c.max_free} on one node"
+            )
+        lines.extend(f"{r.pool}: rejected: {'; '.join(r.reasons)}" for r in self.rejections)
+        return tuple(lines)
+
+
+@dataclass(frozen=True, slots=True)
+class _Option:
+    """One way to pin the Pod to a pool: a selector and the node groups it reaches that the Pod tolerates."""
+
+    pool: PoolKey
+    resource: str
+    selector: Selector
+    groups: tuple[Group, ...]
+    gpu_taints: tuple[Taint, ...]
+    memory_mib: int
+    fallback: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What does not change while the index's nodes stay as they are: per matching pool, its workable
+    selectors; and every rejection with its reasons. Only free GPUs are read per decision."""
+
+    options: tuple[tuple[_Option, ...], ...]
+    rejections: tuple[Rejection, ...]
+
+
+def decide(req: GpuRequest, index: PoolIndex, policy: Policy) -> Decision:
+    requested = req.classes or req.allowed_classes
+    # Keyed by the whole request, the plan's only input besides the nodes: nothing it reads is left out.
+    plan = index.memo(req, lambda: _plan(req, index, policy))
+    candidates = [_best(req, options) for options in plan.options]
+    rejections = list(plan.rejections)
+
+    order = {c: i for i, c in enumerate(req.classes)} if req.classes else {c: policy.class_rank(c) for c in requested}
+
+    def rank(c: Candidate) -> tuple[int, int, int, int, str]:
+        tier = order.get(c.pool.gpu_class, len(order) + policy.class_rank(c.pool.gpu_class))
+        return (int(c.fallback), tier, c.memory_mib, -c.free_total, c.pool.product)
+
+    candidates.sort(key=rank)
+    quota_note, candidates = _class_quota(req, index, policy, candidates)
+    primary = [c for c in candidates if not c.fallback]
+    chosen = next((c for c in candidates if c.fits), None)
+    warnings: list[str] = []
+    if chosen is not None:
+        if chosen.fallback:
+            warnings.append(
+                f"gpupool: no free {'/'.join(requested)} GPUs; fell back to class {chosen.pool.gpu_class} "
+                f"({chosen.pool.product})"
+            )
+        return Decision(chosen, "", tuple(warnings), tuple(candidates), tuple(rejections))
+    waiting = primary[0] if primary else (candidates[0] if candidates else None)
+    if waiting is None:
+        if quota_note:
+            return Decision(None, quota_note, (), (), tuple(rejections), "class-quota")
+        nearest = "; ".join(_describe(r, rejections) for r in rejections[:3])
+        nearest = nearest or f"the inventory has no {req.vendor.name} GPU pools"
+        return Decision(None, f"no GPU pool matches the Pod: {nearest}", (), (), tuple(rejections), "no-match")
+    if policy.defaults.on_no_capacity == "deny":
+        need = f"{req.pod_total} free {req.vendor.resource} on one node"
+        return Decision(
+            None,
+            f"no capacity: no pool that matches has {need} (best match {waiting.pool}, at most "
+            f"{waiting.max_free} free on one node); policy onNoCapacity is deny",
+            (),
+            tuple(candidates),
+            tuple(rejections),
+            "no-capacity",
+        )
+    warnings.append(f"gpupool: no {waiting.pool.product} node has {req.pod_total} free GPUs now; the Pod will wait")
+    return Decision(waiting, "", tuple(warnings), tuple(candidates), tuple(rejections))
+
+
+def _plan(req: GpuRequest, index: PoolIndex, policy: Policy) -> _Plan:
+    requested = req.classes or req.allowed_classes
+    top = max(policy.class_rank(c) for c in requested)
+    fallback_classes = tuple(c for c in req.allowed_classes if policy.class_rank(c) > top) if req.fallback else ()
+    options: list[tuple[_Option, ...]] = []
+    rejections: list[Rejection] = []
+    for pool in index.pools(req.vendor.name):
+        reasons = _pool_reasons(req, pool.key, requested, fallback_classes)
+        if reasons:
+            rejections.append(Rejection(pool.key, tuple(reasons)))
+            continue
+        workable, why = _selectors(req, pool, pool.key.gpu_class in fallback_classes)
+        if workable:
+            options.append(workable)
+        else:
+            rejections.append(Rejection(pool.key, tuple(why) or ("no nodes",)))
+    # PoolKey's own ordering, spelt out: comparing strings is far cheaper than comparing dataclasses
+    rejections.sort(key=lambda r: (len(r.reasons), r.pool.vendor, r.pool.gpu_class, r.pool.product))
+    return _Plan(tuple(options), tuple(rejections))
+
+
+def _pool_reasons(req: GpuRequest, key: PoolKey, requested: tuple[str, ...], fallback: tuple[str, ...]) -> list[str]:
+    """Why a pool cannot take the Pod at all (not counting capacity); empty when it can."""
+    reasons = []
+    if req.pool_pin is not None and req.pool_pin != key:
+        reasons.append(f"{PREFIX}pool pins {req.pool_pin}")
+    if key.gpu_class not in req.allowed_classes:
+        reasons.append(f"class {key.gpu_class} is not allowed in namespace {req.namespace}")
+    elif key.gpu_class not in requested and key.gpu_class not in fallback:
+        reasons.append(f"class {key.gpu_class} not in {'/'.join(requested)} ({req.class_source})")
+    if req.products:
+        product = tokens(key.product, req.vendor.product_prefixes)
+        if not any(matches(q, product) for q in req.products):
+            reasons.append(f"product {key.product} does not match {PREFIX}gpu-product {req.product_text}")
+    return reasons
+
+
+def _selectors(req: GpuRequest, pool: Pool, fallback: bool) -> tuple[tuple[_Option, ...], list[str]]:
+    """The pool's workable ways to pin the Pod (its selector groups), or why none works."""
+    workable: list[_Option] = []
+    why: list[str] = []
+    pins = dict(req.pins)
+    for selector, groups in pool.by_selector().items():
+        labels = dict(selector)
+        clash = [f"nodeSelector {k}={v}" for k, v in pins.items() if labels.get(k) != v]
+        if clash:
+            why.append(f"{', '.join(clash)} excludes it")
+            continue
+        tolerated = [g for g in groups if all(req.tolerations.tolerates(t) for t in g.other_taints)]
+        if not tolerated:
+            taints = {
+                f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
+                for g in groups
+                for t in g.other_taints
+            }
+            why.append(f"every node has taints the Pod does not tolerate: {', '.join(sorted(taints))}")
+            continue
+        problem = _group_problem(req, tolerated)
+        if problem:
+            why.append(problem)
+            continue
+        largest = max(g.largest_node() for g in tolerated)
+        if largest < req.pod_total:
+            why.append(f"no node has {req.pod_total} GPUs (the largest has {largest})")
+            continue
+        workable.append(
+            _Option(
+                pool=pool.key,
+                resource=pool.resource,
+                selector=selector,
+                groups=tuple(tolerated),
+                gpu_taints=tuple(sorted({t for g in tolerated for t in g.gpu_taints}, key=lambda t: (t.key, t.effect))),
+                memory_mib=min(g.min_memory_mib() for g in tolerated),
+                fallback=fallback,
+            )
+        )
+    return tuple(workable), sorted(set(why))
+
+
+def _best(req: GpuRequest, options: tuple[_Option, ...]) -> Candidate:
+    """Of a pool's workable selectors, the one that fits, with the most free GPUs (read now)."""
+    best: tuple[bool, int, int, _Option] | None = None
+    for o in options:
+        max_free = max(g.max_free() for g in o.groups)
+        free_total = sum(g.free_total for g in o.groups)
+        fits = max_free >= req.pod_total
+        if best is None or (fits, free_total) > best[:2]:
+            best = (fits, free_total, max_free, o)
+    assert best is not None  # a pool is only planned with at least one workable selector
+    fits, free_total, max_free, o = best
+    return Candidate(o.pool, o.resource, o.selector, o.gpu_taints, o.memory_mib, max_free, free_total, fits, o.fallback)
+
+
+def _group_problem(req: GpuRequest, groups: list[Group]) -> str:
+    """Memory and driver must hold on every node the selector can reach, since the scheduler may pick any."""
+    memory = min(g.min_memory_mib() for g in groups)
+    if req.min_memory_mib and memory < req.min_memory_mib:
+        have = format_mib(memory) if memory else "unknown memory"
+        return f"{have} < min-memory {format_mib(req.min_memory_mib)}"
+    if req.min_driver is not None:
+        drivers = [g.min_driver() for g in groups]
+        if any(d is None for d in drivers):
+            return f"driver version unknown on some nodes (min-driver {format_version(req.min_driver)})"
+        oldest = min(d for d in drivers if d is not None)
+        if not version_at_least(oldest, req.min_driver):
+            return f"driver {format_version(oldest)} < min-driver {format_version(req.min_driver)}"
+    return ""
+
+
+def _class_quota(
+    req: GpuRequest, index: PoolIndex, policy: Policy, candidates: list[Candidate]
+) -> tuple[str, list[Candidate]]:
+    """Drop candidates whose class would exceed the namespace's per-class quota."""
+    if not policy.namespace(req.namespace).class_quota:
+        return "", candidates
+    kept, notes = [], []
+    for c in candidates:
+        note = class_quota_problem(req.namespace, c.pool.gpu_class, req.pod_total, index, policy)
+        if note:
+            notes.append(note)
+        else:
+            kept.append(c)
+    return (notes[0] if notes else ""), kept
+
+
+def class_quota_problem(namespace: str, gpu_class: str, count: int, index: PoolIndex, policy: Policy) -> str:
+    """Why `count` more GPUs of `gpu_class` would exceed the namespace's per-class quota; "" if not."""
+    limit = policy.namespace(namespace).class_quota.get(gpu_class)
+    used = index.class_used(namespace, gpu_class)
+    if limit is None or used + count <= limit:
+        return ""
+    return f"class quota {gpu_class} in namespace {namespace} exceeded: used {used} + requested {count} > hard {limit}"
+
+
+def bound_problem(req: GpuRequest, facts: NodeFacts) -> str:
+    """Why a Pod that names its node breaks its namespace's rules or its own annotations there ("" when
+    it does not). A namespace's default class is only a default: any allowed class may be named."""
+    requested = req.classes if req.class_source == "annotation" else req.allowed_classes
+    reasons = _pool_reasons(req, facts.pool, requested, ())
+    if req.min_memory_mib and facts.memory_mib < req.min_memory_mib:
+        have = format_mib(facts.memory_mib) if facts.memory_mib else "unknown memory"
+        reasons.append(f"{have} < min-memory {format_mib(req.min_memory_mib)}")
+    if req.min_driver is not None and (facts.driver is None or not version_at_least(facts.driver, req.min_driver)):
+        have = format_version(facts.driver) if facts.driver else "unknown"
+        reasons.append(f"driver {have} < min-driver {format_version(req.min_driver)}")
+    return f"node {facts.node} is in pool {facts.pool}: {'; '.join(reasons)}" if reasons else ""

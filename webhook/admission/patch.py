@@ -1,0 +1,92 @@
+"""The RFC 6902 patch that applies a placement to the original Pod.
+
+Built op by op from the Pod's shape (webhook.admission.pod), never by diffing whole documents: missing parents are
+added whole (kube-apiserver rejects a Pod whose patch adds below a missing parent, even under
+failurePolicy Ignore), the user's lists are appended to, never replaced, and everything already in
+place produces no op, so the patch of a patched Pod is empty. The shape is checked when it is read, so
+every parent a path names is an object or a list as the op expects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from webhook.admission.pod import ContainerView, PodShape
+from webhook.domain.model import POOL_ANNOTATION, Taint, Tolerations
+from webhook.domain.quantity import parse_count
+from webhook.pools.nodes import Selector
+
+Op = dict[str, Any]
+
+
+class PatchSpec(NamedTuple):
+    """Everything of a placement the patch depends on; with the shape, the whole input of build_patch
+    (and so the key it is remembered by)."""
+
+    selector: Selector
+    gpu_taints: tuple[Taint, ...]  # to tolerate on the Pod's behalf
+    container_index: int
+    resource: str
+    gpus: int  # for the target container; 0: leave the containers' GPU limits alone
+    pool: str
+
+
+def escape(key: str) -> str:
+    """A JSON Pointer reference token (RFC 6901): `nvidia.com/gpu` -> `nvidia.com~1gpu`."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def toleration_for(taint: Taint) -> dict[str, str]:
+    """Tolerates the taint whatever its value (the GPU Operator's taint value varies by install)."""
+    tol = {"key": taint.key, "operator": "Exists"}
+    if taint.effect:
+        tol["effect"] = taint.effect
+    return tol
+
+
+def _add_entries(
+    ops: list[Op], parent: str, current: tuple[tuple[str, object], ...] | None, entries: Mapping[str, str]
+) -> None:
+    """Add map entries under `parent`, creating the map when the Pod has none."""
+    existing = dict(current or ())
+    missing = {k: v for k, v in entries.items() if existing.get(k) != v}
+    if not missing:
+        return
+    if current is None:
+        ops.append({"op": "add", "path": parent, "value": dict(missing)})
+        return
+    ops.extend({"op": "add", "path": f"{parent}/{escape(k)}", "value": v} for k, v in missing.items())
+
+
+def build_patch(shape: PodShape, spec: PatchSpec) -> list[Op]:
+    ops: list[Op] = []
+    _add_entries(ops, "/spec/nodeSelector", shape.node_selector, dict(spec.selector))
+
+    tolerations = Tolerations(shape.tolerations or ())
+    needed = [toleration_for(t) for t in spec.gpu_taints if not tolerations.tolerates(t)]
+    if needed:
+        if shape.tolerations is not None:
+            ops.extend({"op": "add", "path": "/spec/tolerations/-", "value": t} for t in needed)
+        else:
+            ops.append({"op": "add", "path": "/spec/tolerations", "value": needed})
+
+    if spec.gpus:
+        _limit_ops(ops, shape.containers[spec.container_index], spec.container_index, spec.resource, spec.gpus)
+    _add_entries(ops, "/metadata/annotations", shape.annotations, {POOL_ANNOTATION: spec.pool})
+    return ops
+
+
+def _limit_ops(ops: list[Op], container: ContainerView, index: int, resource: str, count: int) -> None:
+    """`limits[resource] = count` on the container, and requests kept equal where it sets requests."""
+    base = f"/spec/containers/{index}/resources"
+    value = str(count)
+    if not container.has_resources:
+        ops.append({"op": "add", "path": base, "value": {"limits": {resource: value}}})
+        return
+    limits = dict(container.limits or ())
+    if container.limits is None or resource not in limits or parse_count(limits[resource]) != count:
+        _add_entries(ops, f"{base}/limits", container.limits, {resource: value})
+    # Requests stay equal to limits where the container sets requests; absent, they default to limits.
+    if container.requests is not None and resource not in dict(container.requests):
+        ops.append({"op": "add", "path": f"{base}/requests/{escape(resource)}", "value": value})

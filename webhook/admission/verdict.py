@@ -1,0 +1,103 @@
+"""What the admission core answers for one Pod: the contract between the core and its edges.
+
+The Flask app turns a Verdict into an AdmissionReview response, `gpupool explain` prints it, the
+watch cache reserves capacity from it. Builders (`allow`, `deny`, `mutate`) keep the invariants in one
+place: a denial has no patch, a patch only comes with a chosen pool.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from webhook.domain.model import PoolKey
+
+Outcome = Literal["mutated", "unchanged", "denied"]
+# Why a Pod was denied, for metrics and logs (the message is for people and may change).
+Reason = Literal[
+    "", "invalid", "no-match", "no-capacity", "quota", "class-quota", "stale", "visible-devices", "bound-node"
+]
+
+# Status codes on denials, as kube-apiserver passes them on to the user.
+CODE_INVALID = 400  # an annotation or the Pod itself is malformed
+CODE_FORBIDDEN = 403  # policy, quota or capacity says no
+CODE_UNAVAILABLE = 503  # gpupool cannot decide now (stale inventory under onStale: deny)
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """The chosen pool and what the Pod takes from it."""
+
+    pool: PoolKey
+    resource: str  # e.g. nvidia.com/gpu
+    count: int  # GPUs of the target container, as the patch sets them
+    pod_total: int  # GPUs of the whole Pod (what a node must have free)
+    selector: tuple[tuple[str, str], ...]  # the nodeSelector labels that pin the pool
+    has_capacity: bool  # False when admitted under on-no-capacity=warn
+    fallback: bool  # True when the pool is of a class the Pod did not ask for
+
+    def as_json(self) -> dict[str, str]:
+        return {
+            "vendor": self.pool.vendor,
+            "class": self.pool.gpu_class,
+            "product": self.pool.product,
+            "resource": self.resource,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The answer for one Pod: allowed or not, why, and the RFC 6902 patch against the original Pod."""
+
+    allowed: bool
+    outcome: Outcome
+    code: int = 200
+    message: str = ""
+    warnings: tuple[str, ...] = ()
+    placement: Placement | None = None
+    patch: tuple[dict[str, Any], ...] = ()
+    reasons: tuple[str, ...] = field(default=(), compare=False)  # each pool considered, and why
+    reason: Reason = ""  # on denials: which rule denied
+
+    def with_warnings(self, warnings: tuple[str, ...]) -> Verdict:
+        return replace(self, warnings=(*self.warnings, *warnings))
+
+    def as_json(self) -> dict[str, Any]:
+        """The `gpupool explain -o json` object."""
+        return {
+            "allowed": self.allowed,
+            "code": self.code,
+            "message": self.message,
+            "warnings": list(self.warnings),
+            "pool": self.placement.as_json() if self.placement else None,
+            "patch": list(self.patch),
+        }
+
+
+def allow(message: str = "", reasons: tuple[str, ...] = ()) -> Verdict:
+    """Allowed with no patch: the Pod is not gpupool's business, or already placed."""
+    return Verdict(allowed=True, outcome="unchanged", message=message, reasons=reasons)
+
+
+def deny(message: str, code: int = CODE_FORBIDDEN, reasons: tuple[str, ...] = (), reason: Reason = "") -> Verdict:
+    return Verdict(allowed=False, outcome="denied", code=code, message=message, reasons=reasons, reason=reason)
+
+
+def place(
+    placement: Placement,
+    patch: list[dict[str, Any]],
+    warnings: tuple[str, ...] = (),
+    reasons: tuple[str, ...] = (),
+    message: str = "",
+) -> Verdict:
+    """Allowed and placed; `outcome` is "unchanged" when the Pod already carried the placement (or named
+    its node: then `message` says so)."""
+    return Verdict(
+        allowed=True,
+        outcome="mutated" if patch else "unchanged",
+        message=message or f"placed on {placement.pool}",
+        warnings=warnings,
+        placement=placement,
+        patch=tuple(patch),
+        reasons=reasons,
+    )

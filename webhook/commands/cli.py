@@ -1,0 +1,52 @@
+"""The `gpupool` command: one subcommand per module, each imported only when it runs.
+
+A subcommand module provides `configure(parser)` (its arguments) and `run(args) -> int` (exit code).
+Modules are imported lazily so `gpupool certs` does not pay for Flask, and `gpupool explain` does not
+pay for gunicorn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from webhook.domain.errors import ConfigError
+
+# name -> (module, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "explain": ("webhook.commands.explain", "show the placement decision and patch for a Pod manifest"),
+    "serve": ("webhook.commands.serve", "serve the admission webhook over TLS (gunicorn)"),
+    "certs": ("webhook.commands.certs", "create or renew the CA and serving certificate"),
+    "inventory": ("webhook.commands.inventory", "show the GPU pools, their capacity and quota warnings"),
+}
+
+
+def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpupool", description="Place GPU Pods on the best-fitting free GPUs of a mixed fleet."
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    # Only the chosen subcommand's module is imported; the others get a bare parser for --help.
+    chosen = next((a for a in argv if a in SUBCOMMANDS), None)
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        sp = sub.add_parser(name, help=help_text, description=help_text)
+        if name == chosen:
+            module = importlib.import_module(module_name)
+            module.configure(sp)
+            sp.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(args_list)
+    args = parser.parse_args(args_list)
+    try:
+        return int(args._run(args))
+    except ConfigError as exc:
+        print(f"gpupool {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

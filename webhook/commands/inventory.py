@@ -1,0 +1,94 @@
+"""`gpupool inventory`: the pool table, kubectl-style, with what an admin should fix.
+
+Warnings cover GPU nodes gpupool cannot class, and quotas written as `nvidia.com/gpu` instead of
+`requests.nvidia.com/gpu`, which Kubernetes stores but never enforces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import orjson
+
+from webhook.commands.common import add_source_arguments, open_from_args
+from webhook.domain.policy import Policy
+from webhook.domain.quantity import format_mib
+from webhook.pools.index import PoolIndex
+from webhook.pools.inventory import PoolStats
+from webhook.pools.quotas import quota_warnings
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    add_source_arguments(parser)
+    parser.add_argument("-o", "--output", choices=("table", "wide", "json"), default="table", help="output format")
+
+
+def run(args: argparse.Namespace) -> int:
+    policy, inventory = open_from_args(args)
+    try:
+        with inventory.read() as index:
+            report = build_report(index, policy)
+    finally:
+        inventory.close()
+    if args.output == "json":
+        sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        sys.stdout.write(render_table(report, wide=args.output == "wide"))
+    return 0
+
+
+def build_report(index: PoolIndex, policy: Policy) -> dict[str, Any]:
+    def pool(s: PoolStats) -> dict[str, Any]:
+        return {
+            "vendor": s.pool.vendor,
+            "class": s.pool.gpu_class,
+            "product": s.pool.product,
+            "resource": s.resource,
+            "memoryMiB": s.memory_mib,
+            "nodes": s.nodes,
+            "usableNodes": s.usable_nodes,
+            "gpus": {"total": s.gpus_total, "allocated": s.gpus_allocated, "free": s.gpus_free},
+            "pending": s.pending,
+        }
+
+    order = {c: i for i, c in enumerate(policy.classes)}
+    stats = sorted(index.pool_stats(), key=lambda s: (s.pool.vendor, order[s.pool.gpu_class], s.memory_mib))
+    return {
+        "pools": [pool(s) for s in stats],
+        "warnings": [
+            *(f"node {u.node}: {u.vendor} GPUs not pooled: {u.reason}" for u in index.unclassified()),
+            *quota_warnings(index, policy),
+        ],
+    }
+
+
+def render_table(report: dict[str, Any], wide: bool) -> str:
+    head = ["VENDOR", "CLASS", "PRODUCT", "MEMORY", "NODES", "GPUS", "ALLOCATED", "FREE", "PENDING"]
+    if wide:
+        head[4:5] = ["NODES", "USABLE"]
+        head.append("RESOURCE")
+    rows = [head]
+    for p in report["pools"]:
+        row = [
+            p["vendor"],
+            p["class"],
+            p["product"],
+            format_mib(p["memoryMiB"]) if p["memoryMiB"] else "?",
+            str(p["nodes"]),
+            str(p["gpus"]["total"]),
+            str(p["gpus"]["allocated"]),
+            str(p["gpus"]["free"]),
+            str(p["pending"]),
+        ]
+        if wide:
+            row[4:5] = [str(p["nodes"]), str(p["usableNodes"])]
+            row.append(p["resource"])
+        rows.append(row)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines = ["   ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    if not report["pools"]:
+        lines.append("(no GPU pools)")
+    lines.extend(f"WARNING: {w}" for w in report["warnings"])
+    return "\n".join(lines) + "\n"

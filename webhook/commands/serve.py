@@ -1,0 +1,168 @@
+"""`gpupool serve`: flags and environment variables, every file checked before anything starts, then the
+server (webhook.serving.server).
+
+Everything a user can get wrong (options, certificate files, policy, inventory, busy ports) is found
+before gunicorn starts and reported as `gpupool serve: error: ...` with exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging.config
+import os
+import ssl
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from webhook.domain.errors import ConfigError
+from webhook.domain.policy import load_policy
+from webhook.serving.certs import CertError, read_ca_bundle
+from webhook.serving.logs import LEVELS, logging_config
+from webhook.serving.server import Core, ServeOptions, real_app_loader, serve
+from webhook.sources.open import open_inventory
+
+# Each option's environment variable (for the Deployment); a flag given on the command line wins.
+SERVE_ENV: dict[str, str] = {
+    "GPUPOOL_CERT": "--cert",
+    "GPUPOOL_KEY": "--key",
+    "GPUPOOL_CLIENT_CA": "--client-ca",
+    "GPUPOOL_INVENTORY": "--inventory",
+    "GPUPOOL_KUBECONFIG": "--kubeconfig",
+    "GPUPOOL_POLICY": "--policy",
+    "GPUPOOL_HOST": "--host",
+    "GPUPOOL_PORT": "--port",
+    "GPUPOOL_HEALTH_PORT": "--health-port",
+    "GPUPOOL_WORKERS": "--workers",
+    "GPUPOOL_THREADS": "--threads",
+    "GPUPOOL_LOG_LEVEL": "--log-level",
+}
+DEFAULTS: dict[str, str] = {
+    "--host": "0.0.0.0",  # in a Pod the kubelet and kube-apiserver reach the Pod IP
+    "--port": "8443",
+    "--health-port": "8080",
+    "--workers": "1",  # see README: one watch cache and one set of reservations per worker
+    "--threads": "4",
+    "--log-level": "info",
+}
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    env = {flag: name for name, flag in SERVE_ENV.items()}
+
+    def add(flag: str, metavar: str, text: str, **kwargs: Any) -> None:
+        default = f"; default {DEFAULTS[flag]}" if flag in DEFAULTS else ""
+        parser.add_argument(flag, metavar=metavar, default=None, help=f"{text} (env {env[flag]}{default})", **kwargs)
+
+    add("--cert", "FILE", "serving certificate, PEM (e.g. certs/tls.crt); re-read when it changes")
+    add("--key", "FILE", "its private key, PEM (e.g. certs/tls.key)")
+    add(
+        "--client-ca",
+        "FILE",
+        "CA certificate(s), PEM: every connection to --port must show a client certificate signed by one "
+        "(kube-apiserver's, see README); re-read when it changes; default: no client certificate asked for",
+    )
+    add(
+        "--inventory",
+        "FILE",
+        "snapshot inventory in `kubectl get nodes,pods,resourcequotas -A -o yaml` form; without it, the live "
+        "cluster (in-cluster config, else --kubeconfig, $KUBECONFIG or ~/.kube/config)",
+    )
+    add("--kubeconfig", "FILE", "kubeconfig for the live cluster")
+    add("--policy", "FILE", "placement policy YAML; default: the built-in policy")
+    add("--host", "ADDR", "address to listen on, for both ports")
+    add("--port", "PORT", "HTTPS port for POST /mutate")
+    add("--health-port", "PORT", "plain-HTTP port for /healthz, /readyz and /metrics")
+    add("--workers", "N", "gunicorn worker processes")
+    add("--threads", "N", "threads per worker (concurrent admissions per worker)")
+    add("--log-level", "LEVEL", f"one of {', '.join(LEVELS)}", type=str.lower)
+
+
+def resolve_options(args: argparse.Namespace, environ: Mapping[str, str]) -> ServeOptions:
+    """Flags, else environment variables, else defaults; ConfigError naming the flag and variable."""
+
+    def value(flag: str) -> str | None:
+        given = getattr(args, flag[2:].replace("-", "_"), None)
+        if given is not None:
+            return str(given)
+        name = next(n for n, f in SERVE_ENV.items() if f == flag)
+        return environ.get(name) or DEFAULTS.get(flag)
+
+    def number(flag: str, low: int, high: int) -> int:
+        text = value(flag) or ""
+        if not text.isdigit() or not low <= int(text) <= high:
+            raise ConfigError(f"{_both(flag)} must be a whole number from {low} to {high}, not {text!r}")
+        return int(text)
+
+    cert, key = value("--cert"), value("--key")
+    for flag, path in (("--cert", cert), ("--key", key)):
+        if not path:
+            raise ConfigError(f"{_both(flag)} is required")
+    level = (value("--log-level") or "").lower()
+    if level not in LEVELS:
+        raise ConfigError(f"{_both('--log-level')} must be one of {', '.join(LEVELS)}, not {level!r}")
+    options = ServeOptions(
+        cert=str(cert),
+        key=str(key),
+        inventory=value("--inventory"),
+        policy=value("--policy"),
+        kubeconfig=value("--kubeconfig"),
+        client_ca=value("--client-ca"),
+        host=value("--host") or "",
+        port=number("--port", 1, 65535),
+        health_port=number("--health-port", 1, 65535),
+        workers=number("--workers", 1, 64),
+        threads=number("--threads", 1, 256),
+        log_level=level,
+    )
+    if options.port == options.health_port:
+        raise ConfigError(f"--port and --health-port must differ (both {options.port})")
+    return options
+
+
+def _both(flag: str) -> str:
+    name = next(n for n, f in SERVE_ENV.items() if f == flag)
+    return f"{flag} (or {name})"
+
+
+def run(args: argparse.Namespace) -> int:
+    options = resolve_options(args, os.environ)
+    logging.config.dictConfig(logging_config(options.log_level))
+    check_tls_files(options.cert, options.key)
+    if options.client_ca is not None:
+        check_client_ca(options.client_ca)
+    return serve(options, real_app_loader(load_core(options)))
+
+
+def check_tls_files(cert: str, key: str) -> None:
+    """The certificate and key load and belong together; ConfigError saying which file is wrong."""
+    for flag, path in (("--cert", cert), ("--key", key)):
+        if not os.path.isfile(path):
+            raise ConfigError(f"{flag} {path}: no such file (create one with `gpupool certs --out DIR`)")
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+    except (ssl.SSLError, OSError) as exc:
+        raise ConfigError(f"--cert {cert} / --key {key}: not a usable certificate and key: {exc}") from None
+
+
+def check_client_ca(path: str) -> None:
+    """The --client-ca file holds CA certificates OpenSSL loads; ConfigError saying what is wrong.
+
+    A file that is not what was meant (a client certificate, an expired CA) would make every handshake
+    fail, which under failurePolicy Fail refuses every GPU Pod: better to stop at the start.
+    """
+    try:
+        read_ca_bundle(Path(path))
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=path)
+    except CertError as exc:
+        raise ConfigError(f"--client-ca {exc}") from None
+    except (ssl.SSLError, OSError) as exc:
+        raise ConfigError(f"--client-ca {path}: not a usable CA file: {exc}") from None
+
+
+def load_core(options: ServeOptions) -> Core:
+    """Read the policy and the inventory source, the only time `serve` reads them (the workers start
+    from the master's copy); a ConfigError naming the bad file, before anything starts."""
+    policy = load_policy(options.policy)
+    inventory = open_inventory(policy, snapshot=options.inventory, kubeconfig=options.kubeconfig, start=False)
+    return Core(policy, inventory)

@@ -1,0 +1,167 @@
+"""The domain: what gpupool knows about nodes, Pods and quotas, as frozen values.
+
+These are projections of Kubernetes objects down to the fields a placement decision needs. They are
+built from raw JSON by `webhook.pools.kubeobj` (for the snapshot file and the watch cache alike) and never
+hold a reference to the raw object, so 150,000 Pods stay small.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+PREFIX = "gpupool.io/"  # every annotation gpupool reads or writes
+POOL_ANNOTATION = f"{PREFIX}pool"  # where gpupool records the pool it placed a Pod in
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    """A node taint. `value` is "" when the taint has none, as Kubernetes treats it."""
+
+    key: str
+    value: str
+    effect: str
+
+
+class Toleration(NamedTuple):
+    """A Pod toleration, with Kubernetes' defaults filled in (operator Equal, any effect). (A NamedTuple:
+    every admitted Pod's tolerations are read into these, and it is several times cheaper to build than
+    a frozen dataclass.)"""
+
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, taint: Taint) -> bool:
+        """Kubernetes' matching rule (k8s.io/api/core/v1 Toleration.ToleratesTaint)."""
+        if (self.effect and self.effect != taint.effect) or (self.key and self.key != taint.key):
+            return False
+        if self.operator == "Exists":
+            return True
+        return self.operator in ("", "Equal") and self.value == taint.value
+
+
+class Tolerations:
+    """A Pod's tolerations, indexed so that asking about one taint costs the same however many there
+    are: a hostile Pod may carry tens of thousands, and a decision asks about every taint of every group
+    of nodes. Equal to another when the tolerations are (it stands in for them in memo keys)."""
+
+    __slots__ = ("_any", "_equal", "_equal_any_key", "_exists", "items")
+
+    def __init__(self, items: tuple[Toleration, ...] = ()) -> None:
+        self.items = items
+        self._any: set[str] = set()  # effects tolerated whatever the key ("" means every effect)
+        self._exists: dict[str, set[str]] = {}  # key -> effects
+        self._equal: dict[tuple[str, str], set[str]] = {}  # (key, value) -> effects
+        self._equal_any_key: dict[str, set[str]] = {}  # value -> effects (Equal with no key)
+        for t in items:
+            if t.operator == "Exists":
+                (self._exists.setdefault(t.key, set()) if t.key else self._any).add(t.effect)
+            elif t.operator in ("", "Equal"):
+                table = self._equal.setdefault((t.key, t.value), set()) if t.key else None
+                (table if table is not None else self._equal_any_key.setdefault(t.value, set())).add(t.effect)
+
+    def tolerates(self, taint: Taint) -> bool:
+        """Does any of the tolerations tolerate `taint` (Toleration.tolerates, in O(1))?"""
+        for effects in (
+            self._any,
+            self._exists.get(taint.key),
+            self._equal.get((taint.key, taint.value)),
+            self._equal_any_key.get(taint.value),
+        ):
+            if effects and ("" in effects or taint.effect in effects):
+                return True
+        return False
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Tolerations) and self.items == other.items
+
+    def __hash__(self) -> int:
+        return hash(self.items)
+
+    def __repr__(self) -> str:
+        return f"Tolerations({self.items!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """A node as the decision sees it."""
+
+    name: str
+    labels: dict[str, str] = field(hash=False, compare=True)
+    taints: tuple[Taint, ...] = ()
+    allocatable: dict[str, int] = field(default_factory=dict, hash=False)  # extended resources only
+    unschedulable: bool = False
+    ready: bool = True
+
+
+PodKey = tuple[str, str]  # (namespace, name)
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    """A Pod as the inventory counts it: where it runs and which GPUs it holds."""
+
+    namespace: str
+    name: str
+    node: str  # "" while unscheduled
+    phase: str
+    gpu_requests: dict[str, int] = field(default_factory=dict, hash=False)  # resource -> effective request
+    pool: str = ""  # the gpupool.io/pool annotation, "" when absent
+    node_selector: dict[str, str] = field(default_factory=dict, hash=False)
+    generate_name: str = ""  # what its name was made from, if it was (to find its admission's reservation)
+
+    @property
+    def key(self) -> PodKey:
+        return (self.namespace, self.name)
+
+    @property
+    def terminal(self) -> bool:
+        """Succeeded and Failed Pods hold no devices."""
+        return self.phase in ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaInfo:
+    """A namespace ResourceQuota: its hard limits and the usage the quota controller last recorded."""
+
+    namespace: str
+    name: str
+    hard: dict[str, int] = field(hash=False)
+    used: dict[str, int] = field(default_factory=dict, hash=False)
+    scoped: bool = False  # has scopes or a scopeSelector: applies to some Pods only
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class PoolKey:
+    """A pool: GPUs of one vendor, class and normalised product."""
+
+    vendor: str
+    gpu_class: str
+    product: str
+
+    def __str__(self) -> str:
+        return f"{self.vendor}/{self.gpu_class}/{self.product}"
+
+    @classmethod
+    def parse(cls, text: str) -> PoolKey | None:
+        """The inverse of str(); None when `text` is not vendor/class/product."""
+        parts = text.split("/")
+        if len(parts) != 3 or not all(parts):
+            return None
+        return cls(parts[0], parts[1], parts[2])
+
+
+def effective_gpus(containers: list[int], inits: list[tuple[int, bool]]) -> int:
+    """A Pod's effective request of one resource, as the scheduler computes it: the larger of the
+    running containers (plus restartable "sidecar" init containers) and the peak during init.
+    `inits` holds (GPUs, is_sidecar) in order."""
+    sidecars = init_peak = 0
+    for n, sidecar in inits:
+        if sidecar:
+            sidecars += n
+            init_peak = max(init_peak, sidecars)
+        else:
+            init_peak = max(init_peak, sidecars + n)
+    return max(sum(containers) + sidecars, init_peak)

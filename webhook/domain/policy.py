@@ -1,0 +1,424 @@
+"""The policy file: classes, products, vendors, namespace rules and defaults.
+
+Loaded and validated once at start. A user file is merged over the built-in default
+(`default_policy.yaml`, the same file the manifests ship as a ConfigMap): top-level keys replace the
+default's, `defaults` merges key by key and `vendors` vendor by vendor, so an admin's ConfigMap only
+needs the parts it changes. Every error names the field, the bad value and what is accepted.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import yaml
+
+from webhook.domain.errors import ConfigError
+from webhook.domain.model import Taint
+from webhook.domain.products import Tokens, matches, tokens
+from webhook.domain.quantity import MIB, QuantityError, parse_bytes
+
+OnNoCapacity = Literal["warn", "deny"]
+
+_MEMORY_UNITS = {"Mi": 1, "Gi": 1024}
+
+
+class PolicyError(ConfigError):
+    """The policy is invalid; the message names the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class TaintRule:
+    """A GPU taint gpupool tolerates on the Pod's behalf. Empty value/effect match any."""
+
+    key: str
+    value: str = ""
+    effect: str = ""
+
+    def matches(self, taint: Taint) -> bool:
+        return (
+            taint.key == self.key
+            and (not self.value or taint.value == self.value)
+            and (not self.effect or taint.effect == self.effect)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class VendorPolicy:
+    name: str
+    resource: str
+    product_label: str
+    product_prefixes: tuple[str, ...] = ()
+    memory_label: str = ""
+    memory_unit_mib: int = 1
+    driver_label: str = ""
+    legacy_driver_labels: tuple[str, ...] = ()
+    taints: tuple[TaintRule, ...] = ()
+    partition_prefix: str = ""  # resources of GPU partitions, e.g. nvidia.com/mig-<profile>; "" for none
+
+    def gpu_taint(self, taint: Taint) -> bool:
+        return any(rule.matches(taint) for rule in self.taints)
+
+    def owns(self, resource: str) -> bool:
+        """Is `resource` this vendor's: its GPU resource, or one of its partitions (a MIG profile)?"""
+        return resource == self.resource or bool(self.partition_prefix and resource.startswith(self.partition_prefix))
+
+
+@dataclass(frozen=True, slots=True)
+class ProductRule:
+    match: str
+    tokens: Tokens
+    gpu_class: str = ""
+    memory_mib: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceRule:
+    allowed_classes: tuple[str, ...] = ()  # empty: every class
+    default_class: str = ""
+    class_quota: Mapping[str, int] = field(default_factory=dict)
+    allow_visible_devices: bool = False  # opt out of the NVIDIA_VISIBLE_DEVICES rule
+
+    @property
+    def restricted(self) -> bool:
+        """Does the rule limit what the namespace may use (classes or per-class quotas)?"""
+        return bool(self.allowed_classes or self.class_quota)
+
+
+@dataclass(frozen=True, slots=True)
+class Defaults:
+    fallback: bool = False
+    on_no_capacity: OnNoCapacity = "warn"
+    stale_after_seconds: float = 120.0
+    on_stale: OnNoCapacity = "warn"
+    reservation_seconds: float = 60.0
+    reservation_settle_seconds: float = 15.0  # with a current watch, a reservation's Pod shows up by then
+    check_visible_devices: bool = True  # refuse NVIDIA_VISIBLE_DEVICES in containers without a GPU resource
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    classes: tuple[str, ...]
+    class_label: str
+    default_vendor: str
+    defaults: Defaults
+    products: tuple[ProductRule, ...]
+    vendors: Mapping[str, VendorPolicy]
+    namespaces: Mapping[str, NamespaceRule]
+    gpu_resources: frozenset[str] = frozenset()  # every vendor's resource; filled in by __post_init__
+    pool_labels: frozenset[str] = frozenset()  # the class label and every product label; likewise
+    partition_prefixes: tuple[str, ...] = ()  # every vendor's partitionResourcePrefix; likewise
+    _vendor_cache: dict[str, VendorPolicy | None] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gpu_resources", frozenset(v.resource for v in self.vendors.values()))
+        object.__setattr__(
+            self, "pool_labels", frozenset({self.class_label, *(v.product_label for v in self.vendors.values())})
+        )
+        prefixes = tuple(v.partition_prefix for v in self.vendors.values() if v.partition_prefix)
+        object.__setattr__(self, "partition_prefixes", prefixes)
+
+    def class_rank(self, gpu_class: str) -> int:
+        return self.classes.index(gpu_class)
+
+    def namespace(self, name: str) -> NamespaceRule:
+        return self.namespaces.get(name, _ANY_NAMESPACE)
+
+    def vendor_of(self, resource: str) -> VendorPolicy | None:
+        """The vendor whose GPU (or GPU partition) `resource` is; None for any other resource. Remembered
+        per name (every extended resource of every admitted container is asked about), up to a bound."""
+        try:
+            return self._vendor_cache[resource]
+        except KeyError:
+            vendor = next((v for v in self.vendors.values() if v.owns(resource)), None)
+            if len(self._vendor_cache) < 4096:
+                self._vendor_cache[resource] = vendor
+            return vendor
+
+    def product_class(self, product: Tokens) -> str:
+        """The class the product table gives, most specific matching entry first; "" when none."""
+        rule = _most_specific(r for r in self.products if r.gpu_class and matches(r.tokens, product))
+        return rule.gpu_class if rule else ""
+
+    def product_memory_mib(self, product: Tokens) -> int:
+        rule = _most_specific(r for r in self.products if r.memory_mib and matches(r.tokens, product))
+        return rule.memory_mib if rule else 0
+
+
+_ANY_NAMESPACE = NamespaceRule()
+
+
+def _most_specific(rules: Any) -> ProductRule | None:
+    best: ProductRule | None = None
+    for rule in rules:  # first entry wins among equally specific ones
+        if best is None or len(rule.tokens) > len(best.tokens):
+            best = rule
+    return best
+
+
+# --- loading -----------------------------------------------------------------------------------------
+
+
+def default_policy_text() -> str:
+    return importlib.resources.files("webhook.domain").joinpath("default_policy.yaml").read_text("utf-8")
+
+
+def load_policy(path: str | None) -> Policy:
+    """The policy from `path` merged over the default, or the default itself when path is None."""
+    if path is None:
+        return load_policy_text(None)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise PolicyError(f"cannot read policy file {path}: {exc.strerror or exc}") from exc
+    return load_policy_text(text, source=path)
+
+
+def load_policy_text(text: str | None, source: str = "policy") -> Policy:
+    """Parse and validate policy YAML (merged over the built-in default)."""
+    base = _parse_yaml(default_policy_text(), "built-in default policy")
+    if text is not None:
+        user = _parse_yaml(text, source)
+        base = _merge(base, user)
+    try:
+        return _build(base)
+    except PolicyError as exc:
+        raise PolicyError(f"{source}: {exc}") from None
+
+
+def _parse_yaml(text: str, source: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise PolicyError(f"{source}: not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise PolicyError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+def _merge(base: dict[str, Any], user: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in user.items():
+        if key in ("defaults", "vendors") and isinstance(value, dict) and isinstance(base.get(key), dict):
+            merged[key] = {**base[key], **value}
+        else:
+            merged[key] = value
+    return merged
+
+
+class _Fields:
+    """Reads one mapping of the policy, refusing unknown and mistyped fields with their path."""
+
+    def __init__(self, data: Any, path: str, allowed: tuple[str, ...]) -> None:
+        if not isinstance(data, dict):
+            raise PolicyError(f"{path}: expected a mapping, got {_show(data)}")
+        unknown = sorted(str(k) for k in data if k not in allowed)
+        if unknown:
+            raise PolicyError(f"{path}.{unknown[0]}: unknown field; accepted: {', '.join(allowed)}")
+        self.data, self.path = data, path
+
+    def text(self, key: str, default: str | None = None) -> str:
+        value = self.data.get(key, default)
+        if not isinstance(value, str) or (default is None and not value):
+            raise PolicyError(f"{self.path}.{key}: expected a non-empty string, got {_show(value)}")
+        return value
+
+    def texts(self, key: str) -> tuple[str, ...]:
+        value = self.data.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise PolicyError(f"{self.path}.{key}: expected a list of strings, got {_show(value)}")
+        return tuple(value)
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.data.get(key, default)
+        if not isinstance(value, bool):
+            raise PolicyError(f"{self.path}.{key}: expected true or false, got {_show(value)}")
+        return value
+
+    def seconds(self, key: str, default: float) -> float:
+        value = self.data.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise PolicyError(f"{self.path}.{key}: expected a positive number of seconds, got {_show(value)}")
+        return float(value)
+
+    def choice(self, key: str, default: str, accepted: tuple[str, ...]) -> str:
+        value = self.data.get(key, default)
+        if value not in accepted:
+            raise PolicyError(f"{self.path}.{key}: {_show(value)} is not one of {', '.join(accepted)}")
+        return str(value)
+
+
+def _show(value: Any) -> str:
+    return "nothing" if value is None else repr(value)
+
+
+_TOP = (
+    "apiVersion",
+    "kind",
+    "classes",
+    "classLabel",
+    "defaultVendor",
+    "defaults",
+    "products",
+    "vendors",
+    "namespaces",
+)
+
+
+def _build(data: dict[str, Any]) -> Policy:
+    top = _Fields(data, "policy", _TOP)
+    if data.get("kind", "Policy") != "Policy":
+        raise PolicyError(f"kind: {_show(data.get('kind'))} is not Policy")
+    classes = top.texts("classes")
+    if not classes or len(set(classes)) != len(classes):
+        raise PolicyError(f"classes: expected a non-empty list of distinct names, got {list(classes)}")
+    d = _Fields(
+        data.get("defaults", {}),
+        "defaults",
+        (
+            "fallback",
+            "onNoCapacity",
+            "staleAfterSeconds",
+            "onStale",
+            "reservationSeconds",
+            "reservationSettleSeconds",
+            "checkVisibleDevices",
+        ),
+    )
+    defaults = Defaults(
+        fallback=d.flag("fallback", False),
+        on_no_capacity="deny" if d.choice("onNoCapacity", "warn", ("warn", "deny")) == "deny" else "warn",
+        stale_after_seconds=d.seconds("staleAfterSeconds", 120.0),
+        on_stale="deny" if d.choice("onStale", "warn", ("warn", "deny")) == "deny" else "warn",
+        reservation_seconds=d.seconds("reservationSeconds", 60.0),
+        reservation_settle_seconds=d.seconds("reservationSettleSeconds", 15.0),
+        check_visible_devices=d.flag("checkVisibleDevices", True),
+    )
+    vendors_data = data.get("vendors")
+    if not isinstance(vendors_data, dict) or not vendors_data:
+        raise PolicyError(f"vendors: expected a mapping of vendor name to settings, got {_show(vendors_data)}")
+    vendors = {str(name): _vendor(str(name), spec) for name, spec in vendors_data.items()}
+    resources = [v.resource for v in vendors.values()]
+    if len(set(resources)) != len(resources):
+        raise PolicyError(f"vendors: two vendors share a resource name: {sorted(resources)}")
+    default_vendor = top.text("defaultVendor")
+    if default_vendor not in vendors:
+        raise PolicyError(f"defaultVendor: {default_vendor!r} is not a vendor; accepted: {', '.join(vendors)}")
+    products = _products(data.get("products", []), classes, vendors)
+    namespaces_data = data.get("namespaces") or {}
+    if not isinstance(namespaces_data, dict):
+        raise PolicyError(f"namespaces: expected a mapping of namespace to rules, got {_show(namespaces_data)}")
+    namespaces = {str(ns): _namespace(str(ns), rule, classes) for ns, rule in namespaces_data.items()}
+    return Policy(
+        classes=classes,
+        class_label=top.text("classLabel"),
+        default_vendor=default_vendor,
+        defaults=defaults,
+        products=products,
+        vendors=vendors,
+        namespaces=namespaces,
+    )
+
+
+def _vendor(name: str, spec: Any) -> VendorPolicy:
+    path = f"vendors.{name}"
+    f = _Fields(
+        spec,
+        path,
+        (
+            "resource",
+            "productLabel",
+            "productPrefixes",
+            "memoryLabel",
+            "memoryUnit",
+            "driverLabel",
+            "legacyDriverLabels",
+            "taints",
+            "partitionResourcePrefix",
+        ),
+    )
+    unit = f.choice("memoryUnit", "Mi", tuple(_MEMORY_UNITS))
+    legacy = f.texts("legacyDriverLabels")
+    if legacy and len(legacy) != 3:
+        raise PolicyError(f"{path}.legacyDriverLabels: expected 3 labels (major, minor, revision), got {legacy}")
+    taints_data = spec.get("taints", [])
+    if not isinstance(taints_data, list):
+        raise PolicyError(f"{path}.taints: expected a list of {{key, value, effect}}, got {_show(taints_data)}")
+    taints = []
+    for i, taint in enumerate(taints_data):
+        t = _Fields(taint, f"{path}.taints[{i}]", ("key", "value", "effect"))
+        effect = t.choice("effect", "", ("", "NoSchedule", "PreferNoSchedule", "NoExecute"))
+        taints.append(TaintRule(key=t.text("key"), value=t.text("value", ""), effect=effect))
+    return VendorPolicy(
+        name=name,
+        resource=f.text("resource"),
+        product_label=f.text("productLabel"),
+        product_prefixes=f.texts("productPrefixes"),
+        memory_label=f.text("memoryLabel", ""),
+        memory_unit_mib=_MEMORY_UNITS[unit],
+        driver_label=f.text("driverLabel", ""),
+        legacy_driver_labels=legacy,
+        taints=tuple(taints),
+        partition_prefix=f.text("partitionResourcePrefix", ""),
+    )
+
+
+def _products(data: Any, classes: tuple[str, ...], vendors: Mapping[str, VendorPolicy]) -> tuple[ProductRule, ...]:
+    if not isinstance(data, list):
+        raise PolicyError(f"products: expected a list of {{match, class, memory}}, got {_show(data)}")
+    prefixes = {p for v in vendors.values() for p in v.product_prefixes}
+    rules = []
+    for i, entry in enumerate(data):
+        path = f"products[{i}]"
+        f = _Fields(entry, path, ("match", "class", "memory"))
+        match = f.text("match")
+        gpu_class = f.text("class", "")
+        if gpu_class and gpu_class not in classes:
+            raise PolicyError(f"{path}.class: {gpu_class!r} is not a class; accepted: {', '.join(classes)}")
+        memory_mib = 0
+        if "memory" in entry:
+            try:
+                memory_mib = parse_bytes(str(entry["memory"])) // MIB
+            except QuantityError as exc:
+                raise PolicyError(f"{path}.memory: {exc}") from None
+            if memory_mib <= 0:
+                raise PolicyError(f"{path}.memory: must be at least 1Mi, got {entry['memory']!r}")
+        if not gpu_class and not memory_mib:
+            raise PolicyError(f"{path}: gives neither class nor memory for {match!r}")
+        rules.append(ProductRule(match, tokens(match, prefixes), gpu_class, memory_mib))
+    return tuple(rules)
+
+
+def _namespace(name: str, data: Any, classes: tuple[str, ...]) -> NamespaceRule:
+    path = f"namespaces.{name}"
+    f = _Fields(data or {}, path, ("allowedClasses", "defaultClass", "classQuota", "allowVisibleDevices"))
+    allowed = f.texts("allowedClasses")
+    for cls in allowed:
+        if cls not in classes:
+            raise PolicyError(f"{path}.allowedClasses: {cls!r} is not a class; accepted: {', '.join(classes)}")
+    default = f.text("defaultClass", "")
+    if default and default not in (allowed or classes):
+        raise PolicyError(
+            f"{path}.defaultClass: {default!r} is not an allowed class; accepted: {', '.join(allowed or classes)}"
+        )
+    quota_data = (data or {}).get("classQuota", {}) or {}
+    if not isinstance(quota_data, dict):
+        raise PolicyError(f"{path}.classQuota: expected a mapping of class to GPUs, got {_show(quota_data)}")
+    quota: dict[str, int] = {}
+    for cls, limit in quota_data.items():
+        if cls not in classes:
+            raise PolicyError(f"{path}.classQuota.{cls}: not a class; accepted: {', '.join(classes)}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise PolicyError(f"{path}.classQuota.{cls}: expected a whole number of GPUs ≥ 0, got {limit!r}")
+        quota[str(cls)] = limit
+    return NamespaceRule(
+        allowed_classes=allowed,
+        default_class=default,
+        class_quota=quota,
+        allow_visible_devices=f.flag("allowVisibleDevices", False),
+    )

@@ -1,0 +1,124 @@
+"""Projections of raw Kubernetes JSON (as the API or `kubectl get -o yaml` gives it) onto the domain.
+
+Shared by the snapshot file and the watch cache. Only GPU resources are kept, and Pods that neither hold
+GPUs nor carry a gpupool placement project to None, so the inventory never stores the bulk of a large
+cluster's Pods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from webhook.domain.model import POOL_ANNOTATION, NodeInfo, PodInfo, QuotaInfo, Taint, effective_gpus
+from webhook.domain.quantity import parse_count
+
+_EMPTY: Mapping[str, Any] = {}
+
+
+def as_map(value: Any) -> Mapping[str, Any]:
+    """A JSON object field, or an empty one when it is missing, null or of another type. Decoded JSON and
+    YAML objects are dicts, and `isinstance(x, dict)` is far cheaper than the Mapping ABC check on the
+    admission path."""
+    return value if isinstance(value, dict) else _EMPTY
+
+
+def as_list(value: Any) -> list[Any]:
+    """A JSON array field, or an empty one."""
+    return value if isinstance(value, list) else []
+
+
+def node_from_obj(obj: Mapping[str, Any], resources: Collection[str]) -> NodeInfo:
+    meta, spec, status = as_map(obj.get("metadata")), as_map(obj.get("spec")), as_map(obj.get("status"))
+    allocatable = as_map(status.get("allocatable"))
+    conditions = as_list(status.get("conditions"))
+    ready = any(as_map(c).get("type") == "Ready" and as_map(c).get("status") == "True" for c in conditions)
+    labels = {str(k): str(v) for k, v in as_map(meta.get("labels")).items()}
+    return NodeInfo(
+        name=str(meta.get("name", "")),
+        labels=labels,
+        taints=tuple(
+            Taint(str(t.get("key", "")), str(t.get("value", "") or ""), str(t.get("effect", "")))
+            for t in (as_map(x) for x in as_list(spec.get("taints")))
+        ),
+        allocatable={r: parse_count(allocatable[r]) for r in resources if r in allocatable},
+        unschedulable=bool(spec.get("unschedulable", False)),
+        ready=ready,
+    )
+
+
+def container_gpus(container: Mapping[str, Any], resource: str) -> int:
+    """A container's request for an extended resource; requests default to limits for those."""
+    res = as_map(container.get("resources"))
+    requests, limits = as_map(res.get("requests")), as_map(res.get("limits"))
+    if resource in requests:
+        return parse_count(requests[resource])
+    return parse_count(limits[resource]) if resource in limits else 0
+
+
+def pod_gpu_requests(
+    spec: Mapping[str, Any], resources: Collection[str], prefixes: tuple[str, ...] = ()
+) -> dict[str, int]:
+    """The Pod's effective request per GPU resource: `resources`, and any resource with one of the
+    `prefixes` (GPU partitions such as nvidia.com/mig-3g.20gb)."""
+    containers = [as_map(c) for c in as_list(spec.get("containers"))]
+    inits = [as_map(c) for c in as_list(spec.get("initContainers"))]
+    result: dict[str, int] = {}
+    if prefixes:
+        resources = {*resources, *_named_with(prefixes, [*containers, *inits])}
+    for resource in resources:
+        total = effective_gpus(
+            [container_gpus(c, resource) for c in containers],
+            [(container_gpus(c, resource), c.get("restartPolicy") == "Always") for c in inits],
+        )
+        if total:
+            result[resource] = total
+    return result
+
+
+def _named_with(prefixes: tuple[str, ...], containers: list[Mapping[str, Any]]) -> set[str]:
+    return {
+        name
+        for c in containers
+        for part in ("limits", "requests")
+        for name in as_map(as_map(c.get("resources")).get(part))
+        if isinstance(name, str) and name.startswith(prefixes)
+    }
+
+
+def pod_from_obj(obj: Mapping[str, Any], resources: Collection[str], prefixes: tuple[str, ...] = ()) -> PodInfo | None:
+    """The Pod, or None when it neither requests a GPU (or GPU partition) nor carries a gpupool placement."""
+    meta, spec, status = as_map(obj.get("metadata")), as_map(obj.get("spec")), as_map(obj.get("status"))
+    requests = pod_gpu_requests(spec, resources, prefixes)
+    pool = str(as_map(meta.get("annotations")).get(POOL_ANNOTATION, ""))
+    if not requests and not pool:
+        return None
+    return PodInfo(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        generate_name=str(meta.get("generateName", "") or ""),
+        node=str(spec.get("nodeName", "") or ""),
+        phase=str(status.get("phase", "Pending") or "Pending"),
+        gpu_requests=requests,
+        pool=pool,
+        node_selector={str(k): str(v) for k, v in as_map(spec.get("nodeSelector")).items()},
+    )
+
+
+def quota_from_obj(obj: Mapping[str, Any], resources: Collection[str]) -> QuotaInfo | None:
+    """The quota's GPU entries (`requests.<resource>`, and the unenforced bare `<resource>` so it can be
+    flagged); None when it limits no GPU resource."""
+    meta, spec, status = as_map(obj.get("metadata")), as_map(obj.get("spec")), as_map(obj.get("status"))
+    keys = {f"requests.{r}" for r in resources} | set(resources) | {f"limits.{r}" for r in resources}
+    hard = {k: parse_count(v) for k, v in as_map(spec.get("hard") or status.get("hard")).items() if k in keys}
+    if not hard:
+        return None
+    used = {k: parse_count(v) for k, v in as_map(status.get("used")).items() if k in keys}
+    scoped = bool(as_list(spec.get("scopes")) or as_map(spec.get("scopeSelector")))
+    return QuotaInfo(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        hard=hard,
+        used=used,
+        scoped=scoped,
+    )

@@ -1,0 +1,292 @@
+"""The Flask app: `POST /mutate` turns an AdmissionReview into the core's Verdict and back.
+
+HTTP concerns only (content type, body limit, status codes, metrics, the log line); what the request
+means is webhook.serving.review's business and what to do with a Pod is the Admitter's. Every answer is JSON:
+a Kubernetes `Status` for a malformed call (4xx), an AdmissionReview for everything else, including
+an unexpected failure (allowed: false, code 500, and an error id that is also in the log).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Any, Protocol
+
+from flask import Flask, Response, request
+from werkzeug.exceptions import HTTPException, LengthRequired, RequestEntityTooLarge, UnsupportedMediaType
+from werkzeug.http import parse_options_header
+from werkzeug.wsgi import get_content_length
+
+from webhook.admission.verdict import Verdict
+from webhook.serving.logs import ADMISSION_LOGGER, AdmissionLog, admission_fields
+from webhook.serving.metrics import Metrics
+from webhook.serving.review import (
+    AdmissionRequest,
+    PodRef,
+    ReviewError,
+    error_body,
+    parse_review,
+    pod_ref,
+    response_body,
+    skip_verdict,
+    status_body,
+)
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
+
+# kube-apiserver's request body limit is 3 MiB (etcd's object limit plus headroom); an AdmissionReview
+# carries the object (and oldObject), so a bigger body is not a real admission call.
+MAX_BODY_BYTES = 3 * 1024 * 1024
+JSON = "application/json"
+
+_REASONS = {
+    400: "BadRequest",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    413: "RequestEntityTooLarge",
+    411: "LengthRequired",
+    415: "UnsupportedMediaType",
+    500: "InternalError",
+}
+
+
+class Admitter(Protocol):
+    """The core (webhook.admission.core.Admitter): one decision per Pod."""
+
+    def admit(self, pod: Any, *, namespace: str, dry_run: bool = False) -> Verdict: ...
+
+
+QuotaDenialTest = Callable[[Verdict], bool]
+
+
+def quota_denial(verdict: Verdict) -> bool:
+    """A denial by a namespace ResourceQuota or a per-class quota of the policy."""
+    return not verdict.allowed and verdict.reason in ("quota", "class-quota")
+
+
+@dataclass(frozen=True)
+class AppConfig:
+    """What the app needs; built by `gpupool serve` in each worker, or by a test."""
+
+    admitter: Admitter
+    metrics: Metrics
+    log: logging.Logger = field(default_factory=lambda: logging.getLogger(ADMISSION_LOGGER))
+    write_line: Callable[[bytes], object] | None = None  # where admission lines go; None: stderr
+    is_quota_denial: QuotaDenialTest = quota_denial  # which denials count as quota denials
+    max_body_bytes: int = MAX_BODY_BYTES
+
+
+def create_app(config: AppConfig) -> Flask:
+    """A Flask app serving POST /mutate; nothing else is routed on the admission port.
+
+    POST /mutate is answered by a WSGI middleware in front of Flask's dispatch (`_MutateFastPath`):
+    Flask's request context, URL matching and Response object cost more CPU than all of gpupool's own
+    per-request work, and the admission port has that one route. Everything else (404, 405, Flask's
+    own errors) still goes through Flask and its JSON error handlers.
+    """
+    app = Flask(__name__)
+    app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
+    mutate = _Mutate(config)
+    app.add_url_rule("/mutate", "mutate", mutate.view, methods=["POST"], provide_automatic_options=False)
+    app.register_error_handler(HTTPException, _http_error)
+    app.register_error_handler(Exception, _unexpected_error(config.log))
+    app.wsgi_app = _MutateFastPath(app.wsgi_app, mutate, config.log)  # type: ignore[method-assign]
+    return app
+
+
+Answer = tuple[int, bytes]  # HTTP status code and JSON body
+
+
+class _Mutate:
+    """POST /mutate without Flask: the WSGI environ in, (status, JSON body) out."""
+
+    def __init__(self, config: AppConfig) -> None:
+        self._admit = config.admitter.admit
+        self._metrics = config.metrics
+        self._log = config.log
+        self._lines = AdmissionLog(config.log, config.write_line)
+        self._is_quota_denial = config.is_quota_denial
+        self._max_body = config.max_body_bytes
+
+    def view(self) -> Response:
+        """The Flask route (reached only when the middleware is bypassed, e.g. app.wsgi_app unwrapped)."""
+        code, payload = self.answer(request.environ)
+        return Response(payload, code, mimetype=JSON)
+
+    def answer(self, environ: WSGIEnvironment) -> Answer:
+        """The answer to one call; a malformed HTTP request (411, 413, 415) raises an HTTPException."""
+        started = time.perf_counter()
+        content_type = environ.get("CONTENT_TYPE")
+        # The exact header kube-apiserver sends is checked without parsing it (the hot path).
+        if content_type != JSON:
+            mimetype = parse_options_header(content_type)[0].lower() if content_type else ""
+            if mimetype != JSON:
+                raise UnsupportedMediaType(f"Content-Type must be {JSON}, not {mimetype or 'missing'}")
+        body = _read_body(environ, self._max_body)
+        try:
+            review = parse_review(body)
+            ref = pod_ref(review)
+            verdict = skip_verdict(review)
+        except ReviewError as exc:
+            # Not an admission (no uid to answer): a warning with the reason, never the body.
+            self._log.warning("bad request", extra={"fields": {"code": exc.status, "reason": str(exc)}})
+            return _status_answer(exc.status, str(exc))
+        try:
+            if verdict is None:
+                verdict = self._admit(review.object, namespace=ref.namespace, dry_run=review.dry_run)
+            payload = response_body(review, verdict)
+        except Exception:  # any failure still answers the call; the log has the traceback
+            return self._error(review, ref, started)
+        self._record(review, ref, verdict, time.perf_counter() - started)
+        return 200, payload
+
+    def _record(self, review: AdmissionRequest, ref: PodRef, verdict: Verdict, seconds: float) -> None:
+        pool = str(verdict.placement.pool) if verdict.placement is not None else ""
+        quota = not verdict.allowed and self._is_quota_denial(verdict)
+        self._metrics.record(
+            outcome=verdict.outcome,
+            pool=pool,
+            seconds=seconds,
+            dry_run=review.dry_run,
+            namespace=ref.namespace,
+            quota_denial=quota,
+        )
+        if self._lines.enabled:
+            fields = admission_fields(
+                uid=review.uid,
+                namespace=ref.namespace,
+                pod=ref.name,
+                outcome=verdict.outcome,
+                pool=pool,
+                latency_ms=seconds * 1000,
+                dry_run=review.dry_run,
+                code=verdict.code,
+                message="" if verdict.allowed else verdict.message,
+            )
+            self._lines.info(fields)
+
+    def _error(self, review: AdmissionRequest, ref: PodRef, started: float) -> Answer:
+        error_id = uuid.uuid4().hex[:12]
+        seconds = time.perf_counter() - started
+        self._log.exception(
+            "admission",
+            extra={
+                "fields": admission_fields(
+                    uid=review.uid,
+                    namespace=ref.namespace,
+                    pod=ref.name,
+                    outcome="error",
+                    pool="",
+                    latency_ms=seconds * 1000,
+                    dry_run=review.dry_run,
+                    code=500,
+                    error_id=error_id,
+                )
+            },
+        )
+        self._metrics.record(outcome="error", pool="", seconds=seconds, dry_run=review.dry_run)
+        return 200, error_body(review, error_id)
+
+
+class _MutateFastPath:
+    """WSGI middleware: POST /mutate straight to `_Mutate.answer`, every other request to Flask.
+
+    Its errors are answered as Flask's handlers would: an HTTPException as a JSON Status with its
+    code, anything else as a 500 Status with an error id that the log line repeats.
+    """
+
+    def __init__(self, flask_app: WSGIApplication, mutate: _Mutate, log: logging.Logger) -> None:
+        self._flask_app = flask_app
+        self._mutate = mutate
+        self._log = log
+
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") != "/mutate" or environ.get("REQUEST_METHOD") != "POST":
+            return self._flask_app(environ, start_response)
+        try:
+            code, payload = self._mutate.answer(environ)
+        except HTTPException as exc:
+            code, payload = _http_error_answer(exc)
+        except Exception as exc:  # the same answer as Flask's handler: JSON with an error id, never HTML
+            code, payload = _unexpected_answer(self._log, exc)
+        start_response(
+            _STATUS_LINES.get(code) or _status_line(code),
+            [("Content-Type", JSON), ("Content-Length", str(len(payload)))],
+        )
+        return [payload]
+
+
+def _status_line(code: int) -> str:
+    try:
+        return f"{code} {HTTPStatus(code).phrase}"
+    except ValueError:
+        return f"{code} Unknown"
+
+
+_STATUS_LINES = {code: _status_line(code) for code in (200, *_REASONS)}
+
+
+def _read_body(environ: WSGIEnvironment, limit: int) -> bytes:
+    """The request body, at most `limit` bytes, else 413; a declared length is checked before reading.
+
+    Read here rather than with `request.get_data()`: werkzeug cuts a chunked body at the limit without
+    an error, which would turn an oversized request into a confusing "not JSON".
+    """
+    length = get_content_length(environ)
+    if length is not None and length > limit:
+        raise RequestEntityTooLarge(f"the body is larger than {limit} bytes")
+    stream = environ["wsgi.input"]
+    if length is not None:
+        data: bytes = stream.read(length)
+        return data
+    if not environ.get("wsgi.input_terminated"):
+        raise LengthRequired("a body without Content-Length needs chunked transfer encoding")
+    data = stream.read(limit + 1)  # gunicorn ends a chunked body's stream at its last chunk
+    if len(data) > limit:
+        raise RequestEntityTooLarge(f"the body is larger than {limit} bytes")
+    return data
+
+
+def _status_answer(code: int, message: str) -> Answer:
+    return code, status_body(code, message, _REASONS.get(code, "Unknown"))
+
+
+def _http_error_answer(exc: HTTPException) -> Answer:
+    return _status_answer(exc.code or 500, exc.description or exc.name)
+
+
+def _unexpected_answer(log: logging.Logger, exc: Exception) -> Answer:
+    # Only reached before the AdmissionReview is decoded (no uid to answer with yet).
+    error_id = uuid.uuid4().hex[:12]
+    log.error("request failed", exc_info=exc, extra={"fields": {"error_id": error_id}})
+    return _status_answer(500, f"gpupool internal error (error id {error_id})")
+
+
+def _status_response(code: int, message: str) -> Response:
+    code, payload = _status_answer(code, message)
+    return Response(payload, code, mimetype=JSON)
+
+
+def _http_error(exc: HTTPException) -> Response:
+    """Flask's own errors (404, 405, 413, 415) as JSON, never its HTML pages."""
+    code = exc.code or 500
+    if code == 404:
+        message = f"no such path {request.path}: this port serves POST /mutate only"
+    elif code == 405:
+        message = f"{request.method} is not allowed on {request.path}: use POST"
+    else:
+        message = exc.description or exc.name
+    return _status_response(code, message)
+
+
+def _unexpected_error(log: logging.Logger) -> Callable[[Exception], Response]:
+    def handle(exc: Exception) -> Response:
+        code, payload = _unexpected_answer(log, exc)
+        return Response(payload, code, mimetype=JSON)
+
+    return handle

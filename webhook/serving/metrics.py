@@ -1,0 +1,227 @@
+"""Prometheus metrics: what workers record and what the health port exposes.
+
+Workers record into metrics built on a private registry. Under `gpupool serve` the environment variable
+PROMETHEUS_MULTIPROC_DIR is set before prometheus_client is imported, so every value lands in a
+per-process file and the gunicorn master, which serves /metrics and /readyz, reads them all
+(`multiprocess_exposition`, `worker_readiness`). Without it (tests, `create_app` on its own) the same
+metrics simply live in memory.
+
+Gauges that every worker reports alike (pool capacity) use "livemostrecent": dead workers drop out and
+the freshest value wins. The inventory age shows the worst live worker; readiness is kept per worker
+("liveall", a `pid` label) so /readyz can require every worker.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import threading
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+
+from webhook.pools.inventory import Inventory
+from webhook.pools.quotas import unenforced
+
+# Admission latency as the webhook sees it (decode to encode): sub-millisecond normally, and the
+# top buckets show trouble long before kube-apiserver's 10 s default timeout.
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+REFRESH_SECONDS = 5.0
+READY_METRIC = "gpupool_inventory_ready"
+CONTENT_TYPE = CONTENT_TYPE_LATEST  # of the exposition text
+
+log = logging.getLogger("gpupool.metrics")
+
+
+class Metrics:
+    """Every gpupool metric, registered on `registry` (never the process-global default registry)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.admissions = Counter(
+            "gpupool_admissions",
+            "Pod admissions answered (dry runs excluded), by outcome "
+            "(mutated, unchanged, denied, error) and chosen pool (empty when none)",
+            ["outcome", "pool"],
+            registry=registry,
+        )
+        self.quota_denials = Counter(
+            "gpupool_quota_denials",
+            "Pods denied because a namespace ResourceQuota on GPUs would be exceeded",
+            ["namespace"],
+            registry=registry,
+        )
+        self.latency = Histogram(
+            "gpupool_admission_duration_seconds",
+            "Time to answer one AdmissionReview, from decoding the request to encoding the answer",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.pool_nodes = self._pool_gauge(registry, "gpupool_pool_nodes", "Nodes in the pool")
+        self.pool_nodes_usable = self._pool_gauge(
+            registry, "gpupool_pool_nodes_usable", "Nodes in the pool that are Ready and schedulable"
+        )
+        self.pool_gpus = self._pool_gauge(registry, "gpupool_pool_gpus", "GPUs allocatable on the pool's usable nodes")
+        self.pool_gpus_free = self._pool_gauge(
+            registry, "gpupool_pool_gpus_free", "GPUs of the pool's usable nodes not held by any Pod"
+        )
+        self.inventory_age = Gauge(
+            "gpupool_inventory_age_seconds",
+            "Seconds since the inventory was last known current (worst worker; 0 for a snapshot file)",
+            registry=registry,
+            multiprocess_mode="livemax",
+        )
+        self.inventory_ready = Gauge(
+            READY_METRIC,
+            "1 when the worker's inventory is loaded and admissions use it",
+            registry=registry,
+            multiprocess_mode="liveall",
+        )
+        self.inventory_stale = Gauge(
+            "gpupool_inventory_stale",
+            "1 when the worker's watches have been unable to reach the API for longer than the policy's "
+            "staleAfterSeconds (admissions are then answered from the last view, or denied per onStale)",
+            registry=registry,
+            multiprocess_mode="livemax",
+        )
+        self.quotas_unenforced = Gauge(
+            "gpupool_quotas_unenforced",
+            "ResourceQuotas that limit a GPU resource in the form Kubernetes never enforces for extended "
+            "resources (nvidia.com/gpu instead of requests.nvidia.com/gpu); see gpupool inventory",
+            registry=registry,
+            multiprocess_mode="livemostrecent",
+        )
+        self.reservations = Gauge(
+            "gpupool_reservations",
+            "Admitted Pods not yet seen in the watch, counted against their pool (per worker)",
+            registry=registry,
+            multiprocess_mode="livesum",
+        )
+        self._known_pools: set[str] = set()
+        self._lock = threading.Lock()  # refresh() runs on a timer thread and at start
+        # `labels()` takes a lock and builds a key on every call; the few (outcome, pool) children are
+        # kept here instead. A race only makes two threads ask labels() for the same child.
+        self._admission_children: dict[tuple[str, str], Counter] = {}
+
+    @classmethod
+    def private(cls) -> Metrics:
+        """Metrics on a registry of their own (the values still go to the multiprocess files)."""
+        return cls(CollectorRegistry(auto_describe=False))
+
+    @staticmethod
+    def _pool_gauge(registry: CollectorRegistry, name: str, help_text: str) -> Gauge:
+        return Gauge(name, help_text, ["pool"], registry=registry, multiprocess_mode="livemostrecent")
+
+    def record(
+        self,
+        *,
+        outcome: str,
+        pool: str,
+        seconds: float,
+        dry_run: bool,
+        namespace: str = "",
+        quota_denial: bool = False,
+    ) -> None:
+        """Count one answered AdmissionReview. A dry run only shows in the latency histogram."""
+        self.latency.observe(seconds)
+        if dry_run:
+            return
+        key = (outcome, pool)
+        child = self._admission_children.get(key)
+        if child is None:
+            child = self._admission_children[key] = self.admissions.labels(outcome, pool)
+        child.inc()
+        if quota_denial:
+            self.quota_denials.labels(namespace).inc()
+
+    def refresh(self, inventory: Inventory, stale_after_seconds: float = float("inf")) -> None:
+        """Copy pool capacity, inventory age, staleness and readiness from the inventory into the gauges."""
+        with self._lock:
+            ready = inventory.ready
+            age = inventory.age_seconds()
+            self.inventory_ready.set(1 if ready else 0)
+            self.inventory_age.set(age)
+            self.inventory_stale.set(1 if age > stale_after_seconds else 0)
+            if not ready:
+                return
+            with inventory.read() as view:
+                stats = view.pool_stats()
+                self.reservations.set(view.reservations)
+                self.quotas_unenforced.set(sum(1 for q in view.all_quotas() if unenforced(q, view.policy)))
+            seen: set[str] = set()
+            for s in stats:
+                pool = str(s.pool)
+                seen.add(pool)
+                self.pool_nodes.labels(pool).set(s.nodes)
+                self.pool_nodes_usable.labels(pool).set(s.usable_nodes)
+                self.pool_gpus.labels(pool).set(s.gpus_total)
+                self.pool_gpus_free.labels(pool).set(s.gpus_free)
+            # A pool that disappeared reads 0 rather than its last value: removing a label does not
+            # reach the other processes' files in multiprocess mode.
+            for pool in self._known_pools - seen:
+                for gauge in (self.pool_nodes, self.pool_nodes_usable, self.pool_gpus, self.pool_gpus_free):
+                    gauge.labels(pool).set(0)
+            self._known_pools |= seen
+
+
+class GaugeRefresher:
+    """Refreshes a worker's gauges every `interval` seconds on a daemon thread."""
+
+    def __init__(
+        self,
+        metrics: Metrics,
+        inventory: Inventory,
+        stale_after_seconds: float = float("inf"),
+        interval: float = REFRESH_SECONDS,
+    ) -> None:
+        self._metrics = metrics
+        self._inventory = inventory
+        self._stale_after = stale_after_seconds
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gpupool-gauges", daemon=True)
+
+    def start(self) -> GaugeRefresher:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=self._interval + 1)
+
+    def _run(self) -> None:
+        while True:
+            try:
+                self._metrics.refresh(self._inventory, self._stale_after)
+            except Exception:  # a failing refresh must not end the thread: metrics go stale, not absent
+                log.exception("refreshing the inventory gauges failed")
+            if self._stop.wait(self._interval):
+                return
+
+
+def multiprocess_exposition(path: str) -> bytes:
+    """The Prometheus text of every worker's metrics in the multiprocess directory `path`."""
+    registry = CollectorRegistry(auto_describe=False)
+    MultiProcessCollector(registry, path=path)  # type: ignore[no-untyped-call]
+    return generate_latest(registry)
+
+
+def worker_readiness(path: str) -> dict[int, bool]:
+    """Each worker's `gpupool_inventory_ready`, by pid, from the multiprocess directory `path`."""
+    files = glob.glob(os.path.join(path, "gauge_liveall_*.db"))
+    ready: dict[int, bool] = {}
+    for metric in MultiProcessCollector.merge(files, accumulate=False):  # type: ignore[no-untyped-call]
+        if metric.name != READY_METRIC:
+            continue
+        for sample in metric.samples:
+            pid = sample.labels.get("pid", "")
+            if pid.isdigit():
+                ready[int(pid)] = sample.value >= 1
+    return ready
+
+
+def forget_process(pid: int, path: str) -> None:
+    """Drop a dead worker's live gauges (its counters stay: totals must not go backwards)."""
+    mark_process_dead(pid, path)  # type: ignore[no-untyped-call]

@@ -1,0 +1,376 @@
+"""The admission webhook on gunicorn (webhook.serving.worker's workers, TLS), plus the health port.
+
+`gpupool serve` (webhook.commands.serve) checks everything a user can get wrong before this starts; a
+busy port found here is a ConfigError too.
+
+Process layout: the gunicorn master reads the policy and the inventory source once (`Core`), binds
+the TLS port and serves /healthz, /readyz and /metrics on the plain-HTTP health port from a thread.
+Each worker process is forked with a copy of what the master loaded, builds its Admitter from it and
+answers POST /mutate; a live inventory starts its watches in the worker (threads do not survive a
+fork), so each worker keeps its own watch cache and burst reservations. A worker that is restarted
+(after a crash or a timeout) is forked from the master's copy again and reads no file: a snapshot or
+policy file that changed or broke since the start cannot stop it from booting.
+Metrics cross the process boundary through prometheus_client's multiprocess directory.
+
+The TLS context is re-used while tls.crt and tls.key (and the --client-ca file, which makes the TLS
+port require a client certificate signed by it) are unchanged and rebuilt on the next new connection
+after they change, so a rotated Secret takes effect without a restart. A certificate and key
+that do not match (a rotation caught half-way) keep the previous context until the pair is whole again;
+the master loads one before forking, so even a freshly forked worker always has a previous one.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import logging.config
+import os
+import shutil
+import socket
+import ssl
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gunicorn.app.base import BaseApplication
+from gunicorn.glogging import Logger as GunicornLogger
+from gunicorn.sock import ssl_context as gunicorn_ssl_context
+
+from webhook.admission.core import Admitter
+from webhook.domain.errors import ConfigError
+from webhook.domain.policy import Policy
+from webhook.pools.inventory import Inventory
+from webhook.serving.health import HealthServer, MetricsText, Readiness
+from webhook.serving.logs import logging_config
+from webhook.sources.live import LiveInventory
+
+if TYPE_CHECKING:
+    from wsgiref.types import WSGIApplication
+
+# webhook.serving.app and webhook.serving.metrics import prometheus_client, which decides between in-memory and
+# multiprocess values when it is first imported, from PROMETHEUS_MULTIPROC_DIR. `serve` sets that
+# variable first, so those modules are imported only after it (the `noqa: PLC0415` lines below).
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+KEEPALIVE_SECONDS = 120  # longer than kube-apiserver's ~90 s idle timeout, so the client closes first
+# Open connections per worker, idle or slow ones included (15 to 50 KiB each, see README Performance);
+# at the limit a new one closes the oldest that has not sent a whole request (webhook/serving/worker.py).
+WORKER_CONNECTIONS = 4096
+GRACEFUL_SECONDS = 20  # in-flight admissions take milliseconds; below the Pod's 30 s grace period
+WORKER_TIMEOUT_SECONDS = 30  # a worker silent this long is restarted (kube-apiserver gives up at 30 s)
+
+log = logging.getLogger("gpupool.server")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerApp:
+    """What a worker serves, and what to stop when it exits (the inventory's watches, timers)."""
+
+    wsgi: WSGIApplication
+    close: Callable[[], None] = lambda: None
+
+
+LoadApp = Callable[[], WorkerApp]
+
+
+@dataclass(frozen=True, slots=True)
+class ServeOptions:
+    cert: str
+    key: str
+    inventory: str | None
+    policy: str | None
+    kubeconfig: str | None = None
+    client_ca: str | None = None  # None: no client certificate is asked for
+    host: str = "0.0.0.0"
+    port: int = 8443
+    health_port: int = 8080
+    workers: int = 1
+    threads: int = 4
+    log_level: str = "info"
+
+
+@dataclass(frozen=True, slots=True)
+class Core:
+    """What the master loads once, before the first fork; every worker starts from a copy of it."""
+
+    policy: Policy
+    # A snapshot: the whole index, loaded. The live cluster: the client configuration, not yet watching.
+    inventory: Inventory
+
+
+def real_app_loader(core: Core) -> LoadApp:
+    """What each worker runs once after the fork: its Admitter, metrics and the Flask app, from the
+    master's `core`. Nothing here reads a file: a restarted worker boots even if the policy or snapshot
+    file has changed or broken since the start."""
+
+    def load() -> WorkerApp:
+        from webhook.serving.app import AppConfig, create_app  # noqa: PLC0415 (see top)
+        from webhook.serving.metrics import GaugeRefresher, Metrics  # noqa: PLC0415 (see top)
+
+        policy, inventory = core.policy, core.inventory
+        if isinstance(inventory, LiveInventory):
+            # The master never starts the watches: threads do not survive a fork, so each worker starts
+            # them on its own copy. Not waited for: /readyz stays false until the first full list, so no
+            # admission is routed to this worker before then.
+            inventory.start()
+        metrics = Metrics.private()
+        metrics.refresh(inventory, policy.defaults.stale_after_seconds)  # gauges before the first request
+        refresher = GaugeRefresher(metrics, inventory, policy.defaults.stale_after_seconds).start()
+
+        def close() -> None:
+            refresher.stop()
+            inventory.close()
+
+        config = AppConfig(admitter=Admitter(policy, inventory), metrics=metrics)
+        app = create_app(config)
+        freeze_when_ready(inventory)
+        return WorkerApp(app, close)
+
+    return load
+
+
+def freeze_when_ready(inventory: Inventory, poll_seconds: float = 1.0) -> None:
+    """Once the inventory is loaded, move every object the worker holds so far (modules, the app, the
+    inventory's first load) out of the garbage collector's way (`gc.freeze`).
+
+    A full collection walks every tracked object; in a worker holding a large inventory it took tens of
+    milliseconds, and landed on whichever admission happened to allocate at that moment (the p99).
+    Frozen objects are not walked again; objects created later are collected as before.
+    """
+
+    def freeze() -> None:
+        while not inventory.ready:
+            time.sleep(poll_seconds)
+        gc.freeze()
+
+    if inventory.ready:
+        gc.freeze()
+    else:  # the live inventory lists in the background after the fork
+        threading.Thread(target=freeze, name="gpupool-gc-freeze", daemon=True).start()
+
+
+def serve(options: ServeOptions, load_app: LoadApp) -> int:
+    """Run gunicorn with `load_app` in each worker until SIGTERM (or SIGINT); returns the exit code.
+
+    Tests and the benchmark pass their own `load_app`, so they run on exactly these settings.
+    """
+    master_pid = os.getpid()
+    owned_dir = _prepare_multiproc_dir()
+    multiproc_dir = os.environ[MULTIPROC_ENV]
+    try:
+        from webhook.serving import metrics  # noqa: PLC0415 (see top)
+
+        _check_port_free(options.host, options.port)
+        arbiter_box: list[Any] = []
+
+        def readiness() -> Readiness:
+            workers = _worker_pids(arbiter_box)
+            ready = metrics.worker_readiness(multiproc_dir)
+            states = {str(pid): ready.get(pid, False) for pid in workers}
+            return Readiness(bool(states) and all(states.values()), {"workers": states})
+
+        try:
+            health = HealthServer(
+                options.host,
+                options.health_port,
+                readiness,
+                lambda: MetricsText(metrics.multiprocess_exposition(multiproc_dir), metrics.CONTENT_TYPE),
+            )
+        except OSError as exc:
+            raise ConfigError(f"--health-port {options.health_port} on {options.host}: {exc.strerror}") from None
+
+        def when_ready(arbiter: Any) -> None:  # in the master, before the first worker is forked
+            arbiter_box.append(arbiter)
+            _prime_tls_context(arbiter.cfg)
+            health.start()
+
+        def child_exit(arbiter: Any, worker: Any) -> None:
+            metrics.forget_process(worker.pid, multiproc_dir)
+
+        def worker_exit(arbiter: Any, worker: Any) -> None:
+            worker.app.close_worker()
+
+        def on_exit(arbiter: Any) -> None:
+            health.stop()
+
+        settings = gunicorn_settings(options)
+        settings.update(when_ready=when_ready, child_exit=child_exit, worker_exit=worker_exit, on_exit=on_exit)
+        try:
+            WebhookApplication(settings, load_app).run()
+        except SystemExit as exc:  # the arbiter, and each forked worker, end with sys.exit
+            return exc.code if isinstance(exc.code, int) else 1
+        return 0
+    finally:
+        # Workers leave through here too (gunicorn forks inside run()): only the master cleans up.
+        if owned_dir and os.getpid() == master_pid:
+            shutil.rmtree(multiproc_dir, ignore_errors=True)
+
+
+def gunicorn_settings(options: ServeOptions) -> dict[str, Any]:
+    """The gunicorn configuration; hooks are added by `serve`."""
+    return {
+        "bind": [_bind_address(options.host, options.port)],
+        "workers": options.workers,
+        "threads": options.threads,
+        # gthread's thread pool and request handling, with all waiting for clients in its main loop:
+        # a slow or idle client costs a connection, not a thread (webhook/serving/worker.py).
+        "worker_class": "webhook.serving.worker.WebhookWorker",
+        "worker_connections": WORKER_CONNECTIONS,
+        "keepalive": KEEPALIVE_SECONDS,
+        "graceful_timeout": GRACEFUL_SECONDS,
+        "timeout": WORKER_TIMEOUT_SECONDS,
+        "certfile": options.cert,
+        "keyfile": options.key,
+        # With a client CA, gunicorn's context trusts that file alone (not the system's CAs) for clients.
+        "ca_certs": options.client_ca,
+        "cert_reqs": ssl.CERT_NONE if options.client_ca is None else ssl.CERT_REQUIRED,
+        "ssl_context": CertificateReloader(options.cert, options.key, options.client_ca),
+        # With several workers each gets its own SO_REUSEPORT socket and the kernel spreads new
+        # connections evenly; with one shared socket the first worker to wake takes most of
+        # kube-apiserver's few long-lived connections and the others idle.
+        "reuse_port": options.workers > 1,
+        "preload_app": False,  # each worker builds its app, and starts live watches, after the fork
+        "proc_name": "gpupool",
+        "accesslog": None,  # one admission line per request instead
+        "logger_class": NoAccessLogger,
+        "errorlog": "-",
+        "loglevel": options.log_level,
+        "logconfig_dict": logging_config(options.log_level),
+        "control_socket_disable": True,  # no runtime control socket in $HOME (two servers would collide)
+    }
+
+
+class NoAccessLogger(GunicornLogger):  # type: ignore[misc]  # gunicorn is untyped
+    """gunicorn's logger without the access log, which the admission line replaces.
+
+    With `logconfig_dict` set, gunicorn builds every request's access-log fields (a timestamp, a
+    dozen header look-ups) before logging decides to drop the line by level: a few percent of a
+    worker's CPU per request for nothing.
+    """
+
+    def access(self, resp: Any, req: Any, environ: Any, request_time: Any) -> None:
+        return None
+
+
+class WebhookApplication(BaseApplication):  # type: ignore[misc]  # gunicorn is untyped
+    """gunicorn driven from code: settings from a dict, the WSGI app from a loader run in the worker."""
+
+    def __init__(self, settings: Mapping[str, Any], load_app: LoadApp) -> None:
+        self._settings = dict(settings)
+        self._load_app = load_app
+        self._close: Callable[[], None] = lambda: None
+        super().__init__()
+
+    def load_config(self) -> None:
+        for name, value in self._settings.items():
+            self.cfg.set(name, value)
+
+    def load(self) -> WSGIApplication:
+        """Runs in the worker, after the fork."""
+        loaded = self._load_app()
+        self._close = loaded.close
+        return loaded.wsgi
+
+    def close_worker(self) -> None:
+        self._close()
+
+
+class CertificateReloader:
+    """gunicorn's `ssl_context` hook: one context per certificate version, TLS 1.2 at least.
+
+    gunicorn asks for a context on every new connection; building one costs about 0.7 ms of CPU, so
+    it is cached and rebuilt only when a file's inode, size or mtime changes: the certificate, the key,
+    and the client CA when there is one (gunicorn's factory reads it from the `ca_certs` setting).
+    """
+
+    def __init__(self, cert: str, key: str, client_ca: str | None = None) -> None:
+        self._paths = (cert, key) if client_ca is None else (cert, key, client_ca)
+        self._log_fields = {"cert": cert} if client_ca is None else {"cert": cert, "client_ca": client_ca}
+        self._lock = threading.Lock()  # called from any thread that wraps a socket
+        self._version: tuple[int, ...] | None = None
+        self._context: ssl.SSLContext | None = None
+
+    def __call__(self, conf: Any, default_factory: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
+        version = self._file_version()
+        with self._lock:
+            if self._context is not None and version == self._version:
+                return self._context
+            try:
+                context = default_factory()
+            except (ssl.SSLError, OSError) as exc:
+                if self._context is None:
+                    raise
+                # Mid-rotation (new certificate, old key), a file briefly missing or a CA file being
+                # rewritten: keep serving with the previous context and try again on the next connection.
+                log.warning("keeping the previous certificate: the new files do not load yet: %s", exc)
+                return self._context
+            context.minimum_version = ssl.TLSVersion.TLSv1_2
+            self._context, self._version = context, version
+            log.info("serving certificate loaded", extra={"fields": self._log_fields})
+            return context
+
+    def _file_version(self) -> tuple[int, ...]:
+        version: list[int] = []
+        for path in self._paths:
+            try:
+                st = os.stat(path)
+            except OSError:
+                version += [-1, -1, -1]
+                continue
+            version += [st.st_ino, st.st_size, st.st_mtime_ns]
+        return tuple(version)
+
+
+def _prime_tls_context(cfg: Any) -> None:
+    """Load the TLS context once in the master, so every worker is forked holding a working one.
+
+    A worker forked later (after a crash or a timeout) whose first handshake lands while the Secret's
+    certificate and key are half-swapped then keeps serving with the inherited pair instead of failing
+    that handshake (see CertificateReloader).
+    """
+    try:
+        gunicorn_ssl_context(cfg)
+    except (ssl.SSLError, OSError) as exc:  # checked at start; a rotation may be under way right now
+        log.warning("could not load the certificate before forking the workers: %s", exc)
+
+
+def _prepare_multiproc_dir() -> bool:
+    """Point PROMETHEUS_MULTIPROC_DIR at an empty directory; True when it is a temporary one we own."""
+    given = os.environ.get(MULTIPROC_ENV)
+    if given:
+        os.makedirs(given, exist_ok=True)
+        # Values of a previous run would be added to this one's (the directory must start empty).
+        for name in os.listdir(given):
+            if name.endswith(".db"):
+                os.unlink(os.path.join(given, name))
+        return False
+    os.environ[MULTIPROC_ENV] = tempfile.mkdtemp(prefix="gpupool-metrics-")
+    return True
+
+
+def _worker_pids(arbiter_box: list[Any]) -> Iterable[int]:
+    if not arbiter_box:
+        return ()
+    for _ in range(3):  # the arbiter thread may change WORKERS while we copy it
+        try:
+            return list(arbiter_box[0].WORKERS)
+        except RuntimeError:
+            continue
+    return ()
+
+
+def _bind_address(host: str, port: int) -> str:
+    return f"[{host.strip('[]')}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _check_port_free(host: str, port: int) -> None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host.strip("[]"), port))
+        except OSError as exc:
+            raise ConfigError(f"--port {port} on {host}: {exc.strerror}") from None

@@ -1,0 +1,173 @@
+"""The live inventory: nodes, Pods and ResourceQuotas from the Kubernetes API, kept by list+watch.
+
+Three reflectors (webhook.sources.reflector) feed one PoolIndex; each event is projected outside the lock and
+applied under it, so an admission never waits on the API, only on the applying of one event or one page
+of a list. GPU-less Pods project to nothing and are never stored. The three lists and their watches run
+independently, so Pods may well arrive before their nodes; the index's view does not depend on that.
+
+Readiness: the first full list of all three resources. Staleness: how long any watch has been unable to
+reach the API; admissions keep being answered from the last view, and the Admitter flags or denies
+them per the policy.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kubernetes import client
+from kubernetes import config as kube_config
+
+from webhook.domain.errors import ConfigError
+from webhook.domain.model import NodeInfo, PodInfo, QuotaInfo
+from webhook.domain.policy import Policy
+from webhook.pools.index import PoolIndex
+from webhook.pools.inventory import LockedIndex
+from webhook.pools.kubeobj import node_from_obj, pod_from_obj, quota_from_obj
+from webhook.pools.quotas import unenforced
+from webhook.sources.reflector import Reflector, ReflectorConfig
+
+log = logging.getLogger("gpupool.inventory")
+
+Obj = Mapping[str, Any]
+NODES, PODS, QUOTAS = "nodes", "pods", "resourcequotas"
+
+
+class LiveInventory(LockedIndex):
+    """An Inventory kept by watching the API through a `kubernetes.client.CoreV1Api`."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        core_v1: Any,
+        config: ReflectorConfig | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(PoolIndex(policy))
+        self.policy = policy
+        self._resources = policy.gpu_resources
+        self._clock = clock
+        self._listing: dict[str, set[Any]] = {}  # kind -> keys seen since a re-list began
+        self._flagged: set[tuple[str, str]] = set()
+        self.events_applied = 0
+        config = config or ReflectorConfig()
+        self.reflectors = {
+            NODES: Reflector(NODES, core_v1.list_node, self, config, clock),
+            PODS: Reflector(PODS, core_v1.list_pod_for_all_namespaces, self, config, clock),
+            QUOTAS: Reflector(QUOTAS, core_v1.list_resource_quota_for_all_namespaces, self, config, clock),
+        }
+
+    @classmethod
+    def connect(
+        cls, policy: Policy, kubeconfig: str | None = None, config: ReflectorConfig | None = None
+    ) -> LiveInventory:
+        """In-cluster config when running in a Pod, else KUBECONFIG / ~/.kube/config (or `kubeconfig`)."""
+        try:
+            if kubeconfig is None and kube_config.incluster_config.SERVICE_HOST_ENV_NAME in os.environ:
+                kube_config.load_incluster_config()  # type: ignore[no-untyped-call]  # client is untyped
+                api_client = client.ApiClient()
+            else:
+                api_client = kube_config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+        except (kube_config.ConfigException, OSError, TypeError, ValueError) as exc:
+            raise InventoryConnectError(f"cannot load Kubernetes configuration: {exc}") from None
+        return cls(policy, client.CoreV1Api(api_client), config)
+
+    # --- lifecycle -----------------------------------------------------------------------------------
+
+    def start(self) -> LiveInventory:
+        for reflector in self.reflectors.values():
+            reflector.start()
+        return self
+
+    def wait_ready(self, timeout: float) -> bool:
+        deadline = self._clock() + timeout
+        return all(r.synced.wait(max(deadline - self._clock(), 0)) for r in self.reflectors.values())
+
+    def close(self) -> None:
+        for reflector in self.reflectors.values():
+            reflector.stop()
+
+    # --- Inventory -----------------------------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        return all(r.synced.is_set() for r in self.reflectors.values())
+
+    def age_seconds(self) -> float:
+        """How long the longest-disconnected watch has been unable to reach the API (0 when all are up)."""
+        now = self._clock()
+        return max((now - r.down_since for r in self.reflectors.values() if r.down_since is not None), default=0.0)
+
+    def current_since(self) -> float | None:
+        """Since when the Pod watch has been connected without a break, once its first list is in."""
+        pods = self.reflectors[PODS]
+        return pods.connected_since if pods.synced.is_set() else None
+
+    # --- Sink: called from the reflectors' threads ---------------------------------------------------
+
+    def replace(self, kind: str, objects: list[Obj], first: bool, final: bool) -> None:
+        projected = [self._project(kind, obj) for obj in objects]
+        with self._lock:
+            if first:
+                self._listing[kind] = set()
+            seen = self._listing[kind]
+            for key, value in projected:
+                seen.add(key)
+                self._upsert(kind, key, value)
+            if final:
+                for key in self._held(kind) - seen:
+                    self._remove(kind, key)
+                del self._listing[kind]
+
+    def apply(self, kind: str, event: str, obj: Obj) -> None:
+        key, value = self._project(kind, obj)
+        with self._lock:
+            if event == "DELETED":
+                self._remove(kind, key)
+            else:
+                self._upsert(kind, key, value)
+            self.events_applied += 1
+
+    def _project(self, kind: str, obj: Obj) -> tuple[Any, NodeInfo | PodInfo | QuotaInfo | None]:
+        meta = obj.get("metadata") or {}
+        if kind == NODES:
+            return meta.get("name", ""), node_from_obj(obj, self._resources)
+        key = (meta.get("namespace", ""), meta.get("name", ""))
+        if kind == PODS:
+            return key, pod_from_obj(obj, self._resources, self.policy.partition_prefixes)
+        return key, quota_from_obj(obj, self._resources)
+
+    def _upsert(self, kind: str, key: Any, value: Any) -> None:
+        if kind == NODES:
+            self._index.upsert_node(value)
+        elif kind == PODS:
+            self._index.upsert_pod(value, key=key)
+        else:
+            self._index.upsert_quota(value, *key)
+            if value is not None and key not in self._flagged and unenforced(value, self.policy):
+                self._flagged.add(key)
+                for message in unenforced(value, self.policy):
+                    log.warning(message)
+
+    def _remove(self, kind: str, key: Any) -> None:
+        if kind == NODES:
+            self._index.remove_node(key)
+        elif kind == PODS:
+            self._index.remove_pod(key)
+        else:
+            self._index.remove_quota(*key)
+            self._flagged.discard(key)
+
+    def _held(self, kind: str) -> set[Any]:
+        if kind == NODES:
+            return self._index.node_names()
+        if kind == PODS:
+            return set(self._index.pod_keys())
+        return self._index.quota_keys()
+
+
+class InventoryConnectError(ConfigError):
+    """No usable Kubernetes configuration."""

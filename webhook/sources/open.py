@@ -1,0 +1,42 @@
+"""The one place that chooses where the inventory comes from: a snapshot file, or the live cluster
+(in-cluster configuration, else a kubeconfig). Used by `serve`, `explain` and `inventory` alike.
+
+Errors are ConfigErrors naming the file or the connection, with what to do instead.
+"""
+
+from __future__ import annotations
+
+from webhook.domain.policy import Policy
+from webhook.pools.inventory import Inventory
+from webhook.sources.live import InventoryConnectError, LiveInventory
+from webhook.sources.snapshot import SnapshotInventory
+
+
+def open_inventory(
+    policy: Policy,
+    *,
+    snapshot: str | None,
+    kubeconfig: str | None = None,
+    start: bool = True,
+    sync_timeout: float = 60.0,
+) -> Inventory:
+    """The snapshot file `snapshot`, read whole; else the live cluster. With `start`, the live inventory
+    lists everything once and keeps watching (refused when the first list does not complete within
+    `sync_timeout`); without it, only its configuration is loaded: `serve` starts the watches in each
+    worker after the fork, since threads do not survive a fork."""
+    if snapshot is not None:
+        return SnapshotInventory.from_file(snapshot, policy)
+    try:
+        live = LiveInventory.connect(policy, kubeconfig)
+    except InventoryConnectError as exc:
+        raise InventoryConnectError(f"{exc} (or give --inventory FILE for a snapshot)") from None
+    if not start:
+        return live
+    live.start()
+    if not live.wait_ready(sync_timeout):
+        live.close()
+        raise InventoryConnectError(
+            f"could not list nodes, pods and resourcequotas within {sync_timeout:.0f} s "
+            "(check the API server address and RBAC: get/list/watch on the three resources)"
+        )
+    return live
