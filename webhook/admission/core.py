@@ -218,7 +218,6 @@ class Admitter:
                     f"the GPU inventory is stale (no contact with the API for {stale:.0f} s); "
                     "policy onStale is deny, so GPU Pods are refused until it re-syncs",
                     code=verdict.CODE_UNAVAILABLE,
-                    reasons=result.reasons,
                     reason="stale",
                 )
             # Every placed Pod counts until the watch shows it, pre-patched and bound ones too (only its

@@ -12,12 +12,12 @@ from typing import NamedTuple
 
 from webhook.admission.request import GpuRequest
 from webhook.admission.verdict import Reason
-from webhook.domain.model import PREFIX, PoolKey, Taint
+from webhook.domain.model import PREFIX, PoolKey, Selector, Taint
 from webhook.domain.policy import Policy
 from webhook.domain.products import format_version, matches, tokens, version_at_least
 from webhook.domain.quantity import format_mib
 from webhook.pools.index import Group, Pool, PoolIndex
-from webhook.pools.nodes import NodeFacts, Selector
+from webhook.pools.nodes import NodeFacts
 
 
 class Candidate(NamedTuple):

@@ -13,9 +13,8 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from webhook.admission.pod import ContainerView, PodShape
-from webhook.domain.model import POOL_ANNOTATION, Taint, Tolerations
+from webhook.domain.model import POOL_ANNOTATION, Selector, Taint, Tolerations
 from webhook.domain.quantity import parse_count
-from webhook.pools.nodes import Selector
 
 Op = dict[str, Any]
 

@@ -1,8 +1,8 @@
 """What the admission core answers for one Pod: the contract between the core and its edges.
 
-The Flask app turns a Verdict into an AdmissionReview response, `gpupool explain` prints it, the
-watch cache reserves capacity from it. Builders (`allow`, `deny`, `mutate`) keep the invariants in one
-place: a denial has no patch, a patch only comes with a chosen pool.
+The Flask app turns a Verdict into an AdmissionReview response, `gpupool explain` prints it, and the
+Admitter reserves its placement in the pool index. The builders (`allow`, `deny`, `place`) keep the
+invariants in one place: a denial has no patch, a patch only comes with a chosen pool.
 """
 
 from __future__ import annotations

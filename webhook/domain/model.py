@@ -97,6 +97,7 @@ class NodeInfo:
 
 
 PodKey = tuple[str, str]  # (namespace, name)
+Selector = tuple[tuple[str, str], ...]  # nodeSelector entries (label, value), sorted
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,8 @@ from webhook.domain.model import Taint
 from webhook.domain.products import Tokens, matches, tokens
 from webhook.domain.quantity import MIB, QuantityError, parse_bytes
 
-OnNoCapacity = Literal["warn", "deny"]
+OnNoCapacity = Literal["warn", "deny"]  # admit with a warning that the Pod will wait, or refuse
+OnStale = Literal["warn", "deny"]  # answer from the last view with a warning, or refuse until re-synced
 
 _MEMORY_UNITS = {"Mi": 1, "Gi": 1024}
 
@@ -92,7 +93,7 @@ class Defaults:
     fallback: bool = False
     on_no_capacity: OnNoCapacity = "warn"
     stale_after_seconds: float = 120.0
-    on_stale: OnNoCapacity = "warn"
+    on_stale: OnStale = "warn"
     reservation_seconds: float = 60.0
     reservation_settle_seconds: float = 15.0  # with a current watch, a reservation's Pod shows up by then
     check_visible_devices: bool = True  # refuse NVIDIA_VISIBLE_DEVICES in containers without a GPU resource

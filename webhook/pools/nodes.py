@@ -10,11 +10,11 @@ import re
 from dataclasses import dataclass
 
 from webhook.domain.model import NodeInfo, PoolKey, Taint
+from webhook.domain.model import Selector as Selector  # noqa: PLC0414 (re-exported for webhook.pools.index)
 from webhook.domain.policy import Policy, VendorPolicy
 from webhook.domain.products import normalise_product, parse_version, tokens
 from webhook.domain.quantity import MIB, QuantityError, parse_bytes
 
-Selector = tuple[tuple[str, str], ...]
 UNKNOWN_PRODUCT = "unknown"
 _BLOCKING = ("NoSchedule", "NoExecute")
 _MEMORY = re.compile(r"^([0-9]{1,18})\s*([A-Za-z]*)$")  # ASCII digits, bounded: int() stays cheap

@@ -55,13 +55,10 @@ _REASONS = {
 }
 
 
-class Admitter(Protocol):
-    """The core (webhook.admission.core.Admitter): one decision per Pod."""
+class AdmitsPods(Protocol):
+    """What the app needs of the core (webhook.admission.core.Admitter): one answer per Pod."""
 
     def admit(self, pod: Any, *, namespace: str, dry_run: bool = False) -> Verdict: ...
-
-
-QuotaDenialTest = Callable[[Verdict], bool]
 
 
 def quota_denial(verdict: Verdict) -> bool:
@@ -73,11 +70,10 @@ def quota_denial(verdict: Verdict) -> bool:
 class AppConfig:
     """What the app needs; built by `gpupool serve` in each worker, or by a test."""
 
-    admitter: Admitter
+    admitter: AdmitsPods
     metrics: Metrics
     log: logging.Logger = field(default_factory=lambda: logging.getLogger(ADMISSION_LOGGER))
     write_line: Callable[[bytes], object] | None = None  # where admission lines go; None: stderr
-    is_quota_denial: QuotaDenialTest = quota_denial  # which denials count as quota denials
     max_body_bytes: int = MAX_BODY_BYTES
 
 
@@ -110,7 +106,6 @@ class _Mutate:
         self._metrics = config.metrics
         self._log = config.log
         self._lines = AdmissionLog(config.log, config.write_line)
-        self._is_quota_denial = config.is_quota_denial
         self._max_body = config.max_body_bytes
 
     def view(self) -> Response:
@@ -147,7 +142,7 @@ class _Mutate:
 
     def _record(self, review: AdmissionRequest, ref: PodRef, verdict: Verdict, seconds: float) -> None:
         pool = str(verdict.placement.pool) if verdict.placement is not None else ""
-        quota = not verdict.allowed and self._is_quota_denial(verdict)
+        quota = quota_denial(verdict)
         self._metrics.record(
             outcome=verdict.outcome,
             pool=pool,

@@ -52,7 +52,6 @@ class LiveInventory(LockedIndex):
         self._clock = clock
         self._listing: dict[str, set[Any]] = {}  # kind -> keys seen since a re-list began
         self._flagged: set[tuple[str, str]] = set()
-        self.events_applied = 0
         config = config or ReflectorConfig()
         self.reflectors = {
             NODES: Reflector(NODES, core_v1.list_node, self, config, clock),
@@ -129,7 +128,6 @@ class LiveInventory(LockedIndex):
                 self._remove(kind, key)
             else:
                 self._upsert(kind, key, value)
-            self.events_applied += 1
 
     def _project(self, kind: str, obj: Obj) -> tuple[Any, NodeInfo | PodInfo | QuotaInfo | None]:
         meta = obj.get("metadata") or {}
