@@ -42,6 +42,7 @@ from webhook.serving.server import ServeOptions
 REPO = Path(__file__).resolve().parents[1]
 MANIFESTS = REPO / "manifests"
 RENDER = MANIFESTS / "render.py"
+INSTALL_GUIDE = REPO / "docs" / "install.md"  # the install steps the tests hold to the manifests
 KUBECTL = shutil.which("kubectl")
 NAMESPACE = "gpupool-system"
 SERVICE = "gpupool-webhook"
@@ -472,12 +473,12 @@ class TestWebhookConfiguration:
         assert len(set(names)) == len(names)
         assert all(re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", n) for n in names)
 
-    def test_the_readme_shows_the_condition_names_kubectl_prints(self, rendered: dict[str, Rendering]) -> None:
+    def test_the_install_guide_shows_the_condition_names_kubectl_prints(self, rendered: dict[str, Rendering]) -> None:
         """Step 4 of the install checks the API server kept the matchConditions by their names: the ones
-        the README prints are the rendered ones, in order."""
+        docs/install.md prints are the rendered ones, in order."""
         names = " ".join(c["name"] for c in rendered["base"].webhook["matchConditions"])
-        readme = (REPO / "README.md").read_text(encoding="utf-8")
-        assert f'.matchConditions[*].name}}{{"\\n"}}\'\n# {names}\n' in readme
+        guide = INSTALL_GUIDE.read_text(encoding="utf-8")
+        assert f'.matchConditions[*].name}}{{"\\n"}}\'\n# {names}\n' in guide
 
     def test_self_signed_ca_bundle_is_certs_ca(self, rendered: dict[str, Rendering], certs_dir: Path) -> None:
         """caBundle is certs/ca.crt, and the mounted certificate is issued by it for the Service name."""
@@ -502,7 +503,7 @@ class TestWebhookConfiguration:
 
 
 class TestKubeApiserverSide:
-    """What the README has admins give kube-apiserver, so that it shows its client certificate to gpupool."""
+    """What docs/install.md has admins give kube-apiserver, so that it shows its client certificate to gpupool."""
 
     def admission_configuration(self) -> Obj:
         config: Obj = yaml.safe_load((MANIFESTS / "kube-apiserver" / "admission-configuration.yaml").read_text())
@@ -520,18 +521,18 @@ class TestKubeApiserverSide:
         assert plugin["configuration"]["kind"] == "WebhookAdmissionConfiguration"
         assert plugin["configuration"]["kubeConfigFile"].startswith("/etc/kubernetes/pki/")
 
-    def test_the_readme_names_the_user_kube_apiserver_looks_up(self, rendered: dict[str, Rendering]) -> None:
+    def test_the_install_guide_names_the_user_kube_apiserver_looks_up(self, rendered: dict[str, Rendering]) -> None:
         """kube-apiserver picks the kubeconfig user named <service>.<namespace>.svc for a webhook that calls
-        a Service on port 443 (with ':<port>' for any other port): the README writes that user, into the
-        file the admission configuration names."""
+        a Service on port 443 (with ':<port>' for any other port): docs/install.md writes that user, into
+        the file the admission configuration names."""
         ref = rendered["base"].webhook["clientConfig"]["service"]
         user = f"{ref['name']}.{ref['namespace']}.svc" + ("" if ref["port"] == 443 else f":{ref['port']}")
         kubeconfig = self.admission_configuration()["plugins"][0]["configuration"]["kubeConfigFile"]
-        readme = (REPO / "README.md").read_text(encoding="utf-8")
-        command = re.search(r"kubectl config set-credentials (\S+) .*?--kubeconfig=(\S+)", readme, re.DOTALL)
+        guide = INSTALL_GUIDE.read_text(encoding="utf-8")
+        command = re.search(r"kubectl config set-credentials (\S+) .*?--kubeconfig=(\S+)", guide, re.DOTALL)
         assert command is not None
         assert command.groups() == (user, kubeconfig)
-        assert f"  - name: {user}\n    user:\n      client-certificate-data:" in readme
+        assert f"  - name: {user}\n    user:\n      client-certificate-data:" in guide
 
 
 class TestCertManager:
