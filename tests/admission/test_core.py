@@ -845,6 +845,21 @@ _SHAPE_PARTS = (("metadata", "annotations"), ("spec", "containers"), ("spec", "i
                 ("spec", "nodeSelector"), ("spec", "tolerations"))  # fmt: skip
 
 
+TAINTS = [
+    {"key": "dedicated", "value": "inference", "effect": "NoSchedule"},
+    {"key": "example.com/spot", "effect": "NoExecute"},
+    {"key": "nvidia.com/gpu", "effect": "NoSchedule"},
+]
+
+
+PINS = [
+    ("gpu.accelerator/class", "medium"),
+    ("gpu.accelerator/class", "high"),
+    ("nvidia.com/gpu.product", "Tesla-T4"),
+    ("kubernetes.io/os", "linux"),
+]
+
+
 @st.composite
 def near_duplicates_st(draw: st.DrawFn) -> list[tuple[dict[str, Any], str]]:
     """A Pod, then variants of it that each change one thing: take one part (annotations, containers,
@@ -855,9 +870,31 @@ def near_duplicates_st(draw: st.DrawFn) -> list[tuple[dict[str, Any], str]]:
     calls = [(obj, namespace)]
     for _ in range(draw(st.integers(1, 6))):
         variant, other = copy.deepcopy(obj), draw(pod_st())
-        part = draw(st.sampled_from([*_SHAPE_PARTS, "namespace", "name", "others' annotations", "sidecar"]))
+        part = draw(
+            st.sampled_from(
+                [*_SHAPE_PARTS, "namespace", "name", "others' annotations", "sidecar", "one annotation",
+                 "one annotation", "one toleration", "one pin"]
+            )
+        )  # fmt: skip
         ns = namespace
-        if part == "namespace":
+        if part == "one annotation":  # a single field of the request differs, nothing else
+            key = draw(st.sampled_from(sorted(_VALUES)))
+            annotations = variant["metadata"].get("annotations") or {}
+            variant["metadata"]["annotations"] = annotations
+            if draw(st.booleans()) and f"gpupool.io/{key}" in annotations:
+                del annotations[f"gpupool.io/{key}"]
+            else:
+                annotations[f"gpupool.io/{key}"] = draw(annotation_value(key))
+        elif part == "one toleration":
+            variant["spec"]["tolerations"] = [
+                *(variant["spec"].get("tolerations") or []),
+                draw(st.sampled_from(TAINTS)),
+            ]
+        elif part == "one pin":
+            selector = variant["spec"].get("nodeSelector") or {}
+            label, value = draw(st.sampled_from(PINS))
+            variant["spec"]["nodeSelector"] = {**selector, label: value}
+        elif part == "namespace":
             ns = draw(NAMESPACES)
         elif part == "name":
             variant["metadata"]["name"] = "job-x7k2p"
@@ -889,6 +926,114 @@ def test_a_shared_shape_memo_never_changes_an_answer(calls: list[tuple[dict[str,
         remembered = evaluate(obj, namespace, policy, index, shapes=memo)
         assert remembered == plain
         assert remembered.reasons == plain.reasons
+
+
+NodeEdit = tuple[bool, int | None, str | None]  # (left out, taint added (index in TAINTS), class label)
+NODE_EDITS = st.tuples(
+    st.integers(0, 9).map(lambda n: n == 0),
+    st.none() | st.integers(0, len(TAINTS) - 1),
+    st.sampled_from([None, None, None, "remove", "low", "medium", "high"]),
+)
+
+
+def edited_fleet(edits: list[NodeEdit]) -> list[dict[str, Any]]:
+    """The demo cluster changed by `edits` (one per node, in order): nodes left out, taints added
+    (tolerated by some generated Pods, by none, or the GPU taint gpupool tolerates itself), class labels
+    moved or removed. (Edits, not objects, are what hypothesis draws: they print short.)"""
+    objects, nodes = [], 0
+    for obj in copy.deepcopy(list(_demo_objects())):
+        if obj["kind"] == "Node":
+            left_out, taint, relabel = edits[nodes % len(edits)] if edits else (False, None, None)
+            nodes += 1
+            if left_out and nodes > 1:  # the first node always stays: a snapshot needs one
+                continue
+            spec, labels = obj.setdefault("spec", {}), obj["metadata"].setdefault("labels", {})
+            if taint is not None:
+                spec["taints"] = [*spec.get("taints", []), TAINTS[taint]]
+            if relabel == "remove":
+                labels.pop("gpu.accelerator/class", None)
+            elif relabel is not None:
+                labels["gpu.accelerator/class"] = relabel
+        objects.append(obj)
+    return objects
+
+
+@functools.cache
+def twin_policy() -> Policy:
+    """The demo policy plus `students-b`, ruled exactly like `students`: namespaces that differ in name
+    only still get their own name in every message."""
+    text = (EXAMPLES / "policy.yaml").read_text("utf-8")
+    return make_policy(text + "\n  students-b:\n    allowedClasses: [low, medium]\n    defaultClass: low\n")
+
+
+TWIN_NAMESPACES = st.sampled_from(["ml-train", "team-a", "students", "students-b", "default"])
+
+
+@st.composite
+def one_field_apart_st(draw: st.DrawFn) -> list[tuple[dict[str, Any], str]]:
+    """A valid GPU Pod, then variants of it that differ in exactly one thing the request holds: one
+    annotation set to another accepted value (or removed), a toleration, a nodeSelector pin, the
+    namespace (students-b is ruled like students), the default class asked for by name, another
+    container's GPUs, or the vendor. Where a memo key misses a field, two of these share an answer only
+    one should get."""
+    annotations = {f"gpupool.io/{k}": draw(st.sampled_from(_VALUES[k][0])) for k in draw(st.sets(st.sampled_from(
+        ["gpu-class", "min-memory", "gpu-count", "gpu-product", "min-driver", "fallback"])))}  # fmt: skip
+    base = pod("job", annotations=annotations, gpus=draw(st.none() | st.integers(1, 2)))
+    namespace = draw(TWIN_NAMESPACES)
+    calls = [(base, namespace)]
+    for _ in range(draw(st.integers(1, 6))):
+        variant, ns = copy.deepcopy(base), namespace
+        change = draw(
+            st.sampled_from(
+                ["annotation", "annotation", "annotation", "toleration", "pin", "namespace", "default spelled out",
+                 "another container", "vendor"]
+            )
+        )  # fmt: skip
+        if change == "vendor":  # a Pod with no GPU limit of its own, then the same asking for AMD
+            variant["spec"]["containers"][0].pop("resources", None)
+            calls.append((copy.deepcopy(variant), ns))
+            variant["metadata"]["annotations"]["gpupool.io/vendor"] = "amd"
+        elif change == "default spelled out":  # students' default class, then the same asked for by name
+            variant["metadata"]["annotations"].pop("gpupool.io/gpu-class", None)
+            calls.append((copy.deepcopy(variant), "students"))
+            variant["metadata"]["annotations"]["gpupool.io/gpu-class"] = "low"
+            ns = "students"
+        elif change == "another container":  # the Pod's GPUs change, the target container's do not
+            helper = {"name": "helper", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+            variant["spec"]["containers"].append(helper)
+        elif change == "annotation":
+            key = draw(st.sampled_from(sorted(set(_VALUES) - {"container"})))
+            if draw(st.integers(0, 4)) == 0:
+                variant["metadata"]["annotations"].pop(f"gpupool.io/{key}", None)
+            else:
+                variant["metadata"]["annotations"][f"gpupool.io/{key}"] = draw(st.sampled_from(_VALUES[key][0]))
+        elif change == "toleration":
+            variant["spec"]["tolerations"] = [draw(st.sampled_from(TAINTS))]
+        elif change == "pin":
+            variant["spec"]["nodeSelector"] = dict([draw(st.sampled_from(PINS))])
+        else:
+            ns = draw(TWIN_NAMESPACES)
+        calls.append((variant, ns))
+    return calls
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(edits=st.lists(NODE_EDITS, max_size=12), calls=near_duplicates_st() | one_field_apart_st())
+def test_a_warm_memo_answers_as_a_cold_index_does(
+    edits: list[NodeEdit], calls: list[tuple[dict[str, Any], str]]
+) -> None:
+    """The memos the server keeps (the shape memo of requests and patches, and the index's memo of plans
+    per request) never change an answer: through one index and one shape memo that nearly identical
+    Pods warmed up, every answer equals the one from a fresh index with no memo at all. A key missing a
+    field the answer depends on (a toleration, a pool pin, a nodeSelector pin, a sidecar's
+    restartPolicy...) makes two such Pods share an answer that only one of them should get."""
+    policy, objects = twin_policy(), edited_fleet(edits)
+    warm_index, memo = build_index(objects, policy, "generated"), Memo()
+    for obj, namespace in calls:
+        cold = evaluate(obj, namespace, policy, build_index(objects, policy, "generated"))
+        warm = evaluate(obj, namespace, policy, warm_index, shapes=memo)
+        assert warm == cold
+        assert warm.reasons == cold.reasons
 
 
 def test_the_shape_memo_remembers_each_shape_once() -> None:
@@ -1161,8 +1306,18 @@ def test_burst_fills_the_free_gpus_then_falls_back() -> None:
     """7 single-GPU Pods with fallback against 5 free T4 GPUs: exactly 5 go to T4, with no warning,
     then the rest fall back to the A100 pool, each with a warning."""
     adm, _, _ = admitter(burst_fleet())
-    results = [adm.admit(burst_pod(i, fallback="true"), namespace="ml") for i in range(7)]
+    pods = [burst_pod(i, fallback="true") for i in range(7)]
+    results = [adm.admit(obj, namespace="ml") for obj in pods]
     assert pools_of(results) == [T4] * 5 + [A100] * 2
+    # One Pod shape, two pools: each Pod's patch is its own pool's (a patch remembered per shape alone
+    # would pin the A100 Pods to T4 and leave them without the A100's GPU toleration).
+    for obj, result in zip(pods, results, strict=True):
+        assert result.placement is not None
+        patched = apply(obj, result.patch)
+        assert patched["metadata"]["annotations"][POOL_KEY] == str(result.placement.pool)
+        assert set(result.placement.selector) <= set(patched["spec"]["nodeSelector"].items())
+        tolerated = [t.get("key") for t in patched["spec"].get("tolerations", [])]
+        assert ("nvidia.com/gpu" in tolerated) is (str(result.placement.pool) == A100)
     assert all(r.warnings == () for r in results[:5])
     assert all(r.warnings for r in results[5:])
     assert all(r.placement is not None and r.placement.fallback for r in results[5:])
