@@ -10,13 +10,9 @@ group counts its usable nodes by number of free GPUs.
 
 Free GPUs. A node's own free GPUs are its allocatable minus the requests of the Pods bound to it. GPUs
 promised but not on a node yet (a Pending Pod pinned to a pool, an admission the watch has not shown)
-are *held* in their pool, so a burst of admissions cannot oversubscribe it: the pool's holds are packed
-onto the nodes their nodeSelector reaches, largest first, each on the node with the fewest free GPUs
-that still fits it. The packing is redone from the pool's nodes and holds whenever either changes
-(holds of one size and reach are packed as a batch, so this costs the same for 1 hold as for 10,000);
-a hold that fits nowhere stays pending and is placed once the pool has room. The nodes of a group are
-the same to the scheduler and to decisions, so a group keeps how many nodes have each number of free
-GPUs left, not which node a hold went to.
+are *held* in their pool, so a burst of admissions cannot oversubscribe it. How a pool groups its nodes
+and packs its holds onto them is webhook.pools.pool; the index packs a pool again whenever its nodes or
+holds change, once per change.
 
 Class usage (the policy's classQuota) is counted from where the GPUs are: a Pod bound to a node counts
 against the class of that node's pool, whatever its annotations say; an unbound Pod against the pool
@@ -32,14 +28,19 @@ from __future__ import annotations
 import itertools
 from collections import Counter, deque
 from collections.abc import Callable, Hashable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
-from webhook.domain.model import NodeInfo, PodInfo, PodKey, PoolKey, QuotaInfo, Taint
+from webhook.domain.model import NodeInfo, PodInfo, PodKey, PoolKey, QuotaInfo
 from webhook.domain.policy import Policy, VendorPolicy
 from webhook.domain.products import normalise_product
 from webhook.pools.memo import Memo
 from webhook.pools.nodes import UNKNOWN_PRODUCT, NodeFacts, Selector, Unclassified, node_facts
+from webhook.pools.pool import Group, Pool, decrement, group_key, pack
+
+__all__ = ["Group", "Pool", "PoolIndex", "PoolStats"]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,130 +56,6 @@ class PoolStats:
     gpus_allocated: int  # held by running or scheduled Pods on usable nodes
     gpus_free: int  # once the pool's holds are placed
     pending: int  # GPUs held for admitted or pinned Pods not yet on a node
-
-
-TaintSet = tuple[Taint, ...]
-GroupKey = tuple[Selector, TaintSet, TaintSet]
-Hold = tuple[Selector, int]  # (the pool labels the Pod's nodeSelector pins, GPUs)
-T = TypeVar("T")
-
-
-@dataclass(eq=False, slots=True)
-class Group:
-    """Nodes of one pool that share a selector and taints: the unit the scheduler cannot tell apart."""
-
-    selector: Selector
-    gpu_taints: TaintSet
-    other_taints: TaintSet
-    nodes: dict[str, NodeFacts] = field(default_factory=dict)
-    own_free: dict[str, int] = field(default_factory=dict)  # usable node -> allocatable - its Pods' requests
-    # Plain dicts, not Counters: copied and summed on every packing, where a Counter costs several times more.
-    own_counts: dict[int, int] = field(default_factory=dict)  # own free GPUs -> usable nodes (no zero counts)
-    buckets: dict[int, int] = field(default_factory=dict)  # free GPUs once holds are placed -> usable nodes
-    own_total: int = 0  # own free GPUs of the usable nodes
-    free_total: int = 0  # free GPUs once holds are placed
-    memory: Counter[int] = field(default_factory=Counter)
-    sizes: Counter[int] = field(default_factory=Counter)  # allocatable GPUs per node, usable or not
-    drivers: Counter[tuple[int, ...] | None] = field(default_factory=Counter)
-
-    def max_free(self) -> int:
-        return max(self.buckets, default=0)  # buckets never hold a zero count
-
-    def largest_node(self) -> int:
-        """The most GPUs any one node of the group has: a Pod needing more can never run here."""
-        return max(self.sizes, default=0)
-
-    def min_memory_mib(self) -> int:
-        return min(self.memory) if self.memory else 0
-
-    def min_driver(self) -> tuple[int, ...] | None:
-        """The oldest driver in the group; None when any node's driver is unknown."""
-        if None in self.drivers or not self.drivers:
-            return None
-        return min(d for d in self.drivers if d is not None)
-
-    def reached_by(self, pins: Selector) -> bool:
-        """Whether a nodeSelector with these pool labels reaches the group: the scheduler needs every
-        one of them on the node."""
-        labels = dict(self.selector)
-        return all(labels.get(k) == v for k, v in pins)
-
-
-@dataclass(eq=False, slots=True)
-class Pool:
-    key: PoolKey
-    resource: str
-    groups: dict[GroupKey, Group] = field(default_factory=dict)
-    pending: int = 0  # GPUs held for Pods not yet on a node
-    holds: Counter[Hold] = field(default_factory=Counter)  # (pins, GPUs) -> Pods and reservations
-    selector_nodes: Counter[Selector] = field(default_factory=Counter)  # nodes per selector
-    # Caches; groups come and go far less often than decisions and holds.
-    _by_selector: dict[Selector, list[Group]] | None = None
-    _ordered: tuple[Group, ...] | None = None
-    _reach: dict[Selector, tuple[int, ...]] = field(default_factory=dict)
-    _packing: list[Hold] | None = None  # the holds' kinds in packing order
-
-    def hold(self, pins: Selector, gpus: int, sign: int) -> None:
-        """Add (+1) or take back (-1) a hold of `gpus` GPUs for a Pod whose nodeSelector pins `pins`."""
-        key = (pins, gpus)
-        n = self.holds[key] + sign
-        if n > 0:
-            self.holds[key] = n
-        else:
-            del self.holds[key]
-        if n <= 1:  # a kind of hold came or went
-            self._packing = None
-        self.pending += sign * gpus
-
-    def packing_order(self) -> list[Hold]:
-        """Kinds of holds, largest first (first-fit decreasing packs tighter), then by pins."""
-        if self._packing is None:
-            self._packing = sorted(self.holds, key=lambda h: (-h[1], h[0]))
-        return self._packing
-
-    def add_group(self, key: GroupKey, group: Group) -> None:
-        self.groups[key] = group
-        self._forget()
-
-    def drop_group(self, key: GroupKey) -> None:
-        del self.groups[key]
-        self._forget()
-
-    def _forget(self) -> None:
-        self._by_selector = self._ordered = None
-        self._reach.clear()
-
-    def by_selector(self) -> dict[Selector, list[Group]]:
-        """The groups by the nodeSelector that reaches them (one selector may reach several taint sets)."""
-        if self._by_selector is None:
-            out: dict[Selector, list[Group]] = {}
-            for g in self.groups.values():
-                out.setdefault(g.selector, []).append(g)
-            self._by_selector = out
-        return self._by_selector
-
-    def ordered(self) -> tuple[Group, ...]:
-        """The groups in a fixed order (by selector and taints), so ties in packing go the same way
-        whatever order the groups were made in."""
-        if self._ordered is None:
-            self._ordered = tuple(g for _, g in sorted(self.groups.items(), key=lambda kv: _group_order(kv[0])))
-        return self._ordered
-
-    def reach(self, pins: Selector) -> tuple[int, ...]:
-        """Positions in `ordered()` of the groups a nodeSelector with these pool labels reaches."""
-        found = self._reach.get(pins)
-        if found is None:
-            found = self._reach[pins] = tuple(i for i, g in enumerate(self.ordered()) if g.reached_by(pins))
-        return found
-
-
-def _group_order(key: GroupKey) -> tuple[Selector, tuple[tuple[str, str, str], ...], tuple[tuple[str, str, str], ...]]:
-    selector, gpu_taints, other_taints = key
-    return (
-        selector,
-        tuple((t.key, t.value, t.effect) for t in gpu_taints),
-        tuple((t.key, t.value, t.effect) for t in other_taints),
-    )
 
 
 class _Claim(NamedTuple):
@@ -253,16 +130,13 @@ class PoolIndex:
         pool = self._pools.get(f.pool)
         if pool is None:
             pool = self._pools[f.pool] = Pool(f.pool, f.resource)
-        gkey = (f.selector, f.gpu_taints, f.other_taints)
+        gkey = group_key(f)
         group = pool.groups.get(gkey)
         if group is None:
             group = Group(f.selector, f.gpu_taints, f.other_taints)
             pool.add_group(gkey, group)
             self._unpack(pool)
-        group.nodes[f.node] = f
-        group.memory[f.memory_mib] += 1
-        group.sizes[f.allocatable] += 1
-        group.drivers[f.driver] += 1
+        group.add_node(f)
         if not pool.selector_nodes[f.selector]:
             self._reshaped ^= {(f.pool, f.selector)}
         pool.selector_nodes[f.selector] += 1
@@ -272,17 +146,14 @@ class PoolIndex:
         self._unclassified.pop(name, None)
         for f in self._facts.pop(name, []):
             pool = self._pools[f.pool]
-            gkey = (f.selector, f.gpu_taints, f.other_taints)
+            gkey = group_key(f)
             group = pool.groups[gkey]
             self._set_own_free(pool, group, name, None)
-            del group.nodes[name]
-            _decrement(group.memory, f.memory_mib)
-            _decrement(group.sizes, f.allocatable)
-            _decrement(group.drivers, f.driver)
+            group.drop_node(f)
             if not group.nodes:
                 pool.drop_group(gkey)
                 self._unpack(pool)
-            _decrement(pool.selector_nodes, f.selector)
+            decrement(pool.selector_nodes, f.selector)
             if not pool.selector_nodes[f.selector]:
                 self._reshaped ^= {(f.pool, f.selector)}
             self._drop_if_empty(pool)
@@ -294,26 +165,13 @@ class PoolIndex:
             if f.usable:
                 pool = self._pools[f.pool]
                 free = max(f.allocatable - (used[f.resource] if used else 0), 0)
-                self._set_own_free(pool, pool.groups[(f.selector, f.gpu_taints, f.other_taints)], name, free)
+                self._set_own_free(pool, pool.groups[group_key(f)], name, free)
 
     def _set_own_free(self, pool: Pool, group: Group, name: str, free: int | None) -> None:
-        old = group.own_free.pop(name, None)
-        if old is not None:
-            _bump(group.own_counts, old, -1)
-            group.own_total -= old
-        if free is not None:
-            group.own_free[name] = free
-            _bump(group.own_counts, free, +1)
-            group.own_total += free
-        if pool.holds or pool.key in self._unpacked:
+        unheld = not pool.holds and pool.key not in self._unpacked
+        group.set_own_free(name, free, unheld)
+        if not unheld:
             self._unpack(pool)  # packed again at the end of this change
-        else:  # nothing held: what is left is the nodes' own free GPUs, kept in step here
-            if old is not None:
-                _bump(group.buckets, old, -1)
-                group.free_total -= old
-            if free is not None:
-                _bump(group.buckets, free, +1)
-                group.free_total += free
 
     def _reclass(self, name: str) -> None:
         """The node's pools changed (or it came or went): the Pods bound to it count against its classes now."""
@@ -471,7 +329,7 @@ class PoolIndex:
         for pool_key in self._unpacked:
             pool = self._pools.get(pool_key)
             if pool is not None:
-                _pack(pool)
+                pack(pool)
         self._unpacked.clear()
 
     # --- reservations --------------------------------------------------------------------------------
@@ -662,8 +520,7 @@ class PoolIndex:
 
     def node_free(self, facts: NodeFacts) -> int:
         """Free GPUs of the node's pool resource now (0 when the node is not usable)."""
-        group = self._pools[facts.pool].groups[(facts.selector, facts.gpu_taints, facts.other_taints)]
-        return group.own_free.get(facts.node, 0)
+        return self._pools[facts.pool].groups[group_key(facts)].own_free.get(facts.node, 0)
 
     def pool_stats(self) -> list[PoolStats]:
         stats = []
@@ -694,64 +551,6 @@ class PoolIndex:
         return stats
 
 
-def _pack(pool: Pool) -> None:
-    """Place the pool's holds on its groups' usable nodes: largest first, each on the node with the
-    fewest free GPUs that fits it (ties: the group first in `ordered()`); what fits nowhere stays pending.
-
-    Best fit fills one node until the next hold no longer fits on it, then takes the next node of the
-    same count, so all holds of one size and reach are placed per (group, free count) in one step.
-    """
-    groups = pool.ordered()
-    counts = [dict(g.own_counts) for g in groups]
-    placed = [0] * len(groups)
-    most = max((max(c) for c in counts if c), default=0)  # most free GPUs on one node
-    for pins, gpus in pool.packing_order():
-        left = pool.holds[(pins, gpus)]
-        reach = pool.reach(pins)
-        # Fewest free GPUs first, so scan the counts upwards; what a step leaves on a node is below
-        # `gpus` (or nothing is left to place), so the scan never meets it again.
-        for free in range(gpus, most + 1):
-            per_node = free // gpus
-            for g in reach:
-                nodes = counts[g].get(free)
-                if not nodes:
-                    continue
-                full = min(nodes, left // per_node)  # nodes filled until less than `gpus` is left
-                if full:
-                    _move(counts[g], free, free - per_node * gpus, full)
-                    left -= full * per_node
-                    placed[g] += full * per_node * gpus
-                if left and full < nodes:  # fewer holds left than one node takes
-                    _move(counts[g], free, free - left * gpus, 1)
-                    placed[g] += left * gpus
-                    left = 0
-                if not left:
-                    break
-            if not left:
-                break
-    for group, after, gpus_placed in zip(groups, counts, placed, strict=True):
-        group.buckets = after
-        group.free_total = group.own_total - gpus_placed
-
-
-def _move(counts: dict[int, int], source: int, target: int, nodes: int) -> None:
-    left = counts[source] - nodes
-    if left:
-        counts[source] = left
-    else:
-        del counts[source]
-    counts[target] = counts.get(target, 0) + nodes
-
-
-def _bump(counts: dict[int, int], key: int, by: int) -> None:
-    """Add to a count, dropping it at zero (so `max(counts)` is the most free GPUs on a node)."""
-    n = counts.get(key, 0) + by
-    if n:
-        counts[key] = n
-    else:
-        del counts[key]
-
-
 def _classes_of(facts: list[NodeFacts]) -> dict[str, PoolKey]:
     return {f.resource: f.pool for f in facts}
 
@@ -762,12 +561,6 @@ def _counter(table: dict[str, Counter[str]], key: str) -> Counter[str]:
     if counter is None:
         counter = table[key] = Counter()
     return counter
-
-
-def _decrement(counter: Counter[Any], key: object) -> None:
-    counter[key] -= 1
-    if counter[key] <= 0:
-        del counter[key]
 
 
 def _waiting_key(claim: _Claim) -> Hashable:
