@@ -5,14 +5,14 @@ The snapshot file and the live watch cache both feed it node, Pod and quota chan
 reads it. What it shows depends only on the objects it holds, never on the order they came in: a Pod
 listed before its node, or a pinned Pod before its pool's nodes, is counted as if the nodes had come
 first. Everything a decision reads is kept incrementally, so a decision costs the same for 50 Pods as
-for 150,000: per pool, nodes are grouped by the labels that pin them and the taints they carry, and each
-group counts its usable nodes by number of free GPUs.
+for 150,000.
 
-Free GPUs. A node's own free GPUs are its allocatable minus the requests of the Pods bound to it. GPUs
-promised but not on a node yet (a Pending Pod pinned to a pool, an admission the watch has not shown)
-are *held* in their pool, so a burst of admissions cannot oversubscribe it. How a pool groups its nodes
-and packs its holds onto them is webhook.pools.pool; the index packs a pool again whenever its nodes or
-holds change, once per change.
+Capacity (pools, their groups of nodes, each node's own free GPUs, the packing of holds) is the
+capacity index, webhook.pools.capacity. This module keeps what Pods and reservations hold and tells the
+capacity index what they take: `set_used` for GPUs used on a node by its bound Pods, `hold` for GPUs
+held in a pool for a Pod not on a node yet (a Pending Pod pinned to a pool, an admission the watch has
+not shown). The capacity index says when the counts here must follow the nodes: `upsert_node` returns
+whether the node's pools changed, `take_reshaped` whether a selector came or went.
 
 Class usage (the policy's classQuota) is counted from where the GPUs are: a Pod bound to a node counts
 against the class of that node's pool, whatever its annotations say; an unbound Pod against the pool
@@ -28,34 +28,18 @@ from __future__ import annotations
 import itertools
 from collections import Counter, deque
 from collections.abc import Callable, Hashable, Iterator
-from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
 from webhook.domain.model import NodeInfo, PodInfo, PodKey, PoolKey, QuotaInfo
 from webhook.domain.policy import Policy, VendorPolicy
 from webhook.domain.products import normalise_product
-from webhook.pools.memo import Memo
-from webhook.pools.nodes import UNKNOWN_PRODUCT, NodeFacts, Selector, Unclassified, node_facts
-from webhook.pools.pool import Group, Pool, decrement, group_key, pack
+from webhook.pools.capacity import Capacity, PoolStats
+from webhook.pools.nodes import UNKNOWN_PRODUCT, NodeFacts, Selector, Unclassified
+from webhook.pools.pool import Group, Pool
 
 __all__ = ["Group", "Pool", "PoolIndex", "PoolStats"]
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class PoolStats:
-    """Capacity of one pool, for metrics and `gpupool inventory`."""
-
-    pool: PoolKey
-    resource: str
-    memory_mib: int
-    nodes: int  # all nodes of the pool
-    usable_nodes: int  # Ready and schedulable
-    gpus_total: int  # allocatable on usable nodes
-    gpus_allocated: int  # held by running or scheduled Pods on usable nodes
-    gpus_free: int  # once the pool's holds are placed
-    pending: int  # GPUs held for admitted or pinned Pods not yet on a node
 
 
 class _Claim(NamedTuple):
@@ -79,9 +63,7 @@ class PoolIndex:
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
-        self._pools: dict[PoolKey, Pool] = {}
-        self._facts: dict[str, list[NodeFacts]] = {}
-        self._unclassified: dict[str, list[Unclassified]] = {}
+        self._capacity = Capacity(policy)
         self._used: dict[str, Counter[str]] = {}  # node -> resource -> GPUs requested by Pods bound to it
         self._pods: dict[PodKey, _Claim] = {}
         self._on_node: dict[str, set[PodKey]] = {}  # node -> Pods bound to it (known or not yet)
@@ -98,80 +80,18 @@ class PoolIndex:
         # collector to walk (60,000 of them can wait out their time under a burst).
         self._reservation_parts: dict[tuple[PoolKey, int], tuple[Any, Any, tuple[str, int]]] = {}
         self._tokens = itertools.count(1)
-        self._unpacked: set[PoolKey] = set()  # pools whose holds must be packed again
-        self._reshaped: set[tuple[PoolKey, Selector]] = set()  # selectors that came or went (toggled)
-        self._memo = Memo()  # derived from the node structure; dropped when it changes
 
     # --- nodes ---------------------------------------------------------------------------------------
 
     def upsert_node(self, node: NodeInfo) -> None:
-        facts, problems = node_facts(node, self.policy)
-        old = self._facts.get(node.name, [])
-        if facts == old and problems == self._unclassified.get(node.name, []):
-            return  # a status heartbeat, or a CPU node: nothing a decision reads changed
-        self._drop_facts(node.name)
-        if problems:
-            self._unclassified[node.name] = problems
-        if facts:
-            self._facts[node.name] = facts
-            for f in facts:
-                self._add_facts(f)
-            self._refresh(node.name)
-        if _classes_of(facts) != _classes_of(old):
+        if self._capacity.upsert_node(node, self._used.get(node.name)):
             self._reclass(node.name)
         self._settle()
 
     def remove_node(self, name: str) -> None:
-        self._drop_facts(name)
+        self._capacity.remove_node(name)
         self._reclass(name)
         self._settle()
-
-    def _add_facts(self, f: NodeFacts) -> None:
-        pool = self._pools.get(f.pool)
-        if pool is None:
-            pool = self._pools[f.pool] = Pool(f.pool, f.resource)
-        gkey = group_key(f)
-        group = pool.groups.get(gkey)
-        if group is None:
-            group = Group(f.selector, f.gpu_taints, f.other_taints)
-            pool.add_group(gkey, group)
-            self._unpack(pool)
-        group.add_node(f)
-        if not pool.selector_nodes[f.selector]:
-            self._reshaped ^= {(f.pool, f.selector)}
-        pool.selector_nodes[f.selector] += 1
-
-    def _drop_facts(self, name: str) -> None:
-        self._memo.clear()
-        self._unclassified.pop(name, None)
-        for f in self._facts.pop(name, []):
-            pool = self._pools[f.pool]
-            gkey = group_key(f)
-            group = pool.groups[gkey]
-            self._set_own_free(pool, group, name, None)
-            group.drop_node(f)
-            if not group.nodes:
-                pool.drop_group(gkey)
-                self._unpack(pool)
-            decrement(pool.selector_nodes, f.selector)
-            if not pool.selector_nodes[f.selector]:
-                self._reshaped ^= {(f.pool, f.selector)}
-            self._drop_if_empty(pool)
-
-    def _refresh(self, name: str) -> None:
-        """Recompute a node's own free GPUs after its usage or facts changed."""
-        used = self._used.get(name)
-        for f in self._facts.get(name, ()):
-            if f.usable:
-                pool = self._pools[f.pool]
-                free = max(f.allocatable - (used[f.resource] if used else 0), 0)
-                self._set_own_free(pool, pool.groups[group_key(f)], name, free)
-
-    def _set_own_free(self, pool: Pool, group: Group, name: str, free: int | None) -> None:
-        unheld = not pool.holds and pool.key not in self._unpacked
-        group.set_own_free(name, free, unheld)
-        if not unheld:
-            self._unpack(pool)  # packed again at the end of this change
 
     def _reclass(self, name: str) -> None:
         """The node's pools changed (or it came or went): the Pods bound to it count against its classes now."""
@@ -185,7 +105,7 @@ class PoolIndex:
 
     def _node_classes(self, name: str, requests: tuple[tuple[str, int], ...]) -> tuple[tuple[str, int], ...]:
         """A bound Pod's GPUs by the class of the pool the node is in for each resource's vendor."""
-        facts = self._facts.get(name)
+        facts = self._capacity.facts(name)
         if not facts:
             return ()  # not seen yet, or a node gpupool cannot class: counted once it is
         return tuple(
@@ -255,7 +175,7 @@ class PoolIndex:
             vendor = self.policy.vendor_of(resource)
             if vendor is None:
                 continue
-            reached = [p.key for p in self._pools.values() if p.key.vendor == vendor.name and p.reach(pins)]
+            reached = [p.key for p in self._capacity.all_pools() if p.key.vendor == vendor.name and p.reach(pins)]
             if resource != vendor.resource:  # a GPU partition: counts against its class, holds no whole GPU
                 if len({p.gpu_class for p in reached}) == 1:
                     classes.append((reached[0].gpu_class, gpus))
@@ -286,15 +206,9 @@ class PoolIndex:
                 used[resource] += sign * n
             if not +used:
                 del self._used[claim.node]
-            self._refresh(claim.node)
+            self._capacity.set_used(claim.node, self._used.get(claim.node))
         for key, gpus in claim.holds:
-            pool = self._pools.get(key)
-            if pool is None:
-                pool = self._pools[key] = Pool(key, self.policy.vendors[key.vendor].resource)
-                self._memo.clear()  # a pool with only pending GPUs is still a pool decisions list
-            pool.hold(claim.pins, gpus, sign)
-            self._unpack(pool)
-            self._drop_if_empty(pool)
+            self._capacity.hold(key, claim.pins, gpus, sign)
         self._count_classes(claim.namespace, claim.classes, sign)
         if claim.reserved[1]:
             self._reserved[(claim.namespace, claim.reserved[0])] += sign * claim.reserved[1]
@@ -305,32 +219,19 @@ class PoolIndex:
             for gpu_class, n in classes:
                 counter[gpu_class] += sign * n
 
-    def _drop_if_empty(self, pool: Pool) -> None:
-        if not pool.groups and not pool.pending and not pool.holds:
-            del self._pools[pool.key]
-            self._memo.clear()
-
     # --- holds ---------------------------------------------------------------------------------------
-
-    def _unpack(self, pool: Pool) -> None:
-        self._unpacked.add(pool.key)
 
     def _settle(self) -> None:
         """End of one change: place unbound Pods again if a selector came or went, then pack the holds
         of every pool whose nodes or holds changed."""
-        if self._reshaped:
-            self._reshaped.clear()
+        if self._capacity.take_reshaped():
             for pod_key, pod in self._unbound.items():
                 old, new = self._pods[pod_key], self._place_unbound(pod)
                 if new != old:
                     self._apply(old, -1)
                     self._pods[pod_key] = new
                     self._apply(new, +1)
-        for pool_key in self._unpacked:
-            pool = self._pools.get(pool_key)
-            if pool is not None:
-                pack(pool)
-        self._unpacked.clear()
+        self._capacity.pack()
 
     # --- reservations --------------------------------------------------------------------------------
 
@@ -475,12 +376,12 @@ class PoolIndex:
     def memo(self, key: Hashable, compute: Callable[[], T]) -> T:
         """A value derived from the nodes (pools, groups, their labels and taints) but not from usage:
         computed once per key until a node changes. Decisions use it for what does not depend on free GPUs."""
-        return self._memo.get(key, compute)
+        return self._capacity.memo(key, compute)
 
     # --- what is held, for a re-list to drop what is gone ---------------------------------------------
 
     def node_names(self) -> set[str]:
-        return set(self._facts) | set(self._unclassified)
+        return self._capacity.node_names()
 
     def pod_keys(self) -> set[PodKey]:
         return set(self._pods)
@@ -491,7 +392,7 @@ class PoolIndex:
     # --- reading -------------------------------------------------------------------------------------
 
     def pools(self, vendor: str | None = None) -> Iterator[Pool]:
-        return (p for p in self._pools.values() if vendor is None or p.key.vendor == vendor)
+        return self._capacity.pools(vendor)
 
     def quotas(self, namespace: str) -> list[QuotaInfo]:
         return list(self._quotas.get(namespace, {}).values())
@@ -510,49 +411,19 @@ class PoolIndex:
         return counter[gpu_class] if counter else 0
 
     def unclassified(self) -> list[Unclassified]:
-        return [u for problems in self._unclassified.values() for u in problems]
+        return self._capacity.unclassified()
 
     def node_facts(self, name: str, vendor: str) -> NodeFacts | Unclassified | None:
         """What the index knows of one vendor's GPUs on a node: its facts, why it is not pooled, or None
         when the node has none of that vendor's GPUs (or is not known yet)."""
-        facts = next((f for f in self._facts.get(name, ()) if f.pool.vendor == vendor), None)
-        return facts or next((u for u in self._unclassified.get(name, ()) if u.vendor == vendor), None)
+        return self._capacity.node_facts(name, vendor)
 
     def node_free(self, facts: NodeFacts) -> int:
         """Free GPUs of the node's pool resource now (0 when the node is not usable)."""
-        return self._pools[facts.pool].groups[group_key(facts)].own_free.get(facts.node, 0)
+        return self._capacity.node_free(facts)
 
     def pool_stats(self) -> list[PoolStats]:
-        stats = []
-        for pool in sorted(self._pools.values(), key=lambda p: p.key):
-            nodes = usable = total = allocated = free = 0
-            memory = [g.min_memory_mib() for g in pool.groups.values()]
-            for group in pool.groups.values():
-                nodes += len(group.nodes)
-                for name, own in group.own_free.items():
-                    allocatable = group.nodes[name].allocatable
-                    usable += 1
-                    total += allocatable
-                    allocated += allocatable - own
-                free += group.free_total
-            stats.append(
-                PoolStats(
-                    pool.key,
-                    pool.resource,
-                    min(memory, default=0),
-                    nodes,
-                    usable,
-                    total,
-                    allocated,
-                    free,
-                    pool.pending,
-                )
-            )
-        return stats
-
-
-def _classes_of(facts: list[NodeFacts]) -> dict[str, PoolKey]:
-    return {f.resource: f.pool for f in facts}
+        return self._capacity.pool_stats()
 
 
 def _counter(table: dict[str, Counter[str]], key: str) -> Counter[str]:
