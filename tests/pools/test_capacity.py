@@ -4,9 +4,11 @@ used on them and held in their pools; and the signals that make the ledger follo
 from __future__ import annotations
 
 from tests.builders import fleet, gpu_node, index_of, pod
-from tests.pools.probes import RES, T4, free_per_node, stats
+from tests.pools.probes import POLICY, RES, T4, T4_SELECTOR, free_per_node, stats
 from webhook.domain.model import PoolKey
+from webhook.pools.capacity import Capacity
 from webhook.pools.kubeobj import node_from_obj, pod_from_obj
+from webhook.pools.nodes import NodeFacts
 
 # --- through the index ----------------------------------------------------------------------------------
 
@@ -63,3 +65,94 @@ def test_pod_usage_beyond_allocatable_never_goes_negative() -> None:
     """Overcommitted nodes (stale views) show zero free, not negative."""
     index = index_of([*fleet(), pod("a", gpus=6, node="t4-a", phase="Running")])
     assert free_per_node(index, T4)["t4-a"] == 0
+
+
+# --- the capacity index alone: its interface with the ledger --------------------------------------------
+
+
+def t4_facts(capacity: Capacity, name: str) -> NodeFacts:
+    facts = capacity.node_facts(name, "nvidia")
+    assert isinstance(facts, NodeFacts)
+    return facts
+
+
+def test_a_nodes_own_free_gpus_are_its_allocatable_minus_what_the_ledger_says_is_used() -> None:
+    """Usage counted before the node came is given with it; later changes come through set_used."""
+    capacity = Capacity(POLICY)
+    capacity.upsert_node(node_from_obj(gpu_node("t4-a"), RES), {"nvidia.com/gpu": 3})
+    assert capacity.node_free(t4_facts(capacity, "t4-a")) == 1
+    capacity.set_used("t4-a", {"nvidia.com/gpu": 1, "amd.com/gpu": 2})
+    assert capacity.node_free(t4_facts(capacity, "t4-a")) == 3
+    capacity.set_used("t4-a", None)
+    assert capacity.node_free(t4_facts(capacity, "t4-a")) == 4
+    capacity.set_used("unknown-node", {"nvidia.com/gpu": 1})  # counted once the node comes, not before
+    assert capacity.node_names() == {"t4-a"}
+
+
+def test_upsert_node_says_when_the_nodes_pools_changed() -> None:
+    """True when the node came, moved to another pool or lost its GPUs (its Pods count against other
+    classes now); False for a heartbeat, or a change within its pool such as a cordon."""
+    capacity = Capacity(POLICY)
+    node = gpu_node("t4-a")
+    assert capacity.upsert_node(node_from_obj(node, RES), None)
+    assert not capacity.upsert_node(node_from_obj(node, RES), None)
+    assert not capacity.upsert_node(node_from_obj(gpu_node("t4-a", unschedulable=True), RES), None)
+    assert capacity.upsert_node(node_from_obj(gpu_node("t4-a", gpu_class="low"), RES), None)
+    cpu_only = gpu_node("t4-a", gpus=0)
+    del cpu_only["status"]["allocatable"]["nvidia.com/gpu"]
+    assert capacity.upsert_node(node_from_obj(cpu_only, RES), None)
+    assert list(capacity.pools()) == []
+
+
+def test_a_hold_in_a_pool_without_nodes_waits_for_them() -> None:
+    """Held GPUs make their pool, pending, until the nodes come; taken back, the empty pool is gone."""
+    capacity = Capacity(POLICY)
+    capacity.hold(T4, T4_SELECTOR, 2, +1)
+    capacity.pack()
+    (only,) = capacity.pool_stats()
+    assert (only.pool, only.nodes, only.gpus_free, only.pending) == (T4, 0, 0, 2)
+    capacity.upsert_node(node_from_obj(gpu_node("t4-a"), RES), None)
+    capacity.pack()
+    assert (capacity.pool_stats()[0].gpus_free, capacity.pool_stats()[0].pending) == (2, 2)
+    capacity.remove_node("t4-a")
+    capacity.hold(T4, T4_SELECTOR, 2, -1)
+    assert capacity.pool_stats() == []
+
+
+def test_holds_are_packed_once_per_change_when_asked() -> None:
+    """A hold changes what is free only when the change ends in pack(), however many steps it took."""
+    capacity = Capacity(POLICY)
+    capacity.upsert_node(node_from_obj(gpu_node("t4-a"), RES), None)
+    capacity.pack()
+    for _ in range(3):
+        capacity.hold(T4, T4_SELECTOR, 1, +1)
+    assert capacity.pool_stats()[0].gpus_free == 4
+    capacity.pack()
+    assert capacity.pool_stats()[0].gpus_free == 1
+
+
+def test_take_reshaped_says_once_that_a_selector_came_or_went() -> None:
+    """The first node of a selector and the last one to go reshape the pool; others do not."""
+    capacity = Capacity(POLICY)
+    capacity.upsert_node(node_from_obj(gpu_node("t4-a"), RES), None)
+    assert capacity.take_reshaped()
+    assert not capacity.take_reshaped()
+    capacity.upsert_node(node_from_obj(gpu_node("t4-b"), RES), None)
+    capacity.remove_node("t4-a")
+    assert not capacity.take_reshaped()
+    capacity.remove_node("t4-b")
+    assert capacity.take_reshaped()
+
+
+def test_the_memo_lasts_until_a_node_changes() -> None:
+    """Values derived from the nodes are computed once, and again after a node changes."""
+    capacity = Capacity(POLICY)
+    calls: list[int] = []
+
+    def compute() -> int:
+        calls.append(1)
+        return len(calls)
+
+    assert [capacity.memo("k", compute), capacity.memo("k", compute)] == [1, 1]
+    capacity.upsert_node(node_from_obj(gpu_node("t4-a"), RES), None)
+    assert capacity.memo("k", compute) == 2

@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 
 from tests.builders import GPU_TAINT, fleet, gpu_node, index_of, pod
-from tests.pools.probes import A100, A100_SELECTOR, POLICY, RES, T4, TRAIN, a100, stats, train_cluster
-from webhook.pools.kubeobj import pod_from_obj
+from tests.pools.probes import A100, A100_SELECTOR, POLICY, RES, T4, T4_SELECTOR, TRAIN, a100, stats, train_cluster
+from webhook.pools.capacity import Capacity
+from webhook.pools.claims import Claim, bound_claim, node_classes, unbound_claim
+from webhook.pools.kubeobj import node_from_obj, pod_from_obj
 
 # --- through the index ----------------------------------------------------------------------------------
 
@@ -66,3 +68,33 @@ def test_unbound_pod_counts_against_the_pool_it_is_pinned_to(
     counted = {c: index.class_used("train", c) for c in POLICY.classes}
     counted["pending"] = sum(s.pending for s in index.pool_stats())
     assert {k: v for k, v in counted.items() if v} == expected
+
+
+# --- claims worked out from the capacity index alone ----------------------------------------------------
+
+
+def capacity_of(objects: list[dict[str, object]]) -> Capacity:
+    capacity = Capacity(POLICY)
+    for obj in objects:
+        capacity.upsert_node(node_from_obj(obj, RES), None)
+    return capacity
+
+
+def test_a_bound_claim_uses_the_pods_requests_on_its_node_and_counts_its_class() -> None:
+    """Bound: the requests are used on the node and counted against the class of its pool; on a node the
+    capacity index does not know (yet), against no class."""
+    capacity = capacity_of(fleet())
+    running = pod_from_obj(pod("a", gpus=2, node="a100-a", phase="Running"), RES)
+    assert bound_claim(running, capacity.facts("a100-a"), POLICY) == Claim(
+        "ml", node="a100-a", requests=(("nvidia.com/gpu", 2),), classes=(("high", 2),)
+    )
+    assert node_classes(capacity.facts("not-seen"), (("nvidia.com/gpu", 2),), POLICY) == ()
+
+
+def test_an_unbound_claim_holds_in_the_one_pool_its_node_selector_reaches() -> None:
+    """Unbound and pinned to one pool by its nodeSelector: held there, only on the groups its pins
+    reach, and counted against that pool's class."""
+    capacity = capacity_of(fleet())
+    waiting = pod_from_obj(pod("w", gpus=3, node_selector={**dict(T4_SELECTOR), "other": "label"}), RES)
+    claim = unbound_claim(waiting, capacity.all_pools(), POLICY)
+    assert claim == Claim("ml", holds=((T4, 3),), pins=T4_SELECTOR, classes=(("medium", 3),))

@@ -11,8 +11,15 @@ from hypothesis import strategies as st
 
 from tests.builders import decision_view, fleet, gpu_node, index_of, pod, quota
 from tests.pools.probes import POLICY, RES, T4, T4_SELECTOR, feed, free_per_node, stats
-from webhook.pools.index import PoolIndex
+from webhook.pools import capacity as capacity_module
+from webhook.pools import pool as pool_module
+from webhook.pools.index import Group, Pool, PoolIndex, PoolStats
 from webhook.pools.kubeobj import node_from_obj, pod_from_obj, quota_from_obj
+
+
+def test_the_index_names_the_records_its_callers_read() -> None:
+    """Decisions, metrics and the inventory command import Group, Pool and PoolStats from the index."""
+    assert (Group, Pool, PoolStats) == (pool_module.Group, pool_module.Pool, capacity_module.PoolStats)
 
 
 def test_pod_seen_before_its_node_is_counted_when_the_node_arrives() -> None:
