@@ -1,6 +1,7 @@
-"""The ledger: what Pods and reservations hold. Per node, the GPUs its bound Pods request; per pool, the
-GPUs held for Pods not on a node yet; per namespace, the GPUs it holds of each class (the policy's
-classQuota) and the GPUs admitted that no ResourceQuota's status.used includes yet.
+"""The ledger: what Pods and reservations hold. Per node, the GPUs its bound Pods request; per Pod not on
+a node yet, the GPUs it holds in a pool (the capacity index adds them up per pool and packs them); per
+namespace, the GPUs it holds of each class (the policy's classQuota) and the GPUs admitted that no
+ResourceQuota's status.used includes yet.
 
 Each Pod and reservation is one Claim (webhook.pools.claims) that `_apply` adds or takes back exactly.
 It tells the capacity index (webhook.pools.capacity) what the claims take: `set_used` for the GPUs used
