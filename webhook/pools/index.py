@@ -1,200 +1,40 @@
 """The pool index: GPU pools with their free GPUs, and the GPUs each namespace holds per class, kept up
-to date one object at a time.
+to date one object at a time. A façade over two parts, which the rest of the code never sees:
+
+- the capacity index (webhook.pools.capacity): pools, their groups of nodes, node facts, each node's own
+  free GPUs and the packing of holds; what a decision reads about capacity;
+- the ledger (webhook.pools.ledger): what Pods and reservations hold, per node, per pool, per namespace
+  and class, per quota; the reservations of admissions the watch has not shown yet.
+
+The ledger tells the capacity index what is used on a node and held in a pool; the capacity index tells
+the ledger, through this façade, when a node's pools changed or a selector came or went, so that the
+ledger's counts follow the nodes. Every change ends here (`_settle`): unbound Pods are placed again if
+needed, then every pool whose nodes or holds changed is packed once.
 
 The snapshot file and the live watch cache both feed it node, Pod and quota changes; the decision only
 reads it. What it shows depends only on the objects it holds, never on the order they came in: a Pod
 listed before its node, or a pinned Pod before its pool's nodes, is counted as if the nodes had come
 first. Everything a decision reads is kept incrementally, so a decision costs the same for 50 Pods as
-for 150,000: per pool, nodes are grouped by the labels that pin them and the taints they carry, and each
-group counts its usable nodes by number of free GPUs.
-
-Free GPUs. A node's own free GPUs are its allocatable minus the requests of the Pods bound to it. GPUs
-promised but not on a node yet (a Pending Pod pinned to a pool, an admission the watch has not shown)
-are *held* in their pool, so a burst of admissions cannot oversubscribe it: the pool's holds are packed
-onto the nodes their nodeSelector reaches, largest first, each on the node with the fewest free GPUs
-that still fits it. The packing is redone from the pool's nodes and holds whenever either changes
-(holds of one size and reach are packed as a batch, so this costs the same for 1 hold as for 10,000);
-a hold that fits nowhere stays pending and is placed once the pool has room. The nodes of a group are
-the same to the scheduler and to decisions, so a group keeps how many nodes have each number of free
-GPUs left, not which node a hold went to.
-
-Class usage (the policy's classQuota) is counted from where the GPUs are: a Pod bound to a node counts
-against the class of that node's pool, whatever its annotations say; an unbound Pod against the pool
-its nodeSelector or gpupool.io/pool annotation pins it to (`_place_unbound`). Both follow the nodes: a
-node relabelled, added after its Pods or removed moves the usage of the Pods bound to it (kept per
-node), and unbound Pods are placed again when a pool gains or loses a selector.
+for 150,000.
 
 Not thread-safe: the inventory that owns it serialises access.
 """
 
 from __future__ import annotations
 
-import itertools
-from collections import Counter, deque
 from collections.abc import Callable, Hashable, Iterator
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple, TypeVar
+from typing import TypeVar
 
-from webhook.domain.model import NodeInfo, PodInfo, PodKey, PoolKey, QuotaInfo, Taint
-from webhook.domain.policy import Policy, VendorPolicy
-from webhook.domain.products import normalise_product
-from webhook.pools.memo import Memo
-from webhook.pools.nodes import UNKNOWN_PRODUCT, NodeFacts, Selector, Unclassified, node_facts
+from webhook.domain.model import NodeInfo, PodInfo, PodKey, PoolKey, QuotaInfo
+from webhook.domain.policy import Policy
+from webhook.pools.capacity import Capacity, PoolStats
+from webhook.pools.ledger import Ledger
+from webhook.pools.nodes import NodeFacts, Selector, Unclassified
+from webhook.pools.pool import Group, Pool
 
+__all__ = ["Group", "Pool", "PoolIndex", "PoolStats"]
 
-@dataclass(frozen=True, slots=True)
-class PoolStats:
-    """Capacity of one pool, for metrics and `gpupool inventory`."""
-
-    pool: PoolKey
-    resource: str
-    memory_mib: int
-    nodes: int  # all nodes of the pool
-    usable_nodes: int  # Ready and schedulable
-    gpus_total: int  # allocatable on usable nodes
-    gpus_allocated: int  # held by running or scheduled Pods on usable nodes
-    gpus_free: int  # once the pool's holds are placed
-    pending: int  # GPUs held for admitted or pinned Pods not yet on a node
-
-
-TaintSet = tuple[Taint, ...]
-GroupKey = tuple[Selector, TaintSet, TaintSet]
-Hold = tuple[Selector, int]  # (the pool labels the Pod's nodeSelector pins, GPUs)
 T = TypeVar("T")
-
-
-@dataclass(eq=False, slots=True)
-class Group:
-    """Nodes of one pool that share a selector and taints: the unit the scheduler cannot tell apart."""
-
-    selector: Selector
-    gpu_taints: TaintSet
-    other_taints: TaintSet
-    nodes: dict[str, NodeFacts] = field(default_factory=dict)
-    own_free: dict[str, int] = field(default_factory=dict)  # usable node -> allocatable - its Pods' requests
-    # Plain dicts, not Counters: copied and summed on every packing, where a Counter costs several times more.
-    own_counts: dict[int, int] = field(default_factory=dict)  # own free GPUs -> usable nodes (no zero counts)
-    buckets: dict[int, int] = field(default_factory=dict)  # free GPUs once holds are placed -> usable nodes
-    own_total: int = 0  # own free GPUs of the usable nodes
-    free_total: int = 0  # free GPUs once holds are placed
-    memory: Counter[int] = field(default_factory=Counter)
-    sizes: Counter[int] = field(default_factory=Counter)  # allocatable GPUs per node, usable or not
-    drivers: Counter[tuple[int, ...] | None] = field(default_factory=Counter)
-
-    def max_free(self) -> int:
-        return max(self.buckets, default=0)  # buckets never hold a zero count
-
-    def largest_node(self) -> int:
-        """The most GPUs any one node of the group has: a Pod needing more can never run here."""
-        return max(self.sizes, default=0)
-
-    def min_memory_mib(self) -> int:
-        return min(self.memory) if self.memory else 0
-
-    def min_driver(self) -> tuple[int, ...] | None:
-        """The oldest driver in the group; None when any node's driver is unknown."""
-        if None in self.drivers or not self.drivers:
-            return None
-        return min(d for d in self.drivers if d is not None)
-
-    def reached_by(self, pins: Selector) -> bool:
-        """Whether a nodeSelector with these pool labels reaches the group: the scheduler needs every
-        one of them on the node."""
-        labels = dict(self.selector)
-        return all(labels.get(k) == v for k, v in pins)
-
-
-@dataclass(eq=False, slots=True)
-class Pool:
-    key: PoolKey
-    resource: str
-    groups: dict[GroupKey, Group] = field(default_factory=dict)
-    pending: int = 0  # GPUs held for Pods not yet on a node
-    holds: Counter[Hold] = field(default_factory=Counter)  # (pins, GPUs) -> Pods and reservations
-    selector_nodes: Counter[Selector] = field(default_factory=Counter)  # nodes per selector
-    # Caches; groups come and go far less often than decisions and holds.
-    _by_selector: dict[Selector, list[Group]] | None = None
-    _ordered: tuple[Group, ...] | None = None
-    _reach: dict[Selector, tuple[int, ...]] = field(default_factory=dict)
-    _packing: list[Hold] | None = None  # the holds' kinds in packing order
-
-    def hold(self, pins: Selector, gpus: int, sign: int) -> None:
-        """Add (+1) or take back (-1) a hold of `gpus` GPUs for a Pod whose nodeSelector pins `pins`."""
-        key = (pins, gpus)
-        n = self.holds[key] + sign
-        if n > 0:
-            self.holds[key] = n
-        else:
-            del self.holds[key]
-        if n <= 1:  # a kind of hold came or went
-            self._packing = None
-        self.pending += sign * gpus
-
-    def packing_order(self) -> list[Hold]:
-        """Kinds of holds, largest first (first-fit decreasing packs tighter), then by pins."""
-        if self._packing is None:
-            self._packing = sorted(self.holds, key=lambda h: (-h[1], h[0]))
-        return self._packing
-
-    def add_group(self, key: GroupKey, group: Group) -> None:
-        self.groups[key] = group
-        self._forget()
-
-    def drop_group(self, key: GroupKey) -> None:
-        del self.groups[key]
-        self._forget()
-
-    def _forget(self) -> None:
-        self._by_selector = self._ordered = None
-        self._reach.clear()
-
-    def by_selector(self) -> dict[Selector, list[Group]]:
-        """The groups by the nodeSelector that reaches them (one selector may reach several taint sets)."""
-        if self._by_selector is None:
-            out: dict[Selector, list[Group]] = {}
-            for g in self.groups.values():
-                out.setdefault(g.selector, []).append(g)
-            self._by_selector = out
-        return self._by_selector
-
-    def ordered(self) -> tuple[Group, ...]:
-        """The groups in a fixed order (by selector and taints), so ties in packing go the same way
-        whatever order the groups were made in."""
-        if self._ordered is None:
-            self._ordered = tuple(g for _, g in sorted(self.groups.items(), key=lambda kv: _group_order(kv[0])))
-        return self._ordered
-
-    def reach(self, pins: Selector) -> tuple[int, ...]:
-        """Positions in `ordered()` of the groups a nodeSelector with these pool labels reaches."""
-        found = self._reach.get(pins)
-        if found is None:
-            found = self._reach[pins] = tuple(i for i, g in enumerate(self.ordered()) if g.reached_by(pins))
-        return found
-
-
-def _group_order(key: GroupKey) -> tuple[Selector, tuple[tuple[str, str, str], ...], tuple[tuple[str, str, str], ...]]:
-    selector, gpu_taints, other_taints = key
-    return (
-        selector,
-        tuple((t.key, t.value, t.effect) for t in gpu_taints),
-        tuple((t.key, t.value, t.effect) for t in other_taints),
-    )
-
-
-class _Claim(NamedTuple):
-    """What one Pod or reservation adds to the index, so it can be taken back exactly. (A NamedTuple:
-    one is built per admission, cheaper than a frozen dataclass; and a reservation is this one object,
-    which is all a full garbage collection has to walk for each of them.)"""
-
-    namespace: str
-    node: str = ""  # bound: real usage on this node
-    requests: tuple[tuple[str, int], ...] = ()  # bound: GPUs per resource on that node
-    holds: tuple[tuple[PoolKey, int], ...] = ()  # not bound: GPUs held per pool (pending)
-    pins: Selector = ()  # the pool labels its nodeSelector pins: which of the pool's groups a hold reaches
-    classes: tuple[tuple[str, int], ...] = ()  # GPUs counted against the namespace's classes
-    reserved: tuple[str, int] = ("", 0)  # (resource, GPUs) not yet in any quota's status.used
-    who: tuple[str, str, str] = ("", "", "")  # a reservation's Pod: (namespace, name, generateName)
-    echoed: bool = False  # a reservation a re-invocation of its Pod has matched already
 
 
 class PoolIndex:
@@ -202,141 +42,28 @@ class PoolIndex:
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
-        self._pools: dict[PoolKey, Pool] = {}
-        self._facts: dict[str, list[NodeFacts]] = {}
-        self._unclassified: dict[str, list[Unclassified]] = {}
-        self._used: dict[str, Counter[str]] = {}  # node -> resource -> GPUs requested by Pods bound to it
-        self._pods: dict[PodKey, _Claim] = {}
-        self._on_node: dict[str, set[PodKey]] = {}  # node -> Pods bound to it (known or not yet)
-        self._unbound: dict[PodKey, PodInfo] = {}  # to place again when pools change
+        self._capacity = Capacity(policy)
+        self._ledger = Ledger(policy, self._capacity)
         self._quotas: dict[str, dict[str, QuotaInfo]] = {}
-        self._class_used: dict[str, Counter[str]] = {}
-        self._reserved: Counter[tuple[str, str]] = Counter()  # (namespace, resource) -> GPUs
-        self._reservations: dict[int, _Claim] = {}  # token -> what the admitted Pod holds
-        # Reservations by what the watch will know the Pod by: its name or generateName (_Who), else,
-        # for callers that name no Pod, its namespace, pool and GPUs; oldest first.
-        self._waiting: dict[Hashable, deque[int]] = {}
-        self._expiry: deque[tuple[float, int]] = deque()  # (made at, token), oldest first
-        # What reservations of one pool and size share, so each is one new object for the garbage
-        # collector to walk (60,000 of them can wait out their time under a burst).
-        self._reservation_parts: dict[tuple[PoolKey, int], tuple[Any, Any, tuple[str, int]]] = {}
-        self._tokens = itertools.count(1)
-        self._unpacked: set[PoolKey] = set()  # pools whose holds must be packed again
-        self._reshaped: set[tuple[PoolKey, Selector]] = set()  # selectors that came or went (toggled)
-        self._memo = Memo()  # derived from the node structure; dropped when it changes
+
+    def _settle(self) -> None:
+        """End of one change: place unbound Pods again if a selector came or went, then pack the holds
+        of every pool whose nodes or holds changed."""
+        if self._capacity.take_reshaped():
+            self._ledger.place_unbound_again()
+        self._capacity.pack()
 
     # --- nodes ---------------------------------------------------------------------------------------
 
     def upsert_node(self, node: NodeInfo) -> None:
-        facts, problems = node_facts(node, self.policy)
-        old = self._facts.get(node.name, [])
-        if facts == old and problems == self._unclassified.get(node.name, []):
-            return  # a status heartbeat, or a CPU node: nothing a decision reads changed
-        self._drop_facts(node.name)
-        if problems:
-            self._unclassified[node.name] = problems
-        if facts:
-            self._facts[node.name] = facts
-            for f in facts:
-                self._add_facts(f)
-            self._refresh(node.name)
-        if _classes_of(facts) != _classes_of(old):
-            self._reclass(node.name)
+        if self._capacity.upsert_node(node, self._ledger.used_on(node.name)):
+            self._ledger.reclass(node.name)
         self._settle()
 
     def remove_node(self, name: str) -> None:
-        self._drop_facts(name)
-        self._reclass(name)
+        self._capacity.remove_node(name)
+        self._ledger.reclass(name)
         self._settle()
-
-    def _add_facts(self, f: NodeFacts) -> None:
-        pool = self._pools.get(f.pool)
-        if pool is None:
-            pool = self._pools[f.pool] = Pool(f.pool, f.resource)
-        gkey = (f.selector, f.gpu_taints, f.other_taints)
-        group = pool.groups.get(gkey)
-        if group is None:
-            group = Group(f.selector, f.gpu_taints, f.other_taints)
-            pool.add_group(gkey, group)
-            self._unpack(pool)
-        group.nodes[f.node] = f
-        group.memory[f.memory_mib] += 1
-        group.sizes[f.allocatable] += 1
-        group.drivers[f.driver] += 1
-        if not pool.selector_nodes[f.selector]:
-            self._reshaped ^= {(f.pool, f.selector)}
-        pool.selector_nodes[f.selector] += 1
-
-    def _drop_facts(self, name: str) -> None:
-        self._memo.clear()
-        self._unclassified.pop(name, None)
-        for f in self._facts.pop(name, []):
-            pool = self._pools[f.pool]
-            gkey = (f.selector, f.gpu_taints, f.other_taints)
-            group = pool.groups[gkey]
-            self._set_own_free(pool, group, name, None)
-            del group.nodes[name]
-            _decrement(group.memory, f.memory_mib)
-            _decrement(group.sizes, f.allocatable)
-            _decrement(group.drivers, f.driver)
-            if not group.nodes:
-                pool.drop_group(gkey)
-                self._unpack(pool)
-            _decrement(pool.selector_nodes, f.selector)
-            if not pool.selector_nodes[f.selector]:
-                self._reshaped ^= {(f.pool, f.selector)}
-            self._drop_if_empty(pool)
-
-    def _refresh(self, name: str) -> None:
-        """Recompute a node's own free GPUs after its usage or facts changed."""
-        used = self._used.get(name)
-        for f in self._facts.get(name, ()):
-            if f.usable:
-                pool = self._pools[f.pool]
-                free = max(f.allocatable - (used[f.resource] if used else 0), 0)
-                self._set_own_free(pool, pool.groups[(f.selector, f.gpu_taints, f.other_taints)], name, free)
-
-    def _set_own_free(self, pool: Pool, group: Group, name: str, free: int | None) -> None:
-        old = group.own_free.pop(name, None)
-        if old is not None:
-            _bump(group.own_counts, old, -1)
-            group.own_total -= old
-        if free is not None:
-            group.own_free[name] = free
-            _bump(group.own_counts, free, +1)
-            group.own_total += free
-        if pool.holds or pool.key in self._unpacked:
-            self._unpack(pool)  # packed again at the end of this change
-        else:  # nothing held: what is left is the nodes' own free GPUs, kept in step here
-            if old is not None:
-                _bump(group.buckets, old, -1)
-                group.free_total -= old
-            if free is not None:
-                _bump(group.buckets, free, +1)
-                group.free_total += free
-
-    def _reclass(self, name: str) -> None:
-        """The node's pools changed (or it came or went): the Pods bound to it count against its classes now."""
-        for key in self._on_node.get(name, ()):
-            claim = self._pods[key]
-            classes = self._node_classes(name, claim.requests)
-            if classes != claim.classes:
-                self._count_classes(claim.namespace, claim.classes, -1)
-                self._count_classes(claim.namespace, classes, +1)
-                self._pods[key] = claim._replace(classes=classes)
-
-    def _node_classes(self, name: str, requests: tuple[tuple[str, int], ...]) -> tuple[tuple[str, int], ...]:
-        """A bound Pod's GPUs by the class of the pool the node is in for each resource's vendor."""
-        facts = self._facts.get(name)
-        if not facts:
-            return ()  # not seen yet, or a node gpupool cannot class: counted once it is
-        return tuple(
-            (f.pool.gpu_class, n)
-            for resource, n in requests
-            if (vendor := self.policy.vendor_of(resource)) is not None
-            for f in facts
-            if f.pool.vendor == vendor.name
-        )
 
     # --- Pods ----------------------------------------------------------------------------------------
 
@@ -345,134 +72,12 @@ class PoolIndex:
         key = pod.key if pod is not None else key
         if key is None:
             return
-        first_sight = key not in self._pods
-        self._drop_pod(key)
-        if pod is not None and not pod.terminal:
-            if first_sight:
-                self._settle_reservation(pod)
-            self._add_pod(key, pod)
+        self._ledger.upsert_pod(pod, key)
         self._settle()
 
     def remove_pod(self, key: PodKey) -> None:
-        self._drop_pod(key)
+        self._ledger.remove_pod(key)
         self._settle()
-
-    def _add_pod(self, key: PodKey, pod: PodInfo) -> None:
-        if pod.node:
-            requests = tuple(pod.gpu_requests.items())
-            claim = _Claim(
-                pod.namespace, node=pod.node, requests=requests, classes=self._node_classes(pod.node, requests)
-            )
-            self._on_node.setdefault(pod.node, set()).add(key)
-        else:
-            claim = self._place_unbound(pod)
-            self._unbound[key] = pod
-        self._pods[key] = claim
-        self._apply(claim, +1)
-
-    def _drop_pod(self, key: PodKey) -> None:
-        claim = self._pods.pop(key, None)
-        if claim is None:
-            return
-        self._apply(claim, -1)
-        if claim.node:
-            on_node = self._on_node[claim.node]
-            on_node.discard(key)
-            if not on_node:
-                del self._on_node[claim.node]
-        else:
-            del self._unbound[key]
-
-    def _place_unbound(self, pod: PodInfo) -> _Claim:
-        """Where an unbound Pod's GPUs count: per GPU resource, the one pool of the resource's vendor
-        that its nodeSelector reaches (gpupool writes the pool's labels into it); else the pool of its
-        gpupool.io/pool annotation, unless the nodeSelector contradicts it; else, without a pool to hold
-        GPUs in, the class every reachable pool shares; else nowhere until it is bound."""
-        labels = self.policy.pool_labels
-        pins = tuple(sorted((k, v) for k, v in pod.node_selector.items() if k in labels))
-        annotated = PoolKey.parse(pod.pool) if pod.pool else None
-        holds: list[tuple[PoolKey, int]] = []
-        classes: list[tuple[str, int]] = []
-        for resource, gpus in pod.gpu_requests.items():
-            vendor = self.policy.vendor_of(resource)
-            if vendor is None:
-                continue
-            reached = [p.key for p in self._pools.values() if p.key.vendor == vendor.name and p.reach(pins)]
-            if resource != vendor.resource:  # a GPU partition: counts against its class, holds no whole GPU
-                if len({p.gpu_class for p in reached}) == 1:
-                    classes.append((reached[0].gpu_class, gpus))
-            elif len(reached) == 1:
-                holds.append((reached[0], gpus))
-            elif annotated is not None and self._may_hold(annotated, vendor, pins):
-                holds.append((annotated, gpus))
-            elif len({p.gpu_class for p in reached}) == 1:
-                classes.append((reached[0].gpu_class, gpus))
-        classes.extend((pool.gpu_class, gpus) for pool, gpus in holds)
-        return _Claim(pod.namespace, holds=tuple(holds), pins=pins, classes=tuple(classes))
-
-    def _may_hold(self, pool: PoolKey, vendor: VendorPolicy, pins: Selector) -> bool:
-        """Whether an annotated pool can hold the Pod's GPUs: one this policy knows, of the resource's
-        vendor, and not contradicted by the nodeSelector's class or product label."""
-        if pool.vendor != vendor.name or pool.gpu_class not in self.policy.classes:
-            return False
-        pinned = dict(pins)
-        gpu_class, product = pinned.get(self.policy.class_label), pinned.get(vendor.product_label)
-        if gpu_class is not None and gpu_class != pool.gpu_class:
-            return False
-        return product is None or (normalise_product(product) or UNKNOWN_PRODUCT) == pool.product
-
-    def _apply(self, claim: _Claim, sign: int) -> None:
-        if claim.node and claim.requests:
-            used = _counter(self._used, claim.node)
-            for resource, n in claim.requests:
-                used[resource] += sign * n
-            if not +used:
-                del self._used[claim.node]
-            self._refresh(claim.node)
-        for key, gpus in claim.holds:
-            pool = self._pools.get(key)
-            if pool is None:
-                pool = self._pools[key] = Pool(key, self.policy.vendors[key.vendor].resource)
-                self._memo.clear()  # a pool with only pending GPUs is still a pool decisions list
-            pool.hold(claim.pins, gpus, sign)
-            self._unpack(pool)
-            self._drop_if_empty(pool)
-        self._count_classes(claim.namespace, claim.classes, sign)
-        if claim.reserved[1]:
-            self._reserved[(claim.namespace, claim.reserved[0])] += sign * claim.reserved[1]
-
-    def _count_classes(self, namespace: str, classes: tuple[tuple[str, int], ...], sign: int) -> None:
-        if classes:
-            counter = _counter(self._class_used, namespace)
-            for gpu_class, n in classes:
-                counter[gpu_class] += sign * n
-
-    def _drop_if_empty(self, pool: Pool) -> None:
-        if not pool.groups and not pool.pending and not pool.holds:
-            del self._pools[pool.key]
-            self._memo.clear()
-
-    # --- holds ---------------------------------------------------------------------------------------
-
-    def _unpack(self, pool: Pool) -> None:
-        self._unpacked.add(pool.key)
-
-    def _settle(self) -> None:
-        """End of one change: place unbound Pods again if a selector came or went, then pack the holds
-        of every pool whose nodes or holds changed."""
-        if self._reshaped:
-            self._reshaped.clear()
-            for pod_key, pod in self._unbound.items():
-                old, new = self._pods[pod_key], self._place_unbound(pod)
-                if new != old:
-                    self._apply(old, -1)
-                    self._pods[pod_key] = new
-                    self._apply(new, +1)
-        for pool_key in self._unpacked:
-            pool = self._pools.get(pool_key)
-            if pool is not None:
-                _pack(pool)
-        self._unpacked.clear()
 
     # --- reservations --------------------------------------------------------------------------------
 
@@ -494,27 +99,9 @@ class PoolIndex:
         `name` or `generate_name` say which Pod it is, so that the watch and a re-invocation find it
         (`take_echo`); a Pod that names its `node` holds its GPUs on that node rather than in the pool.
         `echoed`: a re-invocation has matched it already (it is not matched again)."""
-        parts = self._reservation_parts.get((pool, gpus))
-        if parts is None:
-            resource = self.policy.vendors[pool.vendor].resource
-            parts = self._reservation_parts[(pool, gpus)] = (
-                ((pool, gpus),),
-                ((pool.gpu_class, gpus),),
-                (resource, gpus),
-            )
-        holds, classes, reserved = parts
-        who = (namespace, name, "" if name else generate_name)  # the name, once known, is what counts
-        if node:
-            # Held on the node as its resource (a MIG Pod's instances too, until the watch shows what
-            # it really requests: a few seconds of a view that is too full, never too empty).
-            claim = _Claim(namespace, node, (reserved,), (), (), classes, reserved, who, echoed)
-        else:
-            claim = _Claim(namespace, "", (), holds, selector, classes, reserved, who, echoed)
-        token = next(self._tokens)
-        self._reservations[token] = claim
-        self._waiting.setdefault(_waiting_key(claim), deque()).append(token)
-        self._expiry.append((now, token))
-        self._apply(claim, +1)
+        token = self._ledger.reserve(
+            namespace, pool, selector, gpus, now, name=name, generate_name=generate_name, node=node, echoed=echoed
+        )
         self._settle()
         return token
 
@@ -525,79 +112,28 @@ class PoolIndex:
         gpupool gave it moments ago. Takes back that Pod's reservation (same Pod, pool or node, GPUs; not
         matched before), so the caller can decide without counting the Pod against itself and reserve
         again with `echoed=True`. False when there is none: then it is a Pod like any other."""
-        if not (name or generate_name):
+        if not self._ledger.take_echo(namespace, name, generate_name, pool=pool, node=node, gpus=gpus):
             return False
-        queue = self._waiting.get((namespace, name, "" if name else generate_name))
-        for token in reversed(queue or ()):  # the Pod's own is the newest: re-invocation follows at once
-            claim = self._reservations[token]
-            if claim.echoed or claim.reserved[1] != gpus or claim.node != node:
-                continue
-            if node or claim.holds[0][0] == pool:
-                self.release(token)
-                return True
-        return False
+        self._settle()
+        return True
 
     def release(self, token: int) -> None:
-        self._release(token)
+        self._ledger.release(token)
         self._settle()
-
-    def _release(self, token: int) -> None:
-        claim = self._reservations.pop(token, None)
-        if claim is None:
-            return
-        key = _waiting_key(claim)
-        queue = self._waiting.get(key)
-        if queue is not None:
-            queue.remove(token)
-            if not queue:
-                del self._waiting[key]
-        self._apply(claim, -1)
 
     def expire(self, now: float, current_since: float | None = None) -> int:
         """Drop reservations whose Pod never showed up (its creation failed later in admission, or the
         review was not from kube-apiserver): after `reservationSeconds`, or, when the watch has been
         current without a break since `current_since`, once a reservation made in that time is
         `reservationSettleSeconds` old (the Pod would have shown up by then)."""
-        defaults = self.policy.defaults
-        dropped = 0
-        while self._expiry:
-            made, token = self._expiry[0]
-            settled = (
-                current_since is not None
-                and made >= current_since
-                and made + defaults.reservation_settle_seconds <= now
-            )
-            if not (settled or made + defaults.reservation_seconds <= now):
-                break
-            self._expiry.popleft()
-            if token in self._reservations:
-                self._release(token)
-                dropped += 1
+        dropped = self._ledger.expire(now, current_since)
         if dropped:
             self._settle()
         return dropped
 
-    def _settle_reservation(self, pod: PodInfo) -> None:
-        """A Pod shows up for the first time: it takes over from its admission's reservation. That is
-        found by the Pod's name, or (for a Pod made from a generateName, whose name the admission did not
-        know) by its generateName, oldest first; else, for reservations that name no Pod, by namespace,
-        pool and GPUs, first in first out."""
-        for who in ((pod.namespace, pod.name, ""), (pod.namespace, "", pod.generate_name)):
-            queue = self._waiting.get(who)
-            if queue and (who[1] or who[2]):
-                self._release(queue[0])
-                return
-        pool = PoolKey.parse(pod.pool) if pod.pool else None
-        vendor = self.policy.vendors.get(pool.vendor) if pool else None
-        if pool is None or vendor is None:
-            return
-        queue = self._waiting.get((pod.namespace, pool, pod.gpu_requests.get(vendor.resource, 0)))
-        if queue:
-            self._release(queue[0])
-
     @property
     def reservations(self) -> int:
-        return len(self._reservations)
+        return self._ledger.reservations
 
     # --- quotas --------------------------------------------------------------------------------------
 
@@ -617,15 +153,15 @@ class PoolIndex:
     def memo(self, key: Hashable, compute: Callable[[], T]) -> T:
         """A value derived from the nodes (pools, groups, their labels and taints) but not from usage:
         computed once per key until a node changes. Decisions use it for what does not depend on free GPUs."""
-        return self._memo.get(key, compute)
+        return self._capacity.memo(key, compute)
 
     # --- what is held, for a re-list to drop what is gone ---------------------------------------------
 
     def node_names(self) -> set[str]:
-        return set(self._facts) | set(self._unclassified)
+        return self._capacity.node_names()
 
     def pod_keys(self) -> set[PodKey]:
-        return set(self._pods)
+        return self._ledger.pod_keys()
 
     def quota_keys(self) -> set[tuple[str, str]]:
         return {(ns, name) for ns, quotas in self._quotas.items() for name in quotas}
@@ -633,7 +169,7 @@ class PoolIndex:
     # --- reading -------------------------------------------------------------------------------------
 
     def pools(self, vendor: str | None = None) -> Iterator[Pool]:
-        return (p for p in self._pools.values() if vendor is None or p.key.vendor == vendor)
+        return self._capacity.pools(vendor)
 
     def quotas(self, namespace: str) -> list[QuotaInfo]:
         return list(self._quotas.get(namespace, {}).values())
@@ -643,138 +179,24 @@ class PoolIndex:
 
     def reserved(self, namespace: str, resource: str) -> int:
         """GPUs admitted in the namespace that no quota's status.used can include yet."""
-        return self._reserved.get((namespace, resource), 0)
+        return self._ledger.reserved(namespace, resource)
 
     def class_used(self, namespace: str, gpu_class: str) -> int:
         """GPUs of the class the namespace holds: on nodes of the class, pinned to a pool of it, or
         reserved for admissions the watch has not shown yet."""
-        counter = self._class_used.get(namespace)
-        return counter[gpu_class] if counter else 0
+        return self._ledger.class_used(namespace, gpu_class)
 
     def unclassified(self) -> list[Unclassified]:
-        return [u for problems in self._unclassified.values() for u in problems]
+        return self._capacity.unclassified()
 
     def node_facts(self, name: str, vendor: str) -> NodeFacts | Unclassified | None:
         """What the index knows of one vendor's GPUs on a node: its facts, why it is not pooled, or None
         when the node has none of that vendor's GPUs (or is not known yet)."""
-        facts = next((f for f in self._facts.get(name, ()) if f.pool.vendor == vendor), None)
-        return facts or next((u for u in self._unclassified.get(name, ()) if u.vendor == vendor), None)
+        return self._capacity.node_facts(name, vendor)
 
     def node_free(self, facts: NodeFacts) -> int:
         """Free GPUs of the node's pool resource now (0 when the node is not usable)."""
-        group = self._pools[facts.pool].groups[(facts.selector, facts.gpu_taints, facts.other_taints)]
-        return group.own_free.get(facts.node, 0)
+        return self._capacity.node_free(facts)
 
     def pool_stats(self) -> list[PoolStats]:
-        stats = []
-        for pool in sorted(self._pools.values(), key=lambda p: p.key):
-            nodes = usable = total = allocated = free = 0
-            memory = [g.min_memory_mib() for g in pool.groups.values()]
-            for group in pool.groups.values():
-                nodes += len(group.nodes)
-                for name, own in group.own_free.items():
-                    allocatable = group.nodes[name].allocatable
-                    usable += 1
-                    total += allocatable
-                    allocated += allocatable - own
-                free += group.free_total
-            stats.append(
-                PoolStats(
-                    pool.key,
-                    pool.resource,
-                    min(memory, default=0),
-                    nodes,
-                    usable,
-                    total,
-                    allocated,
-                    free,
-                    pool.pending,
-                )
-            )
-        return stats
-
-
-def _pack(pool: Pool) -> None:
-    """Place the pool's holds on its groups' usable nodes: largest first, each on the node with the
-    fewest free GPUs that fits it (ties: the group first in `ordered()`); what fits nowhere stays pending.
-
-    Best fit fills one node until the next hold no longer fits on it, then takes the next node of the
-    same count, so all holds of one size and reach are placed per (group, free count) in one step.
-    """
-    groups = pool.ordered()
-    counts = [dict(g.own_counts) for g in groups]
-    placed = [0] * len(groups)
-    most = max((max(c) for c in counts if c), default=0)  # most free GPUs on one node
-    for pins, gpus in pool.packing_order():
-        left = pool.holds[(pins, gpus)]
-        reach = pool.reach(pins)
-        # Fewest free GPUs first, so scan the counts upwards; what a step leaves on a node is below
-        # `gpus` (or nothing is left to place), so the scan never meets it again.
-        for free in range(gpus, most + 1):
-            per_node = free // gpus
-            for g in reach:
-                nodes = counts[g].get(free)
-                if not nodes:
-                    continue
-                full = min(nodes, left // per_node)  # nodes filled until less than `gpus` is left
-                if full:
-                    _move(counts[g], free, free - per_node * gpus, full)
-                    left -= full * per_node
-                    placed[g] += full * per_node * gpus
-                if left and full < nodes:  # fewer holds left than one node takes
-                    _move(counts[g], free, free - left * gpus, 1)
-                    placed[g] += left * gpus
-                    left = 0
-                if not left:
-                    break
-            if not left:
-                break
-    for group, after, gpus_placed in zip(groups, counts, placed, strict=True):
-        group.buckets = after
-        group.free_total = group.own_total - gpus_placed
-
-
-def _move(counts: dict[int, int], source: int, target: int, nodes: int) -> None:
-    left = counts[source] - nodes
-    if left:
-        counts[source] = left
-    else:
-        del counts[source]
-    counts[target] = counts.get(target, 0) + nodes
-
-
-def _bump(counts: dict[int, int], key: int, by: int) -> None:
-    """Add to a count, dropping it at zero (so `max(counts)` is the most free GPUs on a node)."""
-    n = counts.get(key, 0) + by
-    if n:
-        counts[key] = n
-    else:
-        del counts[key]
-
-
-def _classes_of(facts: list[NodeFacts]) -> dict[str, PoolKey]:
-    return {f.resource: f.pool for f in facts}
-
-
-def _counter(table: dict[str, Counter[str]], key: str) -> Counter[str]:
-    """`table[key]`, created when missing (`setdefault` would build a Counter on every call)."""
-    counter = table.get(key)
-    if counter is None:
-        counter = table[key] = Counter()
-    return counter
-
-
-def _decrement(counter: Counter[Any], key: object) -> None:
-    counter[key] -= 1
-    if counter[key] <= 0:
-        del counter[key]
-
-
-def _waiting_key(claim: _Claim) -> Hashable:
-    """Where a reservation waits for its Pod: under the Pod's name or generateName when the admission
-    knew them, else under its namespace, pool and GPUs."""
-    _, name, generate_name = claim.who
-    if name or generate_name:
-        return claim.who
-    ((pool, gpus),) = claim.holds  # a reservation that names no Pod holds GPUs in its one pool
-    return (claim.namespace, pool, gpus)
+        return self._capacity.pool_stats()

@@ -1,0 +1,100 @@
+"""Where a Pod's GPUs count: a bound Pod against its node's class, whatever its annotations say; an
+unbound Pod in the pool its nodeSelector, else its gpupool.io/pool annotation, pins it to."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.builders import GPU_TAINT, fleet, gpu_node, index_of, pod
+from tests.pools.probes import A100, A100_SELECTOR, POLICY, RES, T4, T4_SELECTOR, TRAIN, a100, stats, train_cluster
+from webhook.pools.capacity import Capacity
+from webhook.pools.claims import Claim, bound_claim, node_classes, unbound_claim
+from webhook.pools.kubeobj import node_from_obj, pod_from_obj
+
+# --- through the index ----------------------------------------------------------------------------------
+
+
+def test_bound_pods_count_against_their_nodes_class_without_the_annotation() -> None:
+    """Pods on high-class nodes count 16 high GPUs for `train`, whatever their annotations say."""
+    assert index_of(train_cluster(), TRAIN).class_used("train", "high") == 16
+
+
+def test_removing_the_pool_annotation_changes_no_usage() -> None:
+    """A placed Pod whose gpupool.io/pool annotation is removed still counts the same, bound or not."""
+    placed = {"gpupool.io/pool": str(A100)}
+    bound = pod("b", namespace="train", gpus=8, node="a100-a", phase="Running", annotations=placed)
+    waiting = pod("w", namespace="train", gpus=4, annotations=placed, node_selector=dict(A100_SELECTOR))
+    index = index_of([a100("a100-a"), a100("a100-b"), bound, waiting], TRAIN)
+    before = (index.class_used("train", "high"), stats(index, A100).pending, stats(index, A100).gpus_free)
+    assert before == (12, 4, 4)
+    for obj in (bound, waiting):
+        del obj["metadata"]["annotations"]
+        index.upsert_pod(pod_from_obj(obj, RES))
+    assert (index.class_used("train", "high"), stats(index, A100).pending, stats(index, A100).gpus_free) == before
+
+
+@pytest.mark.parametrize(
+    ("annotation", "selector", "expected"),
+    [
+        # The nodeSelector gpupool wrote reaches one pool: that pool, whatever the annotation says.
+        (None, dict(A100_SELECTOR), {"high": 4, "pending": 4}),
+        (str(T4), {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}, {"high": 4, "pending": 4}),
+        # No nodeSelector on pool labels reaches several pools: the annotation's pool.
+        (str(A100), None, {"high": 4, "pending": 4}),
+        # The nodeSelector contradicts the annotation: the class of the pools it reaches (T4 and L4).
+        (str(A100), {"gpu.accelerator/class": "medium"}, {"medium": 4}),
+        # It contradicts the annotation and reaches no pool: not counted until bound.
+        (str(A100), {"gpu.accelerator/class": "low", "nvidia.com/gpu.product": "Tesla-T4"}, {}),
+        # The reachable pools share one class: that class, but no pool to hold GPUs in.
+        (None, {"gpu.accelerator/class": "high"}, {"high": 4}),
+        # Nothing says where it goes, and the pools it could go to differ in class.
+        (None, None, {}),
+    ],
+)
+def test_unbound_pod_counts_against_the_pool_it_is_pinned_to(
+    annotation: str | None, selector: dict[str, str] | None, expected: dict[str, int]
+) -> None:
+    """An unbound Pod counts where its nodeSelector, else its gpupool.io/pool annotation, pins it."""
+    h100 = gpu_node("h100-a", "NVIDIA-H100-80GB-HBM3", 8, gpu_class="high", taints=[GPU_TAINT])
+    index = index_of([*fleet(), h100, a100("a100-b")], TRAIN)
+    waiting = pod(
+        "w",
+        namespace="train",
+        gpus=4,
+        annotations={"gpupool.io/pool": annotation} if annotation else None,
+        node_selector=selector,
+    )
+    index.upsert_pod(pod_from_obj(waiting, RES))
+    counted = {c: index.class_used("train", c) for c in POLICY.classes}
+    counted["pending"] = sum(s.pending for s in index.pool_stats())
+    assert {k: v for k, v in counted.items() if v} == expected
+
+
+# --- claims worked out from the capacity index alone ----------------------------------------------------
+
+
+def capacity_of(objects: list[dict[str, object]]) -> Capacity:
+    capacity = Capacity(POLICY)
+    for obj in objects:
+        capacity.upsert_node(node_from_obj(obj, RES), None)
+    return capacity
+
+
+def test_a_bound_claim_uses_the_pods_requests_on_its_node_and_counts_its_class() -> None:
+    """Bound: the requests are used on the node and counted against the class of its pool; on a node the
+    capacity index does not know (yet), against no class."""
+    capacity = capacity_of(fleet())
+    running = pod_from_obj(pod("a", gpus=2, node="a100-a", phase="Running"), RES)
+    assert bound_claim(running, capacity.facts("a100-a"), POLICY) == Claim(
+        "ml", node="a100-a", requests=(("nvidia.com/gpu", 2),), classes=(("high", 2),)
+    )
+    assert node_classes(capacity.facts("not-seen"), (("nvidia.com/gpu", 2),), POLICY) == ()
+
+
+def test_an_unbound_claim_holds_in_the_one_pool_its_node_selector_reaches() -> None:
+    """Unbound and pinned to one pool by its nodeSelector: held there, only on the groups its pins
+    reach, and counted against that pool's class."""
+    capacity = capacity_of(fleet())
+    waiting = pod_from_obj(pod("w", gpus=3, node_selector={**dict(T4_SELECTOR), "other": "label"}), RES)
+    claim = unbound_claim(waiting, capacity.all_pools(), POLICY)
+    assert claim == Claim("ml", holds=((T4, 3),), pins=T4_SELECTOR, classes=(("medium", 3),))

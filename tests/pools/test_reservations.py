@@ -1,0 +1,151 @@
+"""Reservations of admissions the watch has not shown yet: found by the Pod they wait for, by a
+re-invocation of that Pod, and by age; each one object for the garbage collector."""
+
+from __future__ import annotations
+
+import gc
+
+from tests.builders import fleet, index_of, pod
+from tests.pools.probes import POLICY, RES, T4, T4_SELECTOR, free_per_node
+from webhook.domain.model import PoolKey
+from webhook.pools.kubeobj import pod_from_obj
+from webhook.pools.reservations import Reservations
+
+# --- through the index ----------------------------------------------------------------------------------
+
+
+def test_reservation_is_settled_only_by_a_matching_pod() -> None:
+    """Another namespace, pool or size does not settle a reservation."""
+    index = index_of(fleet())
+    index.reserve("ml", T4, T4_SELECTOR, 2, now=0.0)
+    for other in (
+        pod("x", namespace="other", annotations={"gpupool.io/pool": str(T4)}, gpus=2),
+        pod("y", annotations={"gpupool.io/pool": "nvidia/medium/NVIDIA-L4"}, gpus=2),
+        pod("z", annotations={"gpupool.io/pool": str(T4)}, gpus=1),
+    ):
+        index.upsert_pod(pod_from_obj(other, RES))
+    assert index.reservations == 1
+
+
+def test_a_reservation_is_settled_by_its_pods_name_or_generate_name() -> None:
+    """A reservation that knows its Pod is taken over by that Pod when the watch shows it (a Pod made
+    from a generateName by any Pod with that generateName, oldest reservation first), whatever the Pod
+    carries: a Pod that named its node has no pool annotation at all."""
+    index = index_of(fleet())
+    index.reserve("ml", T4, T4_SELECTOR, 1, now=0.0, name="infer")
+    index.reserve("ml", T4, T4_SELECTOR, 1, now=0.0, generate_name="train-")
+    index.reserve("ml", T4, T4_SELECTOR, 2, now=0.0, name="bound", node="t4-b")
+    assert free_per_node(index, T4)["t4-b"] == 2  # held on the node it names, not in the pool
+    index.upsert_pod(pod_from_obj(pod("someone-else", gpus=1, node="t4-a", phase="Running"), RES))
+    assert index.reservations == 3
+    made = pod("train-x7k2p", gpus=1, node="t4-a", phase="Running")
+    made["metadata"]["generateName"] = "train-"
+    for shown in (pod("infer", gpus=1, node="t4-a", phase="Running"), made, pod("bound", gpus=2, node="t4-b")):
+        before = index.reservations
+        index.upsert_pod(pod_from_obj(shown, RES))
+        assert index.reservations == before - 1, shown["metadata"]["name"]
+
+
+def test_a_reinvocation_takes_back_only_its_own_unmatched_reservation() -> None:
+    """take_echo finds the reservation of the same Pod, pool (or node) and GPUs, once: a second call, or
+    another pool or size, finds none."""
+    index = index_of(fleet())
+    index.reserve("ml", T4, T4_SELECTOR, 1, now=0.0, name="infer")
+    l4 = PoolKey("nvidia", "medium", "NVIDIA-L4")
+    assert not index.take_echo("ml", "infer", "", pool=l4, node="", gpus=1)
+    assert not index.take_echo("ml", "infer", "", pool=T4, node="", gpus=2)
+    assert not index.take_echo("ml", "other", "", pool=T4, node="", gpus=1)
+    assert index.take_echo("ml", "infer", "", pool=T4, node="", gpus=1)
+    assert index.reservations == 0
+    index.reserve("ml", T4, T4_SELECTOR, 1, now=0.0, name="infer", echoed=True)
+    assert not index.take_echo("ml", "infer", "", pool=T4, node="", gpus=1)
+
+
+# --- the reservations alone -----------------------------------------------------------------------------
+
+
+def add(reservations: Reservations, now: float, *, name: str = "", node: str = "", gpus: int = 1) -> int:
+    claim = reservations.make("ml", T4, T4_SELECTOR, gpus, name=name, generate_name="", node=node, echoed=False)
+    return reservations.add(claim, now)
+
+
+def test_a_reservation_holds_in_its_pool_or_on_the_node_it_names() -> None:
+    """In the pool where its selector reaches, or on its node as the pool's resource; counted against
+    the pool's class and its namespace's quota either way."""
+    reservations = Reservations(POLICY)
+    in_pool = reservations.make("ml", T4, T4_SELECTOR, 2, name="a", generate_name="", node="", echoed=False)
+    on_node = reservations.make("ml", T4, T4_SELECTOR, 2, name="b", generate_name="b-", node="t4-a", echoed=True)
+    assert (in_pool.node, in_pool.holds, in_pool.pins) == ("", ((T4, 2),), T4_SELECTOR)
+    assert (on_node.node, on_node.requests, on_node.holds) == ("t4-a", (("nvidia.com/gpu", 2),), ())
+    for claim in (in_pool, on_node):
+        assert (claim.classes, claim.reserved) == ((("medium", 2),), ("nvidia.com/gpu", 2))
+    assert (in_pool.who, in_pool.echoed, on_node.who, on_node.echoed) == (("ml", "a", ""), False, ("ml", "b", ""), True)
+
+
+def test_expiry_takes_the_oldest_first_and_skips_those_already_gone() -> None:
+    """Reservations expire in the order they were made, after reservationSeconds; one released before
+    its time is not returned again."""
+    reservations = Reservations(POLICY)
+    seconds = POLICY.defaults.reservation_seconds
+    first, second, third = add(reservations, 0.0), add(reservations, 1.0), add(reservations, 2.0)
+    reservations.pop(second)
+    assert reservations.expire(seconds + 0.5, None) == [
+        reservations.make("ml", T4, T4_SELECTOR, 1, name="", generate_name="", node="", echoed=False)
+    ]
+    assert (len(reservations), reservations.pop(first), reservations.pop(third) is not None) == (1, None, True)
+    assert reservations.expire(seconds + 10, None) == []
+
+
+def test_with_a_current_watch_a_reservation_expires_once_it_is_settle_seconds_old() -> None:
+    """Made while the watch has been current, a reservation whose Pod has not shown up is gone after
+    reservationSettleSeconds; one made before the watch came back waits its full reservationSeconds."""
+    defaults = POLICY.defaults
+    reservations = Reservations(POLICY)
+    add(reservations, 20.0)
+    assert reservations.expire(20.0 + defaults.reservation_settle_seconds - 0.5, current_since=10.0) == []
+    assert len(reservations.expire(20.0 + defaults.reservation_settle_seconds, current_since=10.0)) == 1
+    add(reservations, 5.0)
+    assert reservations.expire(5.0 + defaults.reservation_settle_seconds, current_since=10.0) == []
+    assert len(reservations.expire(5.0 + defaults.reservation_seconds, current_since=10.0)) == 1
+
+
+def test_a_pod_shown_takes_over_its_own_reservation_else_the_oldest_of_its_pool_and_size() -> None:
+    """By name first; a Pod whose admission named nobody takes the oldest reservation of its namespace,
+    pool annotation and GPUs."""
+    reservations = Reservations(POLICY)
+    anonymous_old, anonymous_new = add(reservations, 0.0), add(reservations, 1.0)
+    named = add(reservations, 2.0, name="infer")
+    annotated = {"gpupool.io/pool": str(T4)}
+    assert reservations.shown(pod_from_obj(pod("infer", gpus=1, annotations=annotated), RES)) == named
+    assert reservations.shown(pod_from_obj(pod("other", gpus=1, annotations=annotated), RES)) == anonymous_old
+    assert reservations.shown(pod_from_obj(pod("other", gpus=2, annotations=annotated), RES)) is None
+    assert reservations.shown(pod_from_obj(pod("other", gpus=1), RES)) is None
+    reservations.pop(anonymous_old)
+    assert reservations.shown(pod_from_obj(pod("other", gpus=1, annotations=annotated), RES)) == anonymous_new
+
+
+def test_a_reinvocation_matches_the_newest_unmatched_reservation_of_its_pod() -> None:
+    """echo finds the Pod's newest reservation of the same node (or pool) and GPUs; never one that names
+    no Pod."""
+    reservations = Reservations(POLICY)
+    add(reservations, 0.0)
+    older, newer = add(reservations, 0.0, name="infer"), add(reservations, 1.0, name="infer")
+    on_node = add(reservations, 2.0, name="infer", node="t4-a")
+    assert reservations.echo("ml", "infer", "", pool=T4, node="", gpus=1) == newer
+    reservations.pop(newer)
+    assert reservations.echo("ml", "infer", "", pool=T4, node="", gpus=1) == older
+    assert reservations.echo("ml", "infer", "", pool=None, node="t4-a", gpus=1) == on_node
+    assert reservations.echo("ml", "", "", pool=T4, node="", gpus=1) is None
+
+
+def test_each_reservation_is_one_object_for_the_garbage_collector() -> None:
+    """A burst of reservations of one pool and size adds one tracked object each (its Claim): what they
+    share is built once, so a full collection under 60,000 waiting reservations walks 60,000 objects."""
+    reservations = Reservations(POLICY)
+    add(reservations, 0.0)  # builds what reservations of this pool and size share
+    gc.collect()
+    before = len(gc.get_objects())
+    for _ in range(2000):
+        add(reservations, 0.0)
+    gc.collect()
+    assert len(gc.get_objects()) - before < 2000 * 1.05

@@ -1,0 +1,232 @@
+"""The capacity index: GPU pools, their groups of nodes, each node's facts and own free GPUs, and the
+packing of the GPUs held in each pool. What a decision reads about capacity comes from here.
+
+It knows nodes, not Pods. The ledger (webhook.pools.ledger) tells it what Pods and reservations take:
+`set_used` (these GPUs are used on node N by the Pods bound to it) and `hold` (these GPUs are held in
+pool P for a Pod not on a node yet). It tells the ledger, through what `upsert_node` and
+`take_reshaped` return, when the ledger's counts must follow the nodes: a node's pools changed (its
+Pods count against other classes), or a selector came or went (unbound Pods may reach other pools).
+The PoolIndex façade (webhook.pools.index) carries these between the two.
+
+A node's own free GPUs are its allocatable minus what is used on it, kept per group of its pool
+(webhook.pools.pool). Pools whose nodes or holds changed are packed again once per change (`pack`),
+not once per step of it. A pool lasts while it has nodes or holds: one with only pending GPUs is still
+a pool decisions list.
+
+Not thread-safe: the inventory that owns the index serialises access.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Hashable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+from webhook.domain.model import NodeInfo, PoolKey
+from webhook.domain.policy import Policy
+from webhook.pools.memo import Memo
+from webhook.pools.nodes import NodeFacts, Selector, Unclassified, node_facts
+from webhook.pools.pool import Group, Pool, decrement, group_key, pack
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStats:
+    """Capacity of one pool, for metrics and `gpupool inventory`."""
+
+    pool: PoolKey
+    resource: str
+    memory_mib: int
+    nodes: int  # all nodes of the pool
+    usable_nodes: int  # Ready and schedulable
+    gpus_total: int  # allocatable on usable nodes
+    gpus_allocated: int  # held by running or scheduled Pods on usable nodes
+    gpus_free: int  # once the pool's holds are placed
+    pending: int  # GPUs held for admitted or pinned Pods not yet on a node
+
+
+class Capacity:
+    """GPU pools and free GPUs per node, from nodes and what the ledger says is used and held."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self._pools: dict[PoolKey, Pool] = {}
+        self._facts: dict[str, list[NodeFacts]] = {}
+        self._unclassified: dict[str, list[Unclassified]] = {}
+        self._unpacked: set[PoolKey] = set()  # pools whose holds must be packed again
+        self._reshaped: set[tuple[PoolKey, Selector]] = set()  # selectors that came or went (toggled)
+        self._memo = Memo()  # derived from the node structure; dropped when it changes
+
+    # --- nodes ---------------------------------------------------------------------------------------
+
+    def upsert_node(self, node: NodeInfo, used: Mapping[str, int] | None) -> bool:
+        """Add or replace a node; `used` is what the Pods bound to it request per resource (the ledger's
+        `used_on`), which may have been counted before the node was seen. True when the node's pools
+        changed (it came, went from a class, or moved to another): the ledger must count its Pods again."""
+        facts, problems = node_facts(node, self.policy)
+        old = self._facts.get(node.name, [])
+        if facts == old and problems == self._unclassified.get(node.name, []):
+            return False  # a status heartbeat, or a CPU node: nothing a decision reads changed
+        self._drop_facts(node.name)
+        if problems:
+            self._unclassified[node.name] = problems
+        if facts:
+            self._facts[node.name] = facts
+            for f in facts:
+                self._add_facts(f)
+            self.set_used(node.name, used)
+        return _classes_of(facts) != _classes_of(old)
+
+    def remove_node(self, name: str) -> None:
+        """Forget a node. Its pools changed: the ledger counts its Pods again (against no class now)."""
+        self._drop_facts(name)
+
+    def _add_facts(self, f: NodeFacts) -> None:
+        pool = self._pools.get(f.pool)
+        if pool is None:
+            pool = self._pools[f.pool] = Pool(f.pool, f.resource)
+        gkey = group_key(f)
+        group = pool.groups.get(gkey)
+        if group is None:
+            group = Group(f.selector, f.gpu_taints, f.other_taints)
+            pool.add_group(gkey, group)
+            self._unpacked.add(pool.key)
+        group.add_node(f)
+        if not pool.selector_nodes[f.selector]:
+            self._reshaped ^= {(f.pool, f.selector)}
+        pool.selector_nodes[f.selector] += 1
+
+    def _drop_facts(self, name: str) -> None:
+        self._memo.clear()
+        self._unclassified.pop(name, None)
+        for f in self._facts.pop(name, []):
+            pool = self._pools[f.pool]
+            gkey = group_key(f)
+            group = pool.groups[gkey]
+            self._set_own_free(pool, group, name, None)
+            group.drop_node(f)
+            if not group.nodes:
+                pool.drop_group(gkey)
+                self._unpacked.add(pool.key)
+            decrement(pool.selector_nodes, f.selector)
+            if not pool.selector_nodes[f.selector]:
+                self._reshaped ^= {(f.pool, f.selector)}
+            self._drop_if_empty(pool)
+
+    def _set_own_free(self, pool: Pool, group: Group, name: str, free: int | None) -> None:
+        unheld = not pool.holds and pool.key not in self._unpacked
+        group.set_own_free(name, free, unheld)
+        if not unheld:
+            self._unpacked.add(pool.key)  # packed again at the end of this change
+
+    def _drop_if_empty(self, pool: Pool) -> None:
+        if not pool.groups and not pool.pending and not pool.holds:
+            del self._pools[pool.key]
+            self._memo.clear()
+
+    # --- what the ledger says is used and held ---------------------------------------------------------
+
+    def set_used(self, name: str, used: Mapping[str, int] | None) -> None:
+        """The GPUs the Pods bound to node `name` request changed (or its facts did): recompute its own
+        free GPUs. `used`: GPUs per resource, None when nothing is used."""
+        for f in self._facts.get(name, ()):
+            if f.usable:
+                pool = self._pools[f.pool]
+                free = max(f.allocatable - (used.get(f.resource, 0) if used else 0), 0)
+                self._set_own_free(pool, pool.groups[group_key(f)], name, free)
+
+    def hold(self, key: PoolKey, pins: Selector, gpus: int, sign: int) -> None:
+        """Hold (+1) `gpus` GPUs in pool `key` for a Pod not on a node yet whose nodeSelector pins `pins`,
+        or take them back (-1). A pool not known yet is made: its holds wait for its nodes."""
+        pool = self._pools.get(key)
+        if pool is None:
+            pool = self._pools[key] = Pool(key, self.policy.vendors[key.vendor].resource)
+            self._memo.clear()  # a pool with only pending GPUs is still a pool decisions list
+        pool.hold(pins, gpus, sign)
+        self._unpacked.add(key)
+        self._drop_if_empty(pool)
+
+    # --- end of one change -----------------------------------------------------------------------------
+
+    def take_reshaped(self) -> bool:
+        """Whether a selector came to or went from a pool since the last call: which pools a nodeSelector
+        reaches may have changed, so the ledger places unbound Pods again."""
+        if not self._reshaped:
+            return False
+        self._reshaped.clear()
+        return True
+
+    def pack(self) -> None:
+        """Pack the holds of every pool whose nodes or holds changed."""
+        for key in self._unpacked:
+            pool = self._pools.get(key)
+            if pool is not None:
+                pack(pool)
+        self._unpacked.clear()
+
+    # --- reading -------------------------------------------------------------------------------------
+
+    def pools(self, vendor: str | None = None) -> Iterator[Pool]:
+        return (p for p in self._pools.values() if vendor is None or p.key.vendor == vendor)
+
+    def all_pools(self) -> Collection[Pool]:
+        """Every pool, as a live view of the index (no copy): for the ledger to place unbound Pods."""
+        return self._pools.values()
+
+    def facts(self, name: str) -> list[NodeFacts]:
+        """A node's facts, one per vendor it has pooled GPUs of; empty when it has none or is not known."""
+        return self._facts.get(name, [])
+
+    def node_names(self) -> set[str]:
+        return set(self._facts) | set(self._unclassified)
+
+    def memo(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """A value derived from the nodes (pools, groups, their labels and taints) but not from usage:
+        computed once per key until a node changes. Decisions use it for what does not depend on free GPUs."""
+        return self._memo.get(key, compute)
+
+    def unclassified(self) -> list[Unclassified]:
+        return [u for problems in self._unclassified.values() for u in problems]
+
+    def node_facts(self, name: str, vendor: str) -> NodeFacts | Unclassified | None:
+        """What the index knows of one vendor's GPUs on a node: its facts, why it is not pooled, or None
+        when the node has none of that vendor's GPUs (or is not known yet)."""
+        facts = next((f for f in self._facts.get(name, ()) if f.pool.vendor == vendor), None)
+        return facts or next((u for u in self._unclassified.get(name, ()) if u.vendor == vendor), None)
+
+    def node_free(self, facts: NodeFacts) -> int:
+        """Free GPUs of the node's pool resource now (0 when the node is not usable)."""
+        return self._pools[facts.pool].groups[group_key(facts)].own_free.get(facts.node, 0)
+
+    def pool_stats(self) -> list[PoolStats]:
+        stats = []
+        for pool in sorted(self._pools.values(), key=lambda p: p.key):
+            nodes = usable = total = allocated = free = 0
+            memory = [g.min_memory_mib() for g in pool.groups.values()]
+            for group in pool.groups.values():
+                nodes += len(group.nodes)
+                for name, own in group.own_free.items():
+                    allocatable = group.nodes[name].allocatable
+                    usable += 1
+                    total += allocatable
+                    allocated += allocatable - own
+                free += group.free_total
+            stats.append(
+                PoolStats(
+                    pool.key,
+                    pool.resource,
+                    min(memory, default=0),
+                    nodes,
+                    usable,
+                    total,
+                    allocated,
+                    free,
+                    pool.pending,
+                )
+            )
+        return stats
+
+
+def _classes_of(facts: list[NodeFacts]) -> dict[str, PoolKey]:
+    return {f.resource: f.pool for f in facts}

@@ -1,0 +1,96 @@
+"""What one Pod or reservation holds, and where a Pod's GPUs count (README "How gpupool decides", 7).
+
+A Pod bound to a node uses GPUs on that node and counts them against the class of the node's pool,
+whatever its annotations say (`bound_claim`). An unbound Pod holds its GPUs in the pool its nodeSelector
+or gpupool.io/pool annotation pins it to, and counts them against that pool's class (`unbound_claim`).
+Both read the capacity index: which pools a node is in, which pools a nodeSelector reaches. The ledger
+(webhook.pools.ledger) works claims out, keeps them, and works them out again when the nodes change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import NamedTuple
+
+from webhook.domain.model import PodInfo, PoolKey
+from webhook.domain.policy import Policy, VendorPolicy
+from webhook.domain.products import normalise_product
+from webhook.pools.nodes import UNKNOWN_PRODUCT, NodeFacts, Selector
+from webhook.pools.pool import Pool
+
+Counts = tuple[tuple[str, int], ...]  # (resource or class, GPUs)
+
+
+class Claim(NamedTuple):
+    """What one Pod or reservation adds to the ledger, so it can be taken back exactly. (A NamedTuple:
+    one is built per admission, cheaper than a frozen dataclass; and a reservation is this one object,
+    which is all a full garbage collection has to walk for each of them.)"""
+
+    namespace: str
+    node: str = ""  # bound: real usage on this node
+    requests: Counts = ()  # bound: GPUs per resource on that node
+    holds: tuple[tuple[PoolKey, int], ...] = ()  # not bound: GPUs held per pool (pending)
+    pins: Selector = ()  # the pool labels its nodeSelector pins: which of the pool's groups a hold reaches
+    classes: Counts = ()  # GPUs counted against the namespace's classes
+    reserved: tuple[str, int] = ("", 0)  # (resource, GPUs) not yet in any quota's status.used
+    who: tuple[str, str, str] = ("", "", "")  # a reservation's Pod: (namespace, name, generateName)
+    echoed: bool = False  # a reservation a re-invocation of its Pod has matched already
+
+
+def bound_claim(pod: PodInfo, node_facts: list[NodeFacts], policy: Policy) -> Claim:
+    """A Pod bound to a node whose facts are `node_facts`: its requests are used there."""
+    requests = tuple(pod.gpu_requests.items())
+    return Claim(pod.namespace, node=pod.node, requests=requests, classes=node_classes(node_facts, requests, policy))
+
+
+def node_classes(node_facts: list[NodeFacts], requests: Counts, policy: Policy) -> Counts:
+    """A bound Pod's GPUs by the class of the pool the node is in for each resource's vendor."""
+    if not node_facts:
+        return ()  # not seen yet, or a node gpupool cannot class: counted once it is
+    return tuple(
+        (f.pool.gpu_class, n)
+        for resource, n in requests
+        if (vendor := policy.vendor_of(resource)) is not None
+        for f in node_facts
+        if f.pool.vendor == vendor.name
+    )
+
+
+def unbound_claim(pod: PodInfo, pools: Collection[Pool], policy: Policy) -> Claim:
+    """Where an unbound Pod's GPUs count: per GPU resource, the one pool of the resource's vendor
+    that its nodeSelector reaches (gpupool writes the pool's labels into it); else the pool of its
+    gpupool.io/pool annotation, unless the nodeSelector contradicts it; else, without a pool to hold
+    GPUs in, the class every reachable pool shares; else nowhere until it is bound."""
+    labels = policy.pool_labels
+    pins = tuple(sorted((k, v) for k, v in pod.node_selector.items() if k in labels))
+    annotated = PoolKey.parse(pod.pool) if pod.pool else None
+    holds: list[tuple[PoolKey, int]] = []
+    classes: list[tuple[str, int]] = []
+    for resource, gpus in pod.gpu_requests.items():
+        vendor = policy.vendor_of(resource)
+        if vendor is None:
+            continue
+        reached = [p.key for p in pools if p.key.vendor == vendor.name and p.reach(pins)]
+        if resource != vendor.resource:  # a GPU partition: counts against its class, holds no whole GPU
+            if len({p.gpu_class for p in reached}) == 1:
+                classes.append((reached[0].gpu_class, gpus))
+        elif len(reached) == 1:
+            holds.append((reached[0], gpus))
+        elif annotated is not None and _may_hold(annotated, vendor, pins, policy):
+            holds.append((annotated, gpus))
+        elif len({p.gpu_class for p in reached}) == 1:
+            classes.append((reached[0].gpu_class, gpus))
+    classes.extend((pool.gpu_class, gpus) for pool, gpus in holds)
+    return Claim(pod.namespace, holds=tuple(holds), pins=pins, classes=tuple(classes))
+
+
+def _may_hold(pool: PoolKey, vendor: VendorPolicy, pins: Selector, policy: Policy) -> bool:
+    """Whether an annotated pool can hold the Pod's GPUs: one this policy knows, of the resource's
+    vendor, and not contradicted by the nodeSelector's class or product label."""
+    if pool.vendor != vendor.name or pool.gpu_class not in policy.classes:
+        return False
+    pinned = dict(pins)
+    gpu_class, product = pinned.get(policy.class_label), pinned.get(vendor.product_label)
+    if gpu_class is not None and gpu_class != pool.gpu_class:
+        return False
+    return product is None or (normalise_product(product) or UNKNOWN_PRODUCT) == pool.product

@@ -1,0 +1,206 @@
+"""The ledger: what Pods and reservations hold. Per node, the GPUs its bound Pods request; per Pod not on
+a node yet, the GPUs it holds in a pool (the capacity index adds them up per pool and packs them); per
+namespace, the GPUs it holds of each class (the policy's classQuota) and the GPUs admitted that no
+ResourceQuota's status.used includes yet.
+
+Each Pod and reservation is one Claim (webhook.pools.claims) that `_apply` adds or takes back exactly.
+It tells the capacity index (webhook.pools.capacity) what the claims take: `set_used` for the GPUs used
+on a node, `hold` for GPUs held in a pool. It reads the capacity index to work claims out (which pools
+a node is in, which pools a nodeSelector reaches), and works them out again when the capacity index
+says the nodes changed: a node's pools changed (`reclass`: its bound Pods move to its new classes), or
+a selector came or went (`place_unbound_again`). Usage is kept per node name, so Pods listed before
+their node count once it comes.
+
+Reservations (webhook.pools.reservations) are admissions the watch has not shown yet: counted like a
+Pod until the Pod shows up and takes over, a re-invocation takes them back, or they expire. Reserving,
+matching and expiring cost the same for 50 Pods as for 150,000.
+
+Changes end in the PoolIndex façade (webhook.pools.index), which has the capacity index pack its pools
+once per change. Not thread-safe: the inventory that owns the index serialises access.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from webhook.domain.model import PodInfo, PodKey, PoolKey
+from webhook.domain.policy import Policy
+from webhook.pools.capacity import Capacity
+from webhook.pools.claims import Claim, Counts, bound_claim, node_classes, unbound_claim
+from webhook.pools.nodes import Selector
+from webhook.pools.reservations import Reservations
+
+
+class Ledger:
+    """GPUs held by Pods and reservations: per node, per pool, per namespace and class, per quota."""
+
+    def __init__(self, policy: Policy, capacity: Capacity) -> None:
+        self.policy = policy
+        self._capacity = capacity
+        self._used: dict[str, Counter[str]] = {}  # node -> resource -> GPUs requested by Pods bound to it
+        self._pods: dict[PodKey, Claim] = {}
+        self._on_node: dict[str, set[PodKey]] = {}  # node -> Pods bound to it (known or not yet)
+        self._unbound: dict[PodKey, PodInfo] = {}  # to place again when pools change
+        self._class_used: dict[str, Counter[str]] = {}
+        self._reserved: Counter[tuple[str, str]] = Counter()  # (namespace, resource) -> GPUs
+        self._reservations = Reservations(policy)
+
+    # --- Pods ----------------------------------------------------------------------------------------
+
+    def upsert_pod(self, pod: PodInfo | None, key: PodKey) -> None:
+        """Add or replace a Pod (None: it holds nothing now). A Pod seen for the first time takes over
+        from its admission's reservation."""
+        first_sight = key not in self._pods
+        self.remove_pod(key)
+        if pod is not None and not pod.terminal:
+            if first_sight:
+                token = self._reservations.shown(pod)
+                if token is not None:
+                    self.release(token)
+            self._add_pod(key, pod)
+
+    def remove_pod(self, key: PodKey) -> None:
+        claim = self._pods.pop(key, None)
+        if claim is None:
+            return
+        self._apply(claim, -1)
+        if claim.node:
+            on_node = self._on_node[claim.node]
+            on_node.discard(key)
+            if not on_node:
+                del self._on_node[claim.node]
+        else:
+            del self._unbound[key]
+
+    def _add_pod(self, key: PodKey, pod: PodInfo) -> None:
+        if pod.node:
+            claim = bound_claim(pod, self._capacity.facts(pod.node), self.policy)
+            self._on_node.setdefault(pod.node, set()).add(key)
+        else:
+            claim = unbound_claim(pod, self._capacity.all_pools(), self.policy)
+            self._unbound[key] = pod
+        self._pods[key] = claim
+        self._apply(claim, +1)
+
+    # --- following the nodes -------------------------------------------------------------------------
+
+    def reclass(self, name: str) -> None:
+        """The node's pools changed (or it came or went): the Pods bound to it count against its classes now."""
+        facts = self._capacity.facts(name)
+        for key in self._on_node.get(name, ()):
+            claim = self._pods[key]
+            classes = node_classes(facts, claim.requests, self.policy)
+            if classes != claim.classes:
+                self._count_classes(claim.namespace, claim.classes, -1)
+                self._count_classes(claim.namespace, classes, +1)
+                self._pods[key] = claim._replace(classes=classes)
+
+    def place_unbound_again(self) -> None:
+        """A selector came to or went from a pool: unbound Pods may be pinned to other pools now."""
+        pools = self._capacity.all_pools()
+        for key, pod in self._unbound.items():
+            old, new = self._pods[key], unbound_claim(pod, pools, self.policy)
+            if new != old:
+                self._apply(old, -1)
+                self._pods[key] = new
+                self._apply(new, +1)
+
+    # --- reservations --------------------------------------------------------------------------------
+
+    def reserve(
+        self,
+        namespace: str,
+        pool: PoolKey,
+        selector: Selector,
+        gpus: int,
+        now: float,
+        *,
+        name: str = "",
+        generate_name: str = "",
+        node: str = "",
+        echoed: bool = False,
+    ) -> int:
+        """Count an admitted Pod against its pool (or the node it names) until the watch shows it;
+        returns a token. See PoolIndex.reserve."""
+        claim = self._reservations.make(
+            namespace, pool, selector, gpus, name=name, generate_name=generate_name, node=node, echoed=echoed
+        )
+        token = self._reservations.add(claim, now)
+        self._apply(claim, +1)
+        return token
+
+    def take_echo(
+        self, namespace: str, name: str, generate_name: str, *, pool: PoolKey | None, node: str, gpus: int
+    ) -> bool:
+        """Take back a re-invoked Pod's own reservation; False when there is none. See PoolIndex.take_echo."""
+        token = self._reservations.echo(namespace, name, generate_name, pool=pool, node=node, gpus=gpus)
+        if token is None:
+            return False
+        self.release(token)
+        return True
+
+    def release(self, token: int) -> None:
+        claim = self._reservations.pop(token)
+        if claim is not None:
+            self._apply(claim, -1)
+
+    def expire(self, now: float, current_since: float | None) -> int:
+        """Take back the reservations whose Pod never showed up; returns how many. See PoolIndex.expire."""
+        dropped = self._reservations.expire(now, current_since)
+        for claim in dropped:
+            self._apply(claim, -1)
+        return len(dropped)
+
+    @property
+    def reservations(self) -> int:
+        return len(self._reservations)
+
+    # --- counting ------------------------------------------------------------------------------------
+
+    def _apply(self, claim: Claim, sign: int) -> None:
+        """Add (+1) or take back (-1) what a claim holds, telling the capacity index what it takes."""
+        if claim.node and claim.requests:
+            used = _counter(self._used, claim.node)
+            for resource, n in claim.requests:
+                used[resource] += sign * n
+            if not +used:
+                del self._used[claim.node]
+            self._capacity.set_used(claim.node, self._used.get(claim.node))
+        for key, gpus in claim.holds:
+            self._capacity.hold(key, claim.pins, gpus, sign)
+        self._count_classes(claim.namespace, claim.classes, sign)
+        if claim.reserved[1]:
+            self._reserved[(claim.namespace, claim.reserved[0])] += sign * claim.reserved[1]
+
+    def _count_classes(self, namespace: str, classes: Counts, sign: int) -> None:
+        if classes:
+            counter = _counter(self._class_used, namespace)
+            for gpu_class, n in classes:
+                counter[gpu_class] += sign * n
+
+    # --- reading -------------------------------------------------------------------------------------
+
+    def used_on(self, name: str) -> Counter[str] | None:
+        """GPUs per resource the Pods bound to a node request; None when they request none."""
+        return self._used.get(name)
+
+    def pod_keys(self) -> set[PodKey]:
+        return set(self._pods)
+
+    def reserved(self, namespace: str, resource: str) -> int:
+        """GPUs admitted in the namespace that no quota's status.used can include yet."""
+        return self._reserved.get((namespace, resource), 0)
+
+    def class_used(self, namespace: str, gpu_class: str) -> int:
+        """GPUs of the class the namespace holds: on nodes of the class, pinned to a pool of it, or
+        reserved for admissions the watch has not shown yet."""
+        counter = self._class_used.get(namespace)
+        return counter[gpu_class] if counter else 0
+
+
+def _counter(table: dict[str, Counter[str]], key: str) -> Counter[str]:
+    """`table[key]`, created when missing (`setdefault` would build a Counter on every call)."""
+    counter = table.get(key)
+    if counter is None:
+        counter = table[key] = Counter()
+    return counter

@@ -1,0 +1,150 @@
+"""Reservations: Pods gpupool admitted that the watch has not shown yet. The ledger (webhook.pools.ledger)
+counts each one until its Pod shows up, a re-invocation of its Pod takes it back, or it expires; this
+module keeps them and finds them.
+
+A reservation is one Claim (webhook.pools.claims), found three ways: by its token (the admission that
+made it); by what the watch will know its Pod by, oldest first: the Pod's name or generateName, or, for
+callers that name no Pod, its namespace, pool and GPUs; and by age, for expiry. What reservations of one
+pool and size share is built once, so each is one new object for the garbage collector to walk (60,000
+of them can wait out their time under a burst). Every operation costs the same however many Pods the
+cluster has: the admission path makes, matches and expires reservations.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Hashable
+from typing import Any
+
+from webhook.domain.model import PodInfo, PoolKey
+from webhook.domain.policy import Policy
+from webhook.pools.claims import Claim
+from webhook.pools.nodes import Selector
+
+
+class Reservations:
+    """Reservations by token, by the Pod they wait for, and by age."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self._claims: dict[int, Claim] = {}  # token -> what the admitted Pod holds
+        self._waiting: dict[Hashable, deque[int]] = {}  # `_waiting_key` -> tokens, oldest first
+        self._expiry: deque[tuple[float, int]] = deque()  # (made at, token), oldest first
+        self._parts: dict[tuple[PoolKey, int], tuple[Any, Any, tuple[str, int]]] = {}
+        self._tokens = itertools.count(1)
+
+    def __len__(self) -> int:
+        return len(self._claims)
+
+    def make(
+        self,
+        namespace: str,
+        pool: PoolKey,
+        selector: Selector,
+        gpus: int,
+        *,
+        name: str,
+        generate_name: str,
+        node: str,
+        echoed: bool,
+    ) -> Claim:
+        """What an admitted Pod holds: `gpus` GPUs in `pool` where `selector` reaches, or on `node` when
+        it names one; counted against the pool's class and its namespace's quotas."""
+        parts = self._parts.get((pool, gpus))
+        if parts is None:
+            resource = self.policy.vendors[pool.vendor].resource
+            parts = self._parts[(pool, gpus)] = (((pool, gpus),), ((pool.gpu_class, gpus),), (resource, gpus))
+        holds, classes, reserved = parts
+        who = (namespace, name, "" if name else generate_name)  # the name, once known, is what counts
+        if node:
+            # Held on the node as its resource (a MIG Pod's instances too, until the watch shows what
+            # it really requests: a few seconds of a view that is too full, never too empty).
+            return Claim(namespace, node, (reserved,), (), (), classes, reserved, who, echoed)
+        return Claim(namespace, "", (), holds, selector, classes, reserved, who, echoed)
+
+    def add(self, claim: Claim, now: float) -> int:
+        """Keep a reservation made at `now`; returns its token."""
+        token = next(self._tokens)
+        self._claims[token] = claim
+        self._waiting.setdefault(_waiting_key(claim), deque()).append(token)
+        self._expiry.append((now, token))
+        return token
+
+    def pop(self, token: int) -> Claim | None:
+        """Forget a reservation; None when it is gone already. (Its place in the expiry queue is left,
+        and skipped when it comes up.)"""
+        claim = self._claims.pop(token, None)
+        if claim is None:
+            return None
+        key = _waiting_key(claim)
+        queue = self._waiting.get(key)
+        if queue is not None:
+            queue.remove(token)
+            if not queue:
+                del self._waiting[key]
+        return claim
+
+    def echo(
+        self, namespace: str, name: str, generate_name: str, *, pool: PoolKey | None, node: str, gpus: int
+    ) -> int | None:
+        """The token of a re-invoked Pod's own reservation: same Pod, pool or node, GPUs, and not matched
+        before. None when there is none."""
+        if not (name or generate_name):
+            return None
+        queue = self._waiting.get((namespace, name, "" if name else generate_name))
+        for token in reversed(queue or ()):  # the Pod's own is the newest: re-invocation follows at once
+            claim = self._claims[token]
+            if claim.echoed or claim.reserved[1] != gpus or claim.node != node:
+                continue
+            if node or claim.holds[0][0] == pool:
+                return token
+        return None
+
+    def shown(self, pod: PodInfo) -> int | None:
+        """The token of the reservation a Pod the watch shows for the first time takes over: found by the
+        Pod's name, or (for a Pod made from a generateName, whose name the admission did not know) by its
+        generateName, oldest first; else, for reservations that name no Pod, by namespace, pool and GPUs,
+        first in first out. None when there is none."""
+        for who in ((pod.namespace, pod.name, ""), (pod.namespace, "", pod.generate_name)):
+            queue = self._waiting.get(who)
+            if queue and (who[1] or who[2]):
+                return queue[0]
+        pool = PoolKey.parse(pod.pool) if pod.pool else None
+        vendor = self.policy.vendors.get(pool.vendor) if pool else None
+        if pool is None or vendor is None:
+            return None
+        queue = self._waiting.get((pod.namespace, pool, pod.gpu_requests.get(vendor.resource, 0)))
+        return queue[0] if queue else None
+
+    def expire(self, now: float, current_since: float | None) -> list[Claim]:
+        """Forget the reservations whose Pod never showed up, and return them: after
+        `reservationSeconds`, or, when the watch has been current without a break since `current_since`,
+        once a reservation made in that time is `reservationSettleSeconds` old (the Pod would have shown
+        up by then)."""
+        defaults = self.policy.defaults
+        dropped = []
+        while self._expiry:
+            made, token = self._expiry[0]
+            settled = (
+                current_since is not None
+                and made >= current_since
+                and made + defaults.reservation_settle_seconds <= now
+            )
+            if not (settled or made + defaults.reservation_seconds <= now):
+                break
+            self._expiry.popleft()
+            claim = self.pop(token)
+            if claim is not None:
+                dropped.append(claim)
+        return dropped
+
+
+def _waiting_key(claim: Claim) -> Hashable:
+    """Where a reservation waits for its Pod: under the Pod's name or generateName when the admission
+    knew them, else under its namespace, pool and GPUs."""
+    _, name, generate_name = claim.who
+    if name or generate_name:
+        return claim.who
+    ((pool, gpus),) = claim.holds  # a reservation that names no Pod holds GPUs in its one pool
+    return (claim.namespace, pool, gpus)
