@@ -179,8 +179,8 @@ class KubeSim:
     def fail_next(self, n: int, status: int = 500, *, verb: str | None = None) -> None:
         """Answer the next `n` requests with `status` and a Status body (reason from the code, e.g.
         500 InternalError, 429 TooManyRequests with Retry-After). `verb` limits it to "list",
-        "watch", "get" or "discovery" requests."""
-        if verb not in (None, "list", "watch", "get", "discovery"):
+        "watch", "get", "discovery", "create" or "delete" requests."""
+        if verb not in (None, "list", "watch", "get", "discovery", "create", "delete"):
             raise ValueError(f"unknown verb {verb!r}")
         with self._state.lock:
             self._state.fail_count, self._state.fail_status, self._state.fail_verb = n, status, verb
