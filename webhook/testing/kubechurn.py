@@ -140,6 +140,7 @@ class Churn:
         self._nodes: dict[str, _Node] = {}
         self._gpu_nodes: list[str] = []
         self._all_nodes: list[str] = []
+        self._labelled: dict[tuple[str, str], list[str]] = {}  # node label -> nodes, for nodeSelectors
         self._pods: dict[str, _Pod] = {}  # "namespace/name" -> what it holds
         self._churned: dict[bool, _Bag[str]] = {True: _Bag(), False: _Bag()}  # GPU Pod? -> keys
         self._target = {True: 0, False: 0}
@@ -325,13 +326,23 @@ class Churn:
         return self._write(pod, "bind", exists=True)
 
     def _pick_node(self, spec: Mapping[str, Any], gpus: int) -> str | None:
+        """A node that fits, tried at random among those carrying the rarest of the Pod's nodeSelector
+        labels (a few of them: all, in random order)."""
+        selector = spec.get("nodeSelector") or {}
         candidates = self._gpu_nodes if gpus else self._all_nodes
+        for pair in selector.items():
+            labelled = self._labelled.get(pair, [])
+            if len(labelled) < len(candidates):
+                candidates = labelled
         if not candidates:
             return None
-        selector = spec.get("nodeSelector") or {}
         tolerations = [t for t in spec.get("tolerations") or [] if isinstance(t, dict)]
-        for _ in range(_BIND_TRIES):
-            name = candidates[self._rng.randrange(len(candidates))]
+        tries = (
+            self._rng.sample(candidates, len(candidates))
+            if len(candidates) <= _BIND_TRIES
+            else (candidates[self._rng.randrange(len(candidates))] for _ in range(_BIND_TRIES))
+        )
+        for name in tries:
             node = self._nodes.get(name)
             if (
                 node is not None
@@ -418,13 +429,17 @@ class Churn:
             if t.get("effect") in ("NoSchedule", "NoExecute")
         )
         old = self._nodes.get(name)
+        labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
         self._nodes[name] = _Node(
-            labels=dict(meta.get("labels") or {}),
+            labels=labels,
             taints=taints,
             gpus=gpus,
             usable=ready and not spec.get("unschedulable"),
             used=old.used if old is not None else 0,
         )
+        for pair in labels.items():  # a label that changed leaves a stale entry: the fit check skips it
+            if old is None or old.labels.get(pair[0]) != pair[1]:
+                self._labelled.setdefault(pair, []).append(name)
         if old is None:
             self._all_nodes.append(name)
             if gpus:
@@ -436,6 +451,7 @@ class Churn:
         self._nodes.clear()
         self._gpu_nodes.clear()
         self._all_nodes.clear()
+        self._labelled.clear()
         for name, body in zip(nodes.keys, nodes.bodies, strict=True):
             self._add_node(name, orjson.loads(body))
         self._pods.clear()
