@@ -169,20 +169,25 @@ class TestSteps:
         assert sum(1 for i in range(3) if pods[f"bench/p{i}"]["spec"].get("nodeName") == "gpu-new") == 2
         assert not pods["bench/intolerant"]["spec"].get("nodeName")
 
-    def test_a_pod_pinned_to_a_rare_label_finds_its_node(self) -> None:
-        """Candidates come from the rarest label of the nodeSelector, not from a sample of all nodes: one
-        node among hundreds is found at the first bind."""
+    def test_pods_pinned_to_rare_labels_find_their_nodes(self) -> None:
+        """Candidates come from the rarest label of the nodeSelector, not from a sample of all nodes: a
+        node among hundreds is found at the first bind (a sample of 30 would miss it most times)."""
         store = cluster_store(nodes=300, pods=300)
-        node = {
-            "kind": "Node",
-            "metadata": {"name": "gpu-rare", "labels": {"nvidia.com/gpu.product": "NVIDIA-A10"}},
-            "status": {"allocatable": {GPU: "8"}, "conditions": [{"type": "Ready", "status": "True"}]},
-        }
-        store.put(node, exists=False)
+        for i in range(5):
+            node = {
+                "kind": "Node",
+                "metadata": {"name": f"gpu-rare-{i}", "labels": {"pool": f"rare-{i}"}},
+                "status": {"allocatable": {GPU: "8"}, "conditions": [{"type": "Ready", "status": "True"}]},
+            }
+            store.put(node, exists=False)
         churn = Churn(store, 100, seed=8, bind_delay=0.0)
-        store.put(gpu_pod("rare", "bench", 2, nodeSelector={"nvidia.com/gpu.product": "NVIDIA-A10"}), exists=False)
-        churn.step(5, time.monotonic())
-        assert objects(store, "pods")["bench/rare"]["spec"].get("nodeName") == "gpu-rare"
+        for i in range(5):
+            store.put(gpu_pod(f"rare-{i}", "bench", 2, nodeSelector={"pool": f"rare-{i}"}), exists=False)
+        churn.step(10, time.monotonic())
+        pods = objects(store, "pods")
+        assert [pods[f"bench/rare-{i}"]["spec"].get("nodeName") for i in range(5)] == [
+            f"gpu-rare-{i}" for i in range(5)
+        ]
 
     def test_bad_arguments_are_refused(self) -> None:
         store = cluster_store(nodes=2, pods=5)
