@@ -74,6 +74,7 @@ sys.path.insert(0, str(REPO))  # `python bench/soak.py` finds the bench package 
 from bench.bench_server import admissions_by_outcome, free_port, running  # noqa: E402
 from webhook.certs import ensure_certificates  # noqa: E402
 from webhook.testing.synthetic import namespaces as synthetic_namespaces  # noqa: E402
+from webhook.testing.synthetic import pod_spec_defaults  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
 SERVICE_DNS = "gpupool-webhook.gpupool-system.svc"  # the name kube-apiserver verifies
@@ -223,21 +224,14 @@ class Simulator:
 def simulator(args: argparse.Namespace, tmp: Path) -> Iterator[Simulator]:
     """`python -m webhook.testing` with the churn on, in its own process (its CPU is not the client's)."""
     kubeconfig = tmp / "kubeconfig"
-    argv = [
-        sys.executable,
-        "-m",
-        "webhook.testing",
-        "--nodes",
-        str(args.nodes),
-        "--pods",
-        str(args.pods),
-        "--seed",
-        str(args.seed),
-        "--kubeconfig",
-        str(kubeconfig),
-        "--churn",
-        str(args.events),
-    ]
+    options = {
+        "nodes": args.nodes,
+        "pods": args.pods,
+        "seed": args.seed,
+        "churn": args.events,
+        "kubeconfig": kubeconfig,
+    }
+    argv = [sys.executable, "-m", "webhook.testing", *(f"--{k}={v}" for k, v in options.items())]  # fmt: skip
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     try:
@@ -371,28 +365,7 @@ def pod_object(shape: Shape, namespace: str, rng: random.Random) -> dict[str, An
         ],
         "volumes": [{"name": "config", "configMap": {"name": f"{app}-config"}}],
         "restartPolicy": "Always",
-        "terminationGracePeriodSeconds": 30,
-        "dnsPolicy": "ClusterFirst",
-        "serviceAccountName": "default",
-        "securityContext": {},
-        "schedulerName": "default-scheduler",
-        "tolerations": [
-            {
-                "key": "node.kubernetes.io/not-ready",
-                "operator": "Exists",
-                "effect": "NoExecute",
-                "tolerationSeconds": 300,
-            },
-            {
-                "key": "node.kubernetes.io/unreachable",
-                "operator": "Exists",
-                "effect": "NoExecute",
-                "tolerationSeconds": 300,
-            },
-        ],
-        "priority": 0,
-        "enableServiceLinks": True,
-        "preemptionPolicy": "PreemptLowerPriority",
+        **pod_spec_defaults(),
     }
     if shape.node_selector:
         spec["nodeSelector"] = dict(shape.node_selector)
@@ -695,15 +668,32 @@ class Server:
 
 
 @contextmanager
-def servers(names: list[str], cert_dir: Path, sim: Simulator, tmp: Path) -> Iterator[list[Server]]:
-    """Start one `gpupool serve` per name, one after the other (each waits for its first full list)."""
+def bench_cluster(args: argparse.Namespace, name: str) -> Iterator[tuple[Path, ssl.SSLContext, Simulator, SimApi]]:
+    """What both modes stand on: a scratch directory with certificates (and a client TLS context for
+    them), the simulator with its churn and the benchmark's own pools, and a client for its API."""
+    with tempfile.TemporaryDirectory(prefix=f"gpupool-{name}-") as tmp_name:
+        tmp = Path(tmp_name)
+        ensure_certificates(tmp, "gpupool-webhook", "gpupool-system", hosts=["127.0.0.1"])
+        with simulator(args, tmp) as sim:
+            api = sim.api()
+            try:
+                add_bench_pools(api)
+                yield tmp, tls_context(tmp / "ca.crt"), sim, api
+            finally:
+                api.close()
+
+
+@contextmanager
+def servers(names: list[str], tmp: Path, sim: Simulator) -> Iterator[list[Server]]:
+    """Start one `gpupool serve` per name, one after the other (each waits for its first full list);
+    certificates and logs in `tmp`."""
     with ExitStack() as stack:
         started = []
         for name in names:
             port, health = free_port(), free_port()
             log = tmp / f"{name}.log"
             began = time.monotonic()
-            proc = stack.enter_context(running(serve_argv(cert_dir, sim.kubeconfig, port, health), health, log, 300))
+            proc = stack.enter_context(running(serve_argv(tmp, sim.kubeconfig, port, health), health, log, 300))
             print(f"{name}: ready (live inventory synced) in {time.monotonic() - began:.1f} s", flush=True)
             started.append(Server(name, proc, port, health, log))
         yield started
@@ -915,29 +905,22 @@ def soak(args: argparse.Namespace) -> int:
         f"{args.events:g} Pod events/s, {args.nodes:,} nodes, {args.pods:,} Pods; {env_note}",
         flush=True,
     )
-    with tempfile.TemporaryDirectory(prefix="gpupool-soak-") as tmp_name:
-        tmp = Path(tmp_name)
-        ensure_certificates(tmp, "gpupool-webhook", "gpupool-system", hosts=["127.0.0.1"])
-        context = tls_context(tmp / "ca.crt")
-        with simulator(args, tmp) as sim:
-            api = sim.api()
-            add_bench_pools(api)
-            maker = RequestMaker(api.items("/api/v1/resourcequotas"), synthetic_namespaces(), args.seed)
-            lock_stats = tmp / "lock-stats.json"
-            if args.lock_stats:  # only the server started next imports bench/lockstats/sitecustomize.py
-                hook = [str(REPO / "bench" / "lockstats"), *filter(None, [os.environ.get("PYTHONPATH")])]
-                os.environ.update(PYTHONPATH=os.pathsep.join(hook), GPUPOOL_BENCH_LOCKSTATS=str(lock_stats))
-            with servers(["server"], tmp, sim, tmp) as (server,):
-                result = soak_run(args, server, sim=sim, api=api, maker=maker, context=context)
-                result["server_log"] = read_log(server.log)
-                if args.lock_stats:
-                    time.sleep(6)  # the worker writes them every 5 s
-                    result["lock_stats"] = json.loads(lock_stats.read_text())
-                if args.keep_logs:
-                    RESULTS.mkdir(parents=True, exist_ok=True)
-                    shutil.copy(server.log, RESULTS / f"soak-{time.strftime('%Y%m%dT%H%M%S')}-server.log")
-            api.close()
-        result["churn"] = sim.churn
+    with bench_cluster(args, "soak") as (tmp, context, sim, api):
+        maker = RequestMaker(api.items("/api/v1/resourcequotas"), synthetic_namespaces(), args.seed)
+        lock_stats = tmp / "lock-stats.json"
+        if args.lock_stats:  # only the server started next imports bench/lockstats/sitecustomize.py
+            hook = [str(REPO / "bench" / "lockstats"), *filter(None, [os.environ.get("PYTHONPATH")])]
+            os.environ.update(PYTHONPATH=os.pathsep.join(hook), GPUPOOL_BENCH_LOCKSTATS=str(lock_stats))
+        with servers(["server"], tmp, sim) as (server,):
+            result = soak_run(args, server, sim=sim, api=api, maker=maker, context=context)
+            result["server_log"] = read_log(server.log)
+            if args.lock_stats:
+                time.sleep(6)  # the worker writes them every 5 s
+                result["lock_stats"] = json.loads(lock_stats.read_text())
+            if args.keep_logs:
+                RESULTS.mkdir(parents=True, exist_ok=True)
+                shutil.copy(server.log, RESULTS / f"soak-{time.strftime('%Y%m%dT%H%M%S')}-server.log")
+    result["churn"] = sim.churn  # its counts, printed when it stopped
     result["environment"] = env_note
     result["command"] = " ".join([Path(sys.executable).name, *sys.argv])
     report_soak(result)
@@ -1260,35 +1243,30 @@ def replicas_burst(args: argparse.Namespace) -> int:
         flush=True,
     )
     bursts, windows = [], []
-    with tempfile.TemporaryDirectory(prefix="gpupool-burst-") as tmp_name:
-        tmp = Path(tmp_name)
-        ensure_certificates(tmp, "gpupool-webhook", "gpupool-system", hosts=["127.0.0.1"])
-        context = tls_context(tmp / "ca.crt")
-        with simulator(args, tmp) as sim:
-            api = sim.api()
-            add_bench_pools(api)
-            with servers(["replica-a", "replica-b"], tmp, sim, tmp) as replicas:
-                reset_burst_pool(replicas, api)
-                for n in range(args.bursts):
-                    bursts.append(burst_once(replicas, context, sim, n, args.burst_connections))
-                    b = bursts[-1]
-                    print(
-                        f"  burst {n}: {b['burst_ms']:.0f} ms, claimed {b['claimed']} "
-                        f"{b['claimed_by_replica']}, beyond capacity {b['beyond_capacity']}",
-                        flush=True,
-                    )
-                    time.sleep(2.0)  # let the churn bind what fits, for the record below
-                    pods = api.items(f"/api/v1/namespaces/{BURST_NS}/pods")
-                    mine = [p for p in pods if p["metadata"]["name"].startswith(f"burst-{n}-")]
-                    b["bound_after_2s"] = sum(1 for p in mine if p["spec"].get("nodeName"))
-                    b["pending_after_2s"] = len(mine) - b["bound_after_2s"]
-                    reset_burst_pool(replicas, api)
-                probers = [Prober(r, context) for r in replicas]
-                for n in range(args.probes):
-                    windows.append(window_once(replicas, probers, context, api, n % 2))
-                for p in probers:
-                    p.close()
-            api.close()
+    with (
+        bench_cluster(args, "burst") as (tmp, context, sim, api),
+        servers(["replica-a", "replica-b"], tmp, sim) as replicas,
+    ):
+        reset_burst_pool(replicas, api)
+        for n in range(args.bursts):
+            bursts.append(burst_once(replicas, context, sim, n, args.burst_connections))
+            b = bursts[-1]
+            print(
+                f"  burst {n}: {b['burst_ms']:.0f} ms, claimed {b['claimed']} "
+                f"{b['claimed_by_replica']}, beyond capacity {b['beyond_capacity']}",
+                flush=True,
+            )
+            time.sleep(2.0)  # let the churn bind what fits, for the record below
+            pods = api.items(f"/api/v1/namespaces/{BURST_NS}/pods")
+            mine = [p for p in pods if p["metadata"]["name"].startswith(f"burst-{n}-")]
+            b["bound_after_2s"] = sum(1 for p in mine if p["spec"].get("nodeName"))
+            b["pending_after_2s"] = len(mine) - b["bound_after_2s"]
+            reset_burst_pool(replicas, api)
+        probers = [Prober(r, context) for r in replicas]
+        for n in range(args.probes):
+            windows.append(window_once(replicas, probers, context, api, n % 2))
+        for p in probers:
+            p.close()
     beyond = [b["beyond_capacity"] for b in bursts]
     result = {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
