@@ -72,7 +72,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # `python bench/soak.py` finds the bench package too
 
 from bench.bench_server import admissions_by_outcome, free_port, running  # noqa: E402
-from webhook.certs import ensure_certificates  # noqa: E402
+from webhook.serving.certs import ensure_certificates  # noqa: E402
 from webhook.testing.synthetic import namespaces as synthetic_namespaces  # noqa: E402
 from webhook.testing.synthetic import pod_spec_defaults  # noqa: E402
 

@@ -31,7 +31,9 @@ def _quantiles(values: list[float]) -> dict[str, float]:
 
 
 def _install(out: str) -> None:
-    from webhook import admission, inventory, kubecache
+    from webhook.admission import core
+    from webhook.pools import inventory
+    from webhook.sources import live
 
     waits: list[tuple[float, float]] = []  # (wall seconds waited, process CPU seconds meanwhile)
     admits: list[float] = []
@@ -55,8 +57,8 @@ def _install(out: str) -> None:
         return wrapper
 
     inventory._Held.__enter__ = enter
-    admission.Admitter.admit = timed(admission.Admitter.admit, admits)
-    kubecache.LiveInventory.apply = timed(kubecache.LiveInventory.apply, applies)
+    core.Admitter.admit = timed(core.Admitter.admit, admits)
+    live.LiveInventory.apply = timed(live.LiveInventory.apply, applies)
 
     def write() -> None:
         while True:
