@@ -181,25 +181,31 @@ def free_port() -> int:
 
 
 @contextmanager
-def running(argv: list[str], health_port: int, log: Path) -> Iterator[None]:
+def running(
+    argv: list[str], health_port: int, log: Path, ready_timeout: float = 60.0
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Start a server, wait for its /readyz, yield its process; SIGTERM (then SIGKILL) at the end."""
     with open(log, "wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + ready_timeout
         while True:
             if proc.poll() is not None:
                 raise SystemExit(f"server exited with {proc.returncode}; see {log}")
             try:
                 conn = http.client.HTTPConnection("127.0.0.1", health_port, timeout=5)
                 conn.request("GET", "/readyz")
-                if conn.getresponse().status == 200:
+                response = conn.getresponse()
+                response.read()  # closing with the body unread would reset the connection
+                conn.close()
+                if response.status == 200:
                     break
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                raise SystemExit(f"server not ready after 60 s; see {log}")
+                raise SystemExit(f"server not ready after {ready_timeout:g} s; see {log}")
             time.sleep(0.1)
-        yield
+        yield proc
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

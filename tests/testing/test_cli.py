@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -41,6 +42,28 @@ class TestCommandLine:
                 assert len(kubernetes.client.CoreV1Api(client).list_node(_request_timeout=TIMEOUT).items) == 3
             proc.terminate()
             assert proc.wait(timeout=TIMEOUT) == 0
+        finally:
+            proc.kill()
+            proc.wait(timeout=TIMEOUT)
+            if proc.stdout is not None:
+                proc.stdout.close()
+
+    def test_churn_runs_from_the_start_and_reports_its_counts_on_exit(self, tmp_path: Path) -> None:
+        """`--churn N` says so in the first line; on SIGTERM the last line holds the churn's counts."""
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "webhook.testing", "--nodes", "5", "--pods", "40", "--churn", "200"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert proc.stdout is not None
+            assert "churning 200 writes/s, serving http://127.0.0.1:" in proc.stdout.readline()
+            proc.terminate()
+            rest = proc.stdout.read().splitlines()
+            assert proc.wait(timeout=TIMEOUT) == 0
+            assert rest[-1].startswith("kubesim: churn {")
+            stats = json.loads(rest[-1].removeprefix("kubesim: churn "))
+            assert {"events", "seconds", "gpu_pods", "cpu_pods"} <= stats.keys()
         finally:
             proc.kill()
             proc.wait(timeout=TIMEOUT)

@@ -2,12 +2,14 @@
 
 Benchmarks run the simulator apart from the client they measure, so the client's peak RSS is its
 own. The first line on stdout says where it serves (after the kubeconfig is written); SIGTERM or
-SIGINT stops it.
+SIGINT stops it. With `--churn N` the cluster keeps changing at N Pod writes per second from before
+that line on; on exit a last line `kubesim: churn {...}` gives the churn's counts as JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 import threading
@@ -28,6 +30,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--kubeconfig", type=Path, help="write a kubeconfig for the simulator here")
     parser.add_argument("--bookmark-interval", type=float, default=60.0)
+    parser.add_argument("--churn", type=float, default=0.0, metavar="WRITES_PER_S", help="change Pods at this rate")
+    parser.add_argument("--churn-gpu-share", type=float, default=0.25, help="share of the churn on GPU Pods")
     args = parser.parse_args(argv)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -36,15 +40,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     rv = sim.load(iter_synthetic_cluster(nodes=args.nodes, pods=args.pods, seed=args.seed))
     sim.start()
+    churn = sim.churn(args.churn, seed=args.seed, gpu_share=args.churn_gpu_share) if args.churn > 0 else None
     if args.kubeconfig:
         sim.write_kubeconfig(args.kubeconfig)
     print(
         f"kubesim: {args.nodes} nodes, {args.pods} pods at resourceVersion {rv}, "
-        f"loaded in {time.monotonic() - started:.1f} s, serving {sim.url}",
+        f"loaded in {time.monotonic() - started:.1f} s, "
+        + (f"churning {args.churn:g} writes/s, " if churn else "")
+        + f"serving {sim.url}",
         flush=True,
     )
     stop.wait()
     sim.stop()
+    if churn is not None:
+        print(f"kubesim: churn {json.dumps(churn.stats())}", flush=True)
     return 0
 
 

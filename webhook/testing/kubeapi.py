@@ -1,6 +1,8 @@
-"""The simulator's HTTP side: routing, list pages, watch streams, and the injected faults.
+"""The simulator's HTTP side: routing, list pages, watch streams, writes, and the injected faults.
 
-Speaks just enough of kube-apiserver's core/v1 REST API (JSON only) for a list+watch client.
+Speaks just enough of kube-apiserver's core/v1 REST API (JSON only) for a list+watch client, plus
+create (POST) and delete (DELETE) of single objects, so that another process can change the cluster
+the way kube-apiserver's clients do (a benchmark creating the Pods a webhook admitted, say).
 HTTP/1.1 with keep-alive; a watch is one chunked response of newline-delimited events, and a
 compacted resourceVersion is an ERROR event inside a 200 stream, as the real watch cache sends it.
 The parameter rules and Status bodies live in webhook.testing.kubeproto.
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import random
 import socket
 import sys
 import threading
@@ -48,6 +51,9 @@ from webhook.testing.kubestore import (
 log = logging.getLogger(__name__)
 
 _WATCH_BATCH = 500  # events per chunk: big replays go out in a few large writes
+MAX_BODY = 3 * 1024 * 1024  # kube-apiserver's limit on a request body
+# The alphabet of the suffix kube-apiserver appends to metadata.generateName (no vowels, no 0/1/3).
+_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
 
 class WatchStream:
@@ -130,6 +136,10 @@ class Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
+        # Headers and body go out in two writes; with Nagle's algorithm the body of a small answer
+        # waits for the client's delayed ACK of the headers (40 ms on Linux). kube-apiserver, like
+        # every Go server, sets TCP_NODELAY.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with self.server.state.lock:
             self.server.state.connections[self.connection] = threading.current_thread()
 
@@ -144,21 +154,30 @@ class Handler(BaseHTTPRequestHandler):
         pass  # tests make thousands of requests; the counters say what happened
 
     def do_GET(self) -> None:
+        self._handle(self._route)
+
+    def do_POST(self) -> None:
+        self._handle(self._route_write)
+
+    def do_DELETE(self) -> None:
+        self._handle(self._route_write)
+
+    def _handle(self, route: Any) -> None:
         state = self.server.state
         state.wait_out_stall()
         if state.down or state.closing:
             self.close_connection = True  # an unreachable API gives no answer at all
             return
         try:
-            self._route(state)
+            route(state)
         except ApiError as err:
-            self.send_status(err.code, err.message)
+            self.send_status(err.code, err.message, err.reason)
 
     def _other_method(self) -> None:
         self.close_connection = True  # the request body is left unread
-        self.send_status(405, f"kubesim serves only GET, not {self.command}")
+        self.send_status(405, f"kubesim serves only GET, POST and DELETE, not {self.command}")
 
-    do_POST = do_PUT = do_PATCH = do_DELETE = _other_method
+    do_PUT = do_PATCH = _other_method
 
     # -- responses ------------------------------------------------------------------------------
 
@@ -171,17 +190,18 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def send_status(self, code: int, message: str) -> None:
+    def send_status(self, code: int, message: str, reason: str | None = None) -> None:
         # The real API asks clients to come back later on 429 and 503.
         headers = {"Retry-After": "1"} if code in (429, 503) else None
-        self.send_json(code, orjson.dumps(status_body(code, message)), headers)
+        self.send_json(code, orjson.dumps(status_body(code, message, reason)), headers)
 
     def write_chunk(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%b\r\n" % (len(data), data))
 
     # -- routing --------------------------------------------------------------------------------
 
-    def _route(self, state: ApiState) -> None:
+    def _parse_path(self, state: ApiState) -> tuple[dict[str, str], list[str], str | None]:
+        """(query, path parts with any namespace taken out, namespace) of an authorized request."""
         if self.headers.get("Authorization") != f"Bearer {state.token}":
             raise ApiError(401, "Unauthorized")
         url = urlsplit(self.path)
@@ -190,6 +210,10 @@ class Handler(BaseHTTPRequestHandler):
         namespace: str | None = None
         if parts[:3] == ["api", "v1", "namespaces"] and len(parts) in (5, 6):
             namespace, parts = parts[3], ["api", "v1", *parts[4:]]
+        return query, parts, namespace
+
+    def _route(self, state: ApiState) -> None:
+        query, parts, namespace = self._parse_path(state)
         if parts == ["version"]:
             self._answer(state, "discovery", version_doc())
         elif parts == ["api"]:
@@ -228,6 +252,48 @@ class Handler(BaseHTTPRequestHandler):
         if body is None:
             raise ApiError(404, f'{kind.plural} "{name}" not found')
         self.send_json(200, kind.event_prefix + body[1:])
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def _route_write(self, state: ApiState) -> None:
+        """POST creates one object, DELETE removes one, as kube-apiserver does (no PUT or PATCH)."""
+        body = self._read_body()
+        _, parts, namespace = self._parse_path(state)
+        if not (len(parts) in (3, 4) and parts[:2] == ["api", "v1"] and parts[2] in _PLURALS):
+            raise ApiError(404, "the server could not find the requested resource")
+        kind = kind_of(parts[2])
+        named = len(parts) == 4
+        if (namespace is not None and not kind.namespaced) or (kind.namespaced and namespace is None):
+            raise ApiError(404, "the server could not find the requested resource")
+        if named != (self.command == "DELETE"):
+            raise ApiError(405, f"the server does not allow this method on the requested resource: {self.command}")
+        verb = "delete" if named else "create"
+        failure = state.take_failure(verb)
+        if failure is not None:
+            raise ApiError(failure, f"kubesim: injected failure {failure}")
+        if named:
+            try:
+                event = state.store.remove(kind, namespace or "", parts[3])
+            except KeyError:
+                raise ApiError(404, f'{kind.plural} "{parts[3]}" not found') from None
+            self.send_json(200, kind.event_prefix + event.body[1:])
+            return
+        obj = _new_object(kind, namespace, body)
+        with state.lock:  # the name check and the write, as one step
+            if state.store.get(kind, namespace or "", obj["metadata"]["name"]) is not None:
+                raise ApiError(409, f'{kind.plural} "{obj["metadata"]["name"]}" already exists', "AlreadyExists")
+            _, stored = state.store.put(obj, exists=False)
+        self.send_json(201, kind.event_prefix + stored[1:])
+
+    def _read_body(self) -> bytes:
+        text = self.headers.get("Content-Length") or "0"
+        if not text.isdigit():
+            self.close_connection = True
+            raise ApiError(400, f"invalid Content-Length: {text!r}")
+        if int(text) > MAX_BODY:
+            self.close_connection = True  # the body is left unread
+            raise ApiError(413, "the request body is too large")
+        return self.rfile.read(int(text))
 
     # -- list -----------------------------------------------------------------------------------
 
@@ -377,6 +443,35 @@ class Handler(BaseHTTPRequestHandler):
 
 
 _PLURALS = {k.plural for k in KINDS}
+
+
+def _new_object(kind: Kind, namespace: str | None, body: bytes) -> dict[str, Any]:
+    """The object a create stores, checked as kube-apiserver checks it: the kind and namespace agree
+    with the path, no resourceVersion; the server sets uid and creationTimestamp, and fills in the
+    name from metadata.generateName."""
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise ApiError(400, f"the request body is not JSON: {exc}") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("metadata", {}), dict):
+        raise ApiError(400, "the request body is not an object with metadata")
+    if obj.get("kind", kind.kind) != kind.kind:
+        raise ApiError(400, f"the kind of the object ({obj.get('kind')}) is not {kind.kind}")
+    meta = obj["metadata"] = dict(obj.get("metadata") or {})
+    if kind.namespaced:
+        if meta.get("namespace", namespace) != namespace:
+            raise ApiError(400, "the namespace of the provided object does not match the namespace sent on the request")
+        meta["namespace"] = namespace
+    if meta.get("resourceVersion"):
+        raise ApiError(400, "resourceVersion should not be set on objects to be created")
+    if not meta.get("name"):
+        if not meta.get("generateName"):
+            raise ApiError(422, "metadata.name: Required value: name or generateName is required", "Invalid")
+        meta["name"] = str(meta["generateName"]) + "".join(random.choices(_NAME_ALPHABET, k=5))
+    for field in ("uid", "creationTimestamp"):
+        meta.pop(field, None)
+    obj["kind"] = kind.kind
+    return dict(obj)
 
 
 def _event_line(event_type: bytes, prefix: bytes, body: bytes) -> bytes:

@@ -19,6 +19,8 @@ _REASONS = {
     405: "MethodNotAllowed",
     409: "Conflict",
     410: "Expired",
+    413: "RequestEntityTooLarge",
+    422: "Invalid",
     429: "TooManyRequests",
     500: "InternalError",
     503: "ServiceUnavailable",
@@ -46,10 +48,11 @@ def status_body(code: int, message: str, reason: str | None = None) -> dict[str,
 class ApiError(Exception):
     """A request the API answers with a Status (before any body was sent)."""
 
-    def __init__(self, code: int, message: str) -> None:
+    def __init__(self, code: int, message: str, reason: str | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.reason = reason  # None: the usual one for the code
 
 
 def reject_selectors(query: dict[str, str]) -> None:

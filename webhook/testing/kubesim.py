@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 
 from webhook.testing.kubeapi import ApiState, Server, shutdown_quietly
+from webhook.testing.kubechurn import Churn
 from webhook.testing.kubestore import Store, kind_of
 
 
@@ -57,6 +58,7 @@ class KubeSim:
         )
         self._server: Server | None = None
         self._thread: threading.Thread | None = None
+        self._churn: Churn | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -68,7 +70,10 @@ class KubeSim:
         return self
 
     def stop(self) -> None:
-        """Close the listener and every connection (watch streams end abruptly); idempotent."""
+        """Stop any churn, close the listener and every connection (watch streams end abruptly);
+        idempotent."""
+        if self._churn is not None:
+            self._churn.stop()
         with self._state.lock:
             self._state.closing = True
             self._state.lock.notify_all()
@@ -145,6 +150,15 @@ class KubeSim:
         """Drop the history: watches from and continue tokens of older resourceVersions get 410."""
         self._store.compact()
 
+    def churn(self, rate: float, *, seed: int = 0, gpu_share: float = 0.25, bind_delay: float = 1.0) -> Churn:
+        """Keep changing Pods at `rate` writes per second (adds, binds, status updates, completions and
+        deletions, at a steady number of Pods; see webhook.testing.kubechurn) until `stop()`.
+        Returns the running Churn, whose `stats()` count what it wrote."""
+        if self._churn is not None:
+            raise RuntimeError("KubeSim already churns")
+        self._churn = Churn(self._store, rate, seed=seed, gpu_share=gpu_share, bind_delay=bind_delay).start()
+        return self._churn
+
     # -- faults ---------------------------------------------------------------------------------
 
     def drop_watches(self) -> int:
@@ -179,8 +193,8 @@ class KubeSim:
     def fail_next(self, n: int, status: int = 500, *, verb: str | None = None) -> None:
         """Answer the next `n` requests with `status` and a Status body (reason from the code, e.g.
         500 InternalError, 429 TooManyRequests with Retry-After). `verb` limits it to "list",
-        "watch", "get" or "discovery" requests."""
-        if verb not in (None, "list", "watch", "get", "discovery"):
+        "watch", "get", "discovery", "create" or "delete" requests."""
+        if verb not in (None, "list", "watch", "get", "discovery", "create", "delete"):
             raise ValueError(f"unknown verb {verb!r}")
         with self._state.lock:
             self._state.fail_count, self._state.fail_status, self._state.fail_verb = n, status, verb

@@ -50,6 +50,25 @@ def namespaces() -> list[str]:
     return system + teams + [f"ml-{i:02d}" for i in range(19)]
 
 
+def pod_spec_defaults() -> Obj:
+    """What kube-apiserver fills in on every Pod's spec (defaulting and the DefaultTolerationSeconds
+    admission plugin), as a new dict."""
+    return {
+        "terminationGracePeriodSeconds": 30,
+        "dnsPolicy": "ClusterFirst",
+        "serviceAccountName": "default",
+        "securityContext": {},
+        "schedulerName": "default-scheduler",
+        "tolerations": [
+            {"key": f"node.kubernetes.io/{t}", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+            for t in ("not-ready", "unreachable")
+        ],
+        "priority": 0,
+        "enableServiceLinks": True,
+        "preemptionPolicy": "PreemptLowerPriority",
+    }
+
+
 def synthetic_cluster(nodes: int = 5000, pods: int = 150_000, seed: int = 0) -> list[Obj]:
     """Nodes, then Pods, then ResourceQuotas, as a list (see `iter_synthetic_cluster` to stream)."""
     return list(iter_synthetic_cluster(nodes=nodes, pods=pods, seed=seed))
@@ -244,28 +263,7 @@ class _Generator:
                 }
             ],
             "restartPolicy": "Always" if phase in ("Running", "Pending") else "Never",
-            "terminationGracePeriodSeconds": 30,
-            "dnsPolicy": "ClusterFirst",
-            "serviceAccountName": "default",
-            "securityContext": {},
-            "schedulerName": "default-scheduler",
-            "tolerations": [
-                {
-                    "key": "node.kubernetes.io/not-ready",
-                    "operator": "Exists",
-                    "effect": "NoExecute",
-                    "tolerationSeconds": 300,
-                },
-                {
-                    "key": "node.kubernetes.io/unreachable",
-                    "operator": "Exists",
-                    "effect": "NoExecute",
-                    "tolerationSeconds": 300,
-                },
-            ],
-            "priority": 0,
-            "enableServiceLinks": True,
-            "preemptionPolicy": "PreemptLowerPriority",
+            **pod_spec_defaults(),
         }
         if gpus:
             resources["limits"]["nvidia.com/gpu"] = str(gpus)
