@@ -139,11 +139,12 @@ def _bound(req: GpuRequest, node: str, devices: int, policy: Policy, index: Pool
             )
         note = f"gpupool: node {node} has no {req.vendor.name} GPUs gpupool knows of{why}; not checked"
         return verdict.allow(f"already bound to node {node}").with_warnings((note,))
-    problem = bound_problem(req, facts) or class_quota_problem(
-        req.namespace, facts.pool.gpu_class, devices, index, policy
-    )
+    problem = bound_problem(req, facts)
     if problem:
-        return verdict.deny(problem, reason="class-quota" if problem.startswith("class quota") else "bound-node")
+        return verdict.deny(problem, reason="bound-node")
+    over = class_quota_problem(req.namespace, facts.pool.gpu_class, devices, index, policy)
+    if over:
+        return verdict.deny(over, reason="class-quota")
     quota_problem = check_quotas(req, index, facts.resource, devices) if facts.resource in resources else ""
     if quota_problem:
         return verdict.deny(quota_problem, reason="quota")
