@@ -15,9 +15,9 @@ import pytest
 from tests.builders import pod
 from webhook.admission.pod import (
     MAX_CONTAINERS,
-    MAX_OWNERS,
     MAX_EXTENDED_RESOURCES,
     MAX_OWN_ANNOTATIONS,
+    MAX_OWNERS,
     MAX_SELECTOR_ENTRIES,
     MAX_TOLERATIONS,
     PodError,

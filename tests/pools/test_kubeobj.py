@@ -50,8 +50,8 @@ def test_a_pods_group_is_the_one_admission_reads() -> None:
         ({}, {}, [{"kind": "Job", "name": "train"}]),
     ]
     groups = []
-    for annotations, labels, refs in cases:
-        obj = pod(gpus=1, annotations=annotations)
+    for own, labels, refs in cases:
+        obj = pod(gpus=1, annotations=own)
         obj["metadata"].update(labels=labels, ownerReferences=refs)
         info = pod_from_obj(obj, GPU)
         assert info is not None

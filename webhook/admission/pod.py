@@ -117,8 +117,9 @@ def read_pod(obj: Any, namespace: str = "") -> PodView:
             )
         daemonset = daemonset or _text(owner, "kind", f"metadata.ownerReferences[{i}].kind") == "DaemonSet"
         _text(owner, "name", f"metadata.ownerReferences[{i}].name")
-        if owner.get("controller") not in (None, True, False):
-            raise PodError(f"metadata.ownerReferences[{i}].controller: expected true or false, got {shown(owner.get('controller'))}")
+        controller = owner.get("controller")
+        if controller not in (None, True, False):
+            raise PodError(f"metadata.ownerReferences[{i}].controller: expected true or false, got {shown(controller)}")
     labels = _workload_labels(meta)
     containers = _containers(spec, "containers")
     inits = _containers(spec, "initContainers") if spec.get("initContainers") is not None else None

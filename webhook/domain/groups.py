@@ -60,10 +60,7 @@ def valid_name(value: str, limit: int = MAX_NAME_CHARS) -> bool:
     """A name as a label value is written: 1 to `limit` ASCII letters, digits, '-', '_' or '.', starting
     and ending with a letter or digit. One pass over at most `limit` characters."""
     return (
-        0 < len(value) <= limit
-        and value[0] in _ALNUM
-        and value[-1] in _ALNUM
-        and all(c in _NAME_CHARS for c in value)
+        0 < len(value) <= limit and value[0] in _ALNUM and value[-1] in _ALNUM and all(c in _NAME_CHARS for c in value)
     )
 
 
@@ -86,9 +83,13 @@ def workload_group(annotation: object, labels: Mapping[str, Any], controller: tu
             return f"{shown_as}/{value}"
     if controller is not None:
         kind, name = controller
-        if isinstance(kind, str) and isinstance(name, str) and _valid_kind(kind):
-            if valid_name(name, MAX_OWNER_NAME_CHARS):
-                return f"{kind}/{name}"
+        if (
+            isinstance(kind, str)
+            and isinstance(name, str)
+            and _valid_kind(kind)
+            and valid_name(name, MAX_OWNER_NAME_CHARS)
+        ):
+            return f"{kind}/{name}"
     return ""
 
 
