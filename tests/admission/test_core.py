@@ -50,6 +50,7 @@ T4 = "nvidia/medium/Tesla-T4"
 A100 = "nvidia/high/NVIDIA-A100-SXM4-40GB"
 RTX3060 = "nvidia/low/NVIDIA-GeForce-RTX-3060"
 RTX4090 = "nvidia/low/NVIDIA-GeForce-RTX-4090"
+H100 = "nvidia/high/NVIDIA-H100-80GB-HBM3"
 
 
 # --- the demo inventory ----------------------------------------------------------------------------------
@@ -178,6 +179,9 @@ SAMPLE_OUTCOMES = {
     "generate-name.yaml": RTX3060,
     "gpu-count.yaml": A100,
     "gpu-limit-only.yaml": RTX3060,
+    "group-pytorchjob-worker.yaml": A100,
+    "group-size.yaml": A100,
+    "group-strict.yaml": H100,
     "min-driver.yaml": RTX4090,
     "min-memory.yaml": RTX4090,
     "pinned-nodeselector.yaml": T4,
@@ -286,6 +290,49 @@ def test_gpu_limit_only_pod_keeps_its_limit_and_gets_selector_and_annotation() -
     assert patched["spec"]["containers"] == obj["spec"]["containers"]
     assert not any(op["path"].startswith("/spec/containers") for op in result.patch)
     assert patched["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-GeForce-RTX-3060"}
+
+
+def test_a_pytorchjob_worker_joins_its_master_on_the_a100_pool() -> None:
+    """The worker's group comes from the training operator's label; its master runs on the A100 pool, so
+    the 2-GPU worker goes there, where the ranking alone would take the T4s (it names no class)."""
+    obj, result, _ = placed_sample("group-pytorchjob-worker.yaml")
+    assert result.placement is not None and str(result.placement.pool) == A100
+    assert result.group is not None and (result.group.name, str(result.group.pool)) == (
+        "KubeflowJob/llama-7b-sft",
+        A100,
+    )
+    alone = copy.deepcopy(obj)
+    del alone["metadata"]["labels"], alone["metadata"]["ownerReferences"]
+    lone = evaluate(alone, "ml-train", demo_policy(), shared_demo_index())
+    assert lone.placement is not None and str(lone.placement.pool) == T4
+
+
+def test_a_strict_worker_waits_with_its_master_on_the_full_h100_pool() -> None:
+    """group-policy strict: the H100 node its master holds is full, so the worker is pinned there with a
+    warning that it will wait; under the default (prefer) it goes to the A100 pool, saying the group
+    is split."""
+    obj, result = sample_verdict("group-strict.yaml")
+    assert result.placement is not None and str(result.placement.pool) == H100
+    assert not result.placement.has_capacity
+    assert result.warnings == (
+        "gpupool: no NVIDIA-H100-80GB-HBM3 node has 4 free GPUs now; the Pod will wait with group "
+        "KubeflowJob/mixtral-pretrain",
+    )
+    del obj["metadata"]["annotations"]["gpupool.io/group-policy"]
+    prefer = evaluate(obj, "ml-train", demo_policy(), shared_demo_index())
+    assert prefer.placement is not None and str(prefer.placement.pool) == A100
+    assert prefer.warnings == (
+        "gpupool: group KubeflowJob/mixtral-pretrain split across pools NVIDIA-H100-80GB-HBM3 and "
+        "NVIDIA-A100-SXM4-40GB",
+    )
+
+
+def test_group_size_takes_the_pool_with_room_for_the_whole_sweep() -> None:
+    """4 Pods of 2 GPUs fit at once on the A100 pool, not on the T4s the ranking alone would take."""
+    obj, result, _ = placed_sample("group-size.yaml")
+    assert str(result.placement.pool) == A100  # type: ignore[union-attr]
+    del obj["metadata"]["annotations"]["gpupool.io/group-size"]
+    assert str(evaluate(obj, "ml-train", demo_policy(), shared_demo_index()).placement.pool) == T4  # type: ignore[union-attr]
 
 
 def test_min_driver_skips_older_drivers() -> None:

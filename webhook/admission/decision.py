@@ -33,6 +33,7 @@ class Candidate(NamedTuple):
     free_total: int
     fits: bool
     fallback: bool  # of a class the Pod did not ask for
+    groups: tuple[Group, ...] = ()  # the node groups its selector reaches that the Pod tolerates
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +232,9 @@ def _best(req: GpuRequest, options: tuple[_Option, ...]) -> Candidate:
             best = (fits, free_total, max_free, o)
     assert best is not None  # a pool is only planned with at least one workable selector
     fits, free_total, max_free, o = best
-    return Candidate(o.pool, o.resource, o.selector, o.gpu_taints, o.memory_mib, max_free, free_total, fits, o.fallback)
+    return Candidate(
+        o.pool, o.resource, o.selector, o.gpu_taints, o.memory_mib, max_free, free_total, fits, o.fallback, o.groups
+    )
 
 
 def _group_problem(req: GpuRequest, groups: list[Group]) -> str:

@@ -77,6 +77,10 @@ def render_text(pod: dict[str, Any], namespace: str, result: Verdict) -> str:
     else:
         p = result.placement
         lines.append(f"Decision: {result.outcome}: pool {p.pool}, {p.count} x {p.resource}")
+    if result.group is not None:
+        g = result.group
+        where = f"{g.pods} {'Pod' if g.pods == 1 else 'Pods'} on pool {g.pool}" if g.pool else "no Pod placed yet"
+        lines.append(f"Group: {g.name}: {where}")
     if result.reasons:
         lines.append("Pools considered:")
         lines.extend(f"  {r}" for r in result.reasons)

@@ -56,6 +56,9 @@ class GroupRule(NamedTuple):
     size: int = 0  # the group's first Pod goes only where this many Pods of its shape fit at once; 0: any
 
 
+NO_GROUP_RULE = GroupRule()
+
+
 def valid_name(value: str, limit: int = MAX_NAME_CHARS) -> bool:
     """A name as a label value is written: 1 to `limit` ASCII letters, digits, '-', '_' or '.', starting
     and ending with a letter or digit. One pass over at most `limit` characters."""

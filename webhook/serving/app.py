@@ -161,6 +161,7 @@ class _Mutate:
                 dry_run=review.dry_run,
                 code=verdict.code,
                 message="" if verdict.allowed else verdict.message,
+                group=verdict.group.name if verdict.group is not None else "",
             )
             self._lines.info(fields)
 
