@@ -190,7 +190,9 @@ SAMPLE_OUTCOMES = {
     "product-h20-not-h200.yaml": None,
     "students-default-class.yaml": RTX3060,
     "target-container.yaml": T4,
+    "team-a-memory-quota.yaml": T4,
     "team-a-quota.yaml": None,
+    "team-b-tutorial-quota.yaml": None,
     "vendor-amd.yaml": "amd/high/AMD_Instinct_MI250X",
     "vendor-ascend.yaml": "ascend/high/huawei-Ascend910",
 }
@@ -467,6 +469,43 @@ def test_team_a_one_gpu_fits_the_quota() -> None:
     obj["metadata"]["annotations"]["gpupool.io/gpu-count"] = "1"
     result, _ = check_placed(obj, "team-a", demo_policy(), shared_demo_index())
     assert result.placement is not None and str(result.placement.pool) == T4
+
+
+def test_team_a_memory_quota_passes_the_high_pools_over_for_a_t4() -> None:
+    """team-a holds 70Gi of its 100Gi GPU memory: one more A100 (40Gi) or H100 (80Gi) GPU would exceed
+    it, so the Pod that prefers high is placed on a T4 (15Gi), the next class it names; the explain lines
+    say why the high pools were passed over."""
+    _, result, _ = placed_sample("team-a-memory-quota.yaml")
+    assert str(result.placement.pool) == T4  # type: ignore[union-attr]
+    assert (
+        f"{A100}: rejected: GPU memory quota in namespace team-a exceeded: used 70Gi + requested 40Gi > hard 100Gi"
+    ) in result.reasons
+    high_only = load_sample("team-a-memory-quota.yaml")
+    high_only["metadata"]["annotations"]["gpupool.io/gpu-class"] = "high"
+    denied = evaluate(high_only, "team-a", demo_policy(), shared_demo_index())
+    assert (denied.allowed, denied.code, denied.reason) == (False, 403, "memory-quota")
+
+
+def test_team_b_tutorial_quota_is_enforced_by_gpupool() -> None:
+    """team-b's `nvidia.com/gpu: 4` (the tutorial's form) is not enforced by Kubernetes; gpupool counts
+    the 1 GPU team-b's inference Pod holds and refuses 4 more, saying how to write the enforced form.
+    Without the policy switch, the same Pod would be placed."""
+    obj, result = sample_verdict("team-b-tutorial-quota.yaml")
+    assert (result.allowed, result.code, result.reason) == (False, 403, "quota")
+    assert result.message == (
+        "exceeded quota compute-resources in namespace team-b: nvidia.com/gpu used 1 + requested 4 > hard 4; "
+        "Kubernetes does not enforce 'nvidia.com/gpu' for extended resources, gpupool does; write "
+        "'requests.nvidia.com/gpu: 4' to have Kubernetes enforce it"
+    )
+    off = make_policy("defaults: {enforceAllGpuQuotaForms: false}")
+    assert evaluate(obj, "team-b", off, build_index(list(_demo_objects()), off)).allowed
+    three = load_sample("team-b-tutorial-quota.yaml")
+    three["metadata"]["annotations"]["gpupool.io/gpu-count"] = "3"
+    assert sample_verdict_of(three).allowed
+
+
+def sample_verdict_of(obj: dict[str, Any]) -> Verdict:
+    return evaluate(obj, obj["metadata"]["namespace"], demo_policy(), shared_demo_index())
 
 
 def test_bad_annotation_is_denied_naming_the_annotation() -> None:

@@ -20,13 +20,20 @@ def test_scoped_quota_is_not_hidden_from_the_admin() -> None:
 
 
 def test_unprefixed_gpu_quota_is_flagged_with_the_fix() -> None:
-    """`nvidia.com/gpu: 4` limits nothing; the warning says what to write instead."""
-    info = quota_from_obj(quota("q", "team-b", {"nvidia.com/gpu": "4", "cpu": "8"}), POLICY.gpu_resources)
+    """`nvidia.com/gpu: 4` and `limits.nvidia.com/gpu: 4` limit nothing in Kubernetes: the warning says
+    that gpupool alone enforces them (or nobody, with the policy switch off) and what to write instead."""
+    info = quota_from_obj(
+        quota("q", "team-b", {"nvidia.com/gpu": "4", "limits.nvidia.com/gpu": "6", "cpu": "8"}), POLICY.gpu_resources
+    )
     assert info is not None
     assert unenforced(info, POLICY) == [
-        "quota team-b/q: 'nvidia.com/gpu: 4' is not enforced by Kubernetes for extended resources; "
-        "write 'requests.nvidia.com/gpu: 4'"
+        "quota team-b/q: 'nvidia.com/gpu: 4' is not enforced by Kubernetes for extended resources; enforced by "
+        "gpupool only, for the Pods it admits; write 'requests.nvidia.com/gpu: 4'",
+        "quota team-b/q: 'limits.nvidia.com/gpu: 6' is not enforced by Kubernetes for extended resources; enforced "
+        "by gpupool only, for the Pods it admits; write 'requests.nvidia.com/gpu: 6'",
     ]
+    off = policy("defaults: {enforceAllGpuQuotaForms: false}")
+    assert "not enforced at all (policy defaults.enforceAllGpuQuotaForms is false)" in unenforced(info, off)[0]
     both = quota_from_obj(
         quota("q", "t", {"nvidia.com/gpu": "4", "requests.nvidia.com/gpu": "4"}), POLICY.gpu_resources
     )

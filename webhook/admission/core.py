@@ -18,7 +18,7 @@ from webhook.admission.decision import bound_problem, class_quota_problem, decid
 from webhook.admission.groups import decide_for_group
 from webhook.admission.patch import PatchSpec, build_patch
 from webhook.admission.pod import PodError, PodShape, PodView, read_pod
-from webhook.admission.quotas import check_quotas
+from webhook.admission.quotas import check_quotas, memory_quota_problem
 from webhook.admission.request import (
     GpuRequest,
     RequestError,
@@ -102,7 +102,7 @@ def place(
     chosen = decision.chosen
     if chosen is None:
         return verdict.deny(decision.denial, reasons=reasons, reason=decision.denial_reason, group=group)
-    quota_problem = check_quotas(req, index, chosen.resource)
+    quota_problem = check_quotas(req, index, policy, chosen.resource)
     if quota_problem:
         return verdict.deny(quota_problem, reasons=reasons, reason="quota", group=group)
     placement = Placement(
@@ -145,7 +145,11 @@ def _bound(req: GpuRequest, node: str, devices: int, policy: Policy, index: Pool
     )
     if problem:
         return verdict.deny(problem, reason="class-quota" if problem.startswith("class quota") else "bound-node")
-    quota_problem = check_quotas(req, index, facts.resource, devices) if facts.resource in resources else ""
+    if facts.resource in resources:
+        memory = memory_quota_problem(req.namespace, devices * facts.memory_mib, index, policy)
+        if memory:
+            return verdict.deny(memory, reason="memory-quota")
+    quota_problem = check_quotas(req, index, policy, facts.resource, devices) if facts.resource in resources else ""
     if quota_problem:
         return verdict.deny(quota_problem, reason="quota")
     free = index.node_free(facts) if facts.resource in resources else devices

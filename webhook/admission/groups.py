@@ -22,7 +22,7 @@ where its siblings are changes with every admission. A Pod that arrives already 
 
 from __future__ import annotations
 
-from webhook.admission.decision import Candidate, Decision, class_quota_problem
+from webhook.admission.decision import Candidate, Decision, pool_quota_problem
 from webhook.admission.request import GpuRequest
 from webhook.admission.verdict import GroupNote, Reason
 from webhook.domain.model import PoolKey
@@ -129,9 +129,7 @@ def _why_not(decision: Decision, req: GpuRequest, home: PoolKey, index: PoolInde
         return "; ".join(rejected.reasons)
     if home.vendor != req.vendor.name:
         return f"it is not a {req.vendor.name} pool"
-    return class_quota_problem(req.namespace, home.gpu_class, req.pod_total, index, policy) or (
-        "over the namespace's quota, or not in the inventory now"
-    )
+    return pool_quota_problem(req, home, index, policy)[0] or "it is not in the inventory now"
 
 
 def _deny(decision: Decision, message: str, reason: Reason) -> Decision:

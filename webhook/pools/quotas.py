@@ -9,12 +9,21 @@ from webhook.pools.index import PoolIndex
 
 
 def unenforced(quota: QuotaInfo, policy: Policy) -> list[str]:
-    """GPU entries written as `nvidia.com/gpu: 4`, which Kubernetes stores but never enforces."""
+    """GPU entries written as `nvidia.com/gpu: 4` or `limits.nvidia.com/gpu: 4`, which Kubernetes stores
+    but never enforces for extended resources: enforced by gpupool only (or by nobody, when the policy
+    turns that off)."""
+    who = (
+        "enforced by gpupool only, for the Pods it admits"
+        if policy.defaults.enforce_all_gpu_quota_forms
+        else "not enforced at all (policy defaults.enforceAllGpuQuotaForms is false)"
+    )
     return [
-        f"quota {quota.namespace}/{quota.name}: '{r}: {quota.hard[r]}' is not enforced by Kubernetes for "
-        f"extended resources; write 'requests.{r}: {quota.hard[r]}'"
+        f"quota {quota.namespace}/{quota.name}: '{key}: {quota.hard[key]}' is not enforced by Kubernetes for "
+        f"extended resources; {who}; write 'requests.{r}: {quota.hard[key]}'"
         for r in sorted(policy.gpu_resources)
-        if r in quota.hard and f"requests.{r}" not in quota.hard
+        if f"requests.{r}" not in quota.hard
+        for key in (r, f"limits.{r}")
+        if key in quota.hard
     ]
 
 

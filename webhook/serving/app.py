@@ -63,8 +63,8 @@ class AdmitsPods(Protocol):
 
 
 def quota_denial(verdict: Verdict) -> bool:
-    """A denial by a namespace ResourceQuota or a per-class quota of the policy."""
-    return not verdict.allowed and verdict.reason in ("quota", "class-quota")
+    """A denial by a namespace ResourceQuota, or a per-class or GPU-memory quota of the policy."""
+    return not verdict.allowed and verdict.reason in ("quota", "class-quota", "memory-quota")
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,8 @@ class Metrics:
         )
         self.quota_denials = Counter(
             "gpupool_quota_denials",
-            "Pods denied because a namespace ResourceQuota on GPUs would be exceeded",
+            "Pods denied because a namespace ResourceQuota on GPUs, or a per-class or GPU-memory quota of the "
+            "policy, would be exceeded",
             ["namespace"],
             registry=registry,
         )
@@ -87,8 +88,9 @@ class Metrics:
         )
         self.quotas_unenforced = Gauge(
             "gpupool_quotas_unenforced",
-            "ResourceQuotas that limit a GPU resource in the form Kubernetes never enforces for extended "
-            "resources (nvidia.com/gpu instead of requests.nvidia.com/gpu); see gpupool inventory",
+            "ResourceQuotas that limit a GPU resource in a form Kubernetes never enforces for extended "
+            "resources (nvidia.com/gpu or limits.nvidia.com/gpu instead of requests.nvidia.com/gpu): enforced "
+            "by gpupool only; see gpupool quota",
             registry=registry,
             multiprocess_mode="livemostrecent",
         )
