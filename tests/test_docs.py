@@ -98,6 +98,8 @@ def test_the_public_interface_is_read_from_the_code() -> None:
     assert "serve --client-ca" in cli_flags()
     assert "explain --sync-timeout" in cli_flags()
     assert "certs --days" in cli_flags()
+    assert {"quota --namespace", "quota -n", "quota --output"} <= set(cli_flags())
+    assert {"gpupool_quota_used", "gpupool_quota_hard"} <= set(metric_names())
     assert {"GPUPOOL_CERT", "GPUPOOL_CERTS_HOSTS"} <= set(environment_variables())
     assert {"gpupool_admissions_total", "gpupool_pool_gpus_free"} <= set(metric_names())
     assert "gpupool.io/gpu-class" in annotations()

@@ -20,6 +20,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("webhook.commands.serve", "serve the admission webhook over TLS (gunicorn)"),
     "certs": ("webhook.commands.certs", "create or renew the CA and serving certificate"),
     "inventory": ("webhook.commands.inventory", "show the GPU pools, their capacity and quota warnings"),
+    "quota": ("webhook.commands.quota", "show every quota gpupool checks: used, pending, hard, who enforces it"),
 }
 
 

@@ -22,8 +22,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
+from webhook.domain.quantity import MIB
 from webhook.pools.inventory import Inventory
-from webhook.pools.quotas import unenforced
+from webhook.pools.quotas import QuotaRow, quota_rows, unenforced
 
 # Admission latency as the webhook sees it (decode to encode): sub-millisecond normally, and the
 # top buckets show trouble long before kube-apiserver's 10 s default timeout.
@@ -94,6 +95,22 @@ class Metrics:
             registry=registry,
             multiprocess_mode="livemostrecent",
         )
+        self.quota_used = Gauge(
+            "gpupool_quota_used",
+            "What counts against each quota gpupool checks (used plus pending admissions): GPUs, or bytes of GPU "
+            "memory for memoryQuota; quota is the ResourceQuota's name, classQuota or memoryQuota, resource its "
+            "key, class or gpu-memory",
+            ["namespace", "quota", "resource"],
+            registry=registry,
+            multiprocess_mode="livemostrecent",
+        )
+        self.quota_hard = Gauge(
+            "gpupool_quota_hard",
+            "The limit of each quota gpupool checks: GPUs, or bytes of GPU memory for memoryQuota",
+            ["namespace", "quota", "resource"],
+            registry=registry,
+            multiprocess_mode="livemostrecent",
+        )
         self.reservations = Gauge(
             "gpupool_reservations",
             "Admitted Pods not yet seen in the watch, counted against their pool (per worker)",
@@ -101,6 +118,7 @@ class Metrics:
             multiprocess_mode="livesum",
         )
         self._known_pools: set[str] = set()
+        self._known_quotas: set[tuple[str, str, str]] = set()
         self._lock = threading.Lock()  # refresh() runs on a timer thread and at start
         # `labels()` takes a lock and builds a key on every call; the few (outcome, pool) children are
         # kept here instead. A race only makes two threads ask labels() for the same child.
@@ -151,6 +169,8 @@ class Metrics:
                 stats = view.pool_stats()
                 self.reservations.set(view.reservations)
                 self.quotas_unenforced.set(sum(1 for q in view.all_quotas() if unenforced(q, view.policy)))
+                rows = quota_rows(view, view.policy)
+            self._refresh_quotas(rows)
             seen: set[str] = set()
             for s in stats:
                 pool = str(s.pool)
@@ -165,6 +185,21 @@ class Metrics:
                 for gauge in (self.pool_nodes, self.pool_nodes_usable, self.pool_gpus, self.pool_gpus_free):
                     gauge.labels(pool).set(0)
             self._known_pools |= seen
+
+    def _refresh_quotas(self, rows: list[QuotaRow]) -> None:
+        """One pair of gauges per quota limit; memory in bytes, Prometheus' base unit. A quota that is
+        gone reads 0, as a pool does."""
+        seen: set[tuple[str, str, str]] = set()
+        for row in rows:
+            labels = (row.namespace, row.quota, row.resource)
+            seen.add(labels)
+            scale = MIB if row.unit == "MiB" else 1
+            self.quota_used.labels(*labels).set((row.used + row.pending) * scale)
+            self.quota_hard.labels(*labels).set(row.hard * scale)
+        for labels in self._known_quotas - seen:
+            self.quota_used.labels(*labels).set(0)
+            self.quota_hard.labels(*labels).set(0)
+        self._known_quotas |= seen
 
 
 class GaugeRefresher:
