@@ -18,7 +18,7 @@ from tests.builders import GPU_TAINT, decision_view, eventually, gpu_node, pod, 
 from webhook.admission.core import Admitter
 from webhook.domain.model import PoolKey
 from webhook.domain.policy import Policy
-from webhook.sources.live import LiveInventory
+from webhook.sources.live import InventoryConnectError, LiveInventory, context_namespace
 from webhook.sources.reflector import ReflectorConfig
 from webhook.sources.snapshot import build_index, parse_objects
 from webhook.testing.kubesim import KubeSim
@@ -322,3 +322,19 @@ def _with_kinds(lists: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
 def _reservations(inventory: LiveInventory) -> int:
     with inventory.read() as index:
         return index.reservations
+
+
+def test_the_contexts_namespace_is_kubectls(tmp_path: Path) -> None:
+    """The namespace kubectl would use: the current context's, another context's, `default` for a
+    context without one or no kubeconfig at all; an unknown context is an error naming it."""
+    kubeconfig = tmp_path / "kc"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\ncurrent-context: a\ncontexts:\n"
+        "- {name: a, context: {cluster: c, user: u, namespace: team-a}}\n- {name: b, context: {cluster: c, user: u}}\n"
+    )
+    assert context_namespace(str(kubeconfig)) == "team-a"
+    assert context_namespace(str(kubeconfig), "b") == "default"
+    assert context_namespace(str(tmp_path / "missing")) == "default"
+    with pytest.raises(InventoryConnectError, match="context 'nope' is not in the kubeconfig"):
+        context_namespace(str(kubeconfig), "nope")

@@ -34,7 +34,14 @@ def run(args: argparse.Namespace) -> int:
     pod = load_pod(args.pod)
     policy, inventory = open_from_args(args)
     own = as_map(pod.get("metadata")).get("namespace")
-    namespace = args.namespace or (own if isinstance(own, str) else "") or "default"
+    own = own if isinstance(own, str) else ""
+    if getattr(args, "namespace_must_match", False) and args.namespace and own and own != args.namespace:
+        # `kubectl gpupool explain`: as kubectl apply, a Pod of one namespace is not explained in another.
+        raise ConfigError(
+            f"the namespace from the provided object {own!r} does not match the namespace {args.namespace!r}; "
+            f"pass --namespace={own} to explain it"
+        )
+    namespace = args.namespace or own or getattr(args, "default_namespace", "default")
     try:
         with inventory.read() as index:
             result = evaluate(pod, namespace, policy, index)
