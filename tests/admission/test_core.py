@@ -784,7 +784,30 @@ _VALUES: dict[str, tuple[list[str], list[str]]] = {
     "container": (["main", "sidecar", "worker"], ["nope", "", "init"]),
     "fallback": (["true", "false", "True"], ["yes", "", "1"]),
     "pool": ([T4, A100, RTX3060, "amd/high/AMD_Instinct_MI250X"], ["bad", "a/b/c/d", "nvidia/huge/X", "//"]),
+    "group": (["sweep", "llama-7b-sft", "a.b_c-1"], ["", "a/b", "-x", " sweep", "x" * 64]),
+    "group-policy": (["prefer", "strict", " strict "], ["loose", "", "STRICT"]),
+    "group-size": (["1", "2", "4", "16", "4096"], ["0", "4097", "many", "", "１"]),
 }  # fmt: skip
+# Who a Pod is, beside its shape: its controller owner and the label of a multi-Job workload. The demo
+# cluster's two PyTorchJob masters are on the A100 and H100 pools, so Pods of their groups are pulled there.
+OWNERS = [None, None, ("Job", "train"), ("ReplicaSet", "web-7f9c"), ("PyTorchJob", "llama-7b-sft")]
+KUBEFLOW = "training.kubeflow.org/job-name"
+WORKLOAD_LABELS = [None, None, None, (KUBEFLOW, "llama-7b-sft"), (KUBEFLOW, "mixtral-pretrain"),
+                   ("jobset.sigs.k8s.io/jobset-name", "js")]  # fmt: skip
+
+
+def set_identity(meta: dict[str, Any], owner: tuple[str, str] | None, label: tuple[str, str] | None) -> None:
+    """Give a Pod's metadata a controller owner and a workload label (None: take it away)."""
+    meta.pop("ownerReferences", None)
+    meta.pop("labels", None)
+    if owner is not None:
+        kind, name = owner
+        meta["ownerReferences"] = [{"apiVersion": "v1", "kind": kind, "name": name, "uid": f"uid-{name}",
+                                    "controller": True}]  # fmt: skip
+    if label is not None:
+        meta["labels"] = {label[0]: label[1]}
+
+
 _RANDOM_TEXT = st.text(st.characters(codec="utf-8"), max_size=12)
 
 
@@ -862,6 +885,7 @@ def pod_st(draw: st.DrawFn) -> dict[str, Any]:
         meta["annotations"] = None
     elif annotations == "map":
         meta["annotations"] = draw(annotations_st())
+    set_identity(meta, draw(st.sampled_from(OWNERS)), draw(st.sampled_from(WORKLOAD_LABELS)))
     names = draw(st.lists(st.sampled_from(["main", "sidecar", "worker"]), min_size=1, max_size=3, unique=True))
     spec: dict[str, Any] = {"containers": [draw(container_st(n)) for n in names]}
     if draw(st.booleans()):
@@ -891,7 +915,7 @@ def pod_st(draw: st.DrawFn) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
-NAMESPACES = st.sampled_from(["ml-train", "team-a", "students", "default"])
+NAMESPACES = st.sampled_from(["ml-train", "team-a", "team-b", "students", "default"])
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -959,7 +983,7 @@ def near_duplicates_st(draw: st.DrawFn) -> list[tuple[dict[str, Any], str]]:
         part = draw(
             st.sampled_from(
                 [*_SHAPE_PARTS, "namespace", "name", "others' annotations", "sidecar", "one annotation",
-                 "one annotation", "one toleration", "one pin"]
+                 "one annotation", "one toleration", "one pin", "identity", "identity"]
             )
         )  # fmt: skip
         ns = namespace
@@ -984,6 +1008,8 @@ def near_duplicates_st(draw: st.DrawFn) -> list[tuple[dict[str, Any], str]]:
             ns = draw(NAMESPACES)
         elif part == "name":
             variant["metadata"]["name"] = "job-x7k2p"
+        elif part == "identity":  # the same shape, another workload group (or none)
+            set_identity(variant["metadata"], draw(st.sampled_from(OWNERS)), draw(st.sampled_from(WORKLOAD_LABELS)))
         elif part == "others' annotations":
             variant["metadata"]["annotations"] = {"example.com/owner": "ana"}
         elif part == "sidecar":
@@ -1041,18 +1067,22 @@ def edited_fleet(edits: list[NodeEdit]) -> list[dict[str, Any]]:
             elif relabel is not None:
                 labels["gpu.accelerator/class"] = relabel
         objects.append(obj)
+    # The limits. form, which only gpupool enforces, beside team-a's requests. and team-b's bare form.
+    objects.append(quota("limits-form", "students", {"limits.nvidia.com/gpu": "1"}))
     return objects
 
 
 @functools.cache
 def twin_policy() -> Policy:
-    """The demo policy plus `students-b`, ruled exactly like `students`: namespaces that differ in name
-    only still get their own name in every message."""
+    """The demo policy plus `students-b`, ruled exactly like `students` (namespaces that differ in name
+    only still get their own name in every message), and a GPU-memory quota for team-b, whose
+    ResourceQuota is in the tutorial's form: every quota form is met."""
     text = (EXAMPLES / "policy.yaml").read_text("utf-8")
-    return make_policy(text + "\n  students-b:\n    allowedClasses: [low, medium]\n    defaultClass: low\n")
+    twins = "\n  students-b:\n    allowedClasses: [low, medium]\n    defaultClass: low\n"
+    return make_policy(text + twins + "  team-b:\n    memoryQuota: 40Gi\n")
 
 
-TWIN_NAMESPACES = st.sampled_from(["ml-train", "team-a", "students", "students-b", "default"])
+TWIN_NAMESPACES = st.sampled_from(["ml-train", "team-a", "team-b", "students", "students-b", "default"])
 
 
 @st.composite
@@ -1063,8 +1093,10 @@ def one_field_apart_st(draw: st.DrawFn) -> list[tuple[dict[str, Any], str]]:
     container's GPUs, or the vendor. Where a memo key misses a field, two of these share an answer only
     one should get."""
     annotations = {f"gpupool.io/{k}": draw(st.sampled_from(_VALUES[k][0])) for k in draw(st.sets(st.sampled_from(
-        ["gpu-class", "min-memory", "gpu-count", "gpu-product", "min-driver", "fallback"])))}  # fmt: skip
+        ["gpu-class", "min-memory", "gpu-count", "gpu-product", "min-driver", "fallback", "group-policy",
+         "group-size"])))}  # fmt: skip
     base = pod("job", annotations=annotations, gpus=draw(st.none() | st.integers(1, 2)))
+    set_identity(base["metadata"], draw(st.sampled_from(OWNERS)), draw(st.sampled_from(WORKLOAD_LABELS)))
     namespace = draw(TWIN_NAMESPACES)
     calls = [(base, namespace)]
     for _ in range(draw(st.integers(1, 6))):
@@ -1072,7 +1104,7 @@ def one_field_apart_st(draw: st.DrawFn) -> list[tuple[dict[str, Any], str]]:
         change = draw(
             st.sampled_from(
                 ["annotation", "annotation", "annotation", "toleration", "pin", "namespace", "default spelled out",
-                 "another container", "vendor"]
+                 "another container", "vendor", "identity"]
             )
         )  # fmt: skip
         if change == "vendor":  # a Pod with no GPU limit of its own, then the same asking for AMD
@@ -1093,6 +1125,8 @@ def one_field_apart_st(draw: st.DrawFn) -> list[tuple[dict[str, Any], str]]:
                 variant["metadata"]["annotations"].pop(f"gpupool.io/{key}", None)
             else:
                 variant["metadata"]["annotations"][f"gpupool.io/{key}"] = draw(st.sampled_from(_VALUES[key][0]))
+        elif change == "identity":  # another workload group, nothing else
+            set_identity(variant["metadata"], draw(st.sampled_from(OWNERS)), draw(st.sampled_from(WORKLOAD_LABELS)))
         elif change == "toleration":
             variant["spec"]["tolerations"] = [draw(st.sampled_from(TAINTS))]
         elif change == "pin":
@@ -1112,12 +1146,16 @@ def test_a_warm_memo_answers_as_a_cold_index_does(
     per request) never change an answer: through one index and one shape memo that nearly identical
     Pods warmed up, every answer equals the one from a fresh index with no memo at all. A key missing a
     field the answer depends on (a toleration, a pool pin, a nodeSelector pin, a sidecar's
-    restartPolicy...) makes two such Pods share an answer that only one of them should get."""
+    restartPolicy...) makes two such Pods share an answer that only one of them should get. Pods of
+    one shape in different workload groups (owner, workload label, gpupool.io/group) get their own
+    group's answer, and every quota form (requests., bare, limits., class, GPU memory) is met."""
     policy, objects = twin_policy(), edited_fleet(edits)
     warm_index, memo = build_index(objects, policy, "generated"), Memo()
     for obj, namespace in calls:
         cold = evaluate(obj, namespace, policy, build_index(objects, policy, "generated"))
         warm = evaluate(obj, namespace, policy, warm_index, shapes=memo)
+        event(f"group {'on a pool' if cold.group and cold.group.pool else 'without a pool' if cold.group else 'none'}")
+        event(f"reason {cold.reason or cold.outcome}")
         assert warm == cold
         assert warm.reasons == cold.reasons
 
