@@ -416,6 +416,8 @@ def _pool(ann: dict[str, str]) -> PoolKey | None:
 def _group(ann: dict[str, str]) -> GroupRule:
     """The group annotations: `group` is checked here (the view reads it as the Pod's group, unstripped,
     as the inventory does), `group-policy` and `group-size` make the rule."""
+    if GROUP not in ann and GROUP_POLICY not in ann and GROUP_SIZE not in ann:
+        return NO_GROUP_RULE
     if GROUP in ann and not valid_name(ann[GROUP]):
         raise RequestError(
             f"annotation {PREFIX}{GROUP}: {shown(ann[GROUP])} is not a group name; accepted: 1 to {MAX_GROUP_NAME} "
