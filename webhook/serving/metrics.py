@@ -95,21 +95,17 @@ class Metrics:
             registry=registry,
             multiprocess_mode="livemostrecent",
         )
-        self.quota_used = Gauge(
+        self.quota_used = self._quota_gauge(
+            registry,
             "gpupool_quota_used",
             "What counts against each quota gpupool checks (used plus pending admissions): GPUs, or bytes of GPU "
             "memory for memoryQuota; quota is the ResourceQuota's name, classQuota or memoryQuota, resource its "
             "key, class or gpu-memory",
-            ["namespace", "quota", "resource"],
-            registry=registry,
-            multiprocess_mode="livemostrecent",
         )
-        self.quota_hard = Gauge(
+        self.quota_hard = self._quota_gauge(
+            registry,
             "gpupool_quota_hard",
             "The limit of each quota gpupool checks: GPUs, or bytes of GPU memory for memoryQuota",
-            ["namespace", "quota", "resource"],
-            registry=registry,
-            multiprocess_mode="livemostrecent",
         )
         self.reservations = Gauge(
             "gpupool_reservations",
@@ -132,6 +128,11 @@ class Metrics:
     @staticmethod
     def _pool_gauge(registry: CollectorRegistry, name: str, help_text: str) -> Gauge:
         return Gauge(name, help_text, ["pool"], registry=registry, multiprocess_mode="livemostrecent")
+
+    @staticmethod
+    def _quota_gauge(registry: CollectorRegistry, name: str, help_text: str) -> Gauge:
+        labels = ["namespace", "quota", "resource"]
+        return Gauge(name, help_text, labels, registry=registry, multiprocess_mode="livemostrecent")
 
     def record(
         self,
