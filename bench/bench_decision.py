@@ -1,8 +1,11 @@
 """One admission decision against a 5,000-node / 150,000-Pod snapshot, side by side with a 50-node one.
 
 The admission path must not grow with the number of Pods: both indexes answer the same Pods, in
-interleaved rounds so that noise on this shared machine hits both alike. Reports medians, p99s and the
-large/small ratio; writes bench/results/decision.json.
+interleaved rounds so that noise on this shared machine hits both alike. Half the Pods belong to
+workload groups (a Job whose Pods already hold the L4 pool, a Kubeflow job on the A100s with
+group-policy strict, a new sweep asking for room for 8 Pods), so every group lookup is on the path;
+the synthetic clusters' own GPU Pods are in some 1,500 groups (5,000 nodes) too. Reports medians, p99s
+and the large/small ratio; writes bench/results/decision.json.
 
     .venv/bin/python bench/bench_decision.py [--rounds 20] [--per-round 500]
 """
@@ -44,6 +47,49 @@ PODS: list[dict[str, Any]] = [
 ]
 
 
+def _member(name: str, pool: str, product: str, gpus: int, owner: str, *, labels: dict[str, str] | None = None) -> Any:
+    """A Pod of a workload group, placed by gpupool in `pool` and not on a node yet (or to be admitted)."""
+    kind, owner_name = owner.split("/")
+    return {
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "team-a",
+            "labels": labels or {},
+            "annotations": {"gpupool.io/pool": pool} if pool else {},
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": kind, "name": owner_name, "uid": owner, "controller": True}
+            ],
+        },
+        "spec": {
+            "nodeSelector": {"nvidia.com/gpu.product": product} if product else {},
+            "containers": [{"name": "main", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
+        },
+        "status": {"phase": "Pending"},
+    }
+
+
+LLAMA = {"training.kubeflow.org/job-name": "bench-llama"}
+# Pods already placed in both clusters: a Job on the L4 pool, a Kubeflow job on the A100 pool.
+MEMBERS = [
+    *(_member(f"bench-train-{i}", "nvidia/medium/NVIDIA-L4", "NVIDIA-L4", 1, "Job/bench-train") for i in range(3)),
+    *(_member(f"bench-llama-{i}", "nvidia/high/NVIDIA-A100-SXM4-40GB", "NVIDIA-A100-SXM4-40GB", 2,
+              "PyTorchJob/bench-llama", labels=LLAMA) for i in range(2)),
+]  # fmt: skip
+GROUPED: list[dict[str, Any]] = [
+    _member(
+        "bench-train-new", "", "", 1, "Job/bench-train"
+    ),  # joins its siblings on the L4 pool, not the T4s the ranking picks
+    {**_member("bench-llama-new", "", "", 2, "PyTorchJob/bench-llama", labels=LLAMA)},  # strict: stays on the A100s
+    _member("sweep-0", "", "", 2, "Job/bench-sweep-0"),  # a new group asking for room for 8 Pods
+    _member("unrelated", "", "", 1, "Job/some-job"),  # a group with no Pod placed yet
+]
+GROUPED[1]["metadata"]["annotations"] = {"gpupool.io/group-policy": "strict"}
+GROUPED[2]["metadata"]["annotations"] = {"gpupool.io/group": "bench-sweep", "gpupool.io/group-size": "8"}
+PODS += [{"metadata": {**p["metadata"], "namespace": None}, "spec": {"containers": p["spec"]["containers"]}}
+         for p in GROUPED]  # fmt: skip
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -51,7 +97,7 @@ def percentile(values: list[float], q: float) -> float:
 
 def build(nodes: int, pods: int) -> tuple[PoolIndex, float, int]:
     policy = load_policy(None)
-    objects = synthetic_cluster(nodes=nodes, pods=pods, seed=1)
+    objects = synthetic_cluster(nodes=nodes, pods=pods, seed=1) + MEMBERS
     start = time.perf_counter()
     index = build_index(objects, policy)
     return index, time.perf_counter() - start, len(objects)

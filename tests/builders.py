@@ -168,4 +168,6 @@ def decision_view(index: PoolIndex, namespaces: Iterable[str]) -> dict[str, Any]
         ),
         "class": {(ns, c): index.class_used(ns, c) for ns in namespaces for c in policy.classes},
         "reserved": {(ns, r): index.reserved(ns, r) for ns in namespaces for r in sorted(policy.gpu_resources)},
+        "requested": {(ns, r): index.requested(ns, r) for ns in namespaces for r in sorted(policy.gpu_resources)},
+        "memory": {ns: (index.memory_used(ns), index.memory_pending(ns)) for ns in namespaces},
     }

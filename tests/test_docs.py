@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry
 from webhook.admission.request import KNOWN
 from webhook.commands import certs as certs_command
 from webhook.commands.cli import SUBCOMMANDS, build_parser
+from webhook.commands.kubectl import KUBECTL_FLAGS
 from webhook.commands.serve import SERVE_ENV
 from webhook.domain import policy as policy_module
 from webhook.domain.model import PREFIX
@@ -98,6 +99,9 @@ def test_the_public_interface_is_read_from_the_code() -> None:
     assert "serve --client-ca" in cli_flags()
     assert "explain --sync-timeout" in cli_flags()
     assert "certs --days" in cli_flags()
+    assert {"quota --namespace", "quota -n", "quota --output", "explain --context"} <= set(cli_flags())
+    assert "--all-namespaces" in KUBECTL_FLAGS
+    assert {"gpupool_quota_used", "gpupool_quota_hard"} <= set(metric_names())
     assert {"GPUPOOL_CERT", "GPUPOOL_CERTS_HOSTS"} <= set(environment_variables())
     assert {"gpupool_admissions_total", "gpupool_pool_gpus_free"} <= set(metric_names())
     assert "gpupool.io/gpu-class" in annotations()
@@ -124,6 +128,14 @@ def test_every_flag_is_documented(flag: str) -> None:
     does (the same flag of another command does not count)."""
     command, option = flag.split(" ")
     assert mentioned(option, command_section(command)), f"gpupool {flag} is not documented in docs/operations.md"
+
+
+@pytest.mark.parametrize("flag", KUBECTL_FLAGS)
+def test_every_flag_of_the_kubectl_plugin_is_documented(flag: str) -> None:
+    """kubectl's flags that `kubectl gpupool` reads itself are in its section of docs/operations.md."""
+    lines = (REPO / "docs" / "operations.md").read_text(encoding="utf-8").split("\n## ")
+    section = next(part for part in lines if part.startswith("`kubectl gpupool`"))
+    assert mentioned(flag, section), f"kubectl gpupool {flag} is not documented in docs/operations.md"
 
 
 @pytest.mark.parametrize("name", environment_variables())

@@ -50,6 +50,7 @@ T4 = "nvidia/medium/Tesla-T4"
 A100 = "nvidia/high/NVIDIA-A100-SXM4-40GB"
 RTX3060 = "nvidia/low/NVIDIA-GeForce-RTX-3060"
 RTX4090 = "nvidia/low/NVIDIA-GeForce-RTX-4090"
+H100 = "nvidia/high/NVIDIA-H100-80GB-HBM3"
 
 
 # --- the demo inventory ----------------------------------------------------------------------------------
@@ -178,6 +179,9 @@ SAMPLE_OUTCOMES = {
     "generate-name.yaml": RTX3060,
     "gpu-count.yaml": A100,
     "gpu-limit-only.yaml": RTX3060,
+    "group-pytorchjob-worker.yaml": A100,
+    "group-size.yaml": A100,
+    "group-strict.yaml": H100,
     "min-driver.yaml": RTX4090,
     "min-memory.yaml": RTX4090,
     "pinned-nodeselector.yaml": T4,
@@ -186,7 +190,9 @@ SAMPLE_OUTCOMES = {
     "product-h20-not-h200.yaml": None,
     "students-default-class.yaml": RTX3060,
     "target-container.yaml": T4,
+    "team-a-memory-quota.yaml": T4,
     "team-a-quota.yaml": None,
+    "team-b-tutorial-quota.yaml": None,
     "vendor-amd.yaml": "amd/high/AMD_Instinct_MI250X",
     "vendor-ascend.yaml": "ascend/high/huawei-Ascend910",
 }
@@ -286,6 +292,49 @@ def test_gpu_limit_only_pod_keeps_its_limit_and_gets_selector_and_annotation() -
     assert patched["spec"]["containers"] == obj["spec"]["containers"]
     assert not any(op["path"].startswith("/spec/containers") for op in result.patch)
     assert patched["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-GeForce-RTX-3060"}
+
+
+def test_a_pytorchjob_worker_joins_its_master_on_the_a100_pool() -> None:
+    """The worker's group comes from the training operator's label; its master runs on the A100 pool, so
+    the 2-GPU worker goes there, where the ranking alone would take the T4s (it names no class)."""
+    obj, result, _ = placed_sample("group-pytorchjob-worker.yaml")
+    assert result.placement is not None and str(result.placement.pool) == A100
+    assert result.group is not None and (result.group.name, str(result.group.pool)) == (
+        "KubeflowJob/llama-7b-sft",
+        A100,
+    )
+    alone = copy.deepcopy(obj)
+    del alone["metadata"]["labels"], alone["metadata"]["ownerReferences"]
+    lone = evaluate(alone, "ml-train", demo_policy(), shared_demo_index())
+    assert lone.placement is not None and str(lone.placement.pool) == T4
+
+
+def test_a_strict_worker_waits_with_its_master_on_the_full_h100_pool() -> None:
+    """group-policy strict: the H100 node its master holds is full, so the worker is pinned there with a
+    warning that it will wait; under the default (prefer) it goes to the A100 pool, saying the group
+    is split."""
+    obj, result = sample_verdict("group-strict.yaml")
+    assert result.placement is not None and str(result.placement.pool) == H100
+    assert not result.placement.has_capacity
+    assert result.warnings == (
+        "gpupool: no NVIDIA-H100-80GB-HBM3 node has 4 free GPUs now; the Pod will wait with group "
+        "KubeflowJob/mixtral-pretrain",
+    )
+    del obj["metadata"]["annotations"]["gpupool.io/group-policy"]
+    prefer = evaluate(obj, "ml-train", demo_policy(), shared_demo_index())
+    assert prefer.placement is not None and str(prefer.placement.pool) == A100
+    assert prefer.warnings == (
+        "gpupool: group KubeflowJob/mixtral-pretrain split across pools NVIDIA-H100-80GB-HBM3 and "
+        "NVIDIA-A100-SXM4-40GB",
+    )
+
+
+def test_group_size_takes_the_pool_with_room_for_the_whole_sweep() -> None:
+    """4 Pods of 2 GPUs fit at once on the A100 pool, not on the T4s the ranking alone would take."""
+    obj, result, _ = placed_sample("group-size.yaml")
+    assert str(result.placement.pool) == A100  # type: ignore[union-attr]
+    del obj["metadata"]["annotations"]["gpupool.io/group-size"]
+    assert str(evaluate(obj, "ml-train", demo_policy(), shared_demo_index()).placement.pool) == T4  # type: ignore[union-attr]
 
 
 def test_min_driver_skips_older_drivers() -> None:
@@ -420,6 +469,43 @@ def test_team_a_one_gpu_fits_the_quota() -> None:
     obj["metadata"]["annotations"]["gpupool.io/gpu-count"] = "1"
     result, _ = check_placed(obj, "team-a", demo_policy(), shared_demo_index())
     assert result.placement is not None and str(result.placement.pool) == T4
+
+
+def test_team_a_memory_quota_passes_the_high_pools_over_for_a_t4() -> None:
+    """team-a holds 70Gi of its 100Gi GPU memory: one more A100 (40Gi) or H100 (80Gi) GPU would exceed
+    it, so the Pod that prefers high is placed on a T4 (15Gi), the next class it names; the explain lines
+    say why the high pools were passed over."""
+    _, result, _ = placed_sample("team-a-memory-quota.yaml")
+    assert str(result.placement.pool) == T4  # type: ignore[union-attr]
+    assert (
+        f"{A100}: rejected: GPU memory quota in namespace team-a exceeded: used 70Gi + requested 40Gi > hard 100Gi"
+    ) in result.reasons
+    high_only = load_sample("team-a-memory-quota.yaml")
+    high_only["metadata"]["annotations"]["gpupool.io/gpu-class"] = "high"
+    denied = evaluate(high_only, "team-a", demo_policy(), shared_demo_index())
+    assert (denied.allowed, denied.code, denied.reason) == (False, 403, "memory-quota")
+
+
+def test_team_b_tutorial_quota_is_enforced_by_gpupool() -> None:
+    """team-b's `nvidia.com/gpu: 4` (the tutorial's form) is not enforced by Kubernetes; gpupool counts
+    the 1 GPU team-b's inference Pod holds and refuses 4 more, saying how to write the enforced form.
+    Without the policy switch, the same Pod would be placed."""
+    obj, result = sample_verdict("team-b-tutorial-quota.yaml")
+    assert (result.allowed, result.code, result.reason) == (False, 403, "quota")
+    assert result.message == (
+        "exceeded quota compute-resources in namespace team-b: nvidia.com/gpu used 1 + requested 4 > hard 4; "
+        "Kubernetes does not enforce 'nvidia.com/gpu' for extended resources, gpupool does; write "
+        "'requests.nvidia.com/gpu: 4' to have Kubernetes enforce it"
+    )
+    off = make_policy("defaults: {enforceAllGpuQuotaForms: false}")
+    assert evaluate(obj, "team-b", off, build_index(list(_demo_objects()), off)).allowed
+    three = load_sample("team-b-tutorial-quota.yaml")
+    three["metadata"]["annotations"]["gpupool.io/gpu-count"] = "3"
+    assert sample_verdict_of(three).allowed
+
+
+def sample_verdict_of(obj: dict[str, Any]) -> Verdict:
+    return evaluate(obj, obj["metadata"]["namespace"], demo_policy(), shared_demo_index())
 
 
 def test_bad_annotation_is_denied_naming_the_annotation() -> None:
@@ -698,7 +784,30 @@ _VALUES: dict[str, tuple[list[str], list[str]]] = {
     "container": (["main", "sidecar", "worker"], ["nope", "", "init"]),
     "fallback": (["true", "false", "True"], ["yes", "", "1"]),
     "pool": ([T4, A100, RTX3060, "amd/high/AMD_Instinct_MI250X"], ["bad", "a/b/c/d", "nvidia/huge/X", "//"]),
+    "group": (["sweep", "llama-7b-sft", "a.b_c-1"], ["", "a/b", "-x", " sweep", "x" * 64]),
+    "group-policy": (["prefer", "strict", " strict "], ["loose", "", "STRICT"]),
+    "group-size": (["1", "2", "4", "16", "4096"], ["0", "4097", "many", "", "１"]),
 }  # fmt: skip
+# Who a Pod is, beside its shape: its controller owner and the label of a multi-Job workload. The demo
+# cluster's two PyTorchJob masters are on the A100 and H100 pools, so Pods of their groups are pulled there.
+OWNERS = [None, None, ("Job", "train"), ("ReplicaSet", "web-7f9c"), ("PyTorchJob", "llama-7b-sft")]
+KUBEFLOW = "training.kubeflow.org/job-name"
+WORKLOAD_LABELS = [None, None, None, (KUBEFLOW, "llama-7b-sft"), (KUBEFLOW, "mixtral-pretrain"),
+                   ("jobset.sigs.k8s.io/jobset-name", "js")]  # fmt: skip
+
+
+def set_identity(meta: dict[str, Any], owner: tuple[str, str] | None, label: tuple[str, str] | None) -> None:
+    """Give a Pod's metadata a controller owner and a workload label (None: take it away)."""
+    meta.pop("ownerReferences", None)
+    meta.pop("labels", None)
+    if owner is not None:
+        kind, name = owner
+        meta["ownerReferences"] = [{"apiVersion": "v1", "kind": kind, "name": name, "uid": f"uid-{name}",
+                                    "controller": True}]  # fmt: skip
+    if label is not None:
+        meta["labels"] = {label[0]: label[1]}
+
+
 _RANDOM_TEXT = st.text(st.characters(codec="utf-8"), max_size=12)
 
 
@@ -776,6 +885,7 @@ def pod_st(draw: st.DrawFn) -> dict[str, Any]:
         meta["annotations"] = None
     elif annotations == "map":
         meta["annotations"] = draw(annotations_st())
+    set_identity(meta, draw(st.sampled_from(OWNERS)), draw(st.sampled_from(WORKLOAD_LABELS)))
     names = draw(st.lists(st.sampled_from(["main", "sidecar", "worker"]), min_size=1, max_size=3, unique=True))
     spec: dict[str, Any] = {"containers": [draw(container_st(n)) for n in names]}
     if draw(st.booleans()):
@@ -805,7 +915,7 @@ def pod_st(draw: st.DrawFn) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
-NAMESPACES = st.sampled_from(["ml-train", "team-a", "students", "default"])
+NAMESPACES = st.sampled_from(["ml-train", "team-a", "team-b", "students", "default"])
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -873,7 +983,7 @@ def near_duplicates_st(draw: st.DrawFn) -> list[tuple[dict[str, Any], str]]:
         part = draw(
             st.sampled_from(
                 [*_SHAPE_PARTS, "namespace", "name", "others' annotations", "sidecar", "one annotation",
-                 "one annotation", "one toleration", "one pin"]
+                 "one annotation", "one toleration", "one pin", "identity", "identity"]
             )
         )  # fmt: skip
         ns = namespace
@@ -898,6 +1008,8 @@ def near_duplicates_st(draw: st.DrawFn) -> list[tuple[dict[str, Any], str]]:
             ns = draw(NAMESPACES)
         elif part == "name":
             variant["metadata"]["name"] = "job-x7k2p"
+        elif part == "identity":  # the same shape, another workload group (or none)
+            set_identity(variant["metadata"], draw(st.sampled_from(OWNERS)), draw(st.sampled_from(WORKLOAD_LABELS)))
         elif part == "others' annotations":
             variant["metadata"]["annotations"] = {"example.com/owner": "ana"}
         elif part == "sidecar":
@@ -955,18 +1067,22 @@ def edited_fleet(edits: list[NodeEdit]) -> list[dict[str, Any]]:
             elif relabel is not None:
                 labels["gpu.accelerator/class"] = relabel
         objects.append(obj)
+    # The limits. form, which only gpupool enforces, beside team-a's requests. and team-b's bare form.
+    objects.append(quota("limits-form", "students", {"limits.nvidia.com/gpu": "1"}))
     return objects
 
 
 @functools.cache
 def twin_policy() -> Policy:
-    """The demo policy plus `students-b`, ruled exactly like `students`: namespaces that differ in name
-    only still get their own name in every message."""
+    """The demo policy plus `students-b`, ruled exactly like `students` (namespaces that differ in name
+    only still get their own name in every message), and a GPU-memory quota for team-b, whose
+    ResourceQuota is in the tutorial's form: every quota form is met."""
     text = (EXAMPLES / "policy.yaml").read_text("utf-8")
-    return make_policy(text + "\n  students-b:\n    allowedClasses: [low, medium]\n    defaultClass: low\n")
+    twins = "\n  students-b:\n    allowedClasses: [low, medium]\n    defaultClass: low\n"
+    return make_policy(text + twins + "  team-b:\n    memoryQuota: 40Gi\n")
 
 
-TWIN_NAMESPACES = st.sampled_from(["ml-train", "team-a", "students", "students-b", "default"])
+TWIN_NAMESPACES = st.sampled_from(["ml-train", "team-a", "team-b", "students", "students-b", "default"])
 
 
 @st.composite
@@ -977,8 +1093,10 @@ def one_field_apart_st(draw: st.DrawFn) -> list[tuple[dict[str, Any], str]]:
     container's GPUs, or the vendor. Where a memo key misses a field, two of these share an answer only
     one should get."""
     annotations = {f"gpupool.io/{k}": draw(st.sampled_from(_VALUES[k][0])) for k in draw(st.sets(st.sampled_from(
-        ["gpu-class", "min-memory", "gpu-count", "gpu-product", "min-driver", "fallback"])))}  # fmt: skip
+        ["gpu-class", "min-memory", "gpu-count", "gpu-product", "min-driver", "fallback", "group-policy",
+         "group-size"])))}  # fmt: skip
     base = pod("job", annotations=annotations, gpus=draw(st.none() | st.integers(1, 2)))
+    set_identity(base["metadata"], draw(st.sampled_from(OWNERS)), draw(st.sampled_from(WORKLOAD_LABELS)))
     namespace = draw(TWIN_NAMESPACES)
     calls = [(base, namespace)]
     for _ in range(draw(st.integers(1, 6))):
@@ -986,7 +1104,7 @@ def one_field_apart_st(draw: st.DrawFn) -> list[tuple[dict[str, Any], str]]:
         change = draw(
             st.sampled_from(
                 ["annotation", "annotation", "annotation", "toleration", "pin", "namespace", "default spelled out",
-                 "another container", "vendor"]
+                 "another container", "vendor", "identity"]
             )
         )  # fmt: skip
         if change == "vendor":  # a Pod with no GPU limit of its own, then the same asking for AMD
@@ -1007,6 +1125,8 @@ def one_field_apart_st(draw: st.DrawFn) -> list[tuple[dict[str, Any], str]]:
                 variant["metadata"]["annotations"].pop(f"gpupool.io/{key}", None)
             else:
                 variant["metadata"]["annotations"][f"gpupool.io/{key}"] = draw(st.sampled_from(_VALUES[key][0]))
+        elif change == "identity":  # another workload group, nothing else
+            set_identity(variant["metadata"], draw(st.sampled_from(OWNERS)), draw(st.sampled_from(WORKLOAD_LABELS)))
         elif change == "toleration":
             variant["spec"]["tolerations"] = [draw(st.sampled_from(TAINTS))]
         elif change == "pin":
@@ -1026,12 +1146,16 @@ def test_a_warm_memo_answers_as_a_cold_index_does(
     per request) never change an answer: through one index and one shape memo that nearly identical
     Pods warmed up, every answer equals the one from a fresh index with no memo at all. A key missing a
     field the answer depends on (a toleration, a pool pin, a nodeSelector pin, a sidecar's
-    restartPolicy...) makes two such Pods share an answer that only one of them should get."""
+    restartPolicy...) makes two such Pods share an answer that only one of them should get. Pods of
+    one shape in different workload groups (owner, workload label, gpupool.io/group) get their own
+    group's answer, and every quota form (requests., bare, limits., class, GPU memory) is met."""
     policy, objects = twin_policy(), edited_fleet(edits)
     warm_index, memo = build_index(objects, policy, "generated"), Memo()
     for obj, namespace in calls:
         cold = evaluate(obj, namespace, policy, build_index(objects, policy, "generated"))
         warm = evaluate(obj, namespace, policy, warm_index, shapes=memo)
+        event(f"group {'on a pool' if cold.group and cold.group.pool else 'without a pool' if cold.group else 'none'}")
+        event(f"reason {cold.reason or cold.outcome}")
         assert warm == cold
         assert warm.reasons == cold.reasons
 

@@ -17,6 +17,7 @@ from webhook.admission.pod import (
     MAX_CONTAINERS,
     MAX_EXTENDED_RESOURCES,
     MAX_OWN_ANNOTATIONS,
+    MAX_OWNERS,
     MAX_SELECTOR_ENTRIES,
     MAX_TOLERATIONS,
     PodError,
@@ -129,6 +130,19 @@ MALFORMED = {
     ),
     "owner-references-number": (meta(ownerReferences=5), "metadata.ownerReferences: expected a list of owner refer"),
     "owner-reference-null": (meta(ownerReferences=[None]), r"metadata.ownerReferences\[0\]: expected an owner ref"),
+    "owner-name-number": (
+        meta(ownerReferences=[{"kind": "Job", "name": 7}]),
+        r"metadata.ownerReferences\[0\].name: expected a string, got 7",
+    ),
+    "owner-controller-string": (
+        meta(ownerReferences=[{"kind": "Job", "name": "j", "controller": "true"}]),
+        r"metadata.ownerReferences\[0\].controller: expected true or false, got 'true'",
+    ),
+    "labels-list": (meta(labels=[]), "metadata.labels: expected an object"),
+    "workload-label-number": (
+        meta(labels={"ray.io/cluster": 3}),
+        "metadata.labels.ray.io/cluster: expected a string, got 3",
+    ),
     "name-number": (meta(name=7), "metadata.name: expected a string, got 7"),
     "node-name-list": (spec(nodeName=["a"]), "spec.nodeName: expected a string"),
     "containers-map": (spec(containers={}), "spec.containers: expected a list of containers"),
@@ -194,6 +208,26 @@ def test_identity_is_read_beside_the_shape() -> None:
     assert view.shape.annotations == ()  # the mirror annotation is not gpupool's
 
 
+def test_the_workload_group_is_identity_not_shape() -> None:
+    """Two Pods of one Job share a group; two Jobs' Pods of one shape share the shape (and so the memo
+    of what the shape decides) but not the group. A gpupool.io/group annotation is both."""
+    owner = [{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u1", "controller": True}]
+    first, second, other = changed(lambda p: None), changed(lambda p: None), changed(lambda p: None)
+    first["metadata"]["ownerReferences"] = copy.deepcopy(owner)
+    second["metadata"].update(name="train-2", ownerReferences=copy.deepcopy(owner))
+    other["metadata"]["ownerReferences"] = [{**owner[0], "name": "eval"}]
+    views = [read_pod(p, "ml") for p in (first, second, other)]
+    assert [v.group for v in views] == ["Job/train", "Job/train", "Job/eval"]
+    assert views[0].shape == views[1].shape == views[2].shape
+    named = changed(lambda p: p["metadata"]["annotations"].update({"gpupool.io/group": "sweep"}))
+    named["metadata"]["labels"] = {"jobset.sigs.k8s.io/jobset-name": "llama"}
+    assert read_pod(named, "ml").group == "sweep"
+    assert read_pod(named, "ml").shape != views[0].shape
+    del named["metadata"]["annotations"]["gpupool.io/group"]
+    assert read_pod(named, "ml").group == "JobSet/llama"
+    assert read_pod(base(), "ml").group == ""
+
+
 def test_visible_devices_are_read_from_the_env_last_entry_winning() -> None:
     """NVIDIA_VISIBLE_DEVICES as the runtime will see it: the last entry of that name, or its source."""
     env = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"}, {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
@@ -220,11 +254,14 @@ def test_visible_devices_are_read_from_the_env_last_entry_winning() -> None:
          f"spec.nodeSelector: {MAX_SELECTOR_ENTRIES + 1} labels; gpupool reads at most {MAX_SELECTOR_ENTRIES}"),
         (lambda p: p["metadata"]["annotations"].update({f"gpupool.io/k{i}": "x" for i in range(10_000)}),
          f"metadata.annotations: more than {MAX_OWN_ANNOTATIONS} gpupool.io/ annotations"),
+        (lambda p: p["metadata"].update(ownerReferences=[{"kind": "Job", "name": "j"}] * (MAX_OWNERS + 1)),
+         f"metadata.ownerReferences: {MAX_OWNERS + 1} owner references; gpupool reads at most {MAX_OWNERS}"),
         (lambda p: p["spec"]["containers"][0].update(
             resources={"limits": {f"example.com/r{i}": "1" for i in range(MAX_EXTENDED_RESOURCES + 1)}}),
          rf"spec.containers\[0\].resources.limits: {MAX_EXTENDED_RESOURCES + 1} extended resources"),
     ],
-    ids=["tolerations", "containers", "init-containers", "node-selector", "own-annotations", "extended-resources"],
+    ids=["tolerations", "containers", "init-containers", "node-selector", "own-annotations", "owners",
+         "extended-resources"],
 )  # fmt: skip
 def test_lists_the_core_reads_are_bounded(edit: Callable[[dict[str, Any]], object], words: str) -> None:
     """Far more items than any real Pod has are refused by their count before they are read, so the

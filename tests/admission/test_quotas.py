@@ -1,41 +1,131 @@
-"""ResourceQuotas on admission: the check in the form Kubernetes enforces, with gpupool's reservations."""
+"""ResourceQuotas on admission, in every form admins write them, and the policy's GPU-memory quota."""
 
 from __future__ import annotations
 
-from tests.builders import fleet, index_of, pod, policy, quota
+from typing import Any
+
+import pytest
+
+from tests.builders import fleet, gpu_node, index_of, pod, policy, quota
+from webhook.admission.core import evaluate
 from webhook.admission.pod import read_pod
-from webhook.admission.quotas import check_quotas
-from webhook.admission.request import parse_request
+from webhook.admission.quotas import check_quotas, memory_quota_problem
+from webhook.admission.request import GpuRequest, parse_request
 from webhook.domain.model import PoolKey
 
 POLICY = policy()
+OFF = policy("defaults: {enforceAllGpuQuotaForms: false}")
 T4 = PoolKey("nvidia", "medium", "Tesla-T4")
 
 
+def ask(gpus: int, namespace: str = "team") -> GpuRequest:
+    return parse_request(
+        read_pod(pod(namespace=namespace, annotations={"gpupool.io/gpu-count": str(gpus)})).shape, POLICY
+    )
+
+
+def running(name: str, gpus: int, namespace: str = "team", phase: str = "Running") -> dict[str, Any]:
+    return pod(name, namespace, gpus=gpus, node="t4-a", phase=phase)
+
+
 def test_resource_quota_uses_status_used_plus_reservations() -> None:
-    """`requests.nvidia.com/gpu` is checked with used + requested ≤ hard; the unenforced form is not."""
-    objects = [
-        *fleet(),
-        quota("gpu-quota", "team", {"requests.nvidia.com/gpu": "4"}, {"requests.nvidia.com/gpu": "3"}),
-        quota("wrong", "team", {"nvidia.com/gpu": "1"}),
-    ]
-    index = index_of(objects)
-    one = parse_request(read_pod(pod(namespace="team", annotations={"gpupool.io/gpu-count": "1"})).shape, POLICY)
-    two = parse_request(read_pod(pod(namespace="team", annotations={"gpupool.io/gpu-count": "2"})).shape, POLICY)
-    assert check_quotas(one, index, "nvidia.com/gpu") == ""
-    assert check_quotas(two, index, "nvidia.com/gpu") == (
+    """`requests.nvidia.com/gpu` (the form Kubernetes enforces) is checked with status.used plus what
+    gpupool admitted that the quota controller has not counted yet."""
+    index = index_of(
+        [*fleet(), quota("gpu-quota", "team", {"requests.nvidia.com/gpu": "4"}, {"requests.nvidia.com/gpu": "3"})]
+    )
+    assert check_quotas(ask(1), index, POLICY, "nvidia.com/gpu") == ""
+    assert check_quotas(ask(2), index, POLICY, "nvidia.com/gpu") == (
         "exceeded quota gpu-quota in namespace team: requests.nvidia.com/gpu used 3 + requested 2 > hard 4"
     )
     index.reserve("team", T4, (), 1, now=0.0)
-    assert "used 4 + requested 1 > hard 4" in check_quotas(one, index, "nvidia.com/gpu")
+    assert "used 4 + requested 1 > hard 4" in check_quotas(ask(1), index, POLICY, "nvidia.com/gpu")
+
+
+@pytest.mark.parametrize("key", ["nvidia.com/gpu", "limits.nvidia.com/gpu"])
+def test_the_tutorials_quota_form_is_enforced_by_gpupool(key: str) -> None:
+    """`kubectl create quota --hard=nvidia.com/gpu=4` (and the limits. form) limits nothing in Kubernetes;
+    gpupool holds the Pods it admits to it, counting the namespace's non-terminated Pods itself (the
+    quota's status.used is empty for these forms) plus its reservations. The denial says Kubernetes
+    does not enforce the form and how to write the one it does."""
+    objects = [*fleet(), running("a", 2), running("b", 1), running("done", 4, phase="Succeeded"),
+               running("other-ns", 4, namespace="elsewhere"), quota("gpu-quota", "team", {key: "4"})]  # fmt: skip
+    index = index_of(objects)
+    assert check_quotas(ask(1), index, POLICY, "nvidia.com/gpu") == ""
+    assert check_quotas(ask(2), index, POLICY, "nvidia.com/gpu") == (
+        f"exceeded quota gpu-quota in namespace team: {key} used 3 + requested 2 > hard 4; Kubernetes does not "
+        f"enforce '{key}' for extended resources, gpupool does; write 'requests.nvidia.com/gpu: 4' to have "
+        "Kubernetes enforce it"
+    )
+    index.reserve("team", T4, (), 1, now=0.0, name="c")
+    assert "used 4 + requested 1 > hard 4" in check_quotas(ask(1), index, POLICY, "nvidia.com/gpu")
+    assert check_quotas(ask(2), index, OFF, "nvidia.com/gpu") == ""  # the policy switch turns it off
+
+
+def test_a_pod_naming_its_node_is_held_to_the_tutorials_form_too() -> None:
+    """Every Pod gpupool admits is held to it, however it arrives: one that names its node as well."""
+    index = index_of([*fleet(), running("a", 3), quota("q", "team", {"nvidia.com/gpu": "4"})])
+    result = evaluate(pod("bound", "team", gpus=2, node="t4-b"), "team", POLICY, index)
+    assert (result.allowed, result.reason) == (False, "quota")
+    assert result.message.startswith("exceeded quota q in namespace team: nvidia.com/gpu used 3 + requested 2 > hard 4")
 
 
 def test_scoped_quota_is_left_to_kubernetes() -> None:
     """gpupool does not evaluate scopes: it denies nothing by such a quota (the warning: tests/pools)."""
-    obj = quota("prio", "team", {"requests.nvidia.com/gpu": "0"})
+    obj = quota("prio", "team", {"requests.nvidia.com/gpu": "0", "nvidia.com/gpu": "0"})
     obj["spec"]["scopeSelector"] = {
         "matchExpressions": [{"scopeName": "PriorityClass", "operator": "In", "values": ["high"]}]
     }
     index = index_of([*fleet(), obj])
-    one = parse_request(read_pod(pod(namespace="team", annotations={"gpupool.io/gpu-count": "1"})).shape, POLICY)
-    assert check_quotas(one, index, "nvidia.com/gpu") == ""
+    assert check_quotas(ask(1), index, POLICY, "nvidia.com/gpu") == ""
+
+
+# --- the GPU-memory quota ----------------------------------------------------------------------------------
+
+MEMORY = policy("namespaces: {team: {memoryQuota: 64Gi}}")
+
+
+def memory_fleet() -> list[dict[str, Any]]:
+    """T4s (15Gi) and A100s (40Gi); `team` runs one A100 GPU already: 40Gi of its 64Gi."""
+    return [
+        gpu_node("t4-a", "Tesla-T4", 4, memory_mib=15360),
+        gpu_node("a100-a", "NVIDIA-A100-SXM4-40GB", 8, memory_mib=40960, gpu_class="high"),
+        pod("a", "team", gpus=1, node="a100-a", phase="Running"),
+    ]
+
+
+def test_a_pool_whose_gpus_would_exceed_the_memory_quota_is_passed_over() -> None:
+    """A Pod that prefers high: another A100 GPU (40Gi) would take team to 80Gi of 64Gi, so the A100
+    pool is passed over and the T4 (15Gi) places it, as a class over its quota is."""
+    index = index_of(memory_fleet(), MEMORY)
+    obj = pod("p", "team", annotations={"gpupool.io/gpu-class": "high,medium"})
+    result = evaluate(obj, "team", MEMORY, index)
+    assert result.placement is not None and result.placement.pool == T4
+
+
+def test_nothing_left_under_the_memory_quota_is_denied_naming_used_requested_hard() -> None:
+    """Two GPUs are 30Gi on the T4s and 80Gi on the A100s; with 40Gi of 64Gi used neither fits, so the
+    Pod is denied naming the namespace, used, requested (on the best-ranked pool) and hard: 403."""
+    index = index_of(memory_fleet(), MEMORY)
+    result = evaluate(pod("p", "team", annotations={"gpupool.io/gpu-count": "2"}), "team", MEMORY, index)
+    assert (result.allowed, result.code, result.reason) == (False, 403, "memory-quota")
+    assert result.message == "GPU memory quota in namespace team exceeded: used 40Gi + requested 30Gi > hard 64Gi"
+
+
+def test_the_memory_quota_counts_admissions_the_watch_has_not_shown() -> None:
+    """A burst cannot get past it: each admission holds its memory at once."""
+    index = index_of(memory_fleet(), MEMORY)
+    assert memory_quota_problem("team", 15360, index, MEMORY) == ""
+    index.reserve("team", T4, (), 1, now=0.0, name="x")
+    assert memory_quota_problem("team", 15360, index, MEMORY) == (
+        "GPU memory quota in namespace team exceeded: used 55Gi + requested 15Gi > hard 64Gi"
+    )
+    assert memory_quota_problem("other", 10**9, index, MEMORY) == ""  # no quota there
+
+
+def test_a_pod_naming_its_node_is_held_to_the_memory_quota() -> None:
+    """A Pod that names an A100 node asks for that node's memory: 40 + 2 x 40 > 64."""
+    index = index_of(memory_fleet(), MEMORY)
+    result = evaluate(pod("b", "team", gpus=2, node="a100-a"), "team", MEMORY, index)
+    assert (result.allowed, result.reason) == (False, "memory-quota")
+    assert "used 40Gi + requested 80Gi > hard 64Gi" in result.message

@@ -9,6 +9,7 @@ import pytest
 from tests.builders import pod, policy
 from webhook.admission.pod import PodShape, read_pod
 from webhook.admission.request import MAX_CHARS, MAX_PROBLEMS, RequestError, parse_request, wants_gpus
+from webhook.domain.groups import GroupRule
 from webhook.domain.model import PoolKey, Toleration
 
 POLICY = policy()
@@ -35,6 +36,7 @@ def test_defaults() -> None:
         False,
     )
     assert (r.min_memory_mib, r.min_driver, r.products, r.pool_pin) == (0, None, (), None)
+    assert r.group == GroupRule("prefer", 0)
 
 
 def test_every_annotation_is_read() -> None:
@@ -50,11 +52,15 @@ def test_every_annotation_is_read() -> None:
             "gpupool.io/container": "main",
             "gpupool.io/fallback": "true",
             "gpupool.io/pool": "nvidia/medium/NVIDIA-L4",
+            "gpupool.io/group": "llama-sft",
+            "gpupool.io/group-policy": "strict",
+            "gpupool.io/group-size": " 8",
         }
     )
     assert r.classes == ("medium", "high") and r.class_source == "annotation"
     assert (r.min_memory_mib, r.count, r.products, r.min_driver) == (20480, 2, (("l4",), ("a10",)), (535, 104))
     assert (r.fallback, r.pool_pin) == (True, PoolKey("nvidia", "medium", "NVIDIA-L4"))
+    assert r.group == GroupRule("strict", 8)
 
 
 def test_namespace_default_class_applies_when_no_class_is_asked() -> None:
@@ -122,6 +128,19 @@ def test_nodeselector_pins_and_tolerations_are_read() -> None:
         ({"gpupool.io/container": "nope"}, "gpupool.io/container: no container named 'nope'; accepted: main"),
         ({"gpupool.io/fallback": "yes"}, "gpupool.io/fallback: 'yes' is not a boolean; accepted: true, false"),
         ({"gpupool.io/pool": "nvidia-T4"}, "gpupool.io/pool: 'nvidia-T4' is not vendor/class/product"),
+        (
+            {"gpupool.io/group": "Job/train"},
+            "gpupool.io/group: 'Job/train' is not a group name; accepted: 1 to 63 letters, digits, '-', '_' or '.'",
+        ),
+        ({"gpupool.io/group": " train"}, "gpupool.io/group: ' train' is not a group name"),
+        ({"gpupool.io/group": ""}, "gpupool.io/group: '' is not a group name"),
+        ({"gpupool.io/group-policy": "loose"}, "gpupool.io/group-policy: 'loose' is not a group policy; accepted: pre"),
+        (
+            {"gpupool.io/group-size": "many"},
+            "gpupool.io/group-size: 'many' is not a whole number of Pods; accepted: 1 to 4096",
+        ),
+        ({"gpupool.io/group-size": "0"}, "group-size: '0' is not a whole number of Pods; accepted: 1 to 4096"),
+        ({"gpupool.io/group-size": "4097"}, "group-size: '4097' is not a whole number of Pods"),
     ],
     ids=lambda v: str(v)[:40] if isinstance(v, dict) else None,
 )
@@ -240,9 +259,10 @@ def test_every_annotation_value_is_bounded_before_it_is_parsed(key: str) -> None
         ({"gpupool.io/min-driver": "535.²"}, "min-driver: '535.²' is not a driver version"),
         ({"gpupool.io/min-memory": "٣Gi"}, "min-memory: '٣Gi' is not a positive memory quantity"),
         ({"gpupool.io/min-memory": "1e999999"}, "min-memory: '1e999999' is not a positive memory quantity"),
+        ({"gpupool.io/group-size": "１６"}, "group-size: '１６' is not a whole number of Pods"),
     ],
     ids=["superscript-count", "full-width-count", "arabic-indic-count", "superscript-driver", "arabic-indic-memory",
-         "huge-exponent-memory"],
+         "huge-exponent-memory", "full-width-group-size"],
 )  # fmt: skip
 def test_numbers_are_ascii_digits_only(annotations: dict[str, str], words: str) -> None:
     """Unicode digits are refused as the value they are (they used to be read as numbers, or to end in an

@@ -26,7 +26,7 @@ PODS = REPO / "examples" / "pods"
 INVENTORY = str(REPO / "examples" / "cluster.yaml")
 POLICY = str(REPO / "examples" / "policy.yaml")
 ERROR_PREFIX = "gpupool explain: error:"
-JSON_KEYS = {"allowed", "code", "message", "warnings", "pool", "patch"}
+JSON_KEYS = {"allowed", "code", "message", "warnings", "pool", "patch", "group"}
 
 
 def explain(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -161,6 +161,23 @@ def test_json_output_carries_the_wait_warning(capsys: pytest.CaptureFixture[str]
     assert status == 0
     assert answer["pool"]["product"] == "Tesla-T4"
     assert answer["warnings"] and any("wait" in w for w in answer["warnings"])
+
+
+def test_the_group_and_the_pool_its_pods_are_on_are_shown(capsys: pytest.CaptureFixture[str]) -> None:
+    """A Pod of a workload: the text names its group and where its Pods are; `-o json` has them under
+    `group`; a Pod of no group has `group: null`."""
+    status, out, _ = explain(capsys, str(PODS / "group-pytorchjob-worker.yaml"))
+    assert status == 0
+    assert "Group: KubeflowJob/llama-7b-sft: 1 Pod on pool nvidia/high/NVIDIA-A100-SXM4-40GB" in out
+    _, answer = explain_json(capsys, str(PODS / "group-pytorchjob-worker.yaml"))
+    assert answer["group"] == {
+        "name": "KubeflowJob/llama-7b-sft",
+        "pool": "nvidia/high/NVIDIA-A100-SXM4-40GB",
+        "pods": 1,
+    }
+    _, out, _ = explain(capsys, str(PODS / "group-size.yaml"))
+    assert "Group: whisper-sweep: no Pod placed yet" in out
+    assert explain_json(capsys, str(PODS / "class-medium.yaml"))[1]["group"] is None
 
 
 def test_pod_in_json_form_is_read_too(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

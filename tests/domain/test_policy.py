@@ -80,6 +80,17 @@ def test_user_file_merges_over_the_default() -> None:
     assert policy.namespace("elsewhere").allowed_classes == ()
 
 
+def test_memory_quota_and_the_quota_forms_switch() -> None:
+    """memoryQuota is GPU memory as a quantity, kept in MiB; the tutorial's ResourceQuota forms are
+    enforced by default, and a switch turns that off."""
+    policy = load_policy_text("namespaces: {team-a: {memoryQuota: 320Gi}, team-b: {memoryQuota: 100G}}")
+    assert policy.namespace("team-a").memory_quota_mib == 320 * 1024
+    assert policy.namespace("team-b").memory_quota_mib == 100 * 10**9 // 2**20
+    assert policy.namespace("elsewhere").memory_quota_mib is None
+    assert policy.defaults.enforce_all_gpu_quota_forms is True
+    assert load_policy_text("defaults: {enforceAllGpuQuotaForms: false}").defaults.enforce_all_gpu_quota_forms is False
+
+
 def test_empty_user_file_is_the_default() -> None:
     """An empty ConfigMap entry is valid and means the default."""
     assert load_policy_text("") == load_policy(None)
@@ -109,6 +120,10 @@ def test_empty_user_file_is_the_default() -> None:
         ("namespaces: {a: {allowedClasses: [low], defaultClass: high}}", "namespaces.a.defaultClass"),
         ("namespaces: {a: {classQuota: {high: -1}}}", "namespaces.a.classQuota.high"),
         ("namespaces: {a: {classQuota: {huge: 1}}}", "namespaces.a.classQuota.huge: not a class"),
+        ("namespaces: {a: {memoryQuota: lots}}", "namespaces.a.memoryQuota: expected GPU memory as a quantity such"),
+        ("namespaces: {a: {memoryQuota: -1Gi}}", "namespaces.a.memoryQuota: expected GPU memory"),
+        ("namespaces: {a: {memoryQuota: [1]}}", "namespaces.a.memoryQuota: expected GPU memory"),
+        ("defaults: {enforceAllGpuQuotaForms: no thanks}", "defaults.enforceAllGpuQuotaForms: expected true or false"),
         ("kind: ConfigMap", "kind: 'ConfigMap' is not Policy"),
         ("- a list", "expected a mapping at the top level"),
         ("classes: [low\n", "not valid YAML"),

@@ -98,10 +98,27 @@ def test_upsert_node_says_when_the_nodes_pools_changed() -> None:
     assert not capacity.upsert_node(node_from_obj(node, RES), None)
     assert not capacity.upsert_node(node_from_obj(gpu_node("t4-a", unschedulable=True), RES), None)
     assert capacity.upsert_node(node_from_obj(gpu_node("t4-a", gpu_class="low"), RES), None)
+    assert capacity.upsert_node(node_from_obj(gpu_node("t4-a", gpu_class="low", memory_mib=16384), RES), None)
     cpu_only = gpu_node("t4-a", gpus=0)
     del cpu_only["status"]["allocatable"]["nvidia.com/gpu"]
     assert capacity.upsert_node(node_from_obj(cpu_only, RES), None)
     assert list(capacity.pools()) == []
+
+
+def test_a_pools_memory_is_the_least_of_its_nodes_and_a_change_reshapes_it() -> None:
+    """Memory per GPU of a pool, which the GPU memory of Pods placed in it is counted with: the least of
+    its nodes'. A node that lowers it, or the last one of that memory leaving, says so once
+    (take_reshaped), so the ledger counts unbound Pods' memory again; a node like the others does not."""
+    capacity = Capacity(POLICY)
+    assert capacity.pool_memory_mib(T4) == 0
+    capacity.upsert_node(node_from_obj(gpu_node("t4-a", memory_mib=16384), RES), None)
+    capacity.take_reshaped()
+    capacity.upsert_node(node_from_obj(gpu_node("t4-b", memory_mib=16384), RES), None)
+    assert (capacity.pool_memory_mib(T4), capacity.take_reshaped()) == (16384, False)
+    capacity.upsert_node(node_from_obj(gpu_node("t4-c", memory_mib=15360), RES), None)
+    assert (capacity.pool_memory_mib(T4), capacity.take_reshaped(), capacity.take_reshaped()) == (15360, True, False)
+    capacity.remove_node("t4-c")
+    assert (capacity.pool_memory_mib(T4), capacity.take_reshaped()) == (16384, True)
 
 
 def test_a_hold_in_a_pool_without_nodes_waits_for_them() -> None:

@@ -8,7 +8,7 @@ import pytest
 from tests.builders import GPU_TAINT, fleet, gpu_node, index_of, pod
 from tests.pools.probes import A100, A100_SELECTOR, POLICY, RES, T4, T4_SELECTOR, TRAIN, a100, stats, train_cluster
 from webhook.pools.capacity import Capacity
-from webhook.pools.claims import Claim, bound_claim, node_classes, unbound_claim
+from webhook.pools.claims import Claim, bound_claim, node_classes, node_memory, unbound_claim
 from webhook.pools.kubeobj import node_from_obj, pod_from_obj
 
 # --- through the index ----------------------------------------------------------------------------------
@@ -86,9 +86,15 @@ def test_a_bound_claim_uses_the_pods_requests_on_its_node_and_counts_its_class()
     capacity = capacity_of(fleet())
     running = pod_from_obj(pod("a", gpus=2, node="a100-a", phase="Running"), RES)
     assert bound_claim(running, capacity.facts("a100-a"), POLICY) == Claim(
-        "ml", node="a100-a", requests=(("nvidia.com/gpu", 2),), classes=(("high", 2),)
+        "ml",
+        node="a100-a",
+        requests=(("nvidia.com/gpu", 2),),
+        classes=(("high", 2),),
+        counted=(("nvidia.com/gpu", 2),),
+        memory_mib=2 * 40960,
     )
     assert node_classes(capacity.facts("not-seen"), (("nvidia.com/gpu", 2),), POLICY) == ()
+    assert node_memory(capacity.facts("not-seen"), (("nvidia.com/gpu", 2),)) == 0
 
 
 def test_an_unbound_claim_holds_in_the_one_pool_its_node_selector_reaches() -> None:
@@ -96,5 +102,31 @@ def test_an_unbound_claim_holds_in_the_one_pool_its_node_selector_reaches() -> N
     reach, and counted against that pool's class."""
     capacity = capacity_of(fleet())
     waiting = pod_from_obj(pod("w", gpus=3, node_selector={**dict(T4_SELECTOR), "other": "label"}), RES)
-    claim = unbound_claim(waiting, capacity.all_pools(), POLICY)
-    assert claim == Claim("ml", holds=((T4, 3),), pins=T4_SELECTOR, classes=(("medium", 3),))
+    claim = unbound_claim(waiting, capacity.all_pools(), POLICY, capacity.pool_memory_mib)
+    assert claim == Claim(
+        "ml",
+        holds=((T4, 3),),
+        pins=T4_SELECTOR,
+        classes=(("medium", 3),),
+        counted=(("nvidia.com/gpu", 3),),
+        memory_mib=3 * 15360,
+    )
+
+
+def test_a_placed_pod_of_a_group_is_a_member_on_its_annotated_pool() -> None:
+    """A Pod with a workload group and a gpupool.io/pool annotation is one member of its group on that
+    pool, bound or not; without either it is a member nowhere."""
+    capacity = capacity_of(fleet())
+    job = [{"kind": "Job", "name": "train", "controller": True}]
+    placed = pod("p", gpus=1, annotations={"gpupool.io/pool": str(T4)})
+    placed["metadata"]["ownerReferences"] = job
+    bound = pod("b", gpus=1, node="t4-a", annotations={"gpupool.io/pool": str(T4)})
+    bound["metadata"]["ownerReferences"] = job
+    unplaced = pod("u", gpus=1)
+    unplaced["metadata"]["ownerReferences"] = job
+    claims = [
+        unbound_claim(pod_from_obj(placed, RES), capacity.all_pools(), POLICY, capacity.pool_memory_mib),
+        bound_claim(pod_from_obj(bound, RES), capacity.facts("t4-a"), POLICY),
+        unbound_claim(pod_from_obj(unplaced, RES), capacity.all_pools(), POLICY, capacity.pool_memory_mib),
+    ]
+    assert [c.group for c in claims] == [("Job/train", T4), ("Job/train", T4), None]

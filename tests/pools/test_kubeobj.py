@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tests.builders import gpu_node, pod, quota
+from webhook.admission.pod import read_pod
 from webhook.domain.model import Taint
 from webhook.pools.kubeobj import node_from_obj, pod_from_obj, pod_gpu_requests, quota_from_obj
 
@@ -36,6 +37,27 @@ def test_pod_with_placement_but_no_gpus_is_kept() -> None:
     """A Pod gpupool pinned is accounted even before its limits are visible."""
     info = pod_from_obj(pod(annotations={"gpupool.io/pool": "nvidia/medium/Tesla-T4"}), GPU)
     assert info is not None and info.pool == "nvidia/medium/Tesla-T4"
+
+
+def test_a_pods_group_is_the_one_admission_reads() -> None:
+    """The inventory puts a watched Pod in the group its admission put it in: annotation, workload
+    label, controller owner, by the one rule both share."""
+    owners = [{"kind": "ConfigMap", "name": "c"}, {"kind": "Job", "name": "train", "controller": True}]
+    cases = [
+        ({"gpupool.io/group": "sweep"}, {}, owners),
+        ({}, {"ray.io/cluster": "rc"}, owners),
+        ({}, {"app": "x"}, owners),
+        ({}, {}, [{"kind": "Job", "name": "train"}]),
+    ]
+    groups = []
+    for own, labels, refs in cases:
+        obj = pod(gpus=1, annotations=own)
+        obj["metadata"].update(labels=labels, ownerReferences=refs)
+        info = pod_from_obj(obj, GPU)
+        assert info is not None
+        assert info.group == read_pod(obj).group
+        groups.append(info.group)
+    assert groups == ["sweep", "RayCluster/rc", "Job/train", ""]
 
 
 def test_requests_default_to_limits_and_phase_defaults_to_pending() -> None:

@@ -3,6 +3,8 @@ told to the capacity index, and following the nodes when it says they changed.""
 
 from __future__ import annotations
 
+from typing import Any
+
 from tests.builders import decision_view, fleet, gpu_node, index_of, pod
 from tests.pools.probes import (
     POLICY,
@@ -63,6 +65,66 @@ def test_relabelled_node_moves_the_class_usage_of_its_pods() -> None:
     assert (index.class_used("train", "high"), index.class_used("train", "medium")) == (16, 0)
     index.remove_node("a100-b")
     assert index.class_used("train", "high") == 8
+
+
+def job_pod(name: str, job: str = "train", **fields: Any) -> dict[str, Any]:
+    """A Pod a Job controller made, as the watch shows it once gpupool placed it on the T4 pool."""
+    obj = pod(name, annotations={"gpupool.io/pool": str(T4)}, gpus=1, node_selector=dict(T4_SELECTOR), **fields)
+    obj["metadata"]["ownerReferences"] = [{"kind": "Job", "name": job, "uid": "u", "controller": True}]
+    return obj
+
+
+def test_a_group_holds_its_pool_through_reservations_then_pods_until_they_finish() -> None:
+    """A burst of a Job's admissions makes the group a member of the pool before the watch shows any
+    Pod; each Pod that shows up takes over its reservation; finished Pods leave the group, and a group
+    with no member left is forgotten."""
+    index = index_of(fleet())
+    for i in range(3):
+        index.reserve("ml", T4, T4_SELECTOR, 1, now=0.0, name=f"p{i}", group="Job/train")
+    assert index.group_pools("ml", "Job/train") == {T4: 3}
+    assert index.group_pools("other", "Job/train") == {}  # groups are namespace-scoped
+    for i in range(3):
+        index.upsert_pod(pod_from_obj(job_pod(f"p{i}"), RES))
+    assert (index.reservations, index.group_pools("ml", "Job/train")) == (0, {T4: 3})
+    index.upsert_pod(pod_from_obj(job_pod("p0", node="t4-a", phase="Running"), RES))
+    index.upsert_pod(pod_from_obj(job_pod("p1", node="t4-a", phase="Succeeded"), RES))
+    index.remove_pod(("ml", "p2"))
+    assert index.group_pools("ml", "Job/train") == {T4: 1}
+    index.remove_pod(("ml", "p0"))
+    assert index.group_pools("ml", "Job/train") == {}
+
+
+def test_gpupool_counts_each_namespaces_gpu_requests_itself() -> None:
+    """The GPUs a namespace's Pods request, bound or waiting, as long as they are not Succeeded or Failed:
+    what a quota Kubernetes does not enforce is held to. Reservations are counted apart."""
+    index = index_of(fleet())
+    index.upsert_pod(pod_from_obj(pod("run", gpus=2, node="t4-a", phase="Running"), RES))
+    index.upsert_pod(pod_from_obj(pod("wait", gpus=3), RES))
+    index.upsert_pod(pod_from_obj(pod("done", gpus=4, node="t4-b", phase="Succeeded"), RES))
+    index.reserve("ml", T4, T4_SELECTOR, 1, now=0.0, name="next")
+    assert (index.requested("ml", "nvidia.com/gpu"), index.reserved("ml", "nvidia.com/gpu")) == (5, 1)
+    index.upsert_pod(pod_from_obj(pod("wait", gpus=3, phase="Failed"), RES))
+    assert index.requested("ml", "nvidia.com/gpu") == 2
+
+
+def test_gpu_memory_follows_the_node_or_pool_a_pod_is_on() -> None:
+    """GPU memory held is devices x memory per device: the node's for a bound Pod, the pool's for a
+    placed Pod not on a node yet or a reservation; it moves when a node's memory label changes, and a
+    Pod pinned to a pool whose nodes are not seen yet holds memory once they are."""
+    index = index_of([gpu_node("t4-a", memory_mib=15360), gpu_node("l4-a", "NVIDIA-L4", memory_mib=23034)])
+    a100_pool = {"gpupool.io/pool": "nvidia/high/NVIDIA-A100-SXM4-40GB"}
+    index.upsert_pod(pod_from_obj(pod("run", gpus=2, node="t4-a", phase="Running"), RES))
+    index.upsert_pod(pod_from_obj(pod("wait", gpus=1, annotations=a100_pool), RES))
+    index.reserve("ml", T4, T4_SELECTOR, 1, now=0.0, name="next")
+    assert (index.memory_used("ml"), index.memory_pending("ml")) == (3 * 15360, 15360)
+    index.upsert_node(node_from_obj(gpu_node("t4-a", memory_mib=16384), RES))
+    assert index.memory_used("ml") == 2 * 16384 + 15360  # the reservation keeps what it was made with
+    a100_node = gpu_node("a100-a", "NVIDIA-A100-SXM4-40GB", 8, memory_mib=40960, gpu_class="high")
+    index.upsert_node(node_from_obj(a100_node, RES))
+    assert index.memory_used("ml") == 2 * 16384 + 15360 + 40960
+    index.expire(now=POLICY.defaults.reservation_seconds + 1)
+    index.remove_pod(("ml", "run"))
+    assert (index.memory_used("ml"), index.memory_pending("ml")) == (40960, 0)
 
 
 def test_pod_list_before_node_list_gives_the_same_usage() -> None:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from tests.builders import fleet, index_of, policy, quota
+from tests.builders import fleet, index_of, pod, policy, quota
+from tests.pools.probes import T4, T4_SELECTOR
 from webhook.pools.kubeobj import quota_from_obj
-from webhook.pools.quotas import quota_warnings, unenforced
+from webhook.pools.quotas import quota_rows, quota_warnings, unenforced
 
 POLICY = policy()
 
@@ -20,14 +21,52 @@ def test_scoped_quota_is_not_hidden_from_the_admin() -> None:
 
 
 def test_unprefixed_gpu_quota_is_flagged_with_the_fix() -> None:
-    """`nvidia.com/gpu: 4` limits nothing; the warning says what to write instead."""
-    info = quota_from_obj(quota("q", "team-b", {"nvidia.com/gpu": "4", "cpu": "8"}), POLICY.gpu_resources)
+    """`nvidia.com/gpu: 4` and `limits.nvidia.com/gpu: 4` limit nothing in Kubernetes: the warning says
+    that gpupool alone enforces them (or nobody, with the policy switch off) and what to write instead."""
+    info = quota_from_obj(
+        quota("q", "team-b", {"nvidia.com/gpu": "4", "limits.nvidia.com/gpu": "6", "cpu": "8"}), POLICY.gpu_resources
+    )
     assert info is not None
     assert unenforced(info, POLICY) == [
-        "quota team-b/q: 'nvidia.com/gpu: 4' is not enforced by Kubernetes for extended resources; "
-        "write 'requests.nvidia.com/gpu: 4'"
+        "quota team-b/q: 'nvidia.com/gpu: 4' is not enforced by Kubernetes for extended resources; enforced by "
+        "gpupool only, for the Pods it admits; write 'requests.nvidia.com/gpu: 4'",
+        "quota team-b/q: 'limits.nvidia.com/gpu: 6' is not enforced by Kubernetes for extended resources; enforced "
+        "by gpupool only, for the Pods it admits; write 'requests.nvidia.com/gpu: 6'",
     ]
+    off = policy("defaults: {enforceAllGpuQuotaForms: false}")
+    assert "not enforced at all (policy defaults.enforceAllGpuQuotaForms is false)" in unenforced(info, off)[0]
     both = quota_from_obj(
         quota("q", "t", {"nvidia.com/gpu": "4", "requests.nvidia.com/gpu": "4"}), POLICY.gpu_resources
     )
     assert both is not None and unenforced(both, POLICY) == []
+
+
+def test_every_quota_gpupool_checks_is_a_row_with_used_pending_hard_and_who_enforces_it() -> None:
+    """ResourceQuotas in the form Kubernetes enforces (used: status.used), in the forms only gpupool
+    enforces (used: gpupool's own count of the namespace's Pods), the policy's class and memory quotas;
+    pending is what gpupool admitted that the watch has not shown yet. Scoped quotas are not checked,
+    so not listed; -n keeps one namespace."""
+    pol = policy("namespaces: {team-a: {classQuota: {medium: 8}, memoryQuota: 64Gi}}")
+    scoped = quota("prio", "team-a", {"requests.nvidia.com/gpu": "1"})
+    scoped["spec"]["scopes"] = ["NotTerminating"]
+    objects = [
+        *fleet(),
+        pod("a", "team-a", gpus=2, node="t4-a", phase="Running"),
+        pod("b", "team-b", gpus=1, node="t4-b", phase="Running"),
+        quota("gpu-quota", "team-a", {"requests.nvidia.com/gpu": "4"}, {"requests.nvidia.com/gpu": "2"}),
+        quota("tutorial", "team-b", {"nvidia.com/gpu": "4", "limits.nvidia.com/gpu": "6"}),
+        scoped,
+    ]
+    index = index_of(objects, pol)
+    index.reserve("team-a", T4, T4_SELECTOR, 1, now=0.0, name="next")
+    rows = quota_rows(index, pol)
+    assert [tuple(r) for r in rows] == [
+        ("team-a", "classQuota", "medium", 2, 1, 8, "gpus", "gpupool only"),
+        ("team-a", "gpu-quota", "requests.nvidia.com/gpu", 2, 1, 4, "gpus", "Kubernetes and gpupool"),
+        ("team-a", "memoryQuota", "gpu-memory", 2 * 15360, 15360, 64 * 1024, "MiB", "gpupool only"),
+        ("team-b", "tutorial", "limits.nvidia.com/gpu", 1, 0, 6, "gpus", "gpupool only"),
+        ("team-b", "tutorial", "nvidia.com/gpu", 1, 0, 4, "gpus", "gpupool only"),
+    ]
+    assert [r.quota for r in quota_rows(index, pol, "team-b")] == ["tutorial", "tutorial"]
+    off = policy("defaults: {enforceAllGpuQuotaForms: false}")
+    assert {r.enforced_by for r in quota_rows(index_of(objects, off), off, "team-b")} == {"nobody"}

@@ -329,6 +329,19 @@ class TestRealCore:
         assert patched["metadata"]["annotations"]["gpupool.io/pool"] == response["auditAnnotations"]["pool"]
         assert patched["spec"]["nodeSelector"]
 
+    def test_the_admission_line_carries_the_pods_group(self, real: Harness) -> None:
+        """A Job's Pod is logged with its group (from its controller owner), so a group's admissions can be
+        found in the log; a Pod of no group has no such field."""
+        with_level(logging.INFO)
+        real.lines.clear()
+        job_pod = gpu_pod(name=None, generate_name="train-")
+        job_pod["metadata"]["ownerReferences"] = [{"kind": "Job", "name": "train", "uid": "u", "controller": True}]
+        real.review(admission_review(job_pod, dry_run=True))
+        real.review(admission_review(gpu_pod(), dry_run=True))
+        grouped, alone = (orjson.loads(line) for line in real.lines)
+        assert grouped["group"] == "Job/train"
+        assert "group" not in alone
+
     def test_pod_without_gpupool_annotations_is_unchanged(self, real: Harness) -> None:
         """A Pod that asks for no GPU gets no patch."""
         pod = {"metadata": {"name": "web"}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}

@@ -79,7 +79,17 @@ class TestAdmissionFields:
             error_id="abc",
         )
         assert (fields["dry_run"], fields["code"], fields["error_id"]) == (True, 500, "abc")
-        assert "reason" not in fields
+        assert "reason" not in fields and "group" not in fields
+
+    def test_the_workload_group_is_on_the_line_and_bounded(self) -> None:
+        """A grouped Pod's line says its group, so a group's admissions can be followed; an owner name
+        cannot make the line long."""
+        fields = admission_fields(uid="u", namespace="ns", pod="p", outcome="mutated", pool="", latency_ms=1,
+                                  group="Job/train-llama")  # fmt: skip
+        assert fields["group"] == "Job/train-llama"
+        long = admission_fields(uid="u", namespace="ns", pod="p", outcome="mutated", pool="", latency_ms=1,
+                                group="Job/" + "x" * 5000)  # fmt: skip
+        assert len(long["group"]) < 400
 
 
 class TestLoggingConfig:

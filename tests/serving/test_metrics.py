@@ -13,14 +13,18 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from tests.builders import gpu_node, pod, quota
 from tests.conftest import REPO, wait_until
 from webhook.domain.model import PoolKey, QuotaInfo
-from webhook.domain.policy import Policy, load_policy
+from webhook.domain.policy import Policy, load_policy, load_policy_text
 from webhook.pools.inventory import PoolStats
 from webhook.serving.metrics import GaugeRefresher, Metrics, multiprocess_exposition, worker_readiness
+from webhook.sources.snapshot import SnapshotInventory, build_index
 
 L4 = PoolKey("nvidia", "medium", "NVIDIA-L4")
 T4 = PoolKey("nvidia", "medium", "Tesla-T4")
+A100 = PoolKey("nvidia", "high", "NVIDIA-A100-SXM4-40GB")
+LABELS = ("namespace", "quota", "resource")
 
 
 def stats(pool: PoolKey, nodes: int, gpus: int, free: int) -> PoolStats:
@@ -39,6 +43,12 @@ class FakeView:
 
     def all_quotas(self) -> list[QuotaInfo]:
         return list(self.quotas)
+
+    def reserved(self, namespace: str, resource: str) -> int:
+        return 0
+
+    def requested(self, namespace: str, resource: str) -> int:
+        return 0
 
 
 @dataclass
@@ -127,6 +137,42 @@ class TestRefresh:
         inventory.age = 0.0
         Metrics(registry2 := CollectorRegistry()).refresh(inventory, stale_after_seconds=10)
         assert value(registry2, "gpupool_inventory_stale") == 0
+
+    def test_every_quota_gpupool_checks_has_used_and_hard_gauges(self) -> None:
+        """One pair of gauges per quota limit, labelled namespace, quota, resource: ResourceQuotas in both
+        forms (used: status.used, or gpupool's own count; plus pending admissions), the policy's class
+        quotas and its memory quota (in bytes), so "a namespace at 90% of its H100s" is one alert. A quota
+        that is gone reads 0."""
+        pol = load_policy_text("namespaces: {team-a: {classQuota: {high: 4}, memoryQuota: 100Gi}}")
+        objects = [
+            gpu_node("a100-a", "NVIDIA-A100-SXM4-40GB", 8, memory_mib=40960, gpu_class="high"),
+            pod("p", "team-a", gpus=2, node="a100-a", phase="Running"),
+            pod("q", "team-b", gpus=1, node="a100-a", phase="Running"),
+            quota("gpu-quota", "team-a", {"requests.nvidia.com/gpu": "4"}, {"requests.nvidia.com/gpu": "2"}),
+            quota("tutorial", "team-b", {"nvidia.com/gpu": "4"}),
+        ]
+        index = build_index(objects, pol)
+        index.reserve("team-a", A100, (), 1, now=0.0, name="next")
+        registry = CollectorRegistry()
+        metrics = Metrics(registry)
+        metrics.refresh(SnapshotInventory(index, "test"))
+        gauges = {
+            labels: (value(registry, "gpupool_quota_used", **dict(zip(LABELS, labels, strict=True))),
+                     value(registry, "gpupool_quota_hard", **dict(zip(LABELS, labels, strict=True))))
+            for labels in [("team-a", "gpu-quota", "requests.nvidia.com/gpu"), ("team-a", "classQuota", "high"),
+                           ("team-a", "memoryQuota", "gpu-memory"), ("team-b", "tutorial", "nvidia.com/gpu")]
+        }  # fmt: skip
+        assert gauges == {
+            ("team-a", "gpu-quota", "requests.nvidia.com/gpu"): (3, 4),
+            ("team-a", "classQuota", "high"): (3, 4),
+            ("team-a", "memoryQuota", "gpu-memory"): (3 * 40 * 2**30, 100 * 2**30),
+            ("team-b", "tutorial", "nvidia.com/gpu"): (1, 4),
+        }
+        index.remove_quota("team-b", "tutorial")
+        metrics.refresh(SnapshotInventory(index, "test"))
+        assert (
+            value(registry, "gpupool_quota_hard", namespace="team-b", quota="tutorial", resource="nvidia.com/gpu") == 0
+        )
 
     def test_vanished_pool_reads_zero(self) -> None:
         """A pool that is gone from the inventory shows 0, not its last capacity."""

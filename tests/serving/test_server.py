@@ -34,7 +34,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from tests.builders import gpu_node
+from tests.builders import gpu_node, pod, quota
 from tests.conftest import (
     DEMO_INVENTORY,
     NAMESPACE,
@@ -755,6 +755,100 @@ class TestLiveInventory:
             finally:
                 client.close()
                 server.stop()
+
+
+def job_review(job: str, i: int, *, namespace: str = "ml", gpus: int = 1) -> dict[str, Any]:
+    """The review kube-apiserver sends when a Job controller creates its i-th Pod: generateName only, the
+    Job as controller owner, no gpupool.io/group annotation (the Job groups them)."""
+    pod = gpu_pod(name=None, generate_name=f"{job}-", namespace=namespace,
+                  annotations={"gpupool.io/min-memory": "1Gi", "gpupool.io/gpu-count": str(gpus)})  # fmt: skip
+    pod["metadata"]["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": f"uid-{job}", "controller": True}
+    ]
+    return admission_review(pod, uid=f"{job}-{i}", namespace=namespace)
+
+
+LIVE_POLICY = "namespaces: {vision: {memoryQuota: 48Gi}}\n"
+
+
+@pytest.fixture(scope="class")
+def live(
+    cert_dir: Path, start_server: Callable[..., ServerProcess], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[KubeSim, ApiServerClient, ServerProcess]]:
+    """`gpupool serve` on the API simulator: two pools the ranking cannot tell apart (same class, same
+    memory per GPU; 16 GPUs each), a ResourceQuota in the tutorial's form in team-b (1 of 4 GPUs used)
+    and a 48Gi GPU-memory quota for vision."""
+    tmp = tmp_path_factory.mktemp("live")
+    (tmp / "policy.yaml").write_text(LIVE_POLICY)
+    with KubeSim(bookmark_interval=0.5) as sim:
+        sim.load([
+                *(gpu_node(f"a10-{i}", "NVIDIA-A10", 8, memory_mib=23034) for i in range(2)),
+                *(gpu_node(f"l4-{i}", "NVIDIA-L4", 8, memory_mib=23034) for i in range(2)),
+                quota("compute-resources", "team-b", {"nvidia.com/gpu": "4"}),
+                pod("inference", "team-b", gpus=1, node="l4-1", phase="Running"),
+            ])  # fmt: skip
+        kubeconfig = sim.write_kubeconfig(tmp / "kubeconfig")
+        port, health_port = free_port(), free_port()
+        argv = serve_argv(
+            cert_dir, port, health_port, "--kubeconfig", str(kubeconfig), "--policy", str(tmp / "policy.yaml")
+        )
+        server = start_server(argv, health_port)
+        client = ApiServerClient(port, cert_dir / "ca.crt")
+        try:
+            yield sim, client, server
+        finally:
+            client.close()
+            server.stop()
+
+
+class TestGroupsAndQuotasLive:
+    """The server on the live inventory (the API simulator): a workload's burst stays on one pool, and the
+    quota forms and the GPU-memory quota are enforced, as kube-apiserver would see it."""
+
+    def test_a_burst_of_16_job_pods_lands_on_one_pool_while_it_has_room(
+        self, live: tuple[KubeSim, ApiServerClient, ServerProcess]
+    ) -> None:
+        """16 Pods of one Job, sent back to back, none of them created in the cluster (the watch shows
+        none): every one goes to the same pool, which has exactly 16 free GPUs, with no warning; the 17th
+        finds it full and is placed on the other pool, saying the group is split. Each admission line
+        names the group. (Without groups the ranking alternates between the two pools.)"""
+        sim, client, server = live
+        answers = [client.review(job_review("train", i))["response"] for i in range(17)]
+        pools = [a["auditAnnotations"]["pool"] for a in answers]
+        assert len(set(pools[:16])) == 1, pools
+        assert pools[16] != pools[0]
+        assert all("warnings" not in a for a in answers[:16])
+        first, other = pools[0].rsplit("/", 1)[1], pools[16].rsplit("/", 1)[1]
+        assert answers[16]["warnings"] == [f"gpupool: group Job/train split across pools {first} and {other}"]
+        assert sim.open_watches("pods") >= 1  # watching, and none of the Pods was created in the cluster
+
+        def logged() -> bool:
+            return sum(e.get("group") == "Job/train" for e in server.log_lines()) == 17
+
+        wait_until(logged, 30, "17 admission lines naming the group")
+
+    def test_the_tutorials_quota_form_is_enforced(self, live: tuple[KubeSim, ApiServerClient, ServerProcess]) -> None:
+        """team-b's `nvidia.com/gpu: 4`: 3 more GPUs fit beside the 1 a running Pod holds; then 4 more do
+        not (403: used 1 + 3 just admitted), and the message says Kubernetes does not enforce the form."""
+        _, client, _ = live
+        fits = client.review(job_review("eval", 0, namespace="team-b", gpus=3))["response"]
+        assert fits["allowed"] is True, fits
+        denied = client.review(job_review("eval-4", 0, namespace="team-b", gpus=4))["response"]
+        assert (denied["allowed"], denied["status"]["code"]) == (False, 403)
+        assert denied["status"]["message"].startswith(
+            "exceeded quota compute-resources in namespace team-b: nvidia.com/gpu used 4 + requested 4 > hard 4; "
+            "Kubernetes does not enforce"
+        )
+
+    def test_the_memory_quota_is_enforced(self, live: tuple[KubeSim, ApiServerClient, ServerProcess]) -> None:
+        """vision may hold 48Gi of GPU memory: two 22.5Gi GPUs fit, a third does not."""
+        _, client, _ = live
+        assert client.review(job_review("seg", 0, namespace="vision", gpus=2))["response"]["allowed"] is True
+        denied = client.review(job_review("seg", 1, namespace="vision"))["response"]
+        assert (denied["allowed"], denied["status"]["code"]) == (False, 403)
+        assert denied["status"]["message"] == (
+            "GPU memory quota in namespace vision exceeded: used 46068Mi + requested 23034Mi > hard 48Gi"
+        )
 
 
 class TestGcFreeze:

@@ -12,13 +12,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jsonpatch
 import pytest
 
 from tests.builders import GPU_TAINT, decision_view, eventually, gpu_node, pod, policy, quota
 from webhook.admission.core import Admitter
 from webhook.domain.model import PoolKey
 from webhook.domain.policy import Policy
-from webhook.sources.live import LiveInventory
+from webhook.sources.live import InventoryConnectError, LiveInventory, context_namespace
 from webhook.sources.reflector import ReflectorConfig
 from webhook.sources.snapshot import build_index, parse_objects
 from webhook.testing.kubesim import KubeSim
@@ -228,6 +229,55 @@ def test_burst_never_oversubscribes_a_pool(live: LiveInventory, sim: KubeSim) ->
     eventually(lambda: free(live) == 0 and _reservations(live) == 6, what="settled reservations")
 
 
+def test_a_jobs_burst_stays_on_one_pool_before_and_after_the_watch_shows_it(tmp_path: Path) -> None:
+    """Two pools the ranking cannot tell apart. 16 Pods of one Job are admitted back to back (from 16
+    threads) before the watch shows any: all on one pool, held by the reservations that carry the group.
+    Then the Pods are created and bound as the scheduler would: the watch shows them, their reservations
+    end, and the Pods themselves keep the group there: the Job's next Pod follows them, although the
+    other pool now has far more free GPUs."""
+    with KubeSim(bookmark_interval=0.2) as sim:
+        sim.load([*(gpu_node(f"a10-{i}", "NVIDIA-A10", 8, memory_mib=23034) for i in range(3)),
+                  *(gpu_node(f"l4-{i}", "NVIDIA-L4", 8, memory_mib=23034) for i in range(3))])  # fmt: skip
+        live = LiveInventory.connect(POLICY, str(sim.write_kubeconfig(tmp_path / "kc")), FAST).start()
+        try:
+            assert live.wait_ready(20)
+            admitter = Admitter(POLICY, live)
+            owner = [{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u", "controller": True}]
+
+            def job_pod(i: int) -> dict[str, Any]:
+                obj = pod(f"train-{i}", annotations={"gpupool.io/gpu-class": "medium"})
+                obj["metadata"]["ownerReferences"] = owner
+                return obj
+
+            results: dict[int, Any] = {}
+
+            def admit(i: int) -> None:
+                results[i] = admitter.admit(job_pod(i), namespace="ml")
+
+            threads = [threading.Thread(target=admit, args=(i,)) for i in range(16)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            pools = {r.placement.pool for r in results.values() if r.placement is not None}
+            assert len(pools) == 1 and all(not r.warnings for r in results.values())
+            (home,) = pools
+            prefix = "a10" if home.product == "NVIDIA-A10" else "l4"
+            for i, result in results.items():  # created as admitted, then bound by the scheduler
+                seen = jsonpatch.apply_patch(job_pod(i), list(result.patch))
+                seen["spec"]["nodeName"] = f"{prefix}-{i // 8}"
+                seen["status"] = {"phase": "Running"}
+                sim.add(seen)
+            eventually(lambda: _reservations(live) == 0, what="the Pods taking over their reservations")
+            with live.read() as index:
+                assert index.group_pools("ml", "Job/train") == {home: 16}
+            nxt = admitter.admit(job_pod(16), namespace="ml")
+            assert nxt.placement is not None and nxt.placement.pool == home and not nxt.warnings
+        finally:
+            live.close()
+        assert sim.handler_errors == []
+
+
 # --- the order lists and events arrive in (issue 12) ------------------------------------------------------
 
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "cluster.yaml"
@@ -322,3 +372,19 @@ def _with_kinds(lists: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
 def _reservations(inventory: LiveInventory) -> int:
     with inventory.read() as index:
         return index.reservations
+
+
+def test_the_contexts_namespace_is_kubectls(tmp_path: Path) -> None:
+    """The namespace kubectl would use: the current context's, another context's, `default` for a
+    context without one or no kubeconfig at all; an unknown context is an error naming it."""
+    kubeconfig = tmp_path / "kc"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\ncurrent-context: a\ncontexts:\n"
+        "- {name: a, context: {cluster: c, user: u, namespace: team-a}}\n- {name: b, context: {cluster: c, user: u}}\n"
+    )
+    assert context_namespace(str(kubeconfig)) == "team-a"
+    assert context_namespace(str(kubeconfig), "b") == "default"
+    assert context_namespace(str(tmp_path / "missing")) == "default"
+    with pytest.raises(InventoryConnectError, match="context 'nope' is not in the kubeconfig"):
+        context_namespace(str(kubeconfig), "nope")

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import kubernetes
 import orjson
 
+from webhook.domain.groups import controller_of, workload_group
 from webhook.testing import synthetic_cluster
 
 
@@ -15,8 +18,9 @@ class TestSyntheticCluster:
         assert synthetic_cluster(nodes=20, pods=100, seed=1) != synthetic_cluster(nodes=20, pods=100, seed=2)
 
     def test_cluster_looks_like_a_gpu_fleet(self) -> None:
-        """GPU nodes carry GFD labels; GPU Pods never exceed their node's GPUs; quotas use the
-        requests. prefix except one; the objects pass the client's typed models."""
+        """GPU nodes carry GFD labels; GPU Pods never exceed their node's GPUs and belong to workload
+        groups of several Pods, of every kind; quotas use the requests. prefix except one; the objects
+        pass the client's typed models."""
         objects = synthetic_cluster(nodes=300, pods=3000, seed=0)
         nodes = [o for o in objects if o["kind"] == "Node"]
         pods = [o for o in objects if o["kind"] == "Pod"]
@@ -39,6 +43,19 @@ class TestSyntheticCluster:
         )
         gpu_pods = sum(1 for p in pods if "nvidia.com/gpu" in p["spec"]["containers"][0]["resources"]["limits"])
         assert 0.03 < gpu_pods / len(pods) < 0.07
+        groups: Counter[tuple[str, str]] = Counter()
+        for p in pods:
+            meta = p["metadata"]
+            if "nvidia.com/gpu" in p["spec"]["containers"][0]["resources"]["limits"]:
+                group = workload_group(
+                    meta.get("annotations", {}).get("gpupool.io/group"),
+                    meta["labels"],
+                    controller_of(meta["ownerReferences"]),
+                )
+                groups[(meta["namespace"], group)] += 1
+        assert {g.split("/")[0] for _, g in groups if "/" in g} >= {"Job", "KubeflowJob", "JobSet", "ReplicaSet"}
+        assert any("/" not in g for _, g in groups)  # a sweep named by gpupool.io/group
+        assert max(groups.values()) > 1  # groups of several Pods (more of them in larger clusters)
         assert len({p["metadata"]["namespace"] for p in pods}) == 50
         assert 1200 < sum(len(orjson.dumps(p)) for p in pods) / len(pods) < 2500
         resources = [r for q in quotas for r in q["spec"]["hard"] if "gpu" in r]

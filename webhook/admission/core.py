@@ -1,4 +1,4 @@
-"""Admission of one Pod: annotations -> request -> decision -> quota -> patch, as a Verdict.
+"""Admission of one Pod: annotations -> request -> decision -> group -> quota -> patch, as a Verdict.
 
 `evaluate` is the pure core (no I/O, no clock): the same function answers kube-apiserver through the
 Flask app and the user through `gpupool explain`. It is `prepare` (what the Pod alone decides) then
@@ -15,9 +15,10 @@ from typing import Any, NamedTuple
 
 from webhook.admission import verdict
 from webhook.admission.decision import bound_problem, class_quota_problem, decide
+from webhook.admission.groups import decide_for_group
 from webhook.admission.patch import PatchSpec, build_patch
 from webhook.admission.pod import PodError, PodShape, PodView, read_pod
-from webhook.admission.quotas import check_quotas
+from webhook.admission.quotas import check_quotas, memory_quota_problem
 from webhook.admission.request import (
     GpuRequest,
     RequestError,
@@ -27,7 +28,7 @@ from webhook.admission.request import (
     visible_devices_problem,
     wants_gpus,
 )
-from webhook.admission.verdict import Placement, Verdict
+from webhook.admission.verdict import GroupNote, Placement, Verdict
 from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
 from webhook.pools.inventory import Inventory
@@ -92,18 +93,18 @@ def place(
     """The pool for a prepared Pod, read from the index now, and the patch that pins it there (or, for a
     Pod that names its node, the check of that node's pool)."""
     view, req, node, devices = prepared
-    if node:
-        return _bound(req, node, devices, policy, index)
-    if req.partitions:
-        return _partitions(req, policy)
-    decision = decide(req, index, policy)
+    if node or req.partitions:
+        result = _bound(req, node, devices, policy, index) if node else _partitions(req, policy)
+        return replace(result, group=GroupNote(view.group, None, 0)) if view.group else result
+    # The group is read from the ledger now, after the (memoised) plan: it is identity, not shape.
+    decision, group = decide_for_group(decide(req, index, policy), req, view.group, index, policy)
     reasons = decision.explain() if explain else ()
     chosen = decision.chosen
     if chosen is None:
-        return verdict.deny(decision.denial, reasons=reasons, reason=decision.denial_reason)
-    quota_problem = check_quotas(req, index, chosen.resource)
+        return verdict.deny(decision.denial, reasons=reasons, reason=decision.denial_reason, group=group)
+    quota_problem = check_quotas(req, index, policy, chosen.resource)
     if quota_problem:
-        return verdict.deny(quota_problem, reasons=reasons, reason="quota")
+        return verdict.deny(quota_problem, reasons=reasons, reason="quota", group=group)
     placement = Placement(
         pool=chosen.pool,
         resource=chosen.resource,
@@ -118,7 +119,7 @@ def place(
     )
     # The key is the patch's whole input, so nothing it reads can be left out of it.
     patch = shapes.get((view.shape, spec), lambda: build_patch(view.shape, spec))
-    return verdict.place(placement, patch, warnings=decision.warnings, reasons=reasons)
+    return verdict.place(placement, patch, warnings=decision.warnings, reasons=reasons, group=group)
 
 
 def _bound(req: GpuRequest, node: str, devices: int, policy: Policy, index: PoolIndex) -> Verdict:
@@ -145,7 +146,11 @@ def _bound(req: GpuRequest, node: str, devices: int, policy: Policy, index: Pool
     over = class_quota_problem(req.namespace, facts.pool.gpu_class, devices, index, policy)
     if over:
         return verdict.deny(over, reason="class-quota")
-    quota_problem = check_quotas(req, index, facts.resource, devices) if facts.resource in resources else ""
+    if facts.resource in resources:
+        memory = memory_quota_problem(req.namespace, devices * facts.memory_mib, index, policy)
+        if memory:
+            return verdict.deny(memory, reason="memory-quota")
+    quota_problem = check_quotas(req, index, policy, facts.resource, devices) if facts.resource in resources else ""
     if quota_problem:
         return verdict.deny(quota_problem, reason="quota")
     free = index.node_free(facts) if facts.resource in resources else devices
@@ -234,6 +239,9 @@ class Admitter:
                     generate_name=view.generate_name,
                     node=node,
                     echoed=bool(echoed),
+                    # A member of its group on the pool, as the Pod will be once the watch shows it
+                    # carrying gpupool.io/pool (a Pod that names its node gets no pool written).
+                    group="" if node else view.group,
                 )
         if placement is not None and stale:
             note = f"gpupool: placed from a GPU inventory {stale:.0f} s stale; the pool may have changed"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from webhook.admission.quotas import memory_quota_problem
 from webhook.admission.request import GpuRequest
 from webhook.admission.verdict import Reason
 from webhook.domain.model import PREFIX, PoolKey, Selector, Taint
@@ -33,6 +34,7 @@ class Candidate(NamedTuple):
     free_total: int
     fits: bool
     fallback: bool  # of a class the Pod did not ask for
+    groups: tuple[Group, ...] = ()  # the node groups its selector reaches that the Pod tolerates
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +110,7 @@ def decide(req: GpuRequest, index: PoolIndex, policy: Policy) -> Decision:
         return (int(c.fallback), tier, c.memory_mib, -c.free_total, c.pool.product)
 
     candidates.sort(key=rank)
-    quota_note, candidates = _class_quota(req, index, policy, candidates)
+    (quota_note, quota_reason), candidates = _class_quota(req, index, policy, candidates, rejections)
     primary = [c for c in candidates if not c.fallback]
     chosen = next((c for c in candidates if c.fits), None)
     warnings: list[str] = []
@@ -122,7 +124,7 @@ def decide(req: GpuRequest, index: PoolIndex, policy: Policy) -> Decision:
     waiting = primary[0] if primary else (candidates[0] if candidates else None)
     if waiting is None:
         if quota_note:
-            return Decision(None, quota_note, (), (), tuple(rejections), "class-quota")
+            return Decision(None, quota_note, (), (), tuple(rejections), quota_reason)
         nearest = "; ".join(_describe(r, rejections) for r in rejections[:3])
         nearest = nearest or f"the inventory has no {req.vendor.name} GPU pools"
         return Decision(None, f"no GPU pool matches the Pod: {nearest}", (), (), tuple(rejections), "no-match")
@@ -231,7 +233,9 @@ def _best(req: GpuRequest, options: tuple[_Option, ...]) -> Candidate:
             best = (fits, free_total, max_free, o)
     assert best is not None  # a pool is only planned with at least one workable selector
     fits, free_total, max_free, o = best
-    return Candidate(o.pool, o.resource, o.selector, o.gpu_taints, o.memory_mib, max_free, free_total, fits, o.fallback)
+    return Candidate(
+        o.pool, o.resource, o.selector, o.gpu_taints, o.memory_mib, max_free, free_total, fits, o.fallback, o.groups
+    )
 
 
 def _group_problem(req: GpuRequest, groups: list[Group]) -> str:
@@ -251,19 +255,34 @@ def _group_problem(req: GpuRequest, groups: list[Group]) -> str:
 
 
 def _class_quota(
-    req: GpuRequest, index: PoolIndex, policy: Policy, candidates: list[Candidate]
-) -> tuple[str, list[Candidate]]:
-    """Drop candidates whose class would exceed the namespace's per-class quota."""
-    if not policy.namespace(req.namespace).class_quota:
-        return "", candidates
+    req: GpuRequest, index: PoolIndex, policy: Policy, candidates: list[Candidate], rejections: list[Rejection]
+) -> tuple[tuple[str, Reason], list[Candidate]]:
+    """Drop candidates whose class would exceed the namespace's per-class quota, or whose GPUs its GPU
+    memory quota (each one is added to `rejections`, saying so); the first note, and why, is the denial
+    when none is left."""
+    rule = policy.namespace(req.namespace)
+    if not rule.class_quota and rule.memory_quota_mib is None:
+        return ("", ""), candidates
     kept, notes = [], []
     for c in candidates:
-        note = class_quota_problem(req.namespace, c.pool.gpu_class, req.pod_total, index, policy)
-        if note:
+        note = pool_quota_problem(req, c.pool, index, policy)
+        if note[0]:
             notes.append(note)
+            rejections.append(Rejection(c.pool, (note[0],)))
         else:
             kept.append(c)
-    return (notes[0] if notes else ""), kept
+    return (notes[0] if notes else ("", "")), kept
+
+
+def pool_quota_problem(req: GpuRequest, pool: PoolKey, index: PoolIndex, policy: Policy) -> tuple[str, Reason]:
+    """Why placing the request in `pool` would exceed the namespace's per-class or GPU-memory quota, and
+    which one; ("", "") when it would not."""
+    note = class_quota_problem(req.namespace, pool.gpu_class, req.pod_total, index, policy)
+    if note:
+        return note, "class-quota"
+    memory = req.pod_total * index.pool_memory_mib(pool)
+    note = memory_quota_problem(req.namespace, memory, index, policy)
+    return (note, "memory-quota") if note else ("", "")
 
 
 def class_quota_problem(namespace: str, gpu_class: str, count: int, index: PoolIndex, policy: Policy) -> str:

@@ -8,14 +8,15 @@ writes under has a parent.
 
 `PodView.shape` holds exactly what the request (webhook.admission.request) and the patch (webhook.admission.patch) are
 derived from: they take the shape and nothing else. So the shape is also the key their memo uses, and a
-field the core starts to read is in that key by construction. Identity (name, node, owners) stays
-outside the shape: the replicas of a Deployment share one shape.
+field the core starts to read is in that key by construction. Identity (name, node, owners, the
+workload group) stays outside the shape: the replicas of a Deployment share one shape.
 """
 
 from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from webhook.domain.groups import GROUP_ANNOTATION, MAX_OWNERS, WORKLOAD_LABELS, controller_of, workload_group
 from webhook.domain.model import PREFIX, Toleration
 from webhook.domain.quantity import shown
 
@@ -71,6 +72,7 @@ class PodView(NamedTuple):
     daemonset: bool  # a DaemonSet owns it
     affinity_node: str  # the one node its required node affinity names by metadata.name ("" if none)
     shape: PodShape
+    group: str = ""  # its workload group (webhook.domain.groups), "" when it has none
 
     @property
     def ref(self) -> str:
@@ -106,7 +108,7 @@ def read_pod(obj: Any, namespace: str = "") -> PodView:
             elif key == MIRROR_ANNOTATION:
                 mirror = True
         ours = tuple(found)
-    owners = _list(meta, "ownerReferences", "metadata.ownerReferences", "owner references") or []
+    owners = _bounded(meta, "ownerReferences", "metadata.ownerReferences", "owner references", MAX_OWNERS) or []
     daemonset = False
     for i, owner in enumerate(owners):
         if not isinstance(owner, dict):
@@ -114,6 +116,11 @@ def read_pod(obj: Any, namespace: str = "") -> PodView:
                 f"metadata.ownerReferences[{i}]: expected an owner reference (an object), got {shown(owner)}"
             )
         daemonset = daemonset or _text(owner, "kind", f"metadata.ownerReferences[{i}].kind") == "DaemonSet"
+        _text(owner, "name", f"metadata.ownerReferences[{i}].name")
+        controller = owner.get("controller")
+        if controller not in (None, True, False):
+            raise PodError(f"metadata.ownerReferences[{i}].controller: expected true or false, got {shown(controller)}")
+    labels = _workload_labels(meta)
     containers = _containers(spec, "containers")
     inits = _containers(spec, "initContainers") if spec.get("initContainers") is not None else None
     shape = PodShape(
@@ -133,7 +140,17 @@ def read_pod(obj: Any, namespace: str = "") -> PodView:
         daemonset=daemonset,
         affinity_node=_affinity_node(spec),
         shape=shape,
+        group=workload_group(annotations.get(GROUP_ANNOTATION) if annotations else None, labels, controller_of(owners)),
     )
+
+
+def _workload_labels(meta: dict[str, Any]) -> dict[str, Any]:
+    """The Pod's labels, of which only the few that name a workload are read (and checked)."""
+    labels = _map(meta, "labels", "metadata.labels") or {}
+    for key, _ in WORKLOAD_LABELS:
+        if key in labels:
+            _text(labels, key, f"metadata.labels.{key}")
+    return labels
 
 
 def _object(parent: dict[str, Any], key: str) -> dict[str, Any]:

@@ -1,26 +1,65 @@
-"""The namespace's ResourceQuotas, checked on admission against what gpupool has admitted but the quota
-controller has not counted yet."""
+"""The namespace's quotas, checked on admission: its ResourceQuotas on GPUs, in every form they are
+written in, and the policy's GPU-memory quota. (Per-class quotas are in webhook.admission.decision.)
+
+ResourceQuotas in the `requests.<resource>` form are enforced by Kubernetes; gpupool checks them too,
+against what it admitted that the quota controller has not counted yet. The forms Kubernetes stores but
+never enforces for extended resources (`nvidia.com/gpu: 4`, what `kubectl create quota --hard=nvidia.com/gpu=4`
+writes, and `limits.nvidia.com/gpu`) are enforced by gpupool alone, for the Pods it admits, against its
+own count of the namespace's Pods (policy `defaults.enforceAllGpuQuotaForms`, on by default).
+"""
 
 from __future__ import annotations
 
 from webhook.admission.request import GpuRequest
+from webhook.domain.policy import Policy
+from webhook.domain.quantity import format_mib
 from webhook.pools.index import PoolIndex
 
 
-def check_quotas(req: GpuRequest, index: PoolIndex, resource: str, count: int | None = None) -> str:
-    """The namespace's ResourceQuotas on `requests.<resource>` (the only form Kubernetes enforces for
-    extended resources) for `count` devices (default: the request's GPUs): a denial message, or "".
-    Used counts what gpupool admitted that the quota controller has not counted yet."""
-    key = f"requests.{resource}"
+def check_quotas(req: GpuRequest, index: PoolIndex, policy: Policy, resource: str, count: int | None = None) -> str:
+    """The namespace's ResourceQuotas on `resource` for `count` devices (default: the request's GPUs): a
+    denial message, or "". Whether the forms Kubernetes ignores are enforced is the policy's call."""
     count = req.pod_total if count is None else count
+    enforce_all = policy.defaults.enforce_all_gpu_quota_forms
     pending = index.reserved(req.namespace, resource)
+    enforced = f"requests.{resource}"
     for quota in sorted(index.quotas(req.namespace), key=lambda q: q.name):
-        if quota.scoped or key not in quota.hard:
+        if quota.scoped:
             continue
-        used = quota.used.get(key, 0) + pending
-        if used + count > quota.hard[key]:
-            return (
-                f"exceeded quota {quota.name} in namespace {req.namespace}: {key} used {used} + "
-                f"requested {count} > hard {quota.hard[key]}"
-            )
+        for key in (enforced, resource, f"limits.{resource}"):
+            if key not in quota.hard:
+                continue
+            hard = quota.hard[key]
+            if key == enforced:
+                used = quota.used.get(key, 0) + pending
+            elif enforce_all:
+                used = index.requested(req.namespace, resource) + pending
+            else:
+                continue
+            if used + count > hard:
+                problem = (
+                    f"exceeded quota {quota.name} in namespace {req.namespace}: {key} used {used} + requested "
+                    f"{count} > hard {hard}"
+                )
+                if key != enforced:
+                    problem += (
+                        f"; Kubernetes does not enforce '{key}' for extended resources, gpupool does; write "
+                        f"'{enforced}: {hard}' to have Kubernetes enforce it"
+                    )
+                return problem
     return ""
+
+
+def memory_quota_problem(namespace: str, mib: int, index: PoolIndex, policy: Policy) -> str:
+    """Why `mib` more GPU memory would exceed the namespace's memoryQuota; "" if it would not (or it has
+    none). Used counts the namespace's Pods and the admissions the watch has not shown yet."""
+    hard = policy.namespace(namespace).memory_quota_mib
+    if hard is None:
+        return ""
+    used = index.memory_used(namespace)
+    if used + mib <= hard:
+        return ""
+    return (
+        f"GPU memory quota in namespace {namespace} exceeded: used {format_mib(used)} + requested "
+        f"{format_mib(mib)} > hard {format_mib(hard)}"
+    )

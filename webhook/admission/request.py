@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from webhook.admission.pod import ContainerView, PodShape
+from webhook.domain.groups import GROUP_POLICIES, MAX_GROUP_SIZE, NO_GROUP_RULE, GroupRule, valid_name
+from webhook.domain.groups import MAX_NAME_CHARS as MAX_GROUP_NAME
 from webhook.domain.model import POOL_ANNOTATION, PREFIX, PoolKey, Tolerations, effective_gpus
 from webhook.domain.policy import Policy, VendorPolicy
 from webhook.domain.products import Tokens, parse_version, tokens
@@ -25,10 +27,11 @@ from webhook.domain.quantity import MIB, QuantityError, parse_bytes, parse_count
 
 CLASS, MEMORY, COUNT, PRODUCT = "gpu-class", "min-memory", "gpu-count", "gpu-product"
 DRIVER, VENDOR, CONTAINER, FALLBACK, POOL = "min-driver", "vendor", "container", "fallback", "pool"
-KNOWN = (CLASS, MEMORY, COUNT, PRODUCT, DRIVER, VENDOR, CONTAINER, FALLBACK, POOL)
+GROUP, GROUP_POLICY, GROUP_SIZE = "group", "group-policy", "group-size"
+KNOWN = (CLASS, MEMORY, COUNT, PRODUCT, DRIVER, VENDOR, CONTAINER, FALLBACK, POOL, GROUP, GROUP_POLICY, GROUP_SIZE)
 # The longest value each annotation accepts, checked before the value is parsed.
 MAX_CHARS = {CLASS: 256, MEMORY: 32, COUNT: 8, PRODUCT: 512, DRIVER: 32, VENDOR: 63, CONTAINER: 253,
-             FALLBACK: 8, POOL: 512}  # fmt: skip
+             FALLBACK: 8, POOL: 512, GROUP: MAX_GROUP_NAME, GROUP_POLICY: 16, GROUP_SIZE: 8}  # fmt: skip
 MAX_COUNT = 64
 MAX_PROBLEMS = 5  # a denial names this many problems, then says how many more there are
 T = TypeVar("T")
@@ -60,6 +63,7 @@ class GpuRequest:
     pool_pin: PoolKey | None  # an existing gpupool.io/pool annotation
     tolerations: Tolerations
     partitions: tuple[str, ...] = ()  # GPU partition resources the Pod requests itself (nvidia.com/mig-...)
+    group: GroupRule = NO_GROUP_RULE  # what it asks of its workload group (the group itself is identity)
 
 
 def gpupool_annotations(shape: PodShape) -> dict[str, str]:
@@ -204,6 +208,7 @@ def parse_request(shape: PodShape, policy: Policy) -> GpuRequest:
     driver = errors.check(lambda: _driver(ann), None)
     fallback = errors.check(lambda: _flag(ann, FALLBACK, policy.defaults.fallback), False)
     pool = errors.check(lambda: _pool(ann), None)
+    group = errors.check(lambda: _group(ann), NO_GROUP_RULE)
     errors.raise_any()
     counts = [count if i == index else container_gpus(c, vendor.resource) for i, c in enumerate(containers)]
     init_counts = [(container_gpus(c, vendor.resource), c.sidecar) for c in inits]
@@ -225,6 +230,7 @@ def parse_request(shape: PodShape, policy: Policy) -> GpuRequest:
         pool_pin=pool,
         tolerations=Tolerations(shape.tolerations or ()),
         partitions=tuple(sorted(r for r in owned if r != vendor.resource)),
+        group=group,
     )
 
 
@@ -405,3 +411,31 @@ def _pool(ann: dict[str, str]) -> PoolKey | None:
             "remove it to let gpupool choose"
         )
     return pool
+
+
+def _group(ann: dict[str, str]) -> GroupRule:
+    """The group annotations: `group` is checked here (the view reads it as the Pod's group, unstripped,
+    as the inventory does), `group-policy` and `group-size` make the rule."""
+    if GROUP not in ann and GROUP_POLICY not in ann and GROUP_SIZE not in ann:
+        return NO_GROUP_RULE
+    if GROUP in ann and not valid_name(ann[GROUP]):
+        raise RequestError(
+            f"annotation {PREFIX}{GROUP}: {shown(ann[GROUP])} is not a group name; accepted: 1 to {MAX_GROUP_NAME} "
+            "letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
+        )
+    policy = ann.get(GROUP_POLICY, "prefer").strip()
+    if policy not in GROUP_POLICIES:
+        raise RequestError(
+            f"annotation {PREFIX}{GROUP_POLICY}: {shown(ann[GROUP_POLICY])} is not a group policy; accepted: "
+            f"{', '.join(GROUP_POLICIES)}"
+        )
+    size = 0
+    if GROUP_SIZE in ann:
+        raw = ann[GROUP_SIZE].strip()
+        if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_GROUP_SIZE:
+            raise RequestError(
+                f"annotation {PREFIX}{GROUP_SIZE}: {shown(ann[GROUP_SIZE])} is not a whole number of Pods; accepted: "
+                f"1 to {MAX_GROUP_SIZE}"
+            )
+        size = int(raw)
+    return GroupRule("strict" if policy == "strict" else "prefer", size)

@@ -8,15 +8,16 @@ invariants in one place: a denial has no patch, a patch only comes with a chosen
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from webhook.domain.model import PoolKey
 
 Outcome = Literal["mutated", "unchanged", "denied"]
 # Why a Pod was denied, for metrics and logs (the message is for people and may change).
 Reason = Literal[
-    "", "invalid", "no-match", "no-capacity", "quota", "class-quota", "stale", "visible-devices", "bound-node"
-]
+    "", "invalid", "no-match", "no-capacity", "quota", "class-quota", "stale", "visible-devices", "bound-node",
+    "memory-quota", "group",
+]  # fmt: skip
 
 # Status codes on denials, as kube-apiserver passes them on to the user.
 CODE_INVALID = 400  # an annotation or the Pod itself is malformed
@@ -45,6 +46,17 @@ class Placement:
         }
 
 
+class GroupNote(NamedTuple):
+    """The Pod's workload group, and where its other Pods were when it was decided."""
+
+    name: str
+    pool: PoolKey | None  # the pool most of its Pods and reservations are on; None for its first Pod
+    pods: int  # its Pods and reservations on that pool
+
+    def as_json(self) -> dict[str, Any]:
+        return {"name": self.name, "pool": str(self.pool) if self.pool else None, "pods": self.pods}
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """The answer for one Pod: allowed or not, why, and the RFC 6902 patch against the original Pod."""
@@ -58,6 +70,7 @@ class Verdict:
     patch: tuple[dict[str, Any], ...] = ()
     reasons: tuple[str, ...] = field(default=(), compare=False)  # each pool considered, and why
     reason: Reason = ""  # on denials: which rule denied
+    group: GroupNote | None = None  # the Pod's workload group, when it has one
 
     def with_warnings(self, warnings: tuple[str, ...]) -> Verdict:
         return replace(self, warnings=(*self.warnings, *warnings))
@@ -71,6 +84,7 @@ class Verdict:
             "warnings": list(self.warnings),
             "pool": self.placement.as_json() if self.placement else None,
             "patch": list(self.patch),
+            "group": self.group.as_json() if self.group else None,
         }
 
 
@@ -79,8 +93,16 @@ def allow(message: str = "", reasons: tuple[str, ...] = ()) -> Verdict:
     return Verdict(allowed=True, outcome="unchanged", message=message, reasons=reasons)
 
 
-def deny(message: str, code: int = CODE_FORBIDDEN, reasons: tuple[str, ...] = (), reason: Reason = "") -> Verdict:
-    return Verdict(allowed=False, outcome="denied", code=code, message=message, reasons=reasons, reason=reason)
+def deny(
+    message: str,
+    code: int = CODE_FORBIDDEN,
+    reasons: tuple[str, ...] = (),
+    reason: Reason = "",
+    group: GroupNote | None = None,
+) -> Verdict:
+    return Verdict(
+        allowed=False, outcome="denied", code=code, message=message, reasons=reasons, reason=reason, group=group
+    )
 
 
 def place(
@@ -89,6 +111,8 @@ def place(
     warnings: tuple[str, ...] = (),
     reasons: tuple[str, ...] = (),
     message: str = "",
+    *,
+    group: GroupNote | None = None,
 ) -> Verdict:
     """Allowed and placed; `outcome` is "unchanged" when the Pod already carried the placement (or named
     its node: then `message` says so)."""
@@ -100,4 +124,5 @@ def place(
         placement=placement,
         patch=tuple(patch),
         reasons=reasons,
+        group=group,
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from webhook.domain.errors import ConfigError
 
@@ -20,17 +20,25 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("webhook.commands.serve", "serve the admission webhook over TLS (gunicorn)"),
     "certs": ("webhook.commands.certs", "create or renew the CA and serving certificate"),
     "inventory": ("webhook.commands.inventory", "show the GPU pools, their capacity and quota warnings"),
+    "quota": ("webhook.commands.quota", "show every quota gpupool checks: used, pending, hard, who enforces it"),
 }
 
 
-def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
+def build_parser(
+    argv: Sequence[str], prog: str = "gpupool", commands: Sequence[str] = tuple(SUBCOMMANDS), epilog: str = ""
+) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="gpupool", description="Place GPU Pods on the best-fitting free GPUs of a mixed fleet."
+        prog=prog,
+        description="Place GPU Pods on the best-fitting free GPUs of a mixed fleet.",
+        epilog=epilog or None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     # Only the chosen subcommand's module is imported; the others get a bare parser for --help.
-    chosen = next((a for a in argv if a in SUBCOMMANDS), None)
+    chosen = next((a for a in argv if a in commands), None)
     for name, (module_name, help_text) in SUBCOMMANDS.items():
+        if name not in commands:
+            continue
         sp = sub.add_parser(name, help=help_text, description=help_text)
         if name == chosen:
             module = importlib.import_module(module_name)
@@ -40,13 +48,26 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args_list = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(args_list)
+    return run_command(list(sys.argv[1:] if argv is None else argv))
+
+
+def run_command(
+    args_list: list[str],
+    prog: str = "gpupool",
+    commands: Sequence[str] = tuple(SUBCOMMANDS),
+    settings: Mapping[str, object] | None = None,
+    epilog: str = "",
+) -> int:
+    """Parse and run one subcommand. `settings` are set on the parsed arguments (how `kubectl gpupool`
+    passes what kubectl's conventions decided)."""
+    parser = build_parser(args_list, prog, commands, epilog)
     args = parser.parse_args(args_list)
+    for key, value in (settings or {}).items():
+        setattr(args, key, value)
     try:
         return int(args._run(args))
     except ConfigError as exc:
-        print(f"gpupool {args.command}: error: {exc}", file=sys.stderr)
+        print(f"{prog} {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

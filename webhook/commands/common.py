@@ -22,6 +22,11 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
         help="kubeconfig for the live cluster (default: in-cluster config, else $KUBECONFIG or ~/.kube/config)",
     )
     parser.add_argument(
+        "--context",
+        metavar="NAME",
+        help="the kubeconfig context of the live cluster (default: the current context), as kubectl's --context",
+    )
+    parser.add_argument(
         "--sync-timeout",
         metavar="SECONDS",
         type=float,
@@ -35,5 +40,9 @@ def open_from_args(args: argparse.Namespace) -> tuple[Policy, Inventory]:
     """The --policy and the inventory the arguments name, listed and watching."""
     policy = load_policy(args.policy)
     return policy, open_inventory(
-        policy, snapshot=args.inventory, kubeconfig=args.kubeconfig, sync_timeout=args.sync_timeout
+        policy,
+        snapshot=args.inventory,
+        kubeconfig=args.kubeconfig,
+        sync_timeout=args.sync_timeout,
+        context=args.context,
     )

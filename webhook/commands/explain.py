@@ -34,7 +34,14 @@ def run(args: argparse.Namespace) -> int:
     pod = load_pod(args.pod)
     policy, inventory = open_from_args(args)
     own = as_map(pod.get("metadata")).get("namespace")
-    namespace = args.namespace or (own if isinstance(own, str) else "") or "default"
+    own = own if isinstance(own, str) else ""
+    if getattr(args, "namespace_must_match", False) and args.namespace and own and own != args.namespace:
+        # `kubectl gpupool explain`: as kubectl apply, a Pod of one namespace is not explained in another.
+        raise ConfigError(
+            f"the namespace from the provided object {own!r} does not match the namespace {args.namespace!r}; "
+            f"pass --namespace={own} to explain it"
+        )
+    namespace = args.namespace or own or getattr(args, "default_namespace", "default")
     try:
         with inventory.read() as index:
             result = evaluate(pod, namespace, policy, index)
@@ -77,6 +84,10 @@ def render_text(pod: dict[str, Any], namespace: str, result: Verdict) -> str:
     else:
         p = result.placement
         lines.append(f"Decision: {result.outcome}: pool {p.pool}, {p.count} x {p.resource}")
+    if result.group is not None:
+        g = result.group
+        where = f"{g.pods} {'Pod' if g.pods == 1 else 'Pods'} on pool {g.pool}" if g.pool else "no Pod placed yet"
+        lines.append(f"Group: {g.name}: {where}")
     if result.reasons:
         lines.append("Pools considered:")
         lines.extend(f"  {r}" for r in result.reasons)

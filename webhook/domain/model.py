@@ -112,6 +112,7 @@ class PodInfo:
     pool: str = ""  # the gpupool.io/pool annotation, "" when absent
     node_selector: dict[str, str] = field(default_factory=dict, hash=False)
     generate_name: str = ""  # what its name was made from, if it was (to find its admission's reservation)
+    group: str = ""  # its workload group (webhook.domain.groups), "" when it has none
 
     @property
     def key(self) -> PodKey:

@@ -81,6 +81,7 @@ class NamespaceRule:
     default_class: str = ""
     class_quota: Mapping[str, int] = field(default_factory=dict)
     allow_visible_devices: bool = False  # opt out of the NVIDIA_VISIBLE_DEVICES rule
+    memory_quota_mib: int | None = None  # GPU memory the namespace may hold (devices x memory per device)
 
     @property
     def restricted(self) -> bool:
@@ -97,6 +98,9 @@ class Defaults:
     reservation_seconds: float = 60.0
     reservation_settle_seconds: float = 15.0  # with a current watch, a reservation's Pod shows up by then
     check_visible_devices: bool = True  # refuse NVIDIA_VISIBLE_DEVICES in containers without a GPU resource
+    # Enforce ResourceQuotas that limit a GPU as `nvidia.com/gpu` or `limits.nvidia.com/gpu` (forms Kubernetes
+    # stores but never enforces for extended resources), counting the namespace's Pods itself.
+    enforce_all_gpu_quota_forms: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,6 +293,7 @@ def _build(data: dict[str, Any]) -> Policy:
             "reservationSeconds",
             "reservationSettleSeconds",
             "checkVisibleDevices",
+            "enforceAllGpuQuotaForms",
         ),
     )
     defaults = Defaults(
@@ -299,6 +304,7 @@ def _build(data: dict[str, Any]) -> Policy:
         reservation_seconds=d.seconds("reservationSeconds", 60.0),
         reservation_settle_seconds=d.seconds("reservationSettleSeconds", 15.0),
         check_visible_devices=d.flag("checkVisibleDevices", True),
+        enforce_all_gpu_quota_forms=d.flag("enforceAllGpuQuotaForms", True),
     )
     vendors_data = data.get("vendors")
     if not isinstance(vendors_data, dict) or not vendors_data:
@@ -397,7 +403,9 @@ def _products(data: Any, classes: tuple[str, ...], vendors: Mapping[str, VendorP
 
 def _namespace(name: str, data: Any, classes: tuple[str, ...]) -> NamespaceRule:
     path = f"namespaces.{name}"
-    f = _Fields(data or {}, path, ("allowedClasses", "defaultClass", "classQuota", "allowVisibleDevices"))
+    f = _Fields(
+        data or {}, path, ("allowedClasses", "defaultClass", "classQuota", "memoryQuota", "allowVisibleDevices")
+    )
     allowed = f.texts("allowedClasses")
     for cls in allowed:
         if cls not in classes:
@@ -422,4 +430,19 @@ def _namespace(name: str, data: Any, classes: tuple[str, ...]) -> NamespaceRule:
         default_class=default,
         class_quota=quota,
         allow_visible_devices=f.flag("allowVisibleDevices", False),
+        memory_quota_mib=_memory_quota(path, (data or {}).get("memoryQuota")),
     )
+
+
+def _memory_quota(path: str, value: Any) -> int | None:
+    """`memoryQuota: 320Gi`: GPU memory as a Kubernetes quantity, in MiB (a part of a MiB counts as none)."""
+    if value is None:
+        return None
+    try:
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            raise QuantityError("not a quantity")
+        return parse_bytes(str(value)) // MIB
+    except QuantityError:
+        raise PolicyError(
+            f"{path}.memoryQuota: expected GPU memory as a quantity such as 320Gi, got {_show(value)}"
+        ) from None

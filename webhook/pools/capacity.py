@@ -4,8 +4,9 @@ packing of the GPUs held in each pool. What a decision reads about capacity come
 It knows nodes, not Pods. The ledger (webhook.pools.ledger) tells it what Pods and reservations take:
 `set_used` (these GPUs are used on node N by the Pods bound to it) and `hold` (these GPUs are held in
 pool P for a Pod not on a node yet). It tells the ledger, through what `upsert_node` and
-`take_reshaped` return, when the ledger's counts must follow the nodes: a node's pools changed (its
-Pods count against other classes), or a selector came or went (unbound Pods may reach other pools).
+`take_reshaped` return, when the ledger's counts must follow the nodes: a node's pools or memory per GPU
+changed (its Pods count against other classes, or hold other memory), or a selector came or went, or a
+pool's memory per GPU changed (unbound Pods may reach other pools, or hold other memory).
 The PoolIndex façade (webhook.pools.index) carries these between the two.
 
 A node's own free GPUs are its allocatable minus what is used on it, kept per group of its pool
@@ -56,18 +57,21 @@ class Capacity:
         self._unclassified: dict[str, list[Unclassified]] = {}
         self._unpacked: set[PoolKey] = set()  # pools whose holds must be packed again
         self._reshaped: set[tuple[PoolKey, Selector]] = set()  # selectors that came or went (toggled)
+        self._remeasured = False  # a pool's memory per GPU changed
         self._memo = Memo()  # derived from the node structure; dropped when it changes
 
     # --- nodes ---------------------------------------------------------------------------------------
 
     def upsert_node(self, node: NodeInfo, used: Mapping[str, int] | None) -> bool:
         """Add or replace a node; `used` is what the Pods bound to it request per resource (the ledger's
-        `used_on`), which may have been counted before the node was seen. True when the node's pools
-        changed (it came, went from a class, or moved to another): the ledger must count its Pods again."""
+        `used_on`), which may have been counted before the node was seen. True when the node's pools or
+        memory changed (it came, went from a class, moved to another, or was relabelled with other memory):
+        the ledger must count its Pods again."""
         facts, problems = node_facts(node, self.policy)
         old = self._facts.get(node.name, [])
         if facts == old and problems == self._unclassified.get(node.name, []):
             return False  # a status heartbeat, or a CPU node: nothing a decision reads changed
+        before = self._memories(old, facts)
         self._drop_facts(node.name)
         if problems:
             self._unclassified[node.name] = problems
@@ -76,11 +80,19 @@ class Capacity:
             for f in facts:
                 self._add_facts(f)
             self.set_used(node.name, used)
+        self._remeasured |= before != self._memories(old, facts)
         return _classes_of(facts) != _classes_of(old)
 
     def remove_node(self, name: str) -> None:
         """Forget a node. Its pools changed: the ledger counts its Pods again (against no class now)."""
+        old = self._facts.get(name, [])
+        before = self._memories(old, [])
         self._drop_facts(name)
+        self._remeasured |= before != self._memories(old, [])
+
+    def _memories(self, *facts: list[NodeFacts]) -> list[int]:
+        """The memory per GPU of the pools these facts are in (to tell whether a change moved it)."""
+        return [self.pool_memory_mib(key) for key in sorted({f.pool for fs in facts for f in fs})]
 
     def _add_facts(self, f: NodeFacts) -> None:
         pool = self._pools.get(f.pool)
@@ -150,11 +162,13 @@ class Capacity:
     # --- end of one change -----------------------------------------------------------------------------
 
     def take_reshaped(self) -> bool:
-        """Whether a selector came to or went from a pool since the last call: which pools a nodeSelector
-        reaches may have changed, so the ledger places unbound Pods again."""
-        if not self._reshaped:
+        """Whether a selector came to or went from a pool, or a pool's memory per GPU changed, since the
+        last call: which pools a nodeSelector reaches, or the memory a Pod holds there, may have changed,
+        so the ledger places unbound Pods again."""
+        if not self._reshaped and not self._remeasured:
             return False
         self._reshaped.clear()
+        self._remeasured = False
         return True
 
     def pack(self) -> None:
@@ -195,6 +209,12 @@ class Capacity:
         facts = next((f for f in self._facts.get(name, ()) if f.pool.vendor == vendor), None)
         return facts or next((u for u in self._unclassified.get(name, ()) if u.vendor == vendor), None)
 
+    def pool_memory_mib(self, key: PoolKey) -> int:
+        """Memory per GPU of a pool: the least of its nodes' (what `gpupool inventory` shows); 0 when it
+        has no nodes or their memory is not known."""
+        pool = self._pools.get(key)
+        return min((g.min_memory_mib() for g in pool.groups.values()), default=0) if pool is not None else 0
+
     def node_free(self, facts: NodeFacts) -> int:
         """Free GPUs of the node's pool resource now (0 when the node is not usable)."""
         return self._pools[facts.pool].groups[group_key(facts)].own_free.get(facts.node, 0)
@@ -228,5 +248,6 @@ class Capacity:
         return stats
 
 
-def _classes_of(facts: list[NodeFacts]) -> dict[str, PoolKey]:
-    return {f.resource: f.pool for f in facts}
+def _classes_of(facts: list[NodeFacts]) -> dict[str, tuple[PoolKey, int]]:
+    """What the ledger counts a bound Pod's GPUs by: per resource, the node's pool and memory per GPU."""
+    return {f.resource: (f.pool, f.memory_mib) for f in facts}

@@ -3,13 +3,16 @@
 A Pod bound to a node uses GPUs on that node and counts them against the class of the node's pool,
 whatever its annotations say (`bound_claim`). An unbound Pod holds its GPUs in the pool its nodeSelector
 or gpupool.io/pool annotation pins it to, and counts them against that pool's class (`unbound_claim`).
-Both read the capacity index: which pools a node is in, which pools a nodeSelector reaches. The ledger
+Both read the capacity index: which pools a node is in, which pools a nodeSelector reaches, the memory
+per GPU of a node or pool. Every Pod also counts its GPU requests against its namespace (the quota forms
+gpupool counts itself), the GPU memory it holds (the policy's memoryQuota), and, with a workload group
+and a gpupool.io/pool annotation, one member of its group on that pool. The ledger
 (webhook.pools.ledger) works claims out, keeps them, and works them out again when the nodes change.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import NamedTuple
 
 from webhook.domain.model import PodInfo, PoolKey
@@ -35,12 +38,41 @@ class Claim(NamedTuple):
     reserved: tuple[str, int] = ("", 0)  # (resource, GPUs) not yet in any quota's status.used
     who: tuple[str, str, str] = ("", "", "")  # a reservation's Pod: (namespace, name, generateName)
     echoed: bool = False  # a reservation a re-invocation of its Pod has matched already
+    counted: Counts = ()  # a Pod's GPU requests, counted against its namespace by gpupool itself
+    memory_mib: int = 0  # GPU memory held: devices x memory per device of the node or pool
+    group: tuple[str, PoolKey] | None = None  # (workload group, the pool it holds a member of the group in)
+
+
+MemoryOf = Callable[[PoolKey], int]  # memory per GPU of a pool (MiB), 0 when not known
 
 
 def bound_claim(pod: PodInfo, node_facts: list[NodeFacts], policy: Policy) -> Claim:
     """A Pod bound to a node whose facts are `node_facts`: its requests are used there."""
     requests = tuple(pod.gpu_requests.items())
-    return Claim(pod.namespace, node=pod.node, requests=requests, classes=node_classes(node_facts, requests, policy))
+    return Claim(
+        pod.namespace,
+        node=pod.node,
+        requests=requests,
+        classes=node_classes(node_facts, requests, policy),
+        counted=requests,
+        memory_mib=node_memory(node_facts, requests),
+        group=group_member(pod),
+    )
+
+
+def group_member(pod: PodInfo) -> tuple[str, PoolKey] | None:
+    """The Pod as a member of its workload group on the pool its gpupool.io/pool annotation names;
+    None without a group or a placement."""
+    if not pod.group or not pod.pool:
+        return None
+    pool = PoolKey.parse(pod.pool)
+    return (pod.group, pool) if pool is not None else None
+
+
+def node_memory(node_facts: list[NodeFacts], requests: Counts) -> int:
+    """GPU memory a bound Pod holds: each whole GPU it requests times the node's memory per GPU (0 for a
+    node not seen yet; partitions such as MIG instances are not counted)."""
+    return sum(n * f.memory_mib for resource, n in requests for f in node_facts if f.resource == resource)
 
 
 def node_classes(node_facts: list[NodeFacts], requests: Counts, policy: Policy) -> Counts:
@@ -56,11 +88,12 @@ def node_classes(node_facts: list[NodeFacts], requests: Counts, policy: Policy) 
     )
 
 
-def unbound_claim(pod: PodInfo, pools: Collection[Pool], policy: Policy) -> Claim:
+def unbound_claim(pod: PodInfo, pools: Collection[Pool], policy: Policy, memory_of: MemoryOf) -> Claim:
     """Where an unbound Pod's GPUs count: per GPU resource, the one pool of the resource's vendor
     that its nodeSelector reaches (gpupool writes the pool's labels into it); else the pool of its
     gpupool.io/pool annotation, unless the nodeSelector contradicts it; else, without a pool to hold
-    GPUs in, the class every reachable pool shares; else nowhere until it is bound."""
+    GPUs in, the class every reachable pool shares; else nowhere until it is bound. The GPU memory it
+    holds is that of the pools it holds GPUs in."""
     labels = policy.pool_labels
     pins = tuple(sorted((k, v) for k, v in pod.node_selector.items() if k in labels))
     annotated = PoolKey.parse(pod.pool) if pod.pool else None
@@ -81,7 +114,15 @@ def unbound_claim(pod: PodInfo, pools: Collection[Pool], policy: Policy) -> Clai
         elif len({p.gpu_class for p in reached}) == 1:
             classes.append((reached[0].gpu_class, gpus))
     classes.extend((pool.gpu_class, gpus) for pool, gpus in holds)
-    return Claim(pod.namespace, holds=tuple(holds), pins=pins, classes=tuple(classes))
+    return Claim(
+        pod.namespace,
+        holds=tuple(holds),
+        pins=pins,
+        classes=tuple(classes),
+        counted=tuple(pod.gpu_requests.items()),
+        memory_mib=sum(gpus * memory_of(pool) for pool, gpus in holds),
+        group=group_member(pod),
+    )
 
 
 def _may_hold(pool: PoolKey, vendor: VendorPolicy, pins: Selector, policy: Policy) -> bool:

@@ -1,5 +1,6 @@
-"""The pool index: GPU pools with their free GPUs, and the GPUs each namespace holds per class, kept up
-to date one object at a time. A façade over two parts, which the rest of the code never sees:
+"""The pool index: GPU pools with their free GPUs, what each namespace holds (per class, per resource, in
+GPU memory) and where each workload group's Pods are, kept up to date one object at a time. A façade
+over two parts, which the rest of the code never sees:
 
 - the capacity index (webhook.pools.capacity): pools, their groups of nodes, node facts, each node's own
   free GPUs and the packing of holds; what a decision reads about capacity;
@@ -93,14 +94,26 @@ class PoolIndex:
         generate_name: str = "",
         node: str = "",
         echoed: bool = False,
+        group: str = "",
     ) -> int:
         """Count an admitted Pod against its pool until the watch shows it; returns a token.
 
         `name` or `generate_name` say which Pod it is, so that the watch and a re-invocation find it
         (`take_echo`); a Pod that names its `node` holds its GPUs on that node rather than in the pool.
-        `echoed`: a re-invocation has matched it already (it is not matched again)."""
+        `echoed`: a re-invocation has matched it already (it is not matched again). `group`: the Pod's
+        workload group, which holds a member on the pool from now on (so the next Pod of a burst finds
+        its siblings before the watch shows any of them)."""
         token = self._ledger.reserve(
-            namespace, pool, selector, gpus, now, name=name, generate_name=generate_name, node=node, echoed=echoed
+            namespace,
+            pool,
+            selector,
+            gpus,
+            now,
+            name=name,
+            generate_name=generate_name,
+            node=node,
+            echoed=echoed,
+            group=group,
         )
         self._settle()
         return token
@@ -185,6 +198,32 @@ class PoolIndex:
         """GPUs of the class the namespace holds: on nodes of the class, pinned to a pool of it, or
         reserved for admissions the watch has not shown yet."""
         return self._ledger.class_used(namespace, gpu_class)
+
+    def class_pending(self, namespace: str, gpu_class: str) -> int:
+        """The part of `class_used` reserved for admissions the watch has not shown yet."""
+        return self._ledger.class_pending(namespace, gpu_class)
+
+    def requested(self, namespace: str, resource: str) -> int:
+        """GPUs of `resource` the namespace's non-terminated Pods request, as gpupool counts them (without
+        reservations: `reserved`). What the ResourceQuota forms Kubernetes does not enforce are held to."""
+        return self._ledger.requested(namespace, resource)
+
+    def memory_used(self, namespace: str) -> int:
+        """GPU memory (MiB) the namespace's Pods and reservations hold: devices x memory per device."""
+        return self._ledger.memory_used(namespace)
+
+    def memory_pending(self, namespace: str) -> int:
+        """The part of `memory_used` reserved for admissions the watch has not shown yet."""
+        return self._ledger.memory_pending(namespace)
+
+    def pool_memory_mib(self, key: PoolKey) -> int:
+        """Memory per GPU of a pool (the least of its nodes'); 0 when not known."""
+        return self._capacity.pool_memory_mib(key)
+
+    def group_pools(self, namespace: str, group: str) -> dict[PoolKey, int]:
+        """Per pool, the workload group's members on it: its Pods that carry gpupool.io/pool and are not
+        Succeeded or Failed, and its admissions the watch has not shown yet. One lookup."""
+        return self._ledger.group_pools(namespace, group)
 
     def unclassified(self) -> list[Unclassified]:
         return self._capacity.unclassified()

@@ -7,9 +7,11 @@ cluster's Pods.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from webhook.domain.groups import GROUP_ANNOTATION, controller_of, workload_group
 from webhook.domain.model import POOL_ANNOTATION, NodeInfo, PodInfo, QuotaInfo, Taint, effective_gpus
 from webhook.domain.quantity import parse_count
 
@@ -87,12 +89,17 @@ def _named_with(prefixes: tuple[str, ...], containers: list[Mapping[str, Any]]) 
 
 
 def pod_from_obj(obj: Mapping[str, Any], resources: Collection[str], prefixes: tuple[str, ...] = ()) -> PodInfo | None:
-    """The Pod, or None when it neither requests a GPU (or GPU partition) nor carries a gpupool placement."""
+    """The Pod, or None when it neither requests a GPU (or GPU partition) nor carries a gpupool placement.
+    Its workload group is worked out by the same rule as on admission (webhook.domain.groups)."""
     meta, spec, status = as_map(obj.get("metadata")), as_map(obj.get("spec")), as_map(obj.get("status"))
     requests = pod_gpu_requests(spec, resources, prefixes)
-    pool = str(as_map(meta.get("annotations")).get(POOL_ANNOTATION, ""))
+    annotations = as_map(meta.get("annotations"))
+    pool = str(annotations.get(POOL_ANNOTATION, ""))
     if not requests and not pool:
         return None
+    group = workload_group(
+        annotations.get(GROUP_ANNOTATION), as_map(meta.get("labels")), controller_of(meta.get("ownerReferences"))
+    )
     return PodInfo(
         namespace=str(meta.get("namespace", "")),
         name=str(meta.get("name", "")),
@@ -102,6 +109,7 @@ def pod_from_obj(obj: Mapping[str, Any], resources: Collection[str], prefixes: t
         gpu_requests=requests,
         pool=pool,
         node_selector={str(k): str(v) for k, v in as_map(spec.get("nodeSelector")).items()},
+        group=sys.intern(group) if group else "",  # shared by the group's Pods: one string, not one each
     )
 
 

@@ -1,7 +1,9 @@
 """The ledger: what Pods and reservations hold. Per node, the GPUs its bound Pods request; per Pod not on
 a node yet, the GPUs it holds in a pool (the capacity index adds them up per pool and packs them); per
-namespace, the GPUs it holds of each class (the policy's classQuota) and the GPUs admitted that no
-ResourceQuota's status.used includes yet.
+namespace, the GPUs it holds of each class (the policy's classQuota), the GPU memory it holds (its
+memoryQuota), the GPUs its Pods request (for the ResourceQuota forms gpupool counts itself) and the GPUs
+admitted that no ResourceQuota's status.used includes yet; per workload group, how many of its Pods and
+reservations are on each pool.
 
 Each Pod and reservation is one Claim (webhook.pools.claims) that `_apply` adds or takes back exactly.
 It tells the capacity index (webhook.pools.capacity) what the claims take: `set_used` for the GPUs used
@@ -26,7 +28,7 @@ from collections import Counter
 from webhook.domain.model import PodInfo, PodKey, PoolKey
 from webhook.domain.policy import Policy
 from webhook.pools.capacity import Capacity
-from webhook.pools.claims import Claim, Counts, bound_claim, node_classes, unbound_claim
+from webhook.pools.claims import Claim, Counts, bound_claim, node_classes, node_memory, unbound_claim
 from webhook.pools.nodes import Selector
 from webhook.pools.reservations import Reservations
 
@@ -42,7 +44,12 @@ class Ledger:
         self._on_node: dict[str, set[PodKey]] = {}  # node -> Pods bound to it (known or not yet)
         self._unbound: dict[PodKey, PodInfo] = {}  # to place again when pools change
         self._class_used: dict[str, Counter[str]] = {}
+        self._class_pending: Counter[tuple[str, str]] = Counter()  # (namespace, class) -> GPUs reserved
         self._reserved: Counter[tuple[str, str]] = Counter()  # (namespace, resource) -> GPUs
+        self._requested: Counter[tuple[str, str]] = Counter()  # (namespace, resource) -> GPUs its Pods request
+        self._memory: Counter[str] = Counter()  # namespace -> GPU memory (MiB) held, reservations included
+        self._memory_pending: Counter[str] = Counter()  # namespace -> GPU memory (MiB) reserved
+        self._groups: dict[tuple[str, str], Counter[PoolKey]] = {}  # (namespace, group) -> pool -> members
         self._reservations = Reservations(policy)
 
     # --- Pods ----------------------------------------------------------------------------------------
@@ -77,7 +84,7 @@ class Ledger:
             claim = bound_claim(pod, self._capacity.facts(pod.node), self.policy)
             self._on_node.setdefault(pod.node, set()).add(key)
         else:
-            claim = unbound_claim(pod, self._capacity.all_pools(), self.policy)
+            claim = unbound_claim(pod, self._capacity.all_pools(), self.policy, self._capacity.pool_memory_mib)
             self._unbound[key] = pod
         self._pods[key] = claim
         self._apply(claim, +1)
@@ -85,21 +92,25 @@ class Ledger:
     # --- following the nodes -------------------------------------------------------------------------
 
     def reclass(self, name: str) -> None:
-        """The node's pools changed (or it came or went): the Pods bound to it count against its classes now."""
+        """The node's pools or memory changed (or it came or went): the Pods bound to it count against its
+        classes, and hold its memory, now."""
         facts = self._capacity.facts(name)
         for key in self._on_node.get(name, ()):
             claim = self._pods[key]
             classes = node_classes(facts, claim.requests, self.policy)
-            if classes != claim.classes:
+            memory = node_memory(facts, claim.requests)
+            if classes != claim.classes or memory != claim.memory_mib:
                 self._count_classes(claim.namespace, claim.classes, -1)
                 self._count_classes(claim.namespace, classes, +1)
-                self._pods[key] = claim._replace(classes=classes)
+                self._memory[claim.namespace] += memory - claim.memory_mib
+                self._pods[key] = claim._replace(classes=classes, memory_mib=memory)
 
     def place_unbound_again(self) -> None:
-        """A selector came to or went from a pool: unbound Pods may be pinned to other pools now."""
-        pools = self._capacity.all_pools()
+        """A selector came to or went from a pool, or a pool's memory changed: unbound Pods may be pinned
+        to other pools, or hold other memory, now."""
+        pools, memory_of = self._capacity.all_pools(), self._capacity.pool_memory_mib
         for key, pod in self._unbound.items():
-            old, new = self._pods[key], unbound_claim(pod, pools, self.policy)
+            old, new = self._pods[key], unbound_claim(pod, pools, self.policy, memory_of)
             if new != old:
                 self._apply(old, -1)
                 self._pods[key] = new
@@ -119,11 +130,21 @@ class Ledger:
         generate_name: str = "",
         node: str = "",
         echoed: bool = False,
+        group: str = "",
     ) -> int:
         """Count an admitted Pod against its pool (or the node it names) until the watch shows it;
         returns a token. See PoolIndex.reserve."""
         claim = self._reservations.make(
-            namespace, pool, selector, gpus, name=name, generate_name=generate_name, node=node, echoed=echoed
+            namespace,
+            pool,
+            selector,
+            gpus,
+            name=name,
+            generate_name=generate_name,
+            node=node,
+            echoed=echoed,
+            memory_mib=gpus * self._memory_per_gpu(pool, node),
+            group=group,
         )
         token = self._reservations.add(claim, now)
         self._apply(claim, +1)
@@ -155,6 +176,12 @@ class Ledger:
     def reservations(self) -> int:
         return len(self._reservations)
 
+    def _memory_per_gpu(self, pool: PoolKey, node: str) -> int:
+        """Memory per GPU of the node a reservation names in `pool`, else of the pool."""
+        if node:
+            return next((f.memory_mib for f in self._capacity.facts(node) if f.pool == pool), 0)
+        return self._capacity.pool_memory_mib(pool)
+
     # --- counting ------------------------------------------------------------------------------------
 
     def _apply(self, claim: Claim, sign: int) -> None:
@@ -168,9 +195,31 @@ class Ledger:
             self._capacity.set_used(claim.node, self._used.get(claim.node))
         for key, gpus in claim.holds:
             self._capacity.hold(key, claim.pins, gpus, sign)
-        self._count_classes(claim.namespace, claim.classes, sign)
+        namespace = claim.namespace
+        self._count_classes(namespace, claim.classes, sign)
         if claim.reserved[1]:
-            self._reserved[(claim.namespace, claim.reserved[0])] += sign * claim.reserved[1]
+            self._reserved[(namespace, claim.reserved[0])] += sign * claim.reserved[1]
+            for gpu_class, n in claim.classes:
+                self._class_pending[(namespace, gpu_class)] += sign * n
+            self._memory_pending[namespace] += sign * claim.memory_mib
+        for resource, n in claim.counted:
+            self._requested[(namespace, resource)] += sign * n
+        self._memory[namespace] += sign * claim.memory_mib
+        if claim.group is not None:
+            self._count_member(namespace, claim.group, sign)
+
+    def _count_member(self, namespace: str, member: tuple[str, PoolKey], sign: int) -> None:
+        group, pool = member
+        pools = self._groups.get((namespace, group))
+        if pools is None:
+            pools = self._groups[(namespace, group)] = Counter()
+        left = pools[pool] + sign
+        if left > 0:
+            pools[pool] = left
+        else:
+            del pools[pool]
+            if not pools:
+                del self._groups[(namespace, group)]  # a finished Job's group leaves nothing behind
 
     def _count_classes(self, namespace: str, classes: Counts, sign: int) -> None:
         if classes:
@@ -196,6 +245,28 @@ class Ledger:
         reserved for admissions the watch has not shown yet."""
         counter = self._class_used.get(namespace)
         return counter[gpu_class] if counter else 0
+
+    def class_pending(self, namespace: str, gpu_class: str) -> int:
+        """The part of `class_used` that is reserved for admissions the watch has not shown yet."""
+        return self._class_pending.get((namespace, gpu_class), 0)
+
+    def requested(self, namespace: str, resource: str) -> int:
+        """GPUs of `resource` the namespace's non-terminated Pods request, bound or not, as gpupool counts
+        them (reservations not included: see `reserved`)."""
+        return self._requested.get((namespace, resource), 0)
+
+    def memory_used(self, namespace: str) -> int:
+        """GPU memory (MiB) the namespace's Pods and reservations hold: devices x memory per device."""
+        return self._memory.get(namespace, 0)
+
+    def memory_pending(self, namespace: str) -> int:
+        """The part of `memory_used` that is reserved for admissions the watch has not shown yet."""
+        return self._memory_pending.get(namespace, 0)
+
+    def group_pools(self, namespace: str, group: str) -> dict[PoolKey, int]:
+        """Per pool, how many of the group's Pods (non-terminated, carrying gpupool.io/pool) and
+        reservations are on it; empty when none. One lookup, whatever the number of Pods."""
+        return dict(self._groups.get((namespace, group), ()))
 
 
 def _counter(table: dict[str, Counter[str]], key: str) -> Counter[str]:

@@ -48,20 +48,24 @@ class Reservations:
         generate_name: str,
         node: str,
         echoed: bool,
+        memory_mib: int = 0,
+        group: str = "",
     ) -> Claim:
         """What an admitted Pod holds: `gpus` GPUs in `pool` where `selector` reaches, or on `node` when
-        it names one; counted against the pool's class and its namespace's quotas."""
+        it names one; counted against the pool's class and its namespace's quotas (`memory_mib` of GPU
+        memory), and as a member of its workload `group` on the pool."""
         parts = self._parts.get((pool, gpus))
         if parts is None:
             resource = self.policy.vendors[pool.vendor].resource
             parts = self._parts[(pool, gpus)] = (((pool, gpus),), ((pool.gpu_class, gpus),), (resource, gpus))
         holds, classes, reserved = parts
         who = (namespace, name, "" if name else generate_name)  # the name, once known, is what counts
+        member = (group, pool) if group else None
         if node:
             # Held on the node as its resource (a MIG Pod's instances too, until the watch shows what
             # it really requests: a few seconds of a view that is too full, never too empty).
-            return Claim(namespace, node, (reserved,), (), (), classes, reserved, who, echoed)
-        return Claim(namespace, "", (), holds, selector, classes, reserved, who, echoed)
+            return Claim(namespace, node, (reserved,), (), (), classes, reserved, who, echoed, (), memory_mib, member)
+        return Claim(namespace, "", (), holds, selector, classes, reserved, who, echoed, (), memory_mib, member)
 
     def add(self, claim: Claim, now: float) -> int:
         """Keep a reservation made at `now`; returns its token."""

@@ -63,8 +63,8 @@ class AdmitsPods(Protocol):
 
 
 def quota_denial(verdict: Verdict) -> bool:
-    """A denial by a namespace ResourceQuota or a per-class quota of the policy."""
-    return not verdict.allowed and verdict.reason in ("quota", "class-quota")
+    """A denial by a namespace ResourceQuota, or a per-class or GPU-memory quota of the policy."""
+    return not verdict.allowed and verdict.reason in ("quota", "class-quota", "memory-quota")
 
 
 @dataclass(frozen=True)
@@ -161,6 +161,7 @@ class _Mutate:
                 dry_run=review.dry_run,
                 code=verdict.code,
                 message="" if verdict.allowed else verdict.message,
+                group=verdict.group.name if verdict.group is not None else "",
             )
             self._lines.info(fields)
 

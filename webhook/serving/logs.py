@@ -90,6 +90,7 @@ def admission_fields(
     code: int = 200,
     message: str = "",
     error_id: str = "",
+    group: str = "",
 ) -> dict[str, Any]:
     """The fields of the one line logged per admission; empty optional fields are left out. Text that
     came with the request is cut to a few hundred characters: a hostile review cannot make a line of
@@ -110,6 +111,8 @@ def admission_fields(
         fields["reason"] = _cut(message, MAX_MESSAGE_CHARS)
     if error_id:
         fields["error_id"] = error_id
+    if group:
+        fields["group"] = _cut(group, MAX_NAME_CHARS + 64)
     return fields
 
 

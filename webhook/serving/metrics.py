@@ -22,8 +22,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
+from webhook.domain.quantity import MIB
 from webhook.pools.inventory import Inventory
-from webhook.pools.quotas import unenforced
+from webhook.pools.quotas import QuotaRow, quota_rows, unenforced
 
 # Admission latency as the webhook sees it (decode to encode): sub-millisecond normally, and the
 # top buckets show trouble long before kube-apiserver's 10 s default timeout.
@@ -48,7 +49,8 @@ class Metrics:
         )
         self.quota_denials = Counter(
             "gpupool_quota_denials",
-            "Pods denied because a namespace ResourceQuota on GPUs would be exceeded",
+            "Pods denied because a namespace ResourceQuota on GPUs, or a per-class or GPU-memory quota of the "
+            "policy, would be exceeded",
             ["namespace"],
             registry=registry,
         )
@@ -87,10 +89,23 @@ class Metrics:
         )
         self.quotas_unenforced = Gauge(
             "gpupool_quotas_unenforced",
-            "ResourceQuotas that limit a GPU resource in the form Kubernetes never enforces for extended "
-            "resources (nvidia.com/gpu instead of requests.nvidia.com/gpu); see gpupool inventory",
+            "ResourceQuotas that limit a GPU resource in a form Kubernetes never enforces for extended "
+            "resources (nvidia.com/gpu or limits.nvidia.com/gpu instead of requests.nvidia.com/gpu): enforced "
+            "by gpupool only; see gpupool quota",
             registry=registry,
             multiprocess_mode="livemostrecent",
+        )
+        self.quota_used = self._quota_gauge(
+            registry,
+            "gpupool_quota_used",
+            "What counts against each quota gpupool checks (used plus pending admissions): GPUs, or bytes of GPU "
+            "memory for memoryQuota; quota is the ResourceQuota's name, classQuota or memoryQuota, resource its "
+            "key, class or gpu-memory",
+        )
+        self.quota_hard = self._quota_gauge(
+            registry,
+            "gpupool_quota_hard",
+            "The limit of each quota gpupool checks: GPUs, or bytes of GPU memory for memoryQuota",
         )
         self.reservations = Gauge(
             "gpupool_reservations",
@@ -99,6 +114,7 @@ class Metrics:
             multiprocess_mode="livesum",
         )
         self._known_pools: set[str] = set()
+        self._known_quotas: set[tuple[str, str, str]] = set()
         self._lock = threading.Lock()  # refresh() runs on a timer thread and at start
         # `labels()` takes a lock and builds a key on every call; the few (outcome, pool) children are
         # kept here instead. A race only makes two threads ask labels() for the same child.
@@ -112,6 +128,11 @@ class Metrics:
     @staticmethod
     def _pool_gauge(registry: CollectorRegistry, name: str, help_text: str) -> Gauge:
         return Gauge(name, help_text, ["pool"], registry=registry, multiprocess_mode="livemostrecent")
+
+    @staticmethod
+    def _quota_gauge(registry: CollectorRegistry, name: str, help_text: str) -> Gauge:
+        labels = ["namespace", "quota", "resource"]
+        return Gauge(name, help_text, labels, registry=registry, multiprocess_mode="livemostrecent")
 
     def record(
         self,
@@ -149,6 +170,8 @@ class Metrics:
                 stats = view.pool_stats()
                 self.reservations.set(view.reservations)
                 self.quotas_unenforced.set(sum(1 for q in view.all_quotas() if unenforced(q, view.policy)))
+                rows = quota_rows(view, view.policy)
+            self._refresh_quotas(rows)
             seen: set[str] = set()
             for s in stats:
                 pool = str(s.pool)
@@ -163,6 +186,21 @@ class Metrics:
                 for gauge in (self.pool_nodes, self.pool_nodes_usable, self.pool_gpus, self.pool_gpus_free):
                     gauge.labels(pool).set(0)
             self._known_pools |= seen
+
+    def _refresh_quotas(self, rows: list[QuotaRow]) -> None:
+        """One pair of gauges per quota limit; memory in bytes, Prometheus' base unit. A quota that is
+        gone reads 0, as a pool does."""
+        seen: set[tuple[str, str, str]] = set()
+        for row in rows:
+            labels = (row.namespace, row.quota, row.resource)
+            seen.add(labels)
+            scale = MIB if row.unit == "MiB" else 1
+            self.quota_used.labels(*labels).set((row.used + row.pending) * scale)
+            self.quota_hard.labels(*labels).set(row.hard * scale)
+        for labels in self._known_quotas - seen:
+            self.quota_used.labels(*labels).set(0)
+            self.quota_hard.labels(*labels).set(0)
+        self._known_quotas |= seen
 
 
 class GaugeRefresher:

@@ -61,15 +61,21 @@ class LiveInventory(LockedIndex):
 
     @classmethod
     def connect(
-        cls, policy: Policy, kubeconfig: str | None = None, config: ReflectorConfig | None = None
+        cls,
+        policy: Policy,
+        kubeconfig: str | None = None,
+        config: ReflectorConfig | None = None,
+        context: str | None = None,
     ) -> LiveInventory:
-        """In-cluster config when running in a Pod, else KUBECONFIG / ~/.kube/config (or `kubeconfig`)."""
+        """In-cluster config when running in a Pod, else KUBECONFIG / ~/.kube/config (or `kubeconfig`), at
+        its current context (or `context`, as kubectl's --context)."""
         try:
-            if kubeconfig is None and kube_config.incluster_config.SERVICE_HOST_ENV_NAME in os.environ:
+            in_cluster = kube_config.incluster_config.SERVICE_HOST_ENV_NAME in os.environ
+            if kubeconfig is None and context is None and in_cluster:
                 kube_config.load_incluster_config()  # type: ignore[no-untyped-call]  # client is untyped
                 api_client = client.ApiClient()
             else:
-                api_client = kube_config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+                api_client = kube_config.new_client_from_config(config_file=kubeconfig, context=context)  # type: ignore[no-untyped-call]
         except (kube_config.ConfigException, OSError, TypeError, ValueError) as exc:
             raise InventoryConnectError(f"cannot load Kubernetes configuration: {exc}") from None
         return cls(policy, client.CoreV1Api(api_client), config)
@@ -169,3 +175,22 @@ class LiveInventory(LockedIndex):
 
 class InventoryConnectError(ConfigError):
     """No usable Kubernetes configuration."""
+
+
+def context_namespace(kubeconfig: str | None = None, context: str | None = None) -> str:
+    """The namespace kubectl would use: the one the kubeconfig's context (the current one, or `context`)
+    names, else `default`. A missing kubeconfig is `default` too (kubectl's in-cluster fallback); a
+    context the kubeconfig does not have is an error naming it."""
+    try:
+        contexts, current = kube_config.list_kube_config_contexts(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+    except (kube_config.ConfigException, OSError, TypeError, ValueError):
+        if context is None:
+            return "default"
+        raise InventoryConnectError(f"cannot read the kubeconfig for context {context!r}") from None
+    chosen = current if context is None else next((c for c in contexts or () if c.get("name") == context), None)
+    if chosen is None:
+        if context is not None:
+            raise InventoryConnectError(f"context {context!r} is not in the kubeconfig") from None
+        return "default"
+    namespace = (chosen.get("context") or {}).get("namespace")
+    return namespace if isinstance(namespace, str) and namespace else "default"

@@ -19,15 +19,17 @@ def open_inventory(
     kubeconfig: str | None = None,
     start: bool = True,
     sync_timeout: float = 60.0,
+    context: str | None = None,
 ) -> Inventory:
     """The snapshot file `snapshot`, read whole; else the live cluster. With `start`, the live inventory
     lists everything once and keeps watching (refused when the first list does not complete within
     `sync_timeout`); without it, only its configuration is loaded: `serve` starts the watches in each
-    worker after the fork, since threads do not survive a fork."""
+    worker after the fork, since threads do not survive a fork. `context` picks a kubeconfig context
+    other than the current one."""
     if snapshot is not None:
         return SnapshotInventory.from_file(snapshot, policy)
     try:
-        live = LiveInventory.connect(policy, kubeconfig)
+        live = LiveInventory.connect(policy, kubeconfig, context=context)
     except InventoryConnectError as exc:
         raise InventoryConnectError(f"{exc} (or give --inventory FILE for a snapshot)") from None
     if not start:

@@ -77,7 +77,7 @@ def synthetic_cluster(nodes: int = 5000, pods: int = 150_000, seed: int = 0) -> 
 def iter_synthetic_cluster(nodes: int = 5000, pods: int = 150_000, seed: int = 0) -> Iterator[Obj]:
     """The same objects one at a time, so loading 150,000 Pods never holds them all as dicts."""
     rng = random.Random(seed)
-    gen = _Generator(rng)
+    gen = _Generator(rng, random.Random(f"workloads-{seed}"))
     node_list = [gen.node(i) for i in range(nodes)]
     yield from node_list
     gen.place_pods(node_list)
@@ -87,8 +87,11 @@ def iter_synthetic_cluster(nodes: int = 5000, pods: int = 150_000, seed: int = 0
 
 
 class _Generator:
-    def __init__(self, rng: random.Random) -> None:
+    def __init__(self, rng: random.Random, workload_rng: random.Random) -> None:
         self.rng = rng
+        # Workloads are drawn from their own stream, so the rest of a seed's cluster (nodes, placements)
+        # is what it was before GPU Pods had workloads.
+        self.workload_rng = workload_rng
         self.namespaces = namespaces()
         self.gpu_nodes: list[tuple[str, GpuModel, int]] = []  # name, model, free GPUs
         self.all_nodes: list[str] = []
@@ -101,8 +104,8 @@ class _Generator:
         self.cpu_targets: list[str] = []
         self.apps = {ns: [self._name(rng.choice(_APPS)) for _ in range(rng.randint(3, 12))] for ns in self.namespaces}
 
-    def _uid(self) -> str:
-        h = f"{self.rng.getrandbits(128):032x}"
+    def _uid(self, rng: random.Random | None = None) -> str:
+        h = f"{(rng or self.rng).getrandbits(128):032x}"
         return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{'89ab'[int(h[16], 16) % 4]}{h[17:20]}-{h[20:]}"
 
     def _time(self, max_age_s: int) -> str:
@@ -279,18 +282,25 @@ class _Generator:
             spec["nodeName"] = node
         started = self._time(86400 * 30)
         container = spec["containers"][0]["name"]
+        labels: Obj = {"app": container, "pod-template-hash": app.rsplit("-", 1)[1]}
+        api_version, kind, owner_name = "apps/v1", "ReplicaSet", app
         owner = self.owner_uids.get(app) or self.owner_uids.setdefault(app, self._uid())
+        if gpus:  # GPU Pods belong to workloads: Jobs, training jobs, JobSets, sweeps, Deployments
+            api_version, kind, owner_name = self._workload(app, labels, annotations)
+            if owner_name != app:
+                key = f"{ns}/{owner_name}"
+                owner = self.owner_uids.get(key) or self.owner_uids.setdefault(key, self._uid(self.workload_rng))
         metadata: Obj = {
             "name": name,
             "namespace": ns,
             "uid": self._uid(),
             "creationTimestamp": started,
-            "labels": {"app": container, "pod-template-hash": app.rsplit("-", 1)[1]},
+            "labels": labels,
             "ownerReferences": [
                 {
-                    "apiVersion": "apps/v1",
-                    "kind": "ReplicaSet",
-                    "name": app,
+                    "apiVersion": api_version,
+                    "kind": kind,
+                    "name": owner_name,
                     "uid": owner,
                     "controller": True,
                     "blockOwnerDeletion": True,
@@ -306,6 +316,25 @@ class _Generator:
             "spec": spec,
             "status": self._status(phase, container, node is not None, started, i),
         }
+
+    def _workload(self, app: str, labels: Obj, annotations: Obj) -> tuple[str, str, str]:
+        """The controller of a GPU Pod, and the workload label or gpupool.io/group its kind carries: six
+        workloads of each kind per namespace, so in a large cluster each has several Pods (a workload group
+        gpupool keeps together)."""
+        base, rng = "llm", self.workload_rng
+        roll, n = rng.random(), rng.randrange(6)
+        if roll < 0.35:
+            return "batch/v1", "Job", f"{base}-train-{n}"
+        if roll < 0.55:
+            labels["training.kubeflow.org/job-name"] = f"{base}-ft-{n}"
+            return "kubeflow.org/v1", "PyTorchJob", f"{base}-ft-{n}"
+        if roll < 0.65:
+            labels["jobset.sigs.k8s.io/jobset-name"] = f"{base}-js-{n}"
+            return "batch/v1", "Job", f"{base}-js-{n}-workers-0"
+        if roll < 0.75:
+            annotations["gpupool.io/group"] = f"{base}-sweep-{n}"
+            return "batch/v1", "Job", f"{base}-sweep-{n}-{rng.randrange(4)}"
+        return "apps/v1", "ReplicaSet", app
 
     def _place(self, gpus: int, phase: str) -> tuple[str | None, GpuModel | None]:
         """A node for a Pod: GPU Pods only where enough GPUs are free (Running ones hold them)."""
