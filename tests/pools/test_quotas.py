@@ -31,3 +31,15 @@ def test_unprefixed_gpu_quota_is_flagged_with_the_fix() -> None:
         quota("q", "t", {"nvidia.com/gpu": "4", "requests.nvidia.com/gpu": "4"}), POLICY.gpu_resources
     )
     assert both is not None and unenforced(both, POLICY) == []
+
+
+def test_an_unprefixed_mig_quota_is_flagged_too() -> None:
+    """`nvidia.com/mig-1g.5gb: 7` is stored and never enforced, like `nvidia.com/gpu: 4`."""
+    info = quota_from_obj(
+        quota("q", "t", {"nvidia.com/mig-1g.5gb": "7"}), POLICY.gpu_resources, POLICY.partition_prefixes
+    )
+    assert info is not None
+    assert unenforced(info, POLICY) == [
+        "quota t/q: 'nvidia.com/mig-1g.5gb: 7' is not enforced by Kubernetes for extended resources; "
+        "write 'requests.nvidia.com/mig-1g.5gb: 7'"
+    ]

@@ -127,7 +127,7 @@ def _bound(req: GpuRequest, node: str, devices: int, policy: Policy, index: Pool
     resources = {req.vendor.resource, *req.partitions}
     if not devices:
         return verdict.allow(f"already bound to node {node}; requests no {req.vendor.name} GPUs")
-    facts = index.node_facts(node, req.vendor.name)
+    facts = index.node_facts(node, req.vendor.resource)
     rule = policy.namespace(req.namespace)
     if not isinstance(facts, NodeFacts):
         why = f" ({facts.reason})" if facts is not None else ""

@@ -9,12 +9,13 @@ from webhook.pools.index import PoolIndex
 
 
 def unenforced(quota: QuotaInfo, policy: Policy) -> list[str]:
-    """GPU entries written as `nvidia.com/gpu: 4`, which Kubernetes stores but never enforces."""
+    """GPU entries (MIG instances included) written as `nvidia.com/gpu: 4`, which Kubernetes stores but
+    never enforces."""
     return [
         f"quota {quota.namespace}/{quota.name}: '{r}: {quota.hard[r]}' is not enforced by Kubernetes for "
         f"extended resources; write 'requests.{r}: {quota.hard[r]}'"
-        for r in sorted(policy.gpu_resources)
-        if r in quota.hard and f"requests.{r}" not in quota.hard
+        for r in sorted(quota.hard)
+        if policy.vendor_of(r) is not None and f"requests.{r}" not in quota.hard
     ]
 
 
