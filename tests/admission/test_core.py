@@ -29,7 +29,7 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from tests.builders import GPU_TAINT, gpu_node, index_of, pod, quota
+from tests.builders import GPU_TAINT, gpu_node, index_of, mig_mixed_node, pod, quota
 from tests.builders import policy as make_policy
 from webhook.admission.core import Admitter, evaluate
 from webhook.admission.pod import MAX_CONTAINERS, MAX_EXTENDED_RESOURCES, MAX_SELECTOR_ENTRIES, MAX_TOLERATIONS
@@ -1596,20 +1596,67 @@ class TestVisibleDevices:
         assert escape(self.with_env(), "students", text=off).allowed
 
 
-class TestPartitions:
-    def test_a_mig_request_is_refused_where_classes_are_limited(self) -> None:
-        """A Pod that requests a MIG instance itself (nvidia.com/mig-...) cannot be kept to a namespace's
-        classes by gpupool, which does not place partitions: refused there, with what to do instead."""
-        obj = pod("p", "students", gpus=1, resource="nvidia.com/mig-1g.10gb")
-        result = escape(obj, "students")
-        assert not result.allowed and "requests nvidia.com/mig-1g.10gb, which gpupool does not place" in result.message
-        free = escape(pod("p", "ml", gpus=1, resource="nvidia.com/mig-1g.10gb"), "ml")
-        assert (free.allowed, free.patch) == (True, ())
+MIG_MEDIUM = "products: [{match: A100, class: high}, {match: A100-MIG-3g.20gb, class: medium}]\n"
 
-    def test_a_mig_pod_naming_an_h100_node_is_checked_there(self) -> None:
-        """A MIG Pod bound to an H100 node counts as a device of that node's class."""
-        obj = pod("p", "students", gpus=1, node="h100-a", resource="nvidia.com/mig-1g.10gb")
-        assert not escape(obj, "students").allowed
+
+def mig_fleet() -> list[dict[str, Any]]:
+    """The escape fleet with a mixed-strategy A100 node: 4 whole high GPUs, 4 3g.20gb and 14 1g.5gb."""
+    return [*escape_fleet(), mig_mixed_node("mixed-a", gpu_class=None, taints=[GPU_TAINT])]
+
+
+def mig_pod(name: str, namespace: str, profile: str = "3g.20gb", **kw: Any) -> dict[str, Any]:
+    return pod(name, namespace, gpus=1, resource=f"nvidia.com/mig-{profile}", **kw)
+
+
+class TestPartitions:
+    def test_a_mig_request_is_placed_among_the_pools_of_its_resource(self) -> None:
+        """A Pod that requests a MIG instance itself is placed like any Pod, among the pools of that
+        resource (it pins the device as it pins the vendor): pinned to nodes offering the profile, its
+        own request kept, the GPU taint tolerated."""
+        pol = make_policy(ESCAPE_POLICY)
+        result, patched = check_placed(mig_pod("p", "ml"), "ml", pol, index_of(mig_fleet(), pol))
+        assert result.placement is not None
+        assert str(result.placement.pool) == "nvidia/high/NVIDIA-A100-SXM4-40GB-MIG-3g.20gb/nvidia.com/mig-3g.20gb"
+        assert (result.placement.resource, result.placement.device) == ("nvidia.com/mig-3g.20gb", "mig")
+        assert patched["spec"]["nodeSelector"] == {
+            "nvidia.com/mig-3g.20gb.product": "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb"
+        }
+        assert patched["spec"]["containers"] == mig_pod("p", "ml")["spec"]["containers"]
+
+    def test_a_mig_request_is_held_to_the_namespaces_classes(self) -> None:
+        """In a namespace that may not use high, a high MIG instance is refused like a high GPU; a medium
+        one (by a more specific product entry) is placed."""
+        high = escape(mig_pod("p", "students"), "students", mig_fleet())
+        assert (high.allowed, high.code) == (False, 403)
+        assert "class high is not allowed in namespace students" in high.message
+        medium = escape(mig_pod("p", "students"), "students", mig_fleet(), text=ESCAPE_POLICY + MIG_MEDIUM)
+        assert medium.placement is not None and medium.placement.pool.gpu_class == "medium"
+
+    def test_several_kinds_of_device_in_one_pod_are_not_placed(self) -> None:
+        """A MIG instance and a whole GPU in one Pod: no one pool offers both, so the Pod is refused where
+        classes are limited and left alone with a warning elsewhere."""
+        obj = mig_pod("p", "students")
+        obj["spec"]["containers"].append({"name": "b", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}})
+        refused = escape(obj, "students", mig_fleet())
+        assert not refused.allowed and "several kinds of device" in refused.message
+        free = escape(obj, "ml", mig_fleet())
+        assert (free.allowed, free.patch) == (True, ()) and "several kinds of device" in free.warnings[0]
+
+    def test_a_mig_pod_naming_its_node_is_checked_against_the_pool_of_its_resource(self) -> None:
+        """On a node offering high whole GPUs and medium 3g.20gb instances, a students Pod naming the node
+        may use an instance but not a whole GPU."""
+        text = ESCAPE_POLICY + MIG_MEDIUM
+        on_mig = escape(mig_pod("p", "students", node="mixed-a"), "students", mig_fleet(), text=text)
+        assert on_mig.allowed and on_mig.placement is not None
+        assert on_mig.placement.pool.product == "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb"
+        on_gpu = escape(pod("p", "students", gpus=1, node="mixed-a"), "students", mig_fleet(), text=text)
+        assert not on_gpu.allowed and "class high is not allowed" in on_gpu.message
+
+    def test_a_mig_pod_naming_a_node_without_that_profile_is_refused_where_classes_are_limited(self) -> None:
+        """The H100 node offers no 1g.10gb instances: nothing gpupool can check, so students may not."""
+        obj = mig_pod("p", "students", "1g.10gb", node="h100-a")
+        result = escape(obj, "students")
+        assert not result.allowed and "no nvidia.com/mig-1g.10gb devices gpupool can class" in result.message
 
 
 # --- issue 13: reservations for every placed Pod, re-invocations recognised ------------------------------

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from webhook.admission import devices
+from webhook.admission.devices import DeviceError, device_resource, parse_device_request
 from webhook.admission.pod import ContainerView, PodShape
 from webhook.domain.model import POOL_ANNOTATION, PREFIX, PoolKey, Tolerations, effective_gpus
 from webhook.domain.policy import Policy, VendorPolicy
@@ -25,10 +27,12 @@ from webhook.domain.quantity import MIB, QuantityError, parse_bytes, parse_count
 
 CLASS, MEMORY, COUNT, PRODUCT = "gpu-class", "min-memory", "gpu-count", "gpu-product"
 DRIVER, VENDOR, CONTAINER, FALLBACK, POOL = "min-driver", "vendor", "container", "fallback", "pool"
-KNOWN = (CLASS, MEMORY, COUNT, PRODUCT, DRIVER, VENDOR, CONTAINER, FALLBACK, POOL)
+KNOWN: tuple[str, ...] = (CLASS, MEMORY, COUNT, PRODUCT, DRIVER, VENDOR, CONTAINER, FALLBACK, POOL)
 # The longest value each annotation accepts, checked before the value is parsed.
 MAX_CHARS = {CLASS: 256, MEMORY: 32, COUNT: 8, PRODUCT: 512, DRIVER: 32, VENDOR: 63, CONTAINER: 253,
              FALLBACK: 8, POOL: 512}  # fmt: skip
+KNOWN = (*KNOWN, *devices.ANNOTATIONS)  # the device's kind, compute capability and CUDA
+MAX_CHARS |= devices.MAX_CHARS
 MAX_COUNT = 64
 MAX_PROBLEMS = 5  # a denial names this many problems, then says how many more there are
 T = TypeVar("T")
@@ -60,6 +64,12 @@ class GpuRequest:
     pool_pin: PoolKey | None  # an existing gpupool.io/pool annotation
     tolerations: Tolerations
     partitions: tuple[str, ...] = ()  # GPU partition resources the Pod requests itself (nvidia.com/mig-...)
+    resource: str = ""  # the one device resource the Pod requests itself (its pools'), "" for none
+    devices: tuple[str, ...] = ("gpu",)  # device kinds it accepts, in the order of preference
+    device_source: str = "policy default"  # annotation, namespace default, policy default, requested resource
+    min_compute: tuple[int, ...] | None = None  # compute capability
+    min_cuda: tuple[int, ...] | None = None  # the CUDA version the node's driver must support
+    node_selector: tuple[tuple[str, str], ...] = ()  # the Pod's whole nodeSelector (pins are its pool labels)
 
 
 def gpupool_annotations(shape: PodShape) -> dict[str, str]:
@@ -153,7 +163,7 @@ class _Errors:
     def check(self, parse: Callable[[], T], fallback: T) -> T:
         try:
             return parse()
-        except RequestError as exc:
+        except (RequestError, DeviceError) as exc:
             self.messages.append(str(exc))
             return fallback
 
@@ -186,13 +196,15 @@ def parse_request(shape: PodShape, policy: Policy) -> GpuRequest:
         errors.raise_any("the Pod has no containers")
     default_vendor = policy.vendors[policy.default_vendor]
     vendor = errors.check(lambda: _vendor(ann, shape, policy), default_vendor)
-    index = errors.check(lambda: _container(ann, containers, vendor.resource), 0)
+    requested = requested_resources(shape, policy)
+    resource = device_resource(requested, vendor)  # a MIG profile the Pod requests pins its pools
+    index = errors.check(lambda: _container(ann, containers, resource or vendor.resource), 0)
     target = containers[index]
     inits = shape.init_containers or ()
     # Any of the vendor's devices the Pod already asks for (whole GPUs or partitions): then they stand.
-    owned = [r for r in requested_resources(shape, policy) if vendor.owns(r)] or [vendor.resource]
+    owned = [r for r in requested if vendor.owns(r)] or [vendor.resource]
     already = any(container_gpus(c, r) for c in (*containers, *inits) for r in owned)
-    count = errors.check(lambda: _count(ann, target, vendor.resource, already), 1)
+    count = errors.check(lambda: _count(ann, target, resource or vendor.resource, already), 1)
     namespace = shape.namespace
     rule = policy.namespace(namespace)
     allowed = rule.allowed_classes or policy.classes
@@ -204,9 +216,14 @@ def parse_request(shape: PodShape, policy: Policy) -> GpuRequest:
     driver = errors.check(lambda: _driver(ann), None)
     fallback = errors.check(lambda: _flag(ann, FALLBACK, policy.defaults.fallback), False)
     pool = errors.check(lambda: _pool(ann), None)
+    no_device = devices.DeviceRequest(policy.defaults.device, "policy default", None, None)
+    device = errors.check(
+        lambda: parse_device_request(ann, policy, namespace, vendor, resource=resource, count=count), no_device
+    )
     errors.raise_any()
-    counts = [count if i == index else container_gpus(c, vendor.resource) for i, c in enumerate(containers)]
-    init_counts = [(container_gpus(c, vendor.resource), c.sidecar) for c in inits]
+    counted = resource or vendor.resource
+    counts = [count if i == index else container_gpus(c, counted) for i, c in enumerate(containers)]
+    init_counts = [(container_gpus(c, counted), c.sidecar) for c in inits]
     return GpuRequest(
         namespace=namespace,
         vendor=vendor,
@@ -225,6 +242,12 @@ def parse_request(shape: PodShape, policy: Policy) -> GpuRequest:
         pool_pin=pool,
         tolerations=Tolerations(shape.tolerations or ()),
         partitions=tuple(sorted(r for r in owned if r != vendor.resource)),
+        resource=resource,
+        devices=device.devices,
+        device_source=device.source,
+        min_compute=device.min_compute,
+        min_cuda=device.min_cuda,
+        node_selector=tuple(sorted(shape.node_selector or ())),
     )
 
 
