@@ -68,13 +68,9 @@ def test_the_table_has_one_row_per_device_pool(capsys: pytest.CaptureFixture[str
         "1",
         "56",
     ]
-    assert by_product["NVIDIA-A100-SXM4-40GB-MIG-3g.20gb"][2:7] == [
-        "mig",
-        "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb",
-        "20096Mi",
-        "1",
-        "4",
-    ]
+    # a mixed-strategy profile, on a resource of its own, is named as gpupool.io/pool names it
+    mixed = "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb/nvidia.com/mig-3g.20gb"
+    assert by_product[mixed][2:7] == ["mig", mixed, "20096Mi", "1", "4"]
     assert by_product["Tesla-T4-SHARED"][2:7] == ["shared", "Tesla-T4-SHARED", "3840Mi", "1", "4"]
     assert by_product["Tesla-T4"][2:7] == ["gpu", "Tesla-T4", "15Gi", "1", "1"]
 
@@ -85,7 +81,10 @@ def test_wide_output_says_how_each_gpu_is_divided(capsys: pytest.CaptureFixture[
     assert table[0][-2:] == ["RESOURCE", "PARTITION"]
     by_product = {row[3]: row for row in table[1:]}
     assert by_product["NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"][-2:] == ["nvidia.com/gpu", "1g.5gb"]
-    assert by_product["NVIDIA-A100-SXM4-40GB-MIG-3g.20gb"][-2:] == ["nvidia.com/mig-3g.20gb", "3g.20gb"]
+    assert by_product["NVIDIA-A100-SXM4-40GB-MIG-3g.20gb/nvidia.com/mig-3g.20gb"][-2:] == [
+        "nvidia.com/mig-3g.20gb",
+        "3g.20gb",
+    ]
     assert by_product["Tesla-T4-SHARED"][-3:] == ["nvidia.com/gpu", "4", "replicas"]
     assert by_product["Tesla-T4"][-2:] == ["nvidia.com/gpu", "-"]
 

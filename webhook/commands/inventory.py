@@ -49,6 +49,7 @@ def build_report(index: PoolIndex, policy: Policy) -> dict[str, Any]:
             "device": s.kind,
             "product": s.pool.product,
             "resource": s.resource,
+            "ownResource": bool(s.pool.resource),  # a partition on a resource of its own (mixed-strategy MIG)
             "profile": s.profile,
             "replicas": list(s.replicas),
             "memoryMiB": s.memory_mib,
@@ -82,7 +83,7 @@ def render_table(report: dict[str, Any], wide: bool) -> str:
             p["vendor"],
             p["class"],
             p["device"],
-            p["product"],
+            p["product"] + (f"/{p['resource']}" if p["ownResource"] else ""),  # as gpupool.io/pool names it
             format_mib(p["memoryMiB"]) if p["memoryMiB"] else "?",
             str(p["nodes"]),
             str(p["gpus"]["total"]),
