@@ -124,3 +124,12 @@ def test_compute_capability_and_cuda_on_another_vendor_are_refused() -> None:
 def test_long_values_are_refused_before_they_are_read(name: str) -> None:
     message = refused({f"gpupool.io/{name}": "8" * 10_000})
     assert f"annotation gpupool.io/{name}: the value is 10000 characters long; accepted: at most" in message
+
+
+def test_a_mig_profiles_product_label_pins_pools_like_the_gpu_product_label() -> None:
+    """`nvidia.com/mig-3g.20gb.product` in the Pod's nodeSelector is a pin: pools whose selector lacks it
+    (whole GPUs) cannot take the Pod, so it is never sent where its own nodeSelector reaches no node."""
+    selector = {"nvidia.com/mig-3g.20gb.product": "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb", "kubernetes.io/os": "linux"}
+    r = req(node_selector=selector)
+    assert r.pins == (("nvidia.com/mig-3g.20gb.product", "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb"),)
+    assert r.node_selector == tuple(sorted(selector.items()))

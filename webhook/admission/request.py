@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from webhook.admission import devices
-from webhook.admission.devices import DeviceError, device_resource, parse_device_request
+from webhook.admission.devices import DeviceError, device_resource, parse_device_request, pins_a_pool
 from webhook.admission.pod import ContainerView, PodShape
 from webhook.domain.model import POOL_ANNOTATION, PREFIX, PoolKey, Tolerations, effective_gpus
 from webhook.domain.policy import Policy, VendorPolicy
@@ -238,7 +238,7 @@ def parse_request(shape: PodShape, policy: Policy) -> GpuRequest:
         min_driver=driver,
         container_index=index,
         fallback=fallback,
-        pins=tuple(sorted((k, v) for k, v in shape.node_selector or () if k in policy.pool_labels)),
+        pins=tuple(sorted((k, v) for k, v in shape.node_selector or () if pins_a_pool(k, policy))),
         pool_pin=pool,
         tolerations=Tolerations(shape.tolerations or ()),
         partitions=tuple(sorted(r for r in owned if r != vendor.resource)),
