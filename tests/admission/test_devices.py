@@ -77,7 +77,10 @@ def test_more_than_one_shared_replica_alone_is_refused_naming_both_annotations()
 
 def test_more_than_one_replica_from_a_shared_only_namespace_default_is_refused() -> None:
     config = policy("namespaces: {lab: {device: [shared]}}")
-    with pytest.raises(RequestError, match=r"gpu-count: 2 with gpupool.io/device: shared \(the namespace default\)"):
+    with pytest.raises(
+        RequestError,
+        match=r"2 devices \(gpupool.io/gpu-count\) with gpupool.io/device: shared \(the namespace default\)",
+    ):
         parse_request(read_pod(pod(gpus=2), "lab").shape, config)
 
 

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from webhook.admission.request import GpuRequest
 from webhook.admission.verdict import Reason
-from webhook.domain.devices import GPU, KINDS, NOUNS, SHARED, device_kind
+from webhook.domain.devices import GPU, KINDS, NOUNS, SHARED
 from webhook.domain.model import PREFIX, PoolKey, Selector, Taint
 from webhook.domain.policy import Policy
 from webhook.domain.products import format_version, matches, tokens, version_at_least
@@ -160,7 +160,7 @@ def _plan(req: GpuRequest, index: PoolIndex, policy: Policy) -> _Plan:
     options: list[tuple[_Option, ...]] = []
     rejections: list[Rejection] = []
     for pool in index.pools(req.vendor.name):
-        reasons = _pool_reasons(req, pool.key, requested, fallback_classes, req.devices)
+        reasons = _pool_reasons(req, pool.key, pool.kind, requested, fallback_classes, devices=req.devices)
         if not reasons and pool.kind == SHARED and req.count > 1:  # in a list of devices: skipped
             reasons = [f"a shared replica is not a GPU: {PREFIX}gpu-count {req.count} needs gpu or mig"]
         if reasons:
@@ -180,14 +180,19 @@ def _plan(req: GpuRequest, index: PoolIndex, policy: Policy) -> _Plan:
 
 
 def _pool_reasons(
-    req: GpuRequest, key: PoolKey, requested: tuple[str, ...], fallback: tuple[str, ...], devices: tuple[str, ...]
+    req: GpuRequest,
+    key: PoolKey,
+    kind: str,
+    requested: tuple[str, ...],
+    fallback: tuple[str, ...],
+    *,
+    devices: tuple[str, ...],
 ) -> list[str]:
-    """Why a pool cannot take the Pod at all (not counting capacity); empty when it can."""
+    """Why a pool (of devices of `kind`) cannot take the Pod at all (not counting capacity); empty when it can."""
     reasons = []
     if req.pool_pin is not None and req.pool_pin != key:
         reasons.append(f"{PREFIX}pool pins {req.pool_pin}")
     resource = key.resource or req.vendor.resource
-    kind = device_kind(key.product)
     if req.resource and resource != req.resource:
         reasons.append(f"its devices are {resource}, the Pod requests {req.resource}")
     elif kind not in devices:
@@ -318,7 +323,7 @@ def bound_problem(req: GpuRequest, facts: NodeFacts) -> str:
     requested = req.classes if req.class_source == "annotation" else req.allowed_classes
     # Likewise the namespace's device default: a Pod on a node may use what the node offers.
     devices = req.devices if req.device_source == "annotation" else KINDS
-    reasons = _pool_reasons(req, facts.pool, requested, (), devices)
+    reasons = _pool_reasons(req, facts.pool, facts.kind, requested, (), devices=devices)
     if req.min_memory_mib and facts.memory_mib < req.min_memory_mib:
         have = format_mib(facts.memory_mib) if facts.memory_mib else "unknown memory"
         reasons.append(f"{have} < min-memory {format_mib(req.min_memory_mib)}")

@@ -58,10 +58,12 @@ def parse_device_request(
     devices, source = _devices(ann, policy, namespace, vendor, resource)
     if devices == (SHARED,) and count > 1:
         where = "" if source == "annotation" else f" (the {source})"
+        asked = (
+            f"annotation {PREFIX}gpu-count: {count}" if "gpu-count" in ann else f"{count} devices ({PREFIX}gpu-count)"
+        )
         raise DeviceError(
-            f"annotation {PREFIX}gpu-count: {count} with {PREFIX}{DEVICE}: shared{where}: a shared replica is one "
-            f"share of a GPU, and a container gets one; accepted: {PREFIX}gpu-count 1, or gpu or mig in "
-            f"{PREFIX}{DEVICE}"
+            f"{asked} with {PREFIX}{DEVICE}: shared{where}: a shared replica is one share of a GPU, and a "
+            f"container gets one; accepted: {PREFIX}gpu-count 1, or gpu or mig in {PREFIX}{DEVICE}"
         )
     return DeviceRequest(devices, source, _compute(ann, policy, vendor), _cuda(ann, policy, vendor))
 
