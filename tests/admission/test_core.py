@@ -26,7 +26,7 @@ import jsonpatch
 import kubernetes_validate
 import pytest
 import yaml
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from tests.builders import GPU_TAINT, gpu_node, index_of, mig_mixed_node, pod, quota
@@ -1306,29 +1306,61 @@ def test_a_pod_that_names_no_device_is_never_placed_on_a_mig_instance_or_a_share
     assert_feasible(result, apply(obj, result.patch), policy, index, objects)
 
 
+NO_EDIT: NodeEdit = (False, None, None, None)
+FOUND: dict[str, Any] = {"namespace": "ml-train", "need": "4Gi", "devices": "shared,gpu", "gpu_class": None,
+                         "count": None, "resource": None}  # fmt: skip
+# Fleets where many nodes are partitioned: a time-sliced T4 in 2 replicas joins the demo's 4-replica one
+# in one pool of two memory sizes, and whole GPUs become MIG instances.
+DEVICE_FLEET_EDITS = st.tuples(
+    st.just(False),
+    st.none(),
+    st.sampled_from([None, None, "remove", "medium"]),
+    st.sampled_from([None, "time-sliced", "time-sliced", "mig-single", "mig-pending", "mig-invalid"]),
+)
 MEMORY_NEEDS = st.sampled_from(["1Gi", "3840Mi", "4Gi", "4864Mi", "5Gi", "12Gi", "16Gi", "20096Mi", "24Gi", "40Gi"])
 DEVICE_LISTS = st.sampled_from(["mig,gpu", "shared,gpu", "gpu,mig,shared", "mig", "shared", "mig,shared"])
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(obj=pod_st(), namespace=NAMESPACES, need=MEMORY_NEEDS, devices=st.none() | DEVICE_LISTS,
-       edits=st.lists(NODE_EDITS, max_size=12))  # fmt: skip
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    namespace=NAMESPACES,
+    need=MEMORY_NEEDS,
+    devices=st.none() | DEVICE_LISTS,
+    gpu_class=st.sampled_from([None, "low", "medium", "high", "medium,high"]),
+    count=st.sampled_from([None, "1", "2"]),
+    resource=st.sampled_from([None, "nvidia.com/gpu", "nvidia.com/mig-1g.5gb", "nvidia.com/mig-3g.20gb"]),
+    edits=st.lists(DEVICE_FLEET_EDITS, min_size=1, max_size=19),
+)
+# gpu-t4-01 time-sliced 2 ways (7680Mi) beside the 4-way gpu-t4-shared-01 (3840Mi): one group of two sizes.
+@example(**FOUND, edits=[*[NO_EDIT] * 12, (False, None, None, "time-sliced")])
+# gpu-t4-02 time-sliced and unlabelled: its selector (the product label alone) reaches gpu-t4-shared-01 too.
+@example(**FOUND, edits=[*[NO_EDIT] * 6, (False, None, "remove", "time-sliced")])
 def test_the_chosen_devices_memory_is_never_below_min_memory(
-    obj: dict[str, Any], namespace: str, need: str, devices: str | None, edits: list[NodeEdit]
+    *,
+    namespace: str,
+    need: str,
+    devices: str | None,
+    gpu_class: str | None,
+    count: str | None,
+    resource: str | None,
+    edits: list[NodeEdit],
 ) -> None:
     """Issue 10: a MIG instance has its own memory and a replica a share of its GPU's; whichever device a
-    Pod with min-memory gets, every node its nodeSelector reaches offers at least that much per device."""
-    annotations = obj["metadata"].setdefault("annotations", {}) or {}
-    obj["metadata"]["annotations"] = annotations
-    annotations["gpupool.io/min-memory"] = need
-    if devices is not None:
-        annotations["gpupool.io/device"] = devices
+    Pod with min-memory gets, in fleets where many GPUs are partitioned (time-sliced two and four ways in
+    one pool, whole GPUs turned into MIG instances), every node its nodeSelector reaches offers at least
+    that much per device."""
+    annotations = {"gpupool.io/min-memory": need}
+    for key, value in (("device", devices), ("gpu-class", gpu_class), ("gpu-count", count)):
+        if value is not None:
+            annotations[f"gpupool.io/{key}"] = value
+    obj = pod(annotations=annotations, gpus=1 if resource else None, resource=resource or "nvidia.com/gpu")
     policy, objects = demo_policy(), edited_fleet(edits)
     index = build_index(objects, policy, "generated")
     result = evaluate(obj, namespace, policy, index)
     event(result.outcome)
     if result.placement is None or not result.patch:
         return
+    event(result.placement.device)
     patched = apply(obj, result.patch)
     selector = patched["spec"]["nodeSelector"]
     wanted = -(-parse_bytes(need) // MIB)

@@ -367,3 +367,15 @@ def test_min_cuda_holds_on_every_node_the_selector_reaches() -> None:
     assert d.chosen is None and "CUDA 12.2 < min-cuda 12.4" in d.denial
     labelled = [gpu_node("t4-a", driver="535.104.05", labels={"nvidia.com/cuda.runtime-version.full": "12.4"})]
     assert chosen(run({"gpupool.io/min-cuda": "12.4"}, labelled)) == T4
+
+
+def test_requirements_hold_on_the_labelled_nodes_a_shorter_selector_reaches_too() -> None:
+    """A T4 pool of unlabelled nodes (pinned by the product label alone) and class-labelled ones: the
+    product label reaches the labelled nodes too, so min-driver must hold on them as well (found by the
+    min-memory property test with time-sliced nodes of two replica counts)."""
+    objects = [
+        gpu_node("t4-new", driver="550.54.15", gpu_class=None),
+        gpu_node("t4-old", driver="525.60.13", gpu_class="medium"),
+    ]
+    d = run({"gpupool.io/min-driver": "545"}, objects)
+    assert d.chosen is None and "driver 525.60.13 < min-driver 545" in d.denial

@@ -230,7 +230,12 @@ def _selectors(req: GpuRequest, pool: Pool, fallback: bool) -> tuple[tuple[_Opti
             }
             why.append(f"every node has taints the Pod does not tolerate: {', '.join(sorted(taints))}")
             continue
-        problem = _group_problem(req, tolerated)
+        # The selector also reaches nodes of the pool whose selector has more labels (a class label some
+        # nodes carry): the scheduler may pick any of them the Pod tolerates, so each must hold too.
+        ordered = pool.ordered()
+        reached = [ordered[i] for i in pool.reach(selector)]
+        checked = [g for g in reached if all(req.tolerations.tolerates(t) for t in g.other_taints)] or tolerated
+        problem = _group_problem(req, checked)
         if problem:
             why.append(problem)
             continue
@@ -245,7 +250,7 @@ def _selectors(req: GpuRequest, pool: Pool, fallback: bool) -> tuple[tuple[_Opti
                 selector=selector,
                 groups=tuple(tolerated),
                 gpu_taints=tuple(sorted({t for g in tolerated for t in g.gpu_taints}, key=lambda t: (t.key, t.effect))),
-                memory_mib=min(g.min_memory_mib() for g in tolerated),
+                memory_mib=min(g.min_memory_mib() for g in checked),
                 fallback=fallback,
                 kind=pool.kind,
             )
