@@ -108,6 +108,19 @@ def shared_node(
     return gpu_node(name, f"{product}-SHARED", gpus * replicas, memory_mib=memory_mib, labels=labels, **kw)
 
 
+def issue_fleet() -> list[dict[str, Any]]:
+    """The nodes of issue 10: an A100 in single-strategy MIG (56 1g.5gb) beside whole A100-40GBs (8 and 4
+    GPUs); a time-sliced T4 (4 replicas) beside a dedicated one; a mixed-strategy A100 with two 3g.20gb."""
+    return [
+        mig_single_node("mig-a"),
+        gpu_node("a100-a", "NVIDIA-A100-SXM4-40GB", 8, memory_mib=40960, gpu_class="high"),
+        gpu_node("a100-b", "NVIDIA-A100-SXM4-40GB", 4, memory_mib=40960, gpu_class="high"),
+        gpu_node("t4-a", "Tesla-T4", 1),
+        shared_node("ts-a"),
+        mig_mixed_node("mixed-a", whole=0, instances={"3g.20gb": (2, 20096)}),
+    ]
+
+
 def pod(
     name: str = "job",
     namespace: str = "ml",

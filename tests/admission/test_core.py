@@ -1276,6 +1276,20 @@ def test_a_warm_memo_answers_as_a_cold_index_does(
         assert warm.reasons == cold.reasons
 
 
+def placed_in_edited_fleet(
+    obj: dict[str, Any], namespace: str, edits: list[NodeEdit]
+) -> tuple[Verdict, PoolIndex, list[dict[str, Any]]] | None:
+    """The verdict for a Pod on the demo cluster changed by `edits`, with the index and the objects, when
+    the Pod is placed with a patch; None otherwise (the outcome is recorded as a hypothesis event)."""
+    objects = edited_fleet(edits)
+    index = build_index(objects, demo_policy(), "generated")
+    result = evaluate(obj, namespace, demo_policy(), index)
+    event(result.outcome)
+    if result.placement is None or not result.patch:
+        return None
+    return result, index, objects
+
+
 NO_DEVICE_DEFAULT = st.sampled_from(["ml-train", "team-a", "default"])  # students default to shared replicas
 
 
@@ -1295,15 +1309,13 @@ def test_a_pod_that_names_no_device_is_never_placed_on_a_mig_instance_or_a_share
             for name in list((container.get("resources") or {}).get(part) or {}):
                 if name.startswith("nvidia.com/mig-"):
                     del container["resources"][part][name]
-    policy, objects = demo_policy(), edited_fleet(edits)
-    index = build_index(objects, policy, "generated")
-    result = evaluate(obj, namespace, policy, index)
-    event(result.outcome)
-    if result.placement is None or not result.patch:
+    placed = placed_in_edited_fleet(obj, namespace, edits)
+    if placed is None:
         return
-    assert result.placement.device == "gpu", str(result.placement.pool)
-    assert result.placement.resource in policy.gpu_resources
-    assert_feasible(result, apply(obj, result.patch), policy, index, objects)
+    result, index, objects = placed
+    assert result.placement is not None and result.placement.device == "gpu", str(result.placement)
+    assert result.placement.resource in demo_policy().gpu_resources
+    assert_feasible(result, apply(obj, result.patch), demo_policy(), index, objects)
 
 
 NO_EDIT: NodeEdit = (False, None, None, None)
@@ -1354,12 +1366,11 @@ def test_the_chosen_devices_memory_is_never_below_min_memory(
         if value is not None:
             annotations[f"gpupool.io/{key}"] = value
     obj = pod(annotations=annotations, gpus=1 if resource else None, resource=resource or "nvidia.com/gpu")
-    policy, objects = demo_policy(), edited_fleet(edits)
-    index = build_index(objects, policy, "generated")
-    result = evaluate(obj, namespace, policy, index)
-    event(result.outcome)
-    if result.placement is None or not result.patch:
+    placed = placed_in_edited_fleet(obj, namespace, edits)
+    if placed is None:
         return
+    result, index, objects = placed
+    assert result.placement is not None
     event(result.placement.device)
     patched = apply(obj, result.patch)
     selector = patched["spec"]["nodeSelector"]

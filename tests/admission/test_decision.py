@@ -4,17 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.builders import (
-    GPU_TAINT,
-    fleet,
-    gpu_node,
-    index_of,
-    mig_mixed_node,
-    mig_single_node,
-    pod,
-    policy,
-    shared_node,
-)
+from tests.builders import GPU_TAINT, fleet, gpu_node, index_of, issue_fleet, mig_mixed_node, pod, policy
 from webhook.admission.decision import Decision, decide
 from webhook.admission.pod import read_pod
 from webhook.admission.request import parse_request
@@ -258,19 +248,6 @@ def test_pool_whose_nodes_are_all_too_small_is_not_a_place_to_wait() -> None:
 MIG_1G = PoolKey("nvidia", "high", "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb")
 MIG_3G = PoolKey("nvidia", "high", "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb", "nvidia.com/mig-3g.20gb")
 T4_SHARED = PoolKey("nvidia", "medium", "Tesla-T4-SHARED")
-
-
-def issue_fleet() -> list[dict[str, Any]]:
-    """The issue's nodes: an A100 in single-strategy MIG (56 1g.5gb) beside whole A100-40GBs; a
-    time-sliced T4 (4 replicas) beside a dedicated T4; and a mixed-strategy A100 with 3g.20gb instances."""
-    return [
-        mig_single_node("mig-a"),
-        gpu_node("a100-a", "NVIDIA-A100-SXM4-40GB", 8, memory_mib=40960, gpu_class="high"),
-        gpu_node("a100-b", "NVIDIA-A100-SXM4-40GB", 4, memory_mib=40960, gpu_class="high"),
-        gpu_node("t4-a", "Tesla-T4", 1),
-        shared_node("ts-a"),
-        mig_mixed_node("mixed-a", whole=0, instances={"3g.20gb": (2, 20096)}),
-    ]
 
 
 def test_a_pod_that_names_no_device_gets_a_whole_gpu_not_a_slice() -> None:

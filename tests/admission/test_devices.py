@@ -118,7 +118,7 @@ def test_compute_capability_and_cuda_on_another_vendor_are_refused() -> None:
     """Compute capability and CUDA are NVIDIA's: on an AMD Pod they are refused (400), not ignored."""
     message = refused({"gpupool.io/vendor": "amd", "gpupool.io/min-compute-capability": "8.0"})
     assert "annotation gpupool.io/min-compute-capability: '8.0': amd devices have no compute capability" in message
-    assert "(nvidia)" in message
+    assert "accepted: only for nvidia" in message
     message = refused({"gpupool.io/vendor": "amd", "gpupool.io/min-cuda": "12.0"})
     assert "annotation gpupool.io/min-cuda: '12.0': amd devices do not run CUDA" in message
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.builders import gpu_node, mig_mixed_node, mig_single_node, shared_node
+from tests.builders import gpu_node, issue_fleet, mig_mixed_node
 from webhook.commands.cli import main
 
 
@@ -18,11 +18,7 @@ def snapshot(tmp_path: Path) -> str:
     """The issue's fleet as `kubectl get nodes -o yaml` prints it, with a node GFD calls invalid and one
     whose MIG configuration is being applied."""
     nodes = [
-        mig_single_node("mig-a"),
-        gpu_node("a100-a", "NVIDIA-A100-SXM4-40GB", 8, memory_mib=40960, gpu_class="high"),
-        gpu_node("a100-b", "NVIDIA-A100-SXM4-40GB", 4, memory_mib=40960, gpu_class="high"),
-        gpu_node("t4-a", "Tesla-T4", 1),
-        shared_node("ts-a"),
+        *[n for n in issue_fleet() if n["metadata"]["name"] != "mixed-a"],
         mig_mixed_node("mixed-a", whole=2, instances={"3g.20gb": (4, 20096)}),
         gpu_node("bad-a", "NVIDIA-A100-SXM4-40GB-MIG-INVALID", 0, labels={"nvidia.com/gpu.count": "0"}),
         mig_mixed_node("busy-a", labels={"nvidia.com/mig.config.state": "pending"}),

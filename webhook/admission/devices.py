@@ -9,6 +9,7 @@ versions are ASCII digits read by linear code (webhook.domain.products.parse_ver
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 from webhook.domain.devices import DEVICE_LIST_HELP, MIG, SHARED, parse_device_list
@@ -65,7 +66,7 @@ def parse_device_request(
             f"{asked} with {PREFIX}{DEVICE}: shared{where}: a shared replica is one share of a GPU, and a "
             f"container gets one; accepted: {PREFIX}gpu-count 1, or gpu or mig in {PREFIX}{DEVICE}"
         )
-    return DeviceRequest(devices, source, _compute(ann, policy, vendor), _cuda(ann, policy, vendor))
+    return DeviceRequest(devices, source, _version(ann, policy, vendor, _COMPUTE), _version(ann, policy, vendor, _CUDA))
 
 
 def _devices(
@@ -91,38 +92,37 @@ def _devices(
     return devices, "annotation"
 
 
-def _compute(ann: dict[str, str], policy: Policy, vendor: VendorPolicy) -> tuple[int, ...] | None:
-    if COMPUTE not in ann:
+class _Versioned(NamedTuple):
+    """A `major.minor` annotation that only some vendors' devices have."""
+
+    key: str
+    speaks: Callable[[VendorPolicy], bool]  # does the vendor's device have it?
+    lacks: str  # what the others' lack, as the refusal says it
+    what: str
+    example: str
+
+
+_COMPUTE = _Versioned(COMPUTE, lambda v: bool(v.compute_labels), "have no compute capability", "a compute capability",
+                      "8.0 or 8.9")  # fmt: skip
+_CUDA = _Versioned(CUDA, lambda v: v.has_cuda, "do not run CUDA", "a CUDA version", "12.4")
+
+
+def _version(ann: dict[str, str], policy: Policy, vendor: VendorPolicy, spec: _Versioned) -> tuple[int, ...] | None:
+    """The annotation as a version; None when absent. Refused on a vendor whose devices lack it, and when
+    it is not `major.minor`."""
+    if spec.key not in ann:
         return None
-    value = ann[COMPUTE]
-    if not vendor.compute_labels:
-        which = ", ".join(v.name for v in policy.vendors.values() if v.compute_labels) or "none"
+    value = ann[spec.key]
+    if not spec.speaks(vendor):
+        which = ", ".join(v.name for v in policy.vendors.values() if spec.speaks(v)) or "none"
         raise DeviceError(
-            f"annotation {PREFIX}{COMPUTE}: {shown(value)}: {vendor.name} devices have no compute capability; "
-            f"accepted: only for the vendors whose nodes say theirs ({which})"
+            f"annotation {PREFIX}{spec.key}: {shown(value)}: {vendor.name} devices {spec.lacks}; accepted: only for "
+            f"{which}"
         )
     version = parse_version(value)
     if version is None or len(version) > 2:
         raise DeviceError(
-            f"annotation {PREFIX}{COMPUTE}: {shown(value)} is not a compute capability; accepted: major.minor "
-            "such as 8.0 or 8.9"
-        )
-    return version
-
-
-def _cuda(ann: dict[str, str], policy: Policy, vendor: VendorPolicy) -> tuple[int, ...] | None:
-    if CUDA not in ann:
-        return None
-    value = ann[CUDA]
-    if not vendor.has_cuda:
-        which = ", ".join(v.name for v in policy.vendors.values() if v.has_cuda) or "none"
-        raise DeviceError(
-            f"annotation {PREFIX}{CUDA}: {shown(value)}: {vendor.name} devices do not run CUDA; accepted: only "
-            f"for {which}"
-        )
-    version = parse_version(value)
-    if version is None or len(version) > 2:
-        raise DeviceError(
-            f"annotation {PREFIX}{CUDA}: {shown(value)} is not a CUDA version; accepted: major.minor such as 12.4"
+            f"annotation {PREFIX}{spec.key}: {shown(value)} is not {spec.what}; accepted: major.minor such as "
+            f"{spec.example}"
         )
     return version
