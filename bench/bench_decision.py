@@ -5,9 +5,13 @@ interleaved rounds so that noise on this shared machine hits both alike. Half th
 workload groups (a Job whose Pods already hold the L4 pool, a Kubeflow job on the A100s with
 group-policy strict, a new sweep asking for room for 8 Pods), so every group lookup is on the path;
 the synthetic clusters' own GPU Pods are in some 1,500 groups (5,000 nodes) too. Reports medians, p99s
-and the large/small ratio; writes bench/results/decision.json.
+and the large/small ratio; writes bench/results/decision.json (decision-partitioned.json with
+--partitioned).
 
-    .venv/bin/python bench/bench_decision.py [--rounds 20] [--per-round 500]
+With `--partitioned 0.25` a quarter of both fleets' GPU nodes are MIG instances (single and mixed
+strategy) or time-sliced replicas, and the Pods include ones that ask for them.
+
+    .venv/bin/python bench/bench_decision.py [--rounds 20] [--per-round 500] [--partitioned 0.25]
 """
 
 from __future__ import annotations
@@ -37,6 +41,18 @@ PODS: list[dict[str, Any]] = [
             {"gpupool.io/gpu-class": "medium,high", "gpupool.io/fallback": "true", "gpupool.io/gpu-count": "4"},
             {"gpupool.io/gpu-product": "A100", "gpupool.io/min-driver": "535"},
             {"gpupool.io/gpu-class": "high", "gpupool.io/gpu-count": "8"},
+        ]
+    )
+]
+# Pods that ask for devices: what a partitioned fleet is for (on a whole-GPU fleet they find no device,
+# or whole GPUs).
+DEVICE_PODS: list[dict[str, Any]] = [
+    {"metadata": {"name": f"dev-{i}", "annotations": ann}, "spec": {"containers": [{"name": "main", "image": "cuda"}]}}
+    for i, ann in enumerate(
+        [
+            {"gpupool.io/device": "mig,gpu", "gpupool.io/min-memory": "16Gi"},
+            {"gpupool.io/device": "shared,gpu", "gpupool.io/gpu-class": "medium"},
+            {"gpupool.io/min-compute-capability": "8.0", "gpupool.io/min-cuda": "12.2"},
         ]
     )
 ] + [
@@ -95,18 +111,18 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def build(nodes: int, pods: int) -> tuple[PoolIndex, float, int]:
+def build(nodes: int, pods: int, partitioned: float) -> tuple[PoolIndex, float, int]:
     policy = load_policy(None)
-    objects = synthetic_cluster(nodes=nodes, pods=pods, seed=1) + MEMBERS
+    objects = synthetic_cluster(nodes=nodes, pods=pods, seed=1, partitioned=partitioned) + MEMBERS
     start = time.perf_counter()
     index = build_index(objects, policy)
     return index, time.perf_counter() - start, len(objects)
 
 
-def time_round(index: PoolIndex, per_round: int, out: list[float]) -> None:
+def time_round(index: PoolIndex, per_round: int, out: list[float], pods: list[dict[str, Any]]) -> None:
     policy = index.policy
     for i in range(per_round):
-        pod = PODS[i % len(PODS)]
+        pod = pods[i % len(pods)]
         start = time.perf_counter_ns()
         # As the server calls it, minus its memo of Pod shapes: each Pod is parsed and patched anew.
         evaluate(pod, "team-a", policy, index, explain=False)
@@ -117,17 +133,21 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--per-round", type=int, default=500)
+    parser.add_argument(
+        "--partitioned", type=float, default=0.0, help="share of GPU nodes in MIG or time-sliced (0.25: a quarter)"
+    )
     args = parser.parse_args()
-    small, small_build, small_n = build(50, 1_500)
-    large, large_build, large_n = build(5_000, 150_000)
+    pods = [*PODS, *DEVICE_PODS] if args.partitioned else PODS
+    small, small_build, small_n = build(50, 1_500, args.partitioned)
+    large, large_build, large_n = build(5_000, 150_000, args.partitioned)
     print(f"indexed {small_n:,} objects in {small_build:.2f} s and {large_n:,} objects in {large_build:.2f} s")
     timings: dict[str, list[float]] = {"50 nodes": [], "5,000 nodes": []}
     for _ in range(3):  # warm up both
-        time_round(small, 100, [])
-        time_round(large, 100, [])
+        time_round(small, 100, [], pods)
+        time_round(large, 100, [], pods)
     for _ in range(args.rounds):
-        time_round(small, args.per_round, timings["50 nodes"])
-        time_round(large, args.per_round, timings["5,000 nodes"])
+        time_round(small, args.per_round, timings["50 nodes"], pods)
+        time_round(large, args.per_round, timings["5,000 nodes"], pods)
     rows = {
         k: {"median_ms": statistics.median(v), "p99_ms": percentile(v, 0.99), "n": len(v)} for k, v in timings.items()
     }
@@ -138,7 +158,8 @@ def main() -> int:
     print(f"{'ratio':<14}{ratio['median_ms']:>11.2f}x{ratio['p99_ms']:>9.2f}x")
     out = Path(__file__).resolve().parent / "results"
     out.mkdir(exist_ok=True)
-    (out / "decision.json").write_text(json.dumps({"rows": rows, "ratio": ratio}, indent=2))
+    name = "decision-partitioned.json" if args.partitioned else "decision.json"
+    (out / name).write_text(json.dumps({"partitioned": args.partitioned, "rows": rows, "ratio": ratio}, indent=2))
     return 0
 
 

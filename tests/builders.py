@@ -55,6 +55,72 @@ def gpu_node(
     }
 
 
+def mig_single_node(
+    name: str, model: str = "NVIDIA-A100-SXM4-40GB", profile: str = "1g.5gb", count: int = 56, **kw: Any
+) -> dict[str, Any]:
+    """A node in GFD's single MIG strategy: every GPU cut into `count` instances of one profile, all on
+    nvidia.com/gpu, described by the gpu.* labels."""
+    memory = {"1g.5gb": 4864, "2g.10gb": 9984, "3g.20gb": 20096, "1g.10gb": 9856, "3g.40gb": 40192}.get(profile, 4864)
+    labels = {"nvidia.com/mig.strategy": "single", "nvidia.com/gpu.count": str(count), **kw.pop("labels", {})}
+    kw.setdefault("gpu_class", "high")
+    return gpu_node(name, f"{model}-MIG-{profile}", count, memory_mib=memory, labels=labels, **kw)
+
+
+def mig_mixed_node(
+    name: str,
+    model: str = "NVIDIA-A100-SXM4-40GB",
+    whole: int = 4,
+    instances: dict[str, tuple[int, int]] | None = None,
+    **kw: Any,
+) -> dict[str, Any]:
+    """A node in GFD's mixed MIG strategy: `whole` GPUs left whole on nvidia.com/gpu, and per profile
+    (count, MiB) a resource nvidia.com/mig-<profile> described by its own labels."""
+    instances = {"3g.20gb": (4, 20096), "1g.5gb": (14, 4864)} if instances is None else instances
+    labels = {"nvidia.com/mig.strategy": "mixed", **kw.pop("labels", {})}
+    for profile, (count, memory) in instances.items():
+        resource = f"nvidia.com/mig-{profile}"
+        labels |= {
+            f"{resource}.count": str(count),
+            f"{resource}.memory": str(memory),
+            f"{resource}.product": f"{model}-MIG-{profile}",
+            f"{resource}.replicas": "1",
+        }
+    kw.setdefault("gpu_class", "high")
+    kw.setdefault("memory_mib", 40960)
+    obj = gpu_node(name, model, whole, labels=labels, **kw)
+    for profile, (count, _) in instances.items():
+        for part in ("allocatable", "capacity"):
+            obj["status"].setdefault(part, {})[f"nvidia.com/mig-{profile}"] = str(count)
+    return obj
+
+
+def shared_node(
+    name: str, product: str = "Tesla-T4", gpus: int = 1, replicas: int = 4, memory_mib: int = 15360, **kw: Any
+) -> dict[str, Any]:
+    """A node whose GPUs are time-sliced into `replicas` each, as GFD labels it: `-SHARED` product,
+    gpu.replicas, sharing-strategy; nvidia.com/gpu counts the replicas."""
+    labels = {
+        "nvidia.com/gpu.replicas": str(replicas),
+        "nvidia.com/gpu.sharing-strategy": "time-slicing",
+        "nvidia.com/gpu.count": str(gpus),
+        **kw.pop("labels", {}),
+    }
+    return gpu_node(name, f"{product}-SHARED", gpus * replicas, memory_mib=memory_mib, labels=labels, **kw)
+
+
+def issue_fleet() -> list[dict[str, Any]]:
+    """The nodes of issue 10: an A100 in single-strategy MIG (56 1g.5gb) beside whole A100-40GBs (8 and 4
+    GPUs); a time-sliced T4 (4 replicas) beside a dedicated one; a mixed-strategy A100 with two 3g.20gb."""
+    return [
+        mig_single_node("mig-a"),
+        gpu_node("a100-a", "NVIDIA-A100-SXM4-40GB", 8, memory_mib=40960, gpu_class="high"),
+        gpu_node("a100-b", "NVIDIA-A100-SXM4-40GB", 4, memory_mib=40960, gpu_class="high"),
+        gpu_node("t4-a", "Tesla-T4", 1),
+        shared_node("ts-a"),
+        mig_mixed_node("mixed-a", whole=0, instances={"3g.20gb": (2, 20096)}),
+    ]
+
+
 def pod(
     name: str = "job",
     namespace: str = "ml",

@@ -26,18 +26,21 @@ import jsonpatch
 import kubernetes_validate
 import pytest
 import yaml
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from tests.builders import GPU_TAINT, gpu_node, index_of, pod, quota
+from tests.builders import GPU_TAINT, gpu_node, index_of, mig_mixed_node, pod, quota
 from tests.builders import policy as make_policy
 from webhook.admission.core import Admitter, evaluate
 from webhook.admission.pod import MAX_CONTAINERS, MAX_EXTENDED_RESOURCES, MAX_SELECTOR_ENTRIES, MAX_TOLERATIONS
 from webhook.admission.verdict import Verdict
+from webhook.domain.model import PoolKey, Taint, Toleration, Tolerations
 from webhook.domain.policy import Policy, load_policy
+from webhook.domain.quantity import MIB, parse_bytes
 from webhook.pools.index import PoolIndex
 from webhook.pools.kubeobj import pod_from_obj, pod_gpu_requests
 from webhook.pools.memo import Memo
+from webhook.pools.nodes import NodeFacts, Unclassified
 from webhook.sources.snapshot import SnapshotInventory, build_index, parse_objects
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,7 +50,11 @@ K8S_VERSION = "1.29"
 POOL_KEY = "gpupool.io/pool"
 
 T4 = "nvidia/medium/Tesla-T4"
+T4_SHARED = "nvidia/medium/Tesla-T4-SHARED"
 A100 = "nvidia/high/NVIDIA-A100-SXM4-40GB"
+A100_3G = "nvidia/high/NVIDIA-A100-SXM4-40GB-MIG-3g.20gb/nvidia.com/mig-3g.20gb"
+A100_1G_MIXED = "nvidia/high/NVIDIA-A100-SXM4-40GB-MIG-1g.5gb/nvidia.com/mig-1g.5gb"
+A100_1G_SINGLE = "nvidia/high/NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"
 RTX3060 = "nvidia/low/NVIDIA-GeForce-RTX-3060"
 RTX4090 = "nvidia/low/NVIDIA-GeForce-RTX-4090"
 H100 = "nvidia/high/NVIDIA-H100-80GB-HBM3"
@@ -118,10 +125,65 @@ def kubectl_patch(obj: Mapping[str, Any], patch: list[dict[str, Any]], workdir: 
     return out
 
 
+def _reaches(selector: Mapping[str, str], node: Mapping[str, Any]) -> bool:
+    labels = node["metadata"].get("labels") or {}
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def _tolerated(pod_spec: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
+    tolerations = Tolerations(
+        tuple(
+            Toleration(t.get("key", ""), t.get("operator", "Equal"), t.get("value", ""), t.get("effect", ""))
+            for t in pod_spec.get("tolerations") or []
+        )
+    )
+    taints = [Taint(t["key"], t.get("value", ""), t["effect"]) for t in (node.get("spec") or {}).get("taints") or []]
+    return all(tolerations.tolerates(t) for t in taints if t.effect in ("NoSchedule", "NoExecute"))
+
+
+def assert_feasible(
+    result: Verdict, patched: Mapping[str, Any], policy: Policy, index: PoolIndex, objects: list[Mapping[str, Any]]
+) -> None:
+    """Where the scheduler may put the patched Pod: every node its nodeSelector reaches offers the chosen
+    pool's device (its facts for the Pod's resource are that pool's, so no whole-GPU Pod reaches a MIG
+    instance or a replica, and no MIG Pod a whole GPU) or is one gpupool does not pool (a MIG layout
+    being applied: a nodeSelector cannot exclude it), and the nodes of the pool that could run it (enough
+    of the resource allocatable, every blocking taint tolerated) are not none."""
+    placement = result.placement
+    assert placement is not None
+    selector = patched["spec"].get("nodeSelector") or {}
+    requests = pod_gpu_requests(patched["spec"], policy.gpu_resources, policy.partition_prefixes)
+    assert set(requests) == {placement.resource}, f"the Pod requests {requests}, its pool {placement.resource}"
+    nodes = [o for o in objects if o["kind"] == "Node" and _reaches(selector, o)]
+    assert nodes, f"the nodeSelector {selector} reaches no node"
+    for node in nodes:
+        facts = index.node_facts(node["metadata"]["name"], placement.resource)
+        assert isinstance(facts, Unclassified) or (isinstance(facts, NodeFacts) and facts.pool == placement.pool), (
+            f"{node['metadata']['name']} is reached by {selector} but is not in {placement.pool}: {facts}"
+        )
+    runnable = [
+        n
+        for n in nodes
+        if isinstance(index.node_facts(n["metadata"]["name"], placement.resource), NodeFacts)
+        and pod_count(n, placement.resource) >= placement.pod_total
+        and _tolerated(patched["spec"], n)
+    ]
+    assert runnable, f"no node reached by {selector} can run {placement.pod_total} x {placement.resource}"
+
+
+def pod_count(node: Mapping[str, Any], resource: str) -> int:
+    return int((node.get("status") or {}).get("allocatable", {}).get(resource, 0))
+
+
 def check_placed(
-    obj: Mapping[str, Any], namespace: str, policy: Policy, index: PoolIndex
+    obj: Mapping[str, Any],
+    namespace: str,
+    policy: Policy,
+    index: PoolIndex,
+    objects: list[Mapping[str, Any]] | None = None,
 ) -> tuple[Verdict, dict[str, Any]]:
-    """Evaluate a Pod that must be placed; check its patch end to end and return the patched Pod."""
+    """Evaluate a Pod that must be placed; check its patch end to end (and where it can run, on the
+    demo cluster unless `objects` says otherwise) and return the patched Pod."""
     original = copy.deepcopy(dict(obj))
     result = evaluate(obj, namespace, policy, index)
     assert obj == original, "evaluate changed the Pod it was given"
@@ -130,6 +192,7 @@ def check_placed(
     assert result.patch, "a placed Pod that did not carry the placement must get a patch"
     patched = apply(obj, result.patch)
     validate_pod(patched)
+    assert_feasible(result, patched, policy, index, objects if objects is not None else list(_demo_objects()))
     assert patched["metadata"]["annotations"][POOL_KEY] == str(result.placement.pool)
     again = evaluate(patched, namespace, policy, index)
     assert again.allowed, again.message
@@ -175,6 +238,8 @@ SAMPLE_OUTCOMES = {
     "bad-annotation.yaml": None,
     "class-medium.yaml": T4,
     "class-preference.yaml": T4,
+    "device-mig.yaml": A100_3G,
+    "device-shared.yaml": T4_SHARED,
     "fallback.yaml": A100,
     "generate-name.yaml": RTX3060,
     "gpu-count.yaml": A100,
@@ -182,6 +247,9 @@ SAMPLE_OUTCOMES = {
     "group-pytorchjob-worker.yaml": A100,
     "group-size.yaml": A100,
     "group-strict.yaml": H100,
+    "mig-request.yaml": A100_1G_MIXED,
+    "min-compute-capability.yaml": RTX4090,
+    "min-cuda.yaml": RTX4090,
     "min-driver.yaml": RTX4090,
     "min-memory.yaml": RTX4090,
     "pinned-nodeselector.yaml": T4,
@@ -189,6 +257,7 @@ SAMPLE_OUTCOMES = {
     "product-a100.yaml": A100,
     "product-h20-not-h200.yaml": None,
     "students-default-class.yaml": RTX3060,
+    "students-device-default.yaml": T4_SHARED,
     "target-container.yaml": T4,
     "team-a-memory-quota.yaml": T4,
     "team-a-quota.yaml": None,
@@ -237,6 +306,126 @@ def test_class_medium_goes_to_t4_with_limit_requests_selector_and_annotation() -
     assert result.warnings == ()
     reasons = "\n".join(result.reasons)
     assert "NVIDIA-L4" in reasons and "dedicated=inference" in reasons
+
+
+def test_class_medium_is_not_pinned_to_shared_replicas() -> None:
+    """The issue's second case: beside the dedicated T4s, the time-sliced T4 has more free "GPUs", but a
+    Pod that did not ask to share gets a whole T4; the replicas are passed over saying why."""
+    _, result, patched = placed_sample("class-medium.yaml")
+    assert patched["spec"]["nodeSelector"]["nvidia.com/gpu.product"] == "Tesla-T4"
+    assert any(r.startswith(f"{T4_SHARED}: rejected: device shared not in gpu") for r in result.reasons)
+
+
+def test_class_high_gets_a_whole_a100_not_a_mig_slice() -> None:
+    """The issue's first case: class high goes to a whole 40 GB A100, pinned to the whole-GPU product,
+    not to a 5 GB slice of the single-strategy MIG node (which a class label and product prefix share)."""
+    obj = load_sample("class-medium.yaml")
+    obj["metadata"]["annotations"]["gpupool.io/gpu-class"] = "high"
+    result, patched = check_placed(obj, "ml-train", demo_policy(), shared_demo_index())
+    assert result.placement is not None and str(result.placement.pool) == A100
+    assert patched["spec"]["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB"
+    assert result.placement.device == "gpu"
+
+
+def test_device_mig_takes_the_smallest_instance_with_enough_memory() -> None:
+    """`mig,gpu` with 16Gi: a 3g.20gb instance (20096Mi) of the mixed-strategy node, not a 1g.5gb (too
+    small) nor a whole GPU; its own resource is added, pinned by the profile's product label."""
+    _, result, patched = placed_sample("device-mig.yaml")
+    limits = target_limits(patched, 0)
+    assert limits["nvidia.com/mig-3g.20gb"] == "1" and "nvidia.com/gpu" not in limits
+    assert patched["spec"]["nodeSelector"] == {
+        "gpu.accelerator/class": "high",
+        "nvidia.com/mig-3g.20gb.product": "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb",
+    }
+    assert [t["key"] for t in patched["spec"]["tolerations"]] == ["nvidia.com/gpu"]
+    assert any(r.startswith(f"{A100_1G_SINGLE}: rejected: 4864Mi < min-memory 16Gi") for r in result.reasons)
+
+
+def test_device_mig_falls_back_to_a_whole_gpu_when_no_instance_that_size_is_free() -> None:
+    """With the three free 3g.20gb instances taken, the same Pod gets a whole GPU (of the least capable
+    class with 16Gi: the RTX 4090), not a smaller instance."""
+    index = demo_index()
+    for i in range(3):
+        index.reserve("ml-train", PoolKey.parse(A100_3G), (), 1, 0.0, name=f"other-{i}")  # type: ignore[arg-type]
+    result, _ = check_placed(load_sample("device-mig.yaml"), "ml-train", demo_policy(), index)
+    assert result.placement is not None and str(result.placement.pool) == RTX4090
+
+
+def test_device_shared_takes_a_replica_and_the_same_pod_without_it_a_whole_t4() -> None:
+    """`device: shared`: a replica of the time-sliced T4 (3840Mi); without the annotation, a dedicated T4."""
+    _, result, patched = placed_sample("device-shared.yaml")
+    assert patched["spec"]["nodeSelector"] == {
+        "gpu.accelerator/class": "medium",
+        "nvidia.com/gpu.product": "Tesla-T4-SHARED",
+    }
+    assert result.placement is not None and result.placement.device == "shared"
+    obj = load_sample("device-shared.yaml")
+    del obj["metadata"]["annotations"]["gpupool.io/device"]
+    plain, _ = check_placed(obj, "ml-train", demo_policy(), shared_demo_index())
+    assert plain.placement is not None and str(plain.placement.pool) == T4
+
+
+def test_two_shared_replicas_alone_are_refused_naming_both_annotations() -> None:
+    obj = load_sample("device-shared.yaml")
+    obj["metadata"]["annotations"]["gpupool.io/gpu-count"] = "2"
+    _, result = obj, evaluate(obj, "ml-train", demo_policy(), shared_demo_index())
+    assert (result.allowed, result.code) == (False, 400)
+    assert "gpupool.io/gpu-count: 2 with gpupool.io/device: shared" in result.message
+
+
+def test_students_get_a_replica_by_their_namespace_default_and_a_gpu_when_they_ask() -> None:
+    """examples/policy.yaml gives students `device: [shared, gpu]`: a medium Pod gets a replica; one that
+    names `gpupool.io/device: gpu` gets a whole T4."""
+    _, result, _ = placed_sample("students-device-default.yaml")
+    assert result.placement is not None and result.placement.device == "shared"
+    obj = load_sample("students-device-default.yaml")
+    obj["metadata"]["annotations"]["gpupool.io/device"] = "gpu"
+    whole, _ = check_placed(obj, "students", demo_policy(), shared_demo_index())
+    assert whole.placement is not None and str(whole.placement.pool) == T4
+
+
+def test_a_pod_requesting_a_mig_instance_is_placed_among_that_resources_pools() -> None:
+    """`nvidia.com/mig-1g.5gb: 1` and no annotation: the mixed-strategy 1g.5gb pool, not the single
+    strategy's (another resource) nor a whole GPU; the limit is kept as written."""
+    obj, result, patched = placed_sample("mig-request.yaml")
+    assert patched["spec"]["containers"] == obj["spec"]["containers"]
+    assert patched["spec"]["nodeSelector"] == {
+        "gpu.accelerator/class": "high",
+        "nvidia.com/mig-1g.5gb.product": "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb",
+    }
+    assert any(r.startswith(f"{A100_1G_SINGLE}: rejected: its devices are nvidia.com/gpu") for r in result.reasons)
+
+
+def test_a_mig_request_in_a_namespace_that_may_not_use_high_is_refused() -> None:
+    """The MIG instances are high-class: students (low, medium) may not have one, like any high GPU."""
+    obj = load_sample("mig-request.yaml")
+    result = evaluate(obj, "students", demo_policy(), shared_demo_index())
+    assert (result.allowed, result.code) == (False, 403)
+    assert "class high is not allowed in namespace students" in result.message
+
+
+def test_min_compute_capability_passes_over_older_gpus() -> None:
+    """8.9: the RTX 4090 (8.9); the RTX 3060 (8.6) and the T4s (7.5) are passed over saying so."""
+    _, result, _ = placed_sample("min-compute-capability.yaml")
+    reasons = "\n".join(result.reasons)
+    assert "NVIDIA-GeForce-RTX-3060: rejected: compute capability 8.6 < min-compute-capability 8.9" in reasons
+    assert "nvidia/medium/Tesla-T4: rejected: compute capability 7.5 < min-compute-capability 8.9" in reasons
+
+
+def test_min_compute_capability_on_amd_is_refused() -> None:
+    obj = load_sample("min-compute-capability.yaml")
+    obj["metadata"]["annotations"]["gpupool.io/vendor"] = "amd"
+    result = evaluate(obj, "ml-train", demo_policy(), shared_demo_index())
+    assert (result.allowed, result.code) == (False, 400) and "gpupool.io/min-compute-capability" in result.message
+
+
+def test_min_cuda_derives_old_nodes_cuda_from_their_driver() -> None:
+    """12.3: the RTX 3060 has no CUDA label, and its driver 525.60.13 runs CUDA 12.0 (NVIDIA's table);
+    the A100s and T4s say 12.2; the RTX 4090 says 12.3 and is taken."""
+    _, result, _ = placed_sample("min-cuda.yaml")
+    reasons = "\n".join(result.reasons)
+    assert "NVIDIA-GeForce-RTX-3060: rejected: CUDA 12.0 < min-cuda 12.3" in reasons
+    assert f"{A100}: rejected: CUDA 12.2 < min-cuda 12.3" in reasons
 
 
 def test_class_preference_takes_the_first_class_with_free_gpus() -> None:
@@ -349,7 +538,7 @@ def test_min_memory_prefers_the_24_gb_card() -> None:
     """min-memory 20Gi: T4 (15 GiB) and RTX 3060 are too small; the 24 GB RTX 4090 is taken, not an
     A100 or the 80 GB H100."""
     _, result, _ = placed_sample("min-memory.yaml")
-    t4 = [r for r in result.reasons if "Tesla-T4" in r]
+    t4 = [r for r in result.reasons if r.startswith(f"{T4}:")]
     assert t4 and all("min-memory" in r for r in t4), result.reasons
 
 
@@ -783,7 +972,12 @@ _VALUES: dict[str, tuple[list[str], list[str]]] = {
     "vendor": (["nvidia", "nvidia", "amd", "ascend", " amd "], ["intel", "NVIDIA", ""]),
     "container": (["main", "sidecar", "worker"], ["nope", "", "init"]),
     "fallback": (["true", "false", "True"], ["yes", "", "1"]),
-    "pool": ([T4, A100, RTX3060, "amd/high/AMD_Instinct_MI250X"], ["bad", "a/b/c/d", "nvidia/huge/X", "//"]),
+    "pool": ([T4, A100, RTX3060, "amd/high/AMD_Instinct_MI250X", T4_SHARED, A100_3G, A100_1G_SINGLE],
+             ["bad", "a/b/c/d", "nvidia/huge/X", "//"]),
+    "device": (["gpu", "mig", "shared", "mig,gpu", "shared,gpu", "gpu,shared", "gpu,mig,shared", " shared "],
+               ["", "tpu", "gpu,gpu", "mig,", "GPU"]),
+    "min-compute-capability": (["7.5", "8.0", "8.6", "8.9", "9.0", "9", "10.0"], ["", "8.0.1", "sm_80", "８.0"]),
+    "min-cuda": (["12.0", "12.2", "12.3", "12.4", "11", "13.0"], ["", "12.4.1", "cuda12", "12,4"]),
     "group": (["sweep", "llama-7b-sft", "a.b_c-1"], ["", "a/b", "-x", " sweep", "x" * 64]),
     "group-policy": (["prefer", "strict", " strict "], ["loose", "", "STRICT"]),
     "group-size": (["1", "2", "4", "16", "4096"], ["0", "4097", "many", "", "１"]),
@@ -839,7 +1033,10 @@ def annotations_st(draw: st.DrawFn) -> dict[str, str]:
 
 
 _GPU_QUANTITIES = st.sampled_from(["1", "2", "4", "0", "abc", "1.5", "64", "100"])
-_GPU_RESOURCES = st.sampled_from(["nvidia.com/gpu", "nvidia.com/gpu", "amd.com/gpu", "huawei.com/Ascend910"])
+_GPU_RESOURCES = st.sampled_from(
+    ["nvidia.com/gpu", "nvidia.com/gpu", "amd.com/gpu", "huawei.com/Ascend910", "nvidia.com/mig-1g.5gb",
+     "nvidia.com/mig-3g.20gb"]
+)  # fmt: skip
 
 
 @st.composite
@@ -896,7 +1093,9 @@ def pod_st(draw: st.DrawFn) -> dict[str, Any]:
     selector: Any = draw(
         st.sampled_from(
             [None, "null", {}, {"kubernetes.io/os": "linux"}, {"nvidia.com/gpu.product": "Tesla-T4"},
-             {"gpu.accelerator/class": "high"}, {"gpu.accelerator/class": "low", "kubernetes.io/arch": "amd64"}]
+             {"gpu.accelerator/class": "high"}, {"gpu.accelerator/class": "low", "kubernetes.io/arch": "amd64"},
+             {"nvidia.com/gpu.product": "Tesla-T4-SHARED"},
+             {"nvidia.com/mig-3g.20gb.product": "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb"}]
         )
     )  # fmt: skip
     if selector == "null":
@@ -942,9 +1141,10 @@ def test_evaluate_never_raises_and_every_patch_applies_and_is_idempotent(obj: di
     patched = apply(obj, result.patch)
     validate_pod(patched)
     assert patched["metadata"]["annotations"][POOL_KEY] == str(result.placement.pool)
-    # What the inventory holds for the Pod is what the patched Pod will really request.
-    requests = pod_gpu_requests(patched["spec"], policy.gpu_resources)
+    # What the inventory holds for the Pod is what the patched Pod will really request, where it can run.
+    requests = pod_gpu_requests(patched["spec"], policy.gpu_resources, policy.partition_prefixes)
     assert requests.get(result.placement.resource, 0) == result.placement.pod_total
+    assert_feasible(result, patched, policy, index, list(_demo_objects()))
     again = evaluate(patched, namespace, policy, index)
     assert again.allowed, again.message
     assert again.patch == ()
@@ -967,6 +1167,9 @@ PINS = [
     ("gpu.accelerator/class", "high"),
     ("nvidia.com/gpu.product", "Tesla-T4"),
     ("kubernetes.io/os", "linux"),
+    ("nvidia.com/gpu.product", "Tesla-T4-SHARED"),
+    ("nvidia.com/mig-3g.20gb.product", "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb"),
+    ("nvidia.com/gpu.replicas", "1"),
 ]
 
 
@@ -1040,22 +1243,47 @@ def test_a_shared_shape_memo_never_changes_an_answer(calls: list[tuple[dict[str,
         assert remembered.reasons == plain.reasons
 
 
-NodeEdit = tuple[bool, int | None, str | None]  # (left out, taint added (index in TAINTS), class label)
+# (left out, taint added (index in TAINTS), class label, device change)
+NodeEdit = tuple[bool, int | None, str | None, str | None]
+DEVICE_EDITS = [None, None, None, None, "mig-pending", "time-sliced", "mig-single", "mig-invalid", "no-compute"]
 NODE_EDITS = st.tuples(
     st.integers(0, 9).map(lambda n: n == 0),
     st.none() | st.integers(0, len(TAINTS) - 1),
     st.sampled_from([None, None, None, "remove", "low", "medium", "high"]),
+    st.sampled_from(DEVICE_EDITS),
 )
+
+
+def _edit_device(labels: dict[str, str], status: dict[str, Any], edit: str) -> None:
+    """A GPU node turned into another kind of device, as GFD would label it, or its MIG layout changing."""
+    allocatable = status.setdefault("allocatable", {})
+    gpus = int(allocatable.get("nvidia.com/gpu", "0"))
+    product = labels.get("nvidia.com/gpu.product", "")
+    if not gpus or not product:
+        return
+    if edit == "mig-pending":
+        labels["nvidia.com/mig.config.state"] = "pending"
+    elif edit == "time-sliced" and not product.endswith("-SHARED"):
+        labels |= {"nvidia.com/gpu.product": f"{product}-SHARED", "nvidia.com/gpu.replicas": "2"}
+        allocatable["nvidia.com/gpu"] = str(gpus * 2)
+    elif edit == "mig-single" and "-MIG-" not in product:
+        labels |= {"nvidia.com/gpu.product": f"{product}-MIG-1g.5gb", "nvidia.com/gpu.memory": "4864"}
+        allocatable["nvidia.com/gpu"] = str(gpus * 7)
+    elif edit == "mig-invalid":
+        labels |= {"nvidia.com/gpu.product": f"{product}-MIG-INVALID", "nvidia.com/gpu.count": "0"}
+    elif edit == "no-compute":
+        labels.pop("nvidia.com/gpu.compute.major", None)
 
 
 def edited_fleet(edits: list[NodeEdit]) -> list[dict[str, Any]]:
     """The demo cluster changed by `edits` (one per node, in order): nodes left out, taints added
     (tolerated by some generated Pods, by none, or the GPU taint gpupool tolerates itself), class labels
-    moved or removed. (Edits, not objects, are what hypothesis draws: they print short.)"""
+    moved or removed, devices changed (MIG, time-slicing, a MIG layout being applied or invalid, compute
+    labels gone). (Edits, not objects, are what hypothesis draws: they print short.)"""
     objects, nodes = [], 0
     for obj in copy.deepcopy(list(_demo_objects())):
         if obj["kind"] == "Node":
-            left_out, taint, relabel = edits[nodes % len(edits)] if edits else (False, None, None)
+            left_out, taint, relabel, device = edits[nodes % len(edits)] if edits else (False, None, None, None)
             nodes += 1
             if left_out and nodes > 1:  # the first node always stays: a snapshot needs one
                 continue
@@ -1066,6 +1294,8 @@ def edited_fleet(edits: list[NodeEdit]) -> list[dict[str, Any]]:
                 labels.pop("gpu.accelerator/class", None)
             elif relabel is not None:
                 labels["gpu.accelerator/class"] = relabel
+            if device is not None:
+                _edit_device(labels, obj.setdefault("status", {}), device)
         objects.append(obj)
     # The limits. form, which only gpupool enforces, beside team-a's requests. and team-b's bare form.
     objects.append(quota("limits-form", "students", {"limits.nvidia.com/gpu": "1"}))
@@ -1078,8 +1308,8 @@ def twin_policy() -> Policy:
     only still get their own name in every message), and a GPU-memory quota for team-b, whose
     ResourceQuota is in the tutorial's form: every quota form is met."""
     text = (EXAMPLES / "policy.yaml").read_text("utf-8")
-    twins = "\n  students-b:\n    allowedClasses: [low, medium]\n    defaultClass: low\n"
-    return make_policy(text + twins + "  team-b:\n    memoryQuota: 40Gi\n")
+    twin = "\n  students-b:\n    allowedClasses: [low, medium]\n    defaultClass: low\n    device: [shared, gpu]\n"
+    return make_policy(text + twin + "  team-b:\n    memoryQuota: 40Gi\n")
 
 
 TWIN_NAMESPACES = st.sampled_from(["ml-train", "team-a", "team-b", "students", "students-b", "default"])
@@ -1089,13 +1319,14 @@ TWIN_NAMESPACES = st.sampled_from(["ml-train", "team-a", "team-b", "students", "
 def one_field_apart_st(draw: st.DrawFn) -> list[tuple[dict[str, Any], str]]:
     """A valid GPU Pod, then variants of it that differ in exactly one thing the request holds: one
     annotation set to another accepted value (or removed), a toleration, a nodeSelector pin, the
-    namespace (students-b is ruled like students), the default class asked for by name, another
-    container's GPUs, or the vendor. Where a memo key misses a field, two of these share an answer only
-    one should get."""
+    namespace (students-b is ruled like students), the default class or devices asked for by name,
+    another container's GPUs, a MIG profile's resource instead of the GPUs, or the vendor. Where a memo key
+    misses a field, two of these share an answer only one should get."""
     annotations = {f"gpupool.io/{k}": draw(st.sampled_from(_VALUES[k][0])) for k in draw(st.sets(st.sampled_from(
         ["gpu-class", "min-memory", "gpu-count", "gpu-product", "min-driver", "fallback", "group-policy",
-         "group-size"])))}  # fmt: skip
-    base = pod("job", annotations=annotations, gpus=draw(st.none() | st.integers(1, 2)))
+         "group-size", "device", "min-compute-capability", "min-cuda"])))}  # fmt: skip
+    resource = draw(st.sampled_from(["nvidia.com/gpu"] * 4 + ["nvidia.com/mig-1g.5gb", "nvidia.com/mig-3g.20gb"]))
+    base = pod("job", annotations=annotations, gpus=draw(st.none() | st.integers(1, 2)), resource=resource)
     set_identity(base["metadata"], draw(st.sampled_from(OWNERS)), draw(st.sampled_from(WORKLOAD_LABELS)))
     namespace = draw(TWIN_NAMESPACES)
     calls = [(base, namespace)]
@@ -1104,7 +1335,7 @@ def one_field_apart_st(draw: st.DrawFn) -> list[tuple[dict[str, Any], str]]:
         change = draw(
             st.sampled_from(
                 ["annotation", "annotation", "annotation", "toleration", "pin", "namespace", "default spelled out",
-                 "another container", "vendor", "identity"]
+                 "another container", "vendor", "identity", "device spelled out", "mig resource"]
             )
         )  # fmt: skip
         if change == "vendor":  # a Pod with no GPU limit of its own, then the same asking for AMD
@@ -1116,6 +1347,13 @@ def one_field_apart_st(draw: st.DrawFn) -> list[tuple[dict[str, Any], str]]:
             calls.append((copy.deepcopy(variant), "students"))
             variant["metadata"]["annotations"]["gpupool.io/gpu-class"] = "low"
             ns = "students"
+        elif change == "device spelled out":  # students' default devices, then the same asked for by name
+            variant["metadata"]["annotations"].pop("gpupool.io/device", None)
+            calls.append((copy.deepcopy(variant), "students"))
+            variant["metadata"]["annotations"]["gpupool.io/device"] = "shared,gpu"
+            ns = "students"
+        elif change == "mig resource":  # the same count, of a MIG profile's resource
+            variant["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/mig-3g.20gb": "1"}}
         elif change == "another container":  # the Pod's GPUs change, the target container's do not
             helper = {"name": "helper", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
             variant["spec"]["containers"].append(helper)
@@ -1158,6 +1396,111 @@ def test_a_warm_memo_answers_as_a_cold_index_does(
         event(f"reason {cold.reason or cold.outcome}")
         assert warm == cold
         assert warm.reasons == cold.reasons
+
+
+def placed_in_edited_fleet(
+    obj: dict[str, Any], namespace: str, edits: list[NodeEdit]
+) -> tuple[Verdict, PoolIndex, list[dict[str, Any]]] | None:
+    """The verdict for a Pod on the demo cluster changed by `edits`, with the index and the objects, when
+    the Pod is placed with a patch; None otherwise (the outcome is recorded as a hypothesis event)."""
+    objects = edited_fleet(edits)
+    index = build_index(objects, demo_policy(), "generated")
+    result = evaluate(obj, namespace, demo_policy(), index)
+    event(result.outcome)
+    if result.placement is None or not result.patch:
+        return None
+    return result, index, objects
+
+
+NO_DEVICE_DEFAULT = st.sampled_from(["ml-train", "team-a", "default"])  # students default to shared replicas
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(obj=pod_st(), namespace=NO_DEVICE_DEFAULT, edits=st.lists(NODE_EDITS, max_size=12))
+def test_a_pod_that_names_no_device_is_never_placed_on_a_mig_instance_or_a_shared_replica(
+    obj: dict[str, Any], namespace: str, edits: list[NodeEdit]
+) -> None:
+    """Issue 10: whatever else a Pod asks for, in whatever fleet of whole GPUs, MIG instances and
+    time-sliced replicas, a Pod that names no gpupool.io/device (in a namespace without a device default)
+    and requests no MIG resource itself gets whole GPUs, through a nodeSelector that reaches no MIG
+    instance and no replica."""
+    annotations = obj["metadata"].get("annotations") or {}
+    annotations.pop("gpupool.io/device", None)
+    for container in [*obj["spec"]["containers"], *obj["spec"].get("initContainers", [])]:
+        for part in ("limits", "requests"):
+            for name in list((container.get("resources") or {}).get(part) or {}):
+                if name.startswith("nvidia.com/mig-"):
+                    del container["resources"][part][name]
+    placed = placed_in_edited_fleet(obj, namespace, edits)
+    if placed is None:
+        return
+    result, index, objects = placed
+    assert result.placement is not None and result.placement.device == "gpu", str(result.placement)
+    assert result.placement.resource in demo_policy().gpu_resources
+    assert_feasible(result, apply(obj, result.patch), demo_policy(), index, objects)
+
+
+NO_EDIT: NodeEdit = (False, None, None, None)
+FOUND: dict[str, Any] = {"namespace": "ml-train", "need": "4Gi", "devices": "shared,gpu", "gpu_class": None,
+                         "count": None, "resource": None}  # fmt: skip
+# Fleets where many nodes are partitioned: a time-sliced T4 in 2 replicas joins the demo's 4-replica one
+# in one pool of two memory sizes, and whole GPUs become MIG instances.
+DEVICE_FLEET_EDITS = st.tuples(
+    st.just(False),
+    st.none(),
+    st.sampled_from([None, None, "remove", "medium"]),
+    st.sampled_from([None, "time-sliced", "time-sliced", "mig-single", "mig-pending", "mig-invalid"]),
+)
+MEMORY_NEEDS = st.sampled_from(["1Gi", "3840Mi", "4Gi", "4864Mi", "5Gi", "12Gi", "16Gi", "20096Mi", "24Gi", "40Gi"])
+DEVICE_LISTS = st.sampled_from(["mig,gpu", "shared,gpu", "gpu,mig,shared", "mig", "shared", "mig,shared"])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    namespace=NAMESPACES,
+    need=MEMORY_NEEDS,
+    devices=st.none() | DEVICE_LISTS,
+    gpu_class=st.sampled_from([None, "low", "medium", "high", "medium,high"]),
+    count=st.sampled_from([None, "1", "2"]),
+    resource=st.sampled_from([None, "nvidia.com/gpu", "nvidia.com/mig-1g.5gb", "nvidia.com/mig-3g.20gb"]),
+    edits=st.lists(DEVICE_FLEET_EDITS, min_size=1, max_size=19),
+)
+# gpu-t4-01 time-sliced 2 ways (7680Mi) beside the 4-way gpu-t4-shared-01 (3840Mi): one group of two sizes.
+@example(**FOUND, edits=[*[NO_EDIT] * 12, (False, None, None, "time-sliced")])
+# gpu-t4-02 time-sliced and unlabelled: its selector (the product label alone) reaches gpu-t4-shared-01 too.
+@example(**FOUND, edits=[*[NO_EDIT] * 6, (False, None, "remove", "time-sliced")])
+def test_the_chosen_devices_memory_is_never_below_min_memory(
+    *,
+    namespace: str,
+    need: str,
+    devices: str | None,
+    gpu_class: str | None,
+    count: str | None,
+    resource: str | None,
+    edits: list[NodeEdit],
+) -> None:
+    """Issue 10: a MIG instance has its own memory and a replica a share of its GPU's; whichever device a
+    Pod with min-memory gets, in fleets where many GPUs are partitioned (time-sliced two and four ways in
+    one pool, whole GPUs turned into MIG instances), every node its nodeSelector reaches offers at least
+    that much per device."""
+    annotations = {"gpupool.io/min-memory": need}
+    for key, value in (("device", devices), ("gpu-class", gpu_class), ("gpu-count", count)):
+        if value is not None:
+            annotations[f"gpupool.io/{key}"] = value
+    obj = pod(annotations=annotations, gpus=1 if resource else None, resource=resource or "nvidia.com/gpu")
+    placed = placed_in_edited_fleet(obj, namespace, edits)
+    if placed is None:
+        return
+    result, index, objects = placed
+    assert result.placement is not None
+    event(result.placement.device)
+    patched = apply(obj, result.patch)
+    selector = patched["spec"]["nodeSelector"]
+    wanted = -(-parse_bytes(need) // MIB)
+    for node in (o for o in objects if o["kind"] == "Node" and _reaches(selector, o)):
+        facts = index.node_facts(node["metadata"]["name"], result.placement.resource)
+        if isinstance(facts, NodeFacts):
+            assert facts.memory_mib >= wanted, f"{facts.node}: {facts.memory_mib} MiB < {need}"
 
 
 def test_the_shape_memo_remembers_each_shape_once() -> None:
@@ -1279,6 +1622,9 @@ HOSTILE_VALUE: Any = st.recursive(
 )
 ANNOTATION_KEYS = st.sampled_from(
     [
+        "device",
+        "min-compute-capability",
+        "min-cuda",
         "gpu-class",
         "min-memory",
         "gpu-count",
@@ -1720,20 +2066,67 @@ class TestVisibleDevices:
         assert escape(self.with_env(), "students", text=off).allowed
 
 
-class TestPartitions:
-    def test_a_mig_request_is_refused_where_classes_are_limited(self) -> None:
-        """A Pod that requests a MIG instance itself (nvidia.com/mig-...) cannot be kept to a namespace's
-        classes by gpupool, which does not place partitions: refused there, with what to do instead."""
-        obj = pod("p", "students", gpus=1, resource="nvidia.com/mig-1g.10gb")
-        result = escape(obj, "students")
-        assert not result.allowed and "requests nvidia.com/mig-1g.10gb, which gpupool does not place" in result.message
-        free = escape(pod("p", "ml", gpus=1, resource="nvidia.com/mig-1g.10gb"), "ml")
-        assert (free.allowed, free.patch) == (True, ())
+MIG_MEDIUM = "products: [{match: A100, class: high}, {match: A100-MIG-3g.20gb, class: medium}]\n"
 
-    def test_a_mig_pod_naming_an_h100_node_is_checked_there(self) -> None:
-        """A MIG Pod bound to an H100 node counts as a device of that node's class."""
-        obj = pod("p", "students", gpus=1, node="h100-a", resource="nvidia.com/mig-1g.10gb")
-        assert not escape(obj, "students").allowed
+
+def mig_fleet() -> list[dict[str, Any]]:
+    """The escape fleet with a mixed-strategy A100 node: 4 whole high GPUs, 4 3g.20gb and 14 1g.5gb."""
+    return [*escape_fleet(), mig_mixed_node("mixed-a", gpu_class=None, taints=[GPU_TAINT])]
+
+
+def mig_pod(name: str, namespace: str, profile: str = "3g.20gb", **kw: Any) -> dict[str, Any]:
+    return pod(name, namespace, gpus=1, resource=f"nvidia.com/mig-{profile}", **kw)
+
+
+class TestPartitions:
+    def test_a_mig_request_is_placed_among_the_pools_of_its_resource(self) -> None:
+        """A Pod that requests a MIG instance itself is placed like any Pod, among the pools of that
+        resource (it pins the device as it pins the vendor): pinned to nodes offering the profile, its
+        own request kept, the GPU taint tolerated."""
+        pol = make_policy(ESCAPE_POLICY)
+        result, patched = check_placed(mig_pod("p", "ml"), "ml", pol, index_of(mig_fleet(), pol), mig_fleet())
+        assert result.placement is not None
+        assert str(result.placement.pool) == "nvidia/high/NVIDIA-A100-SXM4-40GB-MIG-3g.20gb/nvidia.com/mig-3g.20gb"
+        assert (result.placement.resource, result.placement.device) == ("nvidia.com/mig-3g.20gb", "mig")
+        assert patched["spec"]["nodeSelector"] == {
+            "nvidia.com/mig-3g.20gb.product": "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb"
+        }
+        assert patched["spec"]["containers"] == mig_pod("p", "ml")["spec"]["containers"]
+
+    def test_a_mig_request_is_held_to_the_namespaces_classes(self) -> None:
+        """In a namespace that may not use high, a high MIG instance is refused like a high GPU; a medium
+        one (by a more specific product entry) is placed."""
+        high = escape(mig_pod("p", "students"), "students", mig_fleet())
+        assert (high.allowed, high.code) == (False, 403)
+        assert "class high is not allowed in namespace students" in high.message
+        medium = escape(mig_pod("p", "students"), "students", mig_fleet(), text=ESCAPE_POLICY + MIG_MEDIUM)
+        assert medium.placement is not None and medium.placement.pool.gpu_class == "medium"
+
+    def test_several_kinds_of_device_in_one_pod_are_not_placed(self) -> None:
+        """A MIG instance and a whole GPU in one Pod: no one pool offers both, so the Pod is refused where
+        classes are limited and left alone with a warning elsewhere."""
+        obj = mig_pod("p", "students")
+        obj["spec"]["containers"].append({"name": "b", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}})
+        refused = escape(obj, "students", mig_fleet())
+        assert not refused.allowed and "several kinds of device" in refused.message
+        free = escape(obj, "ml", mig_fleet())
+        assert (free.allowed, free.patch) == (True, ()) and "several kinds of device" in free.warnings[0]
+
+    def test_a_mig_pod_naming_its_node_is_checked_against_the_pool_of_its_resource(self) -> None:
+        """On a node offering high whole GPUs and medium 3g.20gb instances, a students Pod naming the node
+        may use an instance but not a whole GPU."""
+        text = ESCAPE_POLICY + MIG_MEDIUM
+        on_mig = escape(mig_pod("p", "students", node="mixed-a"), "students", mig_fleet(), text=text)
+        assert on_mig.allowed and on_mig.placement is not None
+        assert on_mig.placement.pool.product == "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb"
+        on_gpu = escape(pod("p", "students", gpus=1, node="mixed-a"), "students", mig_fleet(), text=text)
+        assert not on_gpu.allowed and "class high is not allowed" in on_gpu.message
+
+    def test_a_mig_pod_naming_a_node_without_that_profile_is_refused_where_classes_are_limited(self) -> None:
+        """The H100 node offers no 1g.10gb instances: nothing gpupool can check, so students may not."""
+        obj = mig_pod("p", "students", "1g.10gb", node="h100-a")
+        result = escape(obj, "students")
+        assert not result.allowed and "no nvidia.com/mig-1g.10gb devices gpupool can class" in result.message
 
 
 # --- issue 13: reservations for every placed Pod, re-invocations recognised ------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.builders import GPU_TAINT, fleet, gpu_node, index_of, pod, policy
+from tests.builders import GPU_TAINT, fleet, gpu_node, index_of, issue_fleet, mig_mixed_node, pod, policy
 from webhook.admission.decision import Decision, decide
 from webhook.admission.pod import read_pod
 from webhook.admission.request import parse_request
@@ -241,3 +241,118 @@ def test_pool_whose_nodes_are_all_too_small_is_not_a_place_to_wait() -> None:
     assert any("no node has 8 GPUs (the largest has 4)" in line for line in d.explain())
     too_big = run({"gpupool.io/gpu-count": "16"}, objects)
     assert too_big.chosen is None and "no node has 16 GPUs" in too_big.denial
+
+
+# --- devices: whole GPUs, MIG instances, shared replicas ---------------------------------------------------
+
+MIG_1G = PoolKey("nvidia", "high", "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb")
+MIG_3G = PoolKey("nvidia", "high", "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb", "nvidia.com/mig-3g.20gb")
+T4_SHARED = PoolKey("nvidia", "medium", "Tesla-T4-SHARED")
+
+
+def test_a_pod_that_names_no_device_gets_a_whole_gpu_not_a_slice() -> None:
+    """The issue's first case: class high goes to a whole 40 GB A100, not to a 5 GB MIG slice (the least
+    capable "node group" of the old folded pool)."""
+    d = run({"gpupool.io/gpu-class": "high"}, issue_fleet())
+    assert chosen(d) == A100
+    assert any(line.startswith(f"{MIG_1G}: rejected") and "device mig not in gpu" in line for line in d.explain())
+
+
+def test_a_pod_that_names_no_device_is_not_given_a_shared_replica() -> None:
+    """The issue's second case: class medium goes to the dedicated T4, though the replicas have more free."""
+    assert chosen(run({"gpupool.io/gpu-class": "medium"}, issue_fleet())) == T4
+
+
+def test_device_kinds_are_tried_in_the_order_given() -> None:
+    """`shared,gpu`: the replicas first; when they are taken, the whole T4."""
+    assert (
+        chosen(run({"gpupool.io/gpu-class": "medium", "gpupool.io/device": "shared,gpu"}, issue_fleet())) == T4_SHARED
+    )
+    full = [*issue_fleet(), pod("x", gpus=4, node="ts-a", phase="Running")]
+    assert chosen(run({"gpupool.io/gpu-class": "medium", "gpupool.io/device": "shared,gpu"}, full)) == T4
+
+
+def test_min_memory_with_mig_first_takes_the_smallest_instance_that_is_big_enough() -> None:
+    """The issue's example: 16Gi with `mig,gpu` lands on a 3g.20gb (the 1g.5gb is too small), and on a
+    whole GPU only when no instance that size is free."""
+    annotations = {"gpupool.io/min-memory": "16Gi", "gpupool.io/device": "mig,gpu"}
+    d = run(annotations, issue_fleet())
+    assert chosen(d) == MIG_3G and d.chosen is not None and d.chosen.resource == "nvidia.com/mig-3g.20gb"
+    full = [*issue_fleet(), pod("x", gpus=2, node="mixed-a", phase="Running", resource="nvidia.com/mig-3g.20gb")]
+    assert chosen(run(annotations, full)) == A100
+
+
+def test_the_chosen_devices_memory_is_a_share_of_a_shared_gpu() -> None:
+    """A replica of a 15 GiB T4 time-sliced 4 ways offers 3.75 GiB: min-memory 4Gi passes it over."""
+    d = run({"gpupool.io/device": "shared", "gpupool.io/min-memory": "4Gi"}, issue_fleet())
+    assert d.chosen is None and "Tesla-T4-SHARED: 3840Mi < min-memory 4Gi" in d.denial
+
+
+def test_product_tokens_match_device_products() -> None:
+    """`3g.20gb` names the profile; it never matches a whole GPU."""
+    assert chosen(run({"gpupool.io/gpu-product": "3g.20gb", "gpupool.io/device": "mig,gpu"}, issue_fleet())) == MIG_3G
+
+
+def test_a_multi_gpu_pod_skips_shared_pools_in_a_list() -> None:
+    """`shared,gpu` with 2 GPUs: replicas are passed over saying why; the whole GPUs are tried."""
+    d = run({"gpupool.io/gpu-count": "2", "gpupool.io/device": "shared,gpu"}, issue_fleet())
+    assert chosen(d) == A100
+    assert any(
+        line.startswith(f"{T4_SHARED}: rejected") and "a shared replica is not a GPU" in line for line in d.explain()
+    )
+
+
+def test_explain_says_what_a_device_is() -> None:
+    """Memory is per GPU, per MIG instance or per replica, as the pool's devices are."""
+    lines = run({"gpupool.io/device": "mig,shared,gpu"}, issue_fleet()).explain()
+    assert any(line.startswith(f"{MIG_1G}: chosen") and "4864Mi per MIG instance" in line for line in lines)
+    assert any(line.startswith(str(T4_SHARED)) and "3840Mi per replica" in line for line in lines)
+    assert any(line.startswith(str(A100)) and "40Gi per GPU" in line for line in lines)
+
+
+def test_a_nodeselector_on_a_mig_product_label_is_honoured() -> None:
+    """Two pools of one MIG resource (A100-80GB and H100 1g.10gb): the Pod's own nodeSelector on the
+    profile's product label keeps it on that product; the other is excluded, not overwritten."""
+    objects = [
+        mig_mixed_node("a-80", "NVIDIA-A100-SXM4-80GB", whole=0, instances={"1g.10gb": (7, 9856)}),
+        mig_mixed_node("h-80", "NVIDIA-H100-80GB-HBM3", whole=0, instances={"1g.10gb": (7, 9856)}),
+    ]
+    pinned = {"nvidia.com/mig-1g.10gb.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"}
+    d = run(None, objects, gpus=1, resource="nvidia.com/mig-1g.10gb", node_selector=pinned)
+    assert d.chosen is not None and d.chosen.pool.product == "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"
+    assert any("nodeSelector nvidia.com/mig-1g.10gb.product=NVIDIA-H100-80GB-HBM3-MIG-1g.10gb excludes it" in r
+               for r in d.explain())  # fmt: skip
+
+
+def test_min_compute_capability_needs_it_on_every_node_and_unknown_never_matches() -> None:
+    """8.0: the T4s (7.5, from the product table) are passed over; a product whose capability no label
+    or table entry gives never matches, and explain says why."""
+    d = run({"gpupool.io/min-compute-capability": "8.0", "gpupool.io/gpu-class": "medium,high"}, issue_fleet())
+    assert chosen(d) == A100
+    assert any(line.startswith(f"{T4}: rejected") and "compute capability 7.5 < min-compute-capability 8.0" in line
+               for line in d.explain())  # fmt: skip
+    unknown = run({"gpupool.io/min-compute-capability": "6.0"}, [gpu_node("q", "Quadro-P2000", gpu_class="low")])
+    assert unknown.chosen is None
+    assert "compute capability unknown on some nodes (min-compute-capability 6.0)" in unknown.denial
+
+
+def test_min_cuda_holds_on_every_node_the_selector_reaches() -> None:
+    """12.4 needs a 550 driver: a T4 pool with one 535 node (CUDA 12.2 by NVIDIA's table) is passed over,
+    as min-driver would be; a node's own CUDA label is believed."""
+    objects = [gpu_node("t4-a", driver="550.54.15"), gpu_node("t4-b", driver="535.104.05")]
+    d = run({"gpupool.io/min-cuda": "12.4"}, objects)
+    assert d.chosen is None and "CUDA 12.2 < min-cuda 12.4" in d.denial
+    labelled = [gpu_node("t4-a", driver="535.104.05", labels={"nvidia.com/cuda.runtime-version.full": "12.4"})]
+    assert chosen(run({"gpupool.io/min-cuda": "12.4"}, labelled)) == T4
+
+
+def test_requirements_hold_on_the_labelled_nodes_a_shorter_selector_reaches_too() -> None:
+    """A T4 pool of unlabelled nodes (pinned by the product label alone) and class-labelled ones: the
+    product label reaches the labelled nodes too, so min-driver must hold on them as well (found by the
+    min-memory property test with time-sliced nodes of two replica counts)."""
+    objects = [
+        gpu_node("t4-new", driver="550.54.15", gpu_class=None),
+        gpu_node("t4-old", driver="525.60.13", gpu_class="medium"),
+    ]
+    d = run({"gpupool.io/min-driver": "545"}, objects)
+    assert d.chosen is None and "driver 525.60.13 < min-driver 545" in d.denial

@@ -110,7 +110,7 @@ def test_text_output_for_a_denied_pod_gives_the_reason(capsys: pytest.CaptureFix
 
 def test_json_output_is_one_object_with_the_documented_keys(capsys: pytest.CaptureFixture[str]) -> None:
     """`-o json` prints exactly one object: allowed, code, message, warnings, pool, patch; the pool
-    names vendor, class, product and resource, and the patch applies to the Pod."""
+    names vendor, class, product, resource and the kind of device, and the patch applies to the Pod."""
     pod_file = PODS / "class-medium.yaml"
     status, answer = explain_json(capsys, str(pod_file))
     assert status == 0
@@ -122,6 +122,7 @@ def test_json_output_is_one_object_with_the_documented_keys(capsys: pytest.Captu
         "class": "medium",
         "product": "Tesla-T4",
         "resource": "nvidia.com/gpu",
+        "device": "gpu",
     }
     patched = jsonpatch.apply_patch(load(pod_file), answer["patch"])
     assert patched["metadata"]["annotations"]["gpupool.io/pool"] == "nvidia/medium/Tesla-T4"

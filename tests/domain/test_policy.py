@@ -89,6 +89,50 @@ def test_memory_quota_and_the_quota_forms_switch() -> None:
     assert policy.namespace("elsewhere").memory_quota_mib is None
     assert policy.defaults.enforce_all_gpu_quota_forms is True
     assert load_policy_text("defaults: {enforceAllGpuQuotaForms: false}").defaults.enforce_all_gpu_quota_forms is False
+def test_devices_default_to_whole_gpus_and_a_namespace_may_choose_others() -> None:
+    """gpupool.io/device defaults to the namespace's `device`, else `defaults.device`, else whole GPUs;
+    `[shared, gpu]` and `shared,gpu` are the same ordered list."""
+    policy = load_policy_text("namespaces: {students: {device: [shared, gpu]}, lab: {device: 'mig,gpu'}}")
+    assert policy.device_default("elsewhere") == ("gpu",)
+    assert policy.device_default("students") == ("shared", "gpu")
+    assert policy.device_default("lab") == ("mig", "gpu")
+    assert load_policy_text("defaults: {device: [mig, gpu]}").device_default("elsewhere") == ("mig", "gpu")
+
+
+def test_the_product_table_knows_the_compute_capability_of_the_gpus_it_classes() -> None:
+    """Compute capabilities of NVIDIA's data-center and GeForce cards, for nodes without GFD's compute
+    labels; a MIG instance or a shared replica has its GPU's, and an unknown product has none."""
+    policy = load_policy(None)
+    nv = policy.vendors["nvidia"].product_prefixes
+    expected = {
+        "Tesla-V100-SXM2-16GB": (7, 0),
+        "Tesla-T4": (7, 5),
+        "NVIDIA-A100-SXM4-40GB": (8, 0),
+        "NVIDIA-A100-SXM4-80GB": (8, 0),
+        "NVIDIA-A10": (8, 6),
+        "NVIDIA-A10G": (8, 6),
+        "NVIDIA-GeForce-RTX-3060": (8, 6),
+        "NVIDIA-L4": (8, 9),
+        "NVIDIA-L40S": (8, 9),
+        "NVIDIA-GeForce-RTX-4090": (8, 9),
+        "NVIDIA-H100-80GB-HBM3": (9, 0),
+        "NVIDIA-H200": (9, 0),
+        "NVIDIA-B200": (10, 0),
+        "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb": (8, 0),
+        "Tesla-T4-SHARED": (7, 5),
+    }
+    assert {p: policy.product_compute(tokens(p, nv)) for p in expected} == expected
+    assert policy.product_compute(tokens("NVIDIA-GeForce-GTX-1080", nv)) is None
+    assert policy.product_compute(tokens("AMD_Instinct_MI250X", ("AMD",))) is None
+
+
+def test_compute_and_cuda_labels_are_nvidias() -> None:
+    """GPU Feature Discovery's compute capability and CUDA labels; the other vendors have neither."""
+    policy = load_policy(None)
+    nvidia, amd = policy.vendors["nvidia"], policy.vendors["amd"]
+    assert nvidia.compute_labels == ("nvidia.com/gpu.compute.major", "nvidia.com/gpu.compute.minor")
+    assert nvidia.cuda_label == "nvidia.com/cuda.runtime-version.full" and nvidia.has_cuda
+    assert (amd.compute_labels, amd.has_cuda) == ((), False)
 
 
 def test_empty_user_file_is_the_default() -> None:
@@ -115,7 +159,16 @@ def test_empty_user_file_is_the_default() -> None:
         ("vendors: {amd: {resource: nvidia.com/gpu, productLabel: y}}", "two vendors share a resource"),
         ("products: [{match: T4, class: mid}]", "products[0].class: 'mid' is not a class"),
         ("products: [{match: T4, memory: lots}]", "products[0].memory"),
-        ("products: [{match: T4}]", "products[0]: gives neither class nor memory"),
+        ("products: [{match: T4}]", "products[0]: gives neither class, memory nor computeCapability"),
+        ("products: [{match: T4, computeCapability: '7.5.1'}]", "products[0].computeCapability: '7.5.1' is not"),
+        ("products: [{match: T4, computeCapability: true}]", "products[0].computeCapability: True is not"),
+        ("defaults: {device: [tpu]}", "defaults.device: ['tpu'] 'tpu' is not a device kind"),
+        ("defaults: {device: 'gpu,gpu'}", "defaults.device: 'gpu,gpu' names a device kind twice"),
+        ("namespaces: {a: {device: 5}}", "namespaces.a.device: expected a device kind or an ordered list"),
+        (
+            "vendors: {nvidia: {resource: x, productLabel: y, computeCapabilityLabels: [m]}}",
+            "vendors.nvidia.computeCapabilityLabels: expected 2 labels (major, minor)",
+        ),
         ("namespaces: {a: {allowedClasses: [huge]}}", "namespaces.a.allowedClasses: 'huge' is not a class"),
         ("namespaces: {a: {allowedClasses: [low], defaultClass: high}}", "namespaces.a.defaultClass"),
         ("namespaces: {a: {classQuota: {high: -1}}}", "namespaces.a.classQuota.high"),

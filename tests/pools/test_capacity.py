@@ -3,7 +3,7 @@ used on them and held in their pools; and the signals that make the ledger follo
 
 from __future__ import annotations
 
-from tests.builders import fleet, gpu_node, index_of, pod
+from tests.builders import fleet, gpu_node, index_of, mig_mixed_node, pod, shared_node
 from tests.pools.probes import POLICY, RES, T4, T4_SELECTOR, free_per_node, stats
 from webhook.domain.model import PoolKey
 from webhook.pools.capacity import Capacity
@@ -71,7 +71,7 @@ def test_pod_usage_beyond_allocatable_never_goes_negative() -> None:
 
 
 def t4_facts(capacity: Capacity, name: str) -> NodeFacts:
-    facts = capacity.node_facts(name, "nvidia")
+    facts = capacity.node_facts(name, "nvidia.com/gpu")
     assert isinstance(facts, NodeFacts)
     return facts
 
@@ -173,3 +173,43 @@ def test_the_memo_lasts_until_a_node_changes() -> None:
     assert [capacity.memo("k", compute), capacity.memo("k", compute)] == [1, 1]
     capacity.upsert_node(node_from_obj(gpu_node("t4-a"), RES), None)
     assert capacity.memo("k", compute) == 2
+
+
+# --- devices: MIG instances and replicas are pools of their own -------------------------------------------
+
+
+def test_a_mixed_node_offers_each_device_in_its_pool_with_its_own_free_count() -> None:
+    """A mixed-strategy node's whole GPUs, 3g.20gb and 1g.5gb instances are three pools; a Pod running
+    on one MIG instance takes one instance, not a GPU; each pool says what its devices are."""
+    running = pod("r", gpus=1, node="mixed-a", phase="Running", resource="nvidia.com/mig-3g.20gb")
+    index = index_of([mig_mixed_node("mixed-a"), shared_node("ts-a"), running], POLICY)
+    by_product = {s.pool.product: s for s in index.pool_stats()}
+    whole, big = by_product["NVIDIA-A100-SXM4-40GB"], by_product["NVIDIA-A100-SXM4-40GB-MIG-3g.20gb"]
+    assert (whole.kind, whole.resource, whole.gpus_total, whole.gpus_free, whole.memory_mib) == (
+        "gpu",
+        "nvidia.com/gpu",
+        4,
+        4,
+        40960,
+    )
+    assert (big.kind, big.profile, big.resource, big.gpus_total, big.gpus_free, big.memory_mib) == (
+        "mig",
+        "3g.20gb",
+        "nvidia.com/mig-3g.20gb",
+        4,
+        3,
+        20096,
+    )
+    shared = by_product["Tesla-T4-SHARED"]
+    assert (shared.kind, shared.replicas, shared.gpus_total, shared.memory_mib) == ("shared", (4,), 4, 3840)
+
+
+def test_a_nodes_facts_are_found_by_the_resource_requested() -> None:
+    """On a node with whole GPUs and MIG instances, each resource finds its own pool's facts."""
+    capacity = Capacity(POLICY)
+    capacity.upsert_node(node_from_obj(mig_mixed_node("mixed-a"), RES, POLICY.partition_prefixes), None)
+    whole = capacity.node_facts("mixed-a", "nvidia.com/gpu")
+    mig = capacity.node_facts("mixed-a", "nvidia.com/mig-1g.5gb")
+    assert isinstance(whole, NodeFacts) and whole.pool.product == "NVIDIA-A100-SXM4-40GB"
+    assert isinstance(mig, NodeFacts) and mig.pool.product == "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"
+    assert capacity.node_facts("mixed-a", "nvidia.com/mig-7g.40gb") is None

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.builders import GPU_TAINT, fleet, gpu_node, index_of, pod
+from tests.builders import GPU_TAINT, fleet, gpu_node, index_of, mig_mixed_node, pod, policy
 from tests.pools.probes import A100, A100_SELECTOR, POLICY, RES, T4, T4_SELECTOR, TRAIN, a100, stats, train_cluster
+from webhook.domain.model import PoolKey
 from webhook.pools.capacity import Capacity
 from webhook.pools.claims import Claim, bound_claim, node_classes, node_memory, unbound_claim
 from webhook.pools.kubeobj import node_from_obj, pod_from_obj
@@ -130,3 +131,40 @@ def test_a_placed_pod_of_a_group_is_a_member_on_its_annotated_pool() -> None:
         unbound_claim(pod_from_obj(unplaced, RES), capacity.all_pools(), POLICY, capacity.pool_memory_mib),
     ]
     assert [c.group for c in claims] == [("Job/train", T4), ("Job/train", T4), None]
+
+
+# --- devices: each resource counts against its own pool's class ------------------------------------------
+
+MIG_CLASSES = policy(
+    "products: [{match: A100, class: high}, {match: A100-MIG-3g.20gb, class: medium}]\n"
+    "namespaces: {train: {classQuota: {high: 20, medium: 20}}}"
+)
+BIG_MIG = PoolKey("nvidia", "medium", "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb", "nvidia.com/mig-3g.20gb")
+
+
+def test_a_bound_pod_counts_its_devices_against_the_class_of_their_pool() -> None:
+    """On a node offering whole high GPUs and medium 3g.20gb instances, a Pod on two instances counts
+    two medium devices, and one on a whole GPU one high GPU."""
+    node = mig_mixed_node("mixed-a", gpu_class=None)
+    on_mig = pod("m", "train", gpus=2, node="mixed-a", phase="Running", resource="nvidia.com/mig-3g.20gb")
+    on_gpu = pod("g", "train", gpus=1, node="mixed-a", phase="Running")
+    index = index_of([node, on_mig, on_gpu], MIG_CLASSES)
+    assert (index.class_used("train", "medium"), index.class_used("train", "high")) == (2, 1)
+
+
+def test_an_unbound_pod_pinned_to_a_mig_pool_holds_an_instance_there() -> None:
+    """A Pending Pod that requests an instance and carries gpupool's placement holds an instance of that
+    pool (its nodeSelector's MIG product label is the profile's own), not a whole GPU."""
+    placed = pod(
+        "w",
+        "train",
+        gpus=1,
+        resource="nvidia.com/mig-3g.20gb",
+        annotations={"gpupool.io/pool": str(BIG_MIG)},
+        node_selector={"nvidia.com/mig-3g.20gb.product": "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb"},
+    )
+    index = index_of(
+        [mig_mixed_node("mixed-a", gpu_class=None), mig_mixed_node("mixed-b", gpu_class=None), placed], MIG_CLASSES
+    )
+    assert (stats(index, BIG_MIG).pending, index.class_used("train", "medium")) == (1, 1)
+    assert stats(index, PoolKey("nvidia", "high", "NVIDIA-A100-SXM4-40GB")).pending == 0

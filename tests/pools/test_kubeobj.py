@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.builders import gpu_node, pod, quota
+from tests.builders import gpu_node, mig_mixed_node, pod, quota
 from webhook.admission.pod import read_pod
 from webhook.domain.model import Taint
 from webhook.pools.kubeobj import node_from_obj, pod_from_obj, pod_gpu_requests, quota_from_obj
@@ -108,3 +108,19 @@ def test_quota_keeps_gpu_entries_and_scope() -> None:
         True,
     )
     assert quota_from_obj(quota("cpu", "team", {"cpu": "10"}), GPU) is None
+
+
+def test_mixed_strategy_mig_resources_are_kept_with_the_gpus() -> None:
+    """A node's nvidia.com/mig-<profile> resources are devices too; cpu, memory and the rest are not."""
+    node = node_from_obj(mig_mixed_node("n"), GPU, ("nvidia.com/mig-",))
+    assert node.allocatable == {"nvidia.com/gpu": 4, "nvidia.com/mig-3g.20gb": 4, "nvidia.com/mig-1g.5gb": 14}
+
+
+def test_quotas_on_mig_instances_are_kept() -> None:
+    """`requests.nvidia.com/mig-3g.20gb` limits devices, so it is checked like the GPUs' quota."""
+    obj = quota(
+        "mig", "team", {"requests.nvidia.com/mig-3g.20gb": "2", "pods": "10"}, {"requests.nvidia.com/mig-3g.20gb": "1"}
+    )
+    info = quota_from_obj(obj, GPU, ("nvidia.com/mig-",))
+    assert info is not None
+    assert (info.hard, info.used) == ({"requests.nvidia.com/mig-3g.20gb": 2}, {"requests.nvidia.com/mig-3g.20gb": 1})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.builders import gpu_node, policy
+from tests.builders import gpu_node, mig_mixed_node, mig_single_node, policy, shared_node
 from webhook.domain.model import PoolKey, Taint
 from webhook.pools.kubeobj import node_from_obj
 from webhook.pools.nodes import node_facts
@@ -11,15 +11,15 @@ POLICY = policy()
 
 
 def facts_of(obj: dict):  # type: ignore[no-untyped-def,type-arg]
-    return node_facts(node_from_obj(obj, POLICY.gpu_resources), POLICY)
+    return node_facts(node_from_obj(obj, POLICY.gpu_resources, POLICY.partition_prefixes), POLICY)
 
 
 def test_explicit_class_label_wins_over_product_table() -> None:
     """An admin's label puts a T4 in class low although the table says medium; it pins both labels."""
-    (f,), problems = facts_of(gpu_node("n", "Tesla-T4-SHARED", gpu_class="low"))
+    (f,), problems = facts_of(gpu_node("n", "Tesla-T4", gpu_class="low"))
     assert problems == []
     assert f.pool == PoolKey("nvidia", "low", "Tesla-T4")
-    assert f.selector == (("gpu.accelerator/class", "low"), ("nvidia.com/gpu.product", "Tesla-T4-SHARED"))
+    assert f.selector == (("gpu.accelerator/class", "low"), ("nvidia.com/gpu.product", "Tesla-T4"))
 
 
 def test_unlabelled_node_gets_class_from_product_table_and_pins_product_only() -> None:
@@ -101,3 +101,68 @@ def test_cpu_node_has_no_facts() -> None:
     obj = gpu_node("cpu")
     del obj["status"]["allocatable"]["nvidia.com/gpu"]
     assert facts_of(obj) == ([], [])
+
+
+def test_mig_and_shared_pools_are_of_their_own_product_and_their_gpus_class() -> None:
+    """A MIG instance's or replica's pool is its exact device product, in its GPU's class (the product
+    table's A100 and T4 entries), not the GPU's pool; a mixed-strategy profile is on its own resource."""
+    (single,), _ = facts_of(mig_single_node("mig-a", gpu_class=None))
+    assert (single.pool, single.kind, single.memory_mib) == (
+        PoolKey("nvidia", "high", "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"),
+        "mig",
+        4864,
+    )
+    (shared,), _ = facts_of(shared_node("ts-a", gpu_class=None))
+    assert (shared.pool, shared.kind, shared.replicas) == (PoolKey("nvidia", "medium", "Tesla-T4-SHARED"), "shared", 4)
+    mixed, _ = facts_of(mig_mixed_node("mixed-a", gpu_class=None))
+    assert sorted(f.pool for f in mixed) == [
+        PoolKey("nvidia", "high", "NVIDIA-A100-SXM4-40GB"),
+        PoolKey("nvidia", "high", "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb", "nvidia.com/mig-1g.5gb"),
+        PoolKey("nvidia", "high", "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb", "nvidia.com/mig-3g.20gb"),
+    ]
+
+
+def test_a_more_specific_product_entry_or_the_class_label_gives_a_device_another_class() -> None:
+    """`A100-MIG-1g.5gb: low` is more specific than `A100: high`; the node's class label wins over both."""
+    custom = policy("products: [{match: A100, class: high}, {match: A100-MIG-1g.5gb, class: low}]")
+    node = node_from_obj(mig_single_node("mig-a", gpu_class=None), custom.gpu_resources, custom.partition_prefixes)
+    ((f,), _) = node_facts(node, custom)
+    assert f.pool.gpu_class == "low"
+    ((g,), _) = facts_of(mig_single_node("mig-b", gpu_class="medium"))
+    assert g.pool.gpu_class == "medium"
+    assert ("gpu.accelerator/class", "medium") in g.selector
+
+
+def test_compute_capability_comes_from_gfd_labels_else_the_product_table() -> None:
+    """GFD's compute labels first; without them the product table (T4 7.5); unknown products have none."""
+    labelled = gpu_node("n", labels={"nvidia.com/gpu.compute.major": "7", "nvidia.com/gpu.compute.minor": "5"})
+    assert facts_of(labelled)[0][0].compute == (7, 5)
+    assert facts_of(gpu_node("n", "NVIDIA-L4"))[0][0].compute == (8, 9)
+    assert facts_of(gpu_node("n", "Quadro-P2000"))[0][0].compute is None
+
+
+def test_cuda_comes_from_gfd_labels_else_from_the_driver() -> None:
+    """The runtime-version label, else its major and minor labels, else NVIDIA's driver table
+    (535.104.05 runs CUDA 12.2); no driver, no CUDA."""
+    full = gpu_node("n", labels={"nvidia.com/cuda.runtime-version.full": "12.4"})
+    assert facts_of(full)[0][0].cuda == (12, 4)
+    parts = gpu_node(
+        "n", labels={"nvidia.com/cuda.runtime-version.major": "12", "nvidia.com/cuda.runtime-version.minor": "3"}
+    )
+    assert facts_of(parts)[0][0].cuda == (12, 3)
+    assert facts_of(gpu_node("n", driver="535.104.05"))[0][0].cuda == (12, 2)
+    assert facts_of(gpu_node("n", driver=None))[0][0].cuda is None
+
+
+def test_other_vendors_have_no_compute_capability_or_cuda() -> None:
+    amd = gpu_node("m", gpu_class="high", resource="amd.com/gpu", labels={"amd.com/gpu.product-name": "MI250X"})
+    ((f,), _) = facts_of(amd)
+    assert (f.compute, f.cuda) == (None, None)
+
+
+def test_unusable_devices_are_reported_with_the_reason() -> None:
+    """A changing MIG layout is reported for the node's NVIDIA devices, not pooled."""
+    facts, problems = facts_of(mig_mixed_node("changing", labels={"nvidia.com/mig.config.state": "rebooting"}))
+    assert facts == []
+    assert [(u.node, u.vendor) for u in problems] == [("changing", "nvidia")]
+    assert "nvidia.com/mig.config.state=rebooting" in problems[0].reason

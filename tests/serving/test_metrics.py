@@ -13,7 +13,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from tests.builders import gpu_node, pod, quota
+from tests.builders import gpu_node, index_of, mig_single_node, pod, quota, shared_node
 from tests.conftest import REPO, wait_until
 from webhook.domain.model import PoolKey, QuotaInfo
 from webhook.domain.policy import Policy, load_policy, load_policy_text
@@ -184,6 +184,30 @@ class TestRefresh:
         metrics.refresh(inventory)
         assert value(registry, "gpupool_pool_gpus_free", pool=str(T4)) == 0
         assert value(registry, "gpupool_pool_gpus_free", pool=str(L4)) == 1
+
+    def test_pools_are_labelled_by_their_device_product(self) -> None:
+        """The issue's fleet: MIG instances and time-sliced replicas are gauged as pools of their own device
+        product, and the whole A100 and T4 pools count whole GPUs only (not 68 "A100s")."""
+        objects = [
+            mig_single_node("mig-a"),
+            gpu_node("a100-a", "NVIDIA-A100-SXM4-40GB", 12, gpu_class="high"),
+            gpu_node("t4-a", "Tesla-T4", 4),
+            shared_node("ts-a"),
+        ]
+        registry = CollectorRegistry()
+        Metrics(registry).refresh(SnapshotInventory(index_of(objects), "test"))
+        gpus = {
+            sample.labels["pool"]: sample.value
+            for metric in registry.collect()
+            if metric.name == "gpupool_pool_gpus"
+            for sample in metric.samples
+        }
+        assert gpus == {
+            "nvidia/high/NVIDIA-A100-SXM4-40GB": 12,
+            "nvidia/high/NVIDIA-A100-SXM4-40GB-MIG-1g.5gb": 56,
+            "nvidia/medium/Tesla-T4": 4,
+            "nvidia/medium/Tesla-T4-SHARED": 4,
+        }
 
     def test_not_ready_inventory_is_not_read(self) -> None:
         """Before the inventory is loaded, readiness is 0 and no pool is reported."""

@@ -29,6 +29,7 @@ from typing import Any
 import jsonpatch
 import orjson
 import pytest
+import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -323,6 +324,18 @@ class TestResponseContract:
         assert result["apiVersion"] == review["apiVersion"] and response["uid"] == review["request"]["uid"]
         patched = jsonpatch.apply_patch(review["request"]["object"], decoded_patch(response))
         assert patched["metadata"]["annotations"]["gpupool.io/pool"] == response["auditAnnotations"]["pool"]
+
+    def test_a_mig_pod_gets_its_instance_through_the_server(self, client: ApiServerClient, served: Served) -> None:
+        """Issue 10 end to end: examples/pods/device-mig.yaml over TLS is pinned to a 3g.20gb MIG instance,
+        its own resource added; /metrics gauges that pool by its device product."""
+        pod = yaml.safe_load((REPO / "examples" / "pods" / "device-mig.yaml").read_text("utf-8"))
+        response = client.review(admission_review(pod, namespace="ml-train", dry_run=True))["response"]
+        pool = "nvidia/high/NVIDIA-A100-SXM4-40GB-MIG-3g.20gb/nvidia.com/mig-3g.20gb"
+        assert (response["allowed"], response["auditAnnotations"]["pool"]) == (True, pool)
+        patched = jsonpatch.apply_patch(pod, decoded_patch(response))
+        assert patched["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/mig-3g.20gb"] == "1"
+        _, body, _ = health_get(served.health_port, "/metrics")
+        assert f'gpupool_pool_gpus{{pool="{pool}"}} 4.0' in body.decode()
 
     def test_v1beta1_is_answered_in_v1beta1(self, client: ApiServerClient) -> None:
         """An admission.k8s.io/v1beta1 review gets a v1beta1 answer."""

@@ -50,12 +50,17 @@ def test_demo_inventory_pools() -> None:
         "nvidia/low/NVIDIA-GeForce-RTX-4090",
         "amd/high/AMD_Instinct_MI250X",
         "ascend/high/huawei-Ascend910",
+        "nvidia/medium/Tesla-T4-SHARED",
+        "nvidia/high/NVIDIA-A100-SXM4-40GB-MIG-1g.5gb",
+        "nvidia/high/NVIDIA-A100-SXM4-40GB-MIG-1g.5gb/nvidia.com/mig-1g.5gb",
+        "nvidia/high/NVIDIA-A100-SXM4-40GB-MIG-3g.20gb/nvidia.com/mig-3g.20gb",
     }
     t4 = pools["nvidia/medium/Tesla-T4"]
     # 8 usable - 4 running - 1 held for the Pending Pod gpupool pinned; the NotReady node offers nothing
     assert (t4.nodes, t4.usable_nodes, t4.gpus_free, t4.pending) == (3, 2, 3, 1)
     a100 = pools["nvidia/high/NVIDIA-A100-SXM4-40GB"]
-    assert (a100.nodes, a100.usable_nodes, a100.gpus_free) == (3, 2, 9)  # cordoned node offers nothing
+    # the cordoned node offers nothing; the mixed-strategy MIG node adds its 4 whole GPUs
+    assert (a100.nodes, a100.usable_nodes, a100.gpus_free) == (4, 3, 13)
     assert pools["nvidia/high/NVIDIA-H100-80GB-HBM3"].gpus_free == 0
     assert pools["amd/high/AMD_Instinct_MI250X"].memory_mib == 64 * 1024
 

@@ -8,6 +8,8 @@ import kubernetes
 import orjson
 
 from webhook.domain.groups import controller_of, workload_group
+from webhook.domain.policy import load_policy
+from webhook.sources.snapshot import build_index
 from webhook.testing import synthetic_cluster
 
 
@@ -66,3 +68,31 @@ class TestSyntheticCluster:
             items = [o for o in objects if o["kind"] == kind]
             body = orjson.dumps({"kind": f"{kind}List", "apiVersion": "v1", "metadata": {}, "items": items})
             assert len(client.deserialize(body.decode(), f"V1{kind}List", "application/json").items) == len(items)
+
+    def test_a_partitioned_fleet_has_mig_and_time_sliced_nodes_whose_pods_fit_their_devices(self) -> None:
+        """With `partitioned=0.25` a quarter of the GPU nodes carry GFD's MIG (single and mixed strategy)
+        or time-slicing labels; Pods on them request the node's devices and never more than it has; gpupool
+        pools every node. Without it, the cluster is the whole-GPU one, unchanged."""
+        objects = synthetic_cluster(nodes=800, pods=20_000, seed=1, partitioned=0.25)
+        nodes = [o for o in objects if o["kind"] == "Node" and "nvidia.com/gpu.product" in o["metadata"]["labels"]]
+        labels = [n["metadata"]["labels"] for n in nodes]
+        single = sum("-MIG-" in lb["nvidia.com/gpu.product"] for lb in labels)
+        mixed = sum(lb.get("nvidia.com/mig.strategy") == "mixed" for lb in labels)
+        shared = sum(lb["nvidia.com/gpu.product"].endswith("-SHARED") for lb in labels)
+        assert single and mixed and shared
+        assert 0.2 < (single + mixed + shared) / len(nodes) < 0.3
+        capacity = {n["metadata"]["name"]: n["status"]["allocatable"] for n in nodes}
+        used: dict[tuple[str, str], int] = {}
+        for p in (o for o in objects if o["kind"] == "Pod" and o["status"]["phase"] == "Running"):
+            for resource, n in p["spec"]["containers"][0]["resources"]["limits"].items():
+                if resource.startswith("nvidia.com/"):
+                    key = (p["spec"]["nodeName"], resource)
+                    used[key] = used.get(key, 0) + int(n)
+        assert any(r.startswith("nvidia.com/mig-") for _, r in used)
+        assert all(n <= int(capacity[node][resource]) for (node, resource), n in used.items())
+        index = build_index(objects, load_policy(None))
+        assert index.unclassified() == []
+        assert {s.kind for s in index.pool_stats()} == {"gpu", "mig", "shared"}
+        assert synthetic_cluster(nodes=20, pods=100, seed=1, partitioned=0.0) == synthetic_cluster(
+            nodes=20, pods=100, seed=1
+        )

@@ -93,7 +93,8 @@ def place(
     """The pool for a prepared Pod, read from the index now, and the patch that pins it there (or, for a
     Pod that names its node, the check of that node's pool)."""
     view, req, node, devices = prepared
-    if node or req.partitions:
+    if node or (req.partitions and not req.resource):
+        # A Pod that names its node, or requests several device resources no one pool offers together.
         result = _bound(req, node, devices, policy, index) if node else _partitions(req, policy)
         return replace(result, group=GroupNote(view.group, None, 0)) if view.group else result
     # The group is read from the ledger now, after the (memoised) plan: it is identity, not shape.
@@ -113,6 +114,7 @@ def place(
         selector=chosen.selector,
         has_capacity=chosen.fits,
         fallback=chosen.fallback,
+        device=chosen.kind,
     )
     spec = PatchSpec(
         chosen.selector, chosen.gpu_taints, req.container_index, chosen.resource, req.count, str(chosen.pool)
@@ -128,17 +130,19 @@ def _bound(req: GpuRequest, node: str, devices: int, policy: Policy, index: Pool
     resources = {req.vendor.resource, *req.partitions}
     if not devices:
         return verdict.allow(f"already bound to node {node}; requests no {req.vendor.name} GPUs")
-    facts = index.node_facts(node, req.vendor.name)
+    resource = req.resource or req.vendor.resource  # the devices the Pod requests: a node may offer several
+    facts = index.node_facts(node, resource)
     rule = policy.namespace(req.namespace)
     if not isinstance(facts, NodeFacts):
         why = f" ({facts.reason})" if facts is not None else ""
+        what = f"{req.vendor.name} GPUs" if resource == req.vendor.resource else f"{resource} devices"
         if rule.restricted:
             return verdict.deny(
-                f"the Pod names node {node}, which has no {req.vendor.name} GPUs gpupool can class{why}; namespace "
+                f"the Pod names node {node}, which has no {what} gpupool can class{why}; namespace "
                 f"{req.namespace} may only use some GPU classes, so the Pod must leave the node to gpupool",
                 reason="bound-node",
             )
-        note = f"gpupool: node {node} has no {req.vendor.name} GPUs gpupool knows of{why}; not checked"
+        note = f"gpupool: node {node} has no {what} gpupool knows of{why}; not checked"
         return verdict.allow(f"already bound to node {node}").with_warnings((note,))
     problem = bound_problem(req, facts)
     if problem:
@@ -155,21 +159,24 @@ def _bound(req: GpuRequest, node: str, devices: int, policy: Policy, index: Pool
         return verdict.deny(quota_problem, reason="quota")
     free = index.node_free(facts) if facts.resource in resources else devices
     warnings = () if free >= devices else (f"gpupool: node {node} has {free} free {facts.resource} now",)
-    placement = Placement(facts.pool, facts.resource, devices, devices, facts.selector, free >= devices, False)
+    placement = Placement(
+        facts.pool, facts.resource, devices, devices, facts.selector, free >= devices, False, facts.kind
+    )
     return verdict.place(placement, [], warnings=warnings, message=f"already bound to node {node} in pool {facts.pool}")
 
 
 def _partitions(req: GpuRequest, policy: Policy) -> Verdict:
-    """A Pod that requests GPU partitions (MIG instances) itself and names no node: gpupool does not
-    place partitions, so it cannot keep such a Pod inside a namespace's classes."""
-    listed = ", ".join(req.partitions)
+    """A Pod that requests several kinds of device itself (a MIG profile and whole GPUs, or two profiles)
+    and names no node: no one pool offers them all, so gpupool cannot place it, nor keep it inside a
+    namespace's classes."""
+    listed = ", ".join(req.partitions) if len(req.partitions) > 1 else f"{req.vendor.resource}, {req.partitions[0]}"
     if policy.namespace(req.namespace).restricted:
         return verdict.deny(
-            f"the Pod requests {listed}, which gpupool does not place; namespace {req.namespace} may only use "
-            f"some GPU classes, so request {req.vendor.resource} and let gpupool choose",
+            f"the Pod requests {listed}: several kinds of device, which no one pool offers; namespace "
+            f"{req.namespace} may only use some GPU classes, so request one and let gpupool choose",
             reason="no-match",
         )
-    note = f"gpupool: {listed} is not placed by gpupool; the Pod keeps its own request"
+    note = f"gpupool: {listed} are several kinds of device, which gpupool does not place; the Pod keeps its requests"
     return verdict.allow(f"requests {listed}, which gpupool does not place").with_warnings((note,))
 
 

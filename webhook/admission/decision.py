@@ -13,6 +13,7 @@ from typing import NamedTuple
 from webhook.admission.quotas import memory_quota_problem
 from webhook.admission.request import GpuRequest
 from webhook.admission.verdict import Reason
+from webhook.domain.devices import GPU, KINDS, NOUNS, SHARED
 from webhook.domain.model import PREFIX, PoolKey, Selector, Taint
 from webhook.domain.policy import Policy
 from webhook.domain.products import format_version, matches, tokens, version_at_least
@@ -34,6 +35,7 @@ class Candidate(NamedTuple):
     free_total: int
     fits: bool
     fallback: bool  # of a class the Pod did not ask for
+    kind: str = GPU  # the pool's devices: gpu, mig or shared
     groups: tuple[Group, ...] = ()  # the node groups its selector reaches that the Pod tolerates
 
 
@@ -41,6 +43,7 @@ class Candidate(NamedTuple):
 class Rejection:
     pool: PoolKey
     reasons: tuple[str, ...]
+    other_device: bool = False  # a kind or resource the Pod does not take: never among the nearest misses
 
 
 def _describe(rejection: Rejection, all_rejections: list[Rejection]) -> str:
@@ -67,7 +70,7 @@ class Decision(NamedTuple):
             verdict = "chosen" if c == self.chosen else ("fits" if c.fits else "no capacity")
             note = " (fallback)" if c.fallback else ""
             lines.append(
-                f"{c.pool}: {verdict}{note}: {format_mib(c.memory_mib)} per GPU, "
+                f"{c.pool}: {verdict}{note}: {format_mib(c.memory_mib)} per {NOUNS[c.kind]}, "
                 f"{c.free_total} free, at most {c.max_free} on one node"
             )
         lines.extend(f"{r.pool}: rejected: {'; '.join(r.reasons)}" for r in self.rejections)
@@ -85,6 +88,7 @@ class _Option:
     gpu_taints: tuple[Taint, ...]
     memory_mib: int
     fallback: bool
+    kind: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,10 +108,15 @@ def decide(req: GpuRequest, index: PoolIndex, policy: Policy) -> Decision:
     rejections = list(plan.rejections)
 
     order = {c: i for i, c in enumerate(req.classes)} if req.classes else {c: policy.class_rank(c) for c in requested}
+    kinds = {k: i for i, k in enumerate(req.devices)}
 
-    def rank(c: Candidate) -> tuple[int, int, int, int, str]:
+    def rank(c: Candidate) -> tuple[int, int, int, int, int, str]:
         tier = order.get(c.pool.gpu_class, len(order) + policy.class_rank(c.pool.gpu_class))
-        return (int(c.fallback), tier, c.memory_mib, -c.free_total, c.pool.product)
+        device = kinds.get(c.kind, len(kinds))
+        # Within a requested class the device kinds come in the Pod's order; with no class asked for,
+        # the device order comes first (`mig,gpu` means a MIG instance of any class before a GPU).
+        first, second = (tier, device) if req.classes else (device, tier)
+        return (int(c.fallback), first, second, c.memory_mib, -c.free_total, c.pool.product)
 
     candidates.sort(key=rank)
     (quota_note, quota_reason), candidates = _class_quota(req, index, policy, candidates, rejections)
@@ -129,7 +138,7 @@ def decide(req: GpuRequest, index: PoolIndex, policy: Policy) -> Decision:
         nearest = nearest or f"the inventory has no {req.vendor.name} GPU pools"
         return Decision(None, f"no GPU pool matches the Pod: {nearest}", (), (), tuple(rejections), "no-match")
     if policy.defaults.on_no_capacity == "deny":
-        need = f"{req.pod_total} free {req.vendor.resource} on one node"
+        need = f"{req.pod_total} free {waiting.resource} on one node"
         return Decision(
             None,
             f"no capacity: no pool that matches has {need} (best match {waiting.pool}, at most "
@@ -139,7 +148,10 @@ def decide(req: GpuRequest, index: PoolIndex, policy: Policy) -> Decision:
             tuple(rejections),
             "no-capacity",
         )
-    warnings.append(f"gpupool: no {waiting.pool.product} node has {req.pod_total} free GPUs now; the Pod will wait")
+    devices = "GPUs" if waiting.kind == GPU else f"{NOUNS[waiting.kind]}s"
+    warnings.append(
+        f"gpupool: no {waiting.pool.product} node has {req.pod_total} free {devices} now; the Pod will wait"
+    )
     return Decision(waiting, "", tuple(warnings), tuple(candidates), tuple(rejections))
 
 
@@ -150,9 +162,12 @@ def _plan(req: GpuRequest, index: PoolIndex, policy: Policy) -> _Plan:
     options: list[tuple[_Option, ...]] = []
     rejections: list[Rejection] = []
     for pool in index.pools(req.vendor.name):
-        reasons = _pool_reasons(req, pool.key, requested, fallback_classes)
+        reasons = _pool_reasons(req, pool.key, pool.kind, requested, fallback_classes, devices=req.devices)
+        if not reasons and pool.kind == SHARED and req.count > 1:  # in a list of devices: skipped
+            reasons = [f"a shared replica is not a GPU: {PREFIX}gpu-count {req.count} needs gpu or mig"]
         if reasons:
-            rejections.append(Rejection(pool.key, tuple(reasons)))
+            other = pool.kind not in req.devices or bool(req.resource and pool.resource != req.resource)
+            rejections.append(Rejection(pool.key, tuple(reasons), other))
             continue
         workable, why = _selectors(req, pool, pool.key.gpu_class in fallback_classes)
         if workable:
@@ -160,15 +175,30 @@ def _plan(req: GpuRequest, index: PoolIndex, policy: Policy) -> _Plan:
         else:
             rejections.append(Rejection(pool.key, tuple(why) or ("no nodes",)))
     # PoolKey's own ordering, spelt out: comparing strings is far cheaper than comparing dataclasses
-    rejections.sort(key=lambda r: (len(r.reasons), r.pool.vendor, r.pool.gpu_class, r.pool.product))
+    rejections.sort(
+        key=lambda r: (r.other_device, len(r.reasons), r.pool.vendor, r.pool.gpu_class, r.pool.product, r.pool.resource)
+    )
     return _Plan(tuple(options), tuple(rejections))
 
 
-def _pool_reasons(req: GpuRequest, key: PoolKey, requested: tuple[str, ...], fallback: tuple[str, ...]) -> list[str]:
-    """Why a pool cannot take the Pod at all (not counting capacity); empty when it can."""
+def _pool_reasons(
+    req: GpuRequest,
+    key: PoolKey,
+    kind: str,
+    requested: tuple[str, ...],
+    fallback: tuple[str, ...],
+    *,
+    devices: tuple[str, ...],
+) -> list[str]:
+    """Why a pool (of devices of `kind`) cannot take the Pod at all (not counting capacity); empty when it can."""
     reasons = []
     if req.pool_pin is not None and req.pool_pin != key:
         reasons.append(f"{PREFIX}pool pins {req.pool_pin}")
+    resource = key.resource or req.vendor.resource
+    if req.resource and resource != req.resource:
+        reasons.append(f"its devices are {resource}, the Pod requests {req.resource}")
+    elif kind not in devices:
+        reasons.append(f"device {kind} not in {','.join(devices)} ({req.device_source})")
     if key.gpu_class not in req.allowed_classes:
         reasons.append(f"class {key.gpu_class} is not allowed in namespace {req.namespace}")
     elif key.gpu_class not in requested and key.gpu_class not in fallback:
@@ -188,6 +218,8 @@ def _selectors(req: GpuRequest, pool: Pool, fallback: bool) -> tuple[tuple[_Opti
     for selector, groups in pool.by_selector().items():
         labels = dict(selector)
         clash = [f"nodeSelector {k}={v}" for k, v in pins.items() if labels.get(k) != v]
+        # A label the selector would write over (a MIG profile's product, a replica count) clashes too.
+        clash.extend(f"nodeSelector {k}={v}" for k, v in req.node_selector if k not in pins and labels.get(k, v) != v)
         if clash:
             why.append(f"{', '.join(clash)} excludes it")
             continue
@@ -200,7 +232,12 @@ def _selectors(req: GpuRequest, pool: Pool, fallback: bool) -> tuple[tuple[_Opti
             }
             why.append(f"every node has taints the Pod does not tolerate: {', '.join(sorted(taints))}")
             continue
-        problem = _group_problem(req, tolerated)
+        # The selector also reaches nodes of the pool whose selector has more labels (a class label some
+        # nodes carry): the scheduler may pick any of them the Pod tolerates, so each must hold too.
+        ordered = pool.ordered()
+        reached = [ordered[i] for i in pool.reach(selector)]
+        checked = [g for g in reached if all(req.tolerations.tolerates(t) for t in g.other_taints)] or tolerated
+        problem = _group_problem(req, checked)
         if problem:
             why.append(problem)
             continue
@@ -215,8 +252,9 @@ def _selectors(req: GpuRequest, pool: Pool, fallback: bool) -> tuple[tuple[_Opti
                 selector=selector,
                 groups=tuple(tolerated),
                 gpu_taints=tuple(sorted({t for g in tolerated for t in g.gpu_taints}, key=lambda t: (t.key, t.effect))),
-                memory_mib=min(g.min_memory_mib() for g in tolerated),
+                memory_mib=min(g.min_memory_mib() for g in checked),
                 fallback=fallback,
+                kind=pool.kind,
             )
         )
     return tuple(workable), sorted(set(why))
@@ -234,23 +272,40 @@ def _best(req: GpuRequest, options: tuple[_Option, ...]) -> Candidate:
     assert best is not None  # a pool is only planned with at least one workable selector
     fits, free_total, max_free, o = best
     return Candidate(
-        o.pool, o.resource, o.selector, o.gpu_taints, o.memory_mib, max_free, free_total, fits, o.fallback, o.groups
+        o.pool,
+        o.resource,
+        o.selector,
+        o.gpu_taints,
+        o.memory_mib,
+        max_free,
+        free_total,
+        fits,
+        o.fallback,
+        o.kind,
+        o.groups,
     )
 
 
 def _group_problem(req: GpuRequest, groups: list[Group]) -> str:
-    """Memory and driver must hold on every node the selector can reach, since the scheduler may pick any."""
+    """Memory, driver, compute capability and CUDA must hold on every node the selector can reach, since
+    the scheduler may pick any."""
     memory = min(g.min_memory_mib() for g in groups)
     if req.min_memory_mib and memory < req.min_memory_mib:
         have = format_mib(memory) if memory else "unknown memory"
         return f"{have} < min-memory {format_mib(req.min_memory_mib)}"
-    if req.min_driver is not None:
-        drivers = [g.min_driver() for g in groups]
-        if any(d is None for d in drivers):
-            return f"driver version unknown on some nodes (min-driver {format_version(req.min_driver)})"
-        oldest = min(d for d in drivers if d is not None)
-        if not version_at_least(oldest, req.min_driver):
-            return f"driver {format_version(oldest)} < min-driver {format_version(req.min_driver)}"
+    for need, name, what, unknown, versions in (
+        (req.min_driver, "min-driver", "driver", "driver version", [g.min_driver() for g in groups]),
+        (req.min_compute, "min-compute-capability", "compute capability", "compute capability",
+         [g.min_compute() for g in groups]),
+        (req.min_cuda, "min-cuda", "CUDA", "CUDA version", [g.min_cuda() for g in groups]),
+    ):  # fmt: skip
+        if need is None:
+            continue
+        if any(v is None for v in versions):
+            return f"{unknown} unknown on some nodes ({name} {format_version(need)})"
+        oldest = min(v for v in versions if v is not None)
+        if not version_at_least(oldest, need):
+            return f"{what} {format_version(oldest)} < {name} {format_version(need)}"
     return ""
 
 
@@ -298,11 +353,18 @@ def bound_problem(req: GpuRequest, facts: NodeFacts) -> str:
     """Why a Pod that names its node breaks its namespace's rules or its own annotations there ("" when
     it does not). A namespace's default class is only a default: any allowed class may be named."""
     requested = req.classes if req.class_source == "annotation" else req.allowed_classes
-    reasons = _pool_reasons(req, facts.pool, requested, ())
+    # Likewise the namespace's device default: a Pod on a node may use what the node offers.
+    devices = req.devices if req.device_source == "annotation" else KINDS
+    reasons = _pool_reasons(req, facts.pool, facts.kind, requested, (), devices=devices)
     if req.min_memory_mib and facts.memory_mib < req.min_memory_mib:
         have = format_mib(facts.memory_mib) if facts.memory_mib else "unknown memory"
         reasons.append(f"{have} < min-memory {format_mib(req.min_memory_mib)}")
-    if req.min_driver is not None and (facts.driver is None or not version_at_least(facts.driver, req.min_driver)):
-        have = format_version(facts.driver) if facts.driver else "unknown"
-        reasons.append(f"driver {have} < min-driver {format_version(req.min_driver)}")
+    for need, name, what, have_version in (
+        (req.min_driver, "min-driver", "driver", facts.driver),
+        (req.min_compute, "min-compute-capability", "compute capability", facts.compute),
+        (req.min_cuda, "min-cuda", "CUDA", facts.cuda),
+    ):
+        if need is not None and (have_version is None or not version_at_least(have_version, need)):
+            have = format_version(have_version) if have_version else "unknown"
+            reasons.append(f"{what} {have} < {name} {format_version(need)}")
     return f"node {facts.node} is in pool {facts.pool}: {'; '.join(reasons)}" if reasons else ""

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from webhook.admission import devices
+from webhook.admission.devices import DeviceError, device_resource, parse_device_request, pins_a_pool
 from webhook.admission.pod import ContainerView, PodShape
 from webhook.domain.groups import GROUP_POLICIES, MAX_GROUP_SIZE, NO_GROUP_RULE, GroupRule, valid_name
 from webhook.domain.groups import MAX_NAME_CHARS as MAX_GROUP_NAME
@@ -28,10 +30,13 @@ from webhook.domain.quantity import MIB, QuantityError, parse_bytes, parse_count
 CLASS, MEMORY, COUNT, PRODUCT = "gpu-class", "min-memory", "gpu-count", "gpu-product"
 DRIVER, VENDOR, CONTAINER, FALLBACK, POOL = "min-driver", "vendor", "container", "fallback", "pool"
 GROUP, GROUP_POLICY, GROUP_SIZE = "group", "group-policy", "group-size"
-KNOWN = (CLASS, MEMORY, COUNT, PRODUCT, DRIVER, VENDOR, CONTAINER, FALLBACK, POOL, GROUP, GROUP_POLICY, GROUP_SIZE)
+KNOWN: tuple[str, ...] = (CLASS, MEMORY, COUNT, PRODUCT, DRIVER, VENDOR, CONTAINER, FALLBACK, POOL, GROUP,
+                          GROUP_POLICY, GROUP_SIZE)  # fmt: skip
 # The longest value each annotation accepts, checked before the value is parsed.
 MAX_CHARS = {CLASS: 256, MEMORY: 32, COUNT: 8, PRODUCT: 512, DRIVER: 32, VENDOR: 63, CONTAINER: 253,
              FALLBACK: 8, POOL: 512, GROUP: MAX_GROUP_NAME, GROUP_POLICY: 16, GROUP_SIZE: 8}  # fmt: skip
+KNOWN = (*KNOWN, *devices.ANNOTATIONS)  # the device's kind, compute capability and CUDA
+MAX_CHARS |= devices.MAX_CHARS
 MAX_COUNT = 64
 MAX_PROBLEMS = 5  # a denial names this many problems, then says how many more there are
 T = TypeVar("T")
@@ -64,6 +69,12 @@ class GpuRequest:
     tolerations: Tolerations
     partitions: tuple[str, ...] = ()  # GPU partition resources the Pod requests itself (nvidia.com/mig-...)
     group: GroupRule = NO_GROUP_RULE  # what it asks of its workload group (the group itself is identity)
+    resource: str = ""  # the one device resource the Pod requests itself (its pools'), "" for none
+    devices: tuple[str, ...] = ("gpu",)  # device kinds it accepts, in the order of preference
+    device_source: str = "policy default"  # annotation, namespace default, policy default, requested resource
+    min_compute: tuple[int, ...] | None = None  # compute capability
+    min_cuda: tuple[int, ...] | None = None  # the CUDA version the node's driver must support
+    node_selector: tuple[tuple[str, str], ...] = ()  # the Pod's whole nodeSelector (pins are its pool labels)
 
 
 def gpupool_annotations(shape: PodShape) -> dict[str, str]:
@@ -157,7 +168,7 @@ class _Errors:
     def check(self, parse: Callable[[], T], fallback: T) -> T:
         try:
             return parse()
-        except RequestError as exc:
+        except (RequestError, DeviceError) as exc:
             self.messages.append(str(exc))
             return fallback
 
@@ -190,13 +201,15 @@ def parse_request(shape: PodShape, policy: Policy) -> GpuRequest:
         errors.raise_any("the Pod has no containers")
     default_vendor = policy.vendors[policy.default_vendor]
     vendor = errors.check(lambda: _vendor(ann, shape, policy), default_vendor)
-    index = errors.check(lambda: _container(ann, containers, vendor.resource), 0)
+    requested = requested_resources(shape, policy)
+    resource = device_resource(requested, vendor)  # a MIG profile the Pod requests pins its pools
+    index = errors.check(lambda: _container(ann, containers, resource or vendor.resource), 0)
     target = containers[index]
     inits = shape.init_containers or ()
     # Any of the vendor's devices the Pod already asks for (whole GPUs or partitions): then they stand.
-    owned = [r for r in requested_resources(shape, policy) if vendor.owns(r)] or [vendor.resource]
+    owned = [r for r in requested if vendor.owns(r)] or [vendor.resource]
     already = any(container_gpus(c, r) for c in (*containers, *inits) for r in owned)
-    count = errors.check(lambda: _count(ann, target, vendor.resource, already), 1)
+    count = errors.check(lambda: _count(ann, target, resource or vendor.resource, already), 1)
     namespace = shape.namespace
     rule = policy.namespace(namespace)
     allowed = rule.allowed_classes or policy.classes
@@ -209,9 +222,14 @@ def parse_request(shape: PodShape, policy: Policy) -> GpuRequest:
     fallback = errors.check(lambda: _flag(ann, FALLBACK, policy.defaults.fallback), False)
     pool = errors.check(lambda: _pool(ann), None)
     group = errors.check(lambda: _group(ann), NO_GROUP_RULE)
+    no_device = devices.DeviceRequest(policy.defaults.device, "policy default", None, None)
+    device = errors.check(
+        lambda: parse_device_request(ann, policy, namespace, vendor, resource=resource, count=count), no_device
+    )
     errors.raise_any()
-    counts = [count if i == index else container_gpus(c, vendor.resource) for i, c in enumerate(containers)]
-    init_counts = [(container_gpus(c, vendor.resource), c.sidecar) for c in inits]
+    counted = resource or vendor.resource
+    counts = [count if i == index else container_gpus(c, counted) for i, c in enumerate(containers)]
+    init_counts = [(container_gpus(c, counted), c.sidecar) for c in inits]
     return GpuRequest(
         namespace=namespace,
         vendor=vendor,
@@ -226,11 +244,17 @@ def parse_request(shape: PodShape, policy: Policy) -> GpuRequest:
         min_driver=driver,
         container_index=index,
         fallback=fallback,
-        pins=tuple(sorted((k, v) for k, v in shape.node_selector or () if k in policy.pool_labels)),
+        pins=tuple(sorted((k, v) for k, v in shape.node_selector or () if pins_a_pool(k, policy))),
         pool_pin=pool,
         tolerations=Tolerations(shape.tolerations or ()),
         partitions=tuple(sorted(r for r in owned if r != vendor.resource)),
         group=group,
+        resource=resource,
+        devices=device.devices,
+        device_source=device.source,
+        min_compute=device.min_compute,
+        min_cuda=device.min_cuda,
+        node_selector=tuple(sorted(shape.node_selector or ())),
     )
 
 

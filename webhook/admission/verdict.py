@@ -36,6 +36,7 @@ class Placement:
     selector: tuple[tuple[str, str], ...]  # the nodeSelector labels that pin the pool
     has_capacity: bool  # False when admitted under on-no-capacity=warn
     fallback: bool  # True when the pool is of a class the Pod did not ask for
+    device: str = "gpu"  # the kind of device: gpu, mig or shared
 
     def as_json(self) -> dict[str, str]:
         return {
@@ -43,6 +44,7 @@ class Placement:
             "class": self.pool.gpu_class,
             "product": self.pool.product,
             "resource": self.resource,
+            "device": self.device,
         }
 
 

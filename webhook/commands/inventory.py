@@ -1,7 +1,9 @@
 """`gpupool inventory`: the pool table, kubectl-style, with what an admin should fix.
 
-Warnings cover GPU nodes gpupool cannot class, and quotas written as `nvidia.com/gpu` instead of
-`requests.nvidia.com/gpu`, which Kubernetes stores but never enforces.
+One row per pool of devices: its kind (a whole GPU, a MIG instance, a shared replica), its exact device
+product, memory per device and counts of devices. Warnings cover GPU nodes gpupool does not pool (it
+cannot class them, their MIG layout is invalid or changing), and quotas written as `nvidia.com/gpu`
+instead of `requests.nvidia.com/gpu`, which Kubernetes stores but never enforces.
 """
 
 from __future__ import annotations
@@ -44,8 +46,12 @@ def build_report(index: PoolIndex, policy: Policy) -> dict[str, Any]:
         return {
             "vendor": s.pool.vendor,
             "class": s.pool.gpu_class,
+            "device": s.kind,
             "product": s.pool.product,
             "resource": s.resource,
+            "ownResource": bool(s.pool.resource),  # a partition on a resource of its own (mixed-strategy MIG)
+            "profile": s.profile,
+            "replicas": list(s.replicas),
             "memoryMiB": s.memory_mib,
             "nodes": s.nodes,
             "usableNodes": s.usable_nodes,
@@ -54,7 +60,9 @@ def build_report(index: PoolIndex, policy: Policy) -> dict[str, Any]:
         }
 
     order = {c: i for i, c in enumerate(policy.classes)}
-    stats = sorted(index.pool_stats(), key=lambda s: (s.pool.vendor, order[s.pool.gpu_class], s.memory_mib))
+    stats = sorted(
+        index.pool_stats(), key=lambda s: (s.pool.vendor, order[s.pool.gpu_class], s.memory_mib, s.pool.product)
+    )
     return {
         "pools": [pool(s) for s in stats],
         "warnings": [
@@ -65,16 +73,17 @@ def build_report(index: PoolIndex, policy: Policy) -> dict[str, Any]:
 
 
 def render_table(report: dict[str, Any], wide: bool) -> str:
-    head = ["VENDOR", "CLASS", "PRODUCT", "MEMORY", "NODES", "GPUS", "ALLOCATED", "FREE", "PENDING"]
+    head = ["VENDOR", "CLASS", "DEVICE", "PRODUCT", "MEMORY", "NODES", "GPUS", "ALLOCATED", "FREE", "PENDING"]
     if wide:
-        head[4:5] = ["NODES", "USABLE"]
-        head.append("RESOURCE")
+        head[5:6] = ["NODES", "USABLE"]
+        head += ["RESOURCE", "PARTITION"]
     rows = [head]
     for p in report["pools"]:
         row = [
             p["vendor"],
             p["class"],
-            p["product"],
+            p["device"],
+            p["product"] + (f"/{p['resource']}" if p["ownResource"] else ""),  # as gpupool.io/pool names it
             format_mib(p["memoryMiB"]) if p["memoryMiB"] else "?",
             str(p["nodes"]),
             str(p["gpus"]["total"]),
@@ -83,8 +92,8 @@ def render_table(report: dict[str, Any], wide: bool) -> str:
             str(p["pending"]),
         ]
         if wide:
-            row[4:5] = [str(p["nodes"]), str(p["usableNodes"])]
-            row.append(p["resource"])
+            row[5:6] = [str(p["nodes"]), str(p["usableNodes"])]
+            row += [p["resource"], _partition(p)]
         rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = ["   ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows]
@@ -92,3 +101,12 @@ def render_table(report: dict[str, Any], wide: bool) -> str:
         lines.append("(no GPU pools)")
     lines.extend(f"WARNING: {w}" for w in report["warnings"])
     return "\n".join(lines) + "\n"
+
+
+def _partition(pool: dict[str, Any]) -> str:
+    """How a GPU is divided: the MIG profile (`3g.20gb`), the replicas per GPU (`4 replicas`), or `-`."""
+    replicas = "/".join(str(r) for r in pool["replicas"])
+    if pool["device"] == "shared":
+        shared = f"{replicas} replicas" if replicas else "? replicas"
+        return f"{pool['profile']} {shared}" if pool["profile"] else shared
+    return pool["profile"] or "-"

@@ -137,22 +137,29 @@ class QuotaInfo:
 
 @dataclass(frozen=True, slots=True, order=True)
 class PoolKey:
-    """A pool: GPUs of one vendor, class and normalised product."""
+    """A pool: interchangeable devices of one vendor, class, exact device product and resource."""
 
     vendor: str
     gpu_class: str
-    product: str
+    product: str  # the device's exact product: `NVIDIA-A100-SXM4-40GB-MIG-3g.20gb`, `Tesla-T4-SHARED`
+    # "" for the vendor's GPU resource (nvidia.com/gpu: whole GPUs, replicas, single-strategy MIG); the
+    # resource itself for partitions of their own (mixed-strategy MIG: nvidia.com/mig-3g.20gb)
+    resource: str = ""
 
     def __str__(self) -> str:
-        return f"{self.vendor}/{self.gpu_class}/{self.product}"
+        base = f"{self.vendor}/{self.gpu_class}/{self.product}"
+        return f"{base}/{self.resource}" if self.resource else base
 
     @classmethod
     def parse(cls, text: str) -> PoolKey | None:
-        """The inverse of str(); None when `text` is not vendor/class/product."""
-        parts = text.split("/")
-        if len(parts) != 3 or not all(parts):
+        """The inverse of str(); None when `text` is not vendor/class/product[/resource], where a resource
+        is `domain/name`."""
+        parts = text.split("/", 3)
+        if len(parts) < 3 or not all(parts) or (len(parts) == 4 and parts[3].count("/") != 1):
             return None
-        return cls(parts[0], parts[1], parts[2])
+        if len(parts) == 4 and not all(parts[3].split("/")):
+            return None
+        return cls(*parts)
 
 
 def effective_gpus(containers: list[int], inits: list[tuple[int, bool]]) -> int:

@@ -15,9 +15,10 @@ from typing import Any, Literal
 
 import yaml
 
+from webhook.domain.devices import DEVICE_LIST_HELP, GPU, parse_device_list
 from webhook.domain.errors import ConfigError
 from webhook.domain.model import Taint
-from webhook.domain.products import Tokens, matches, tokens
+from webhook.domain.products import Tokens, matches, parse_version, tokens
 from webhook.domain.quantity import MIB, QuantityError, parse_bytes
 
 OnNoCapacity = Literal["warn", "deny"]  # admit with a warning that the Pod will wait, or refuse
@@ -58,6 +59,14 @@ class VendorPolicy:
     legacy_driver_labels: tuple[str, ...] = ()
     taints: tuple[TaintRule, ...] = ()
     partition_prefix: str = ""  # resources of GPU partitions, e.g. nvidia.com/mig-<profile>; "" for none
+    compute_labels: tuple[str, ...] = ()  # compute capability: (major, minor) labels; () for none
+    cuda_label: str = ""  # the CUDA version the node's driver supports, dotted
+    legacy_cuda_labels: tuple[str, ...] = ()  # or (major, minor) labels
+
+    @property
+    def has_cuda(self) -> bool:
+        """Does the vendor speak CUDA (its nodes say, or their driver tells, which CUDA they run)?"""
+        return bool(self.cuda_label or self.legacy_cuda_labels)
 
     def gpu_taint(self, taint: Taint) -> bool:
         return any(rule.matches(taint) for rule in self.taints)
@@ -73,6 +82,7 @@ class ProductRule:
     tokens: Tokens
     gpu_class: str = ""
     memory_mib: int = 0
+    compute: tuple[int, ...] | None = None  # compute capability (major, minor)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,11 +92,12 @@ class NamespaceRule:
     class_quota: Mapping[str, int] = field(default_factory=dict)
     allow_visible_devices: bool = False  # opt out of the NVIDIA_VISIBLE_DEVICES rule
     memory_quota_mib: int | None = None  # GPU memory the namespace may hold (devices x memory per device)
+    device: tuple[str, ...] = ()  # the default of gpupool.io/device here; empty: the policy's defaults.device
 
     @property
     def restricted(self) -> bool:
-        """Does the rule limit what the namespace may use (classes or per-class quotas)?"""
-        return bool(self.allowed_classes or self.class_quota)
+        """Does the rule limit what the namespace may use (classes, per-class or GPU-memory quotas)?"""
+        return bool(self.allowed_classes or self.class_quota or self.memory_quota_mib is not None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +112,7 @@ class Defaults:
     # Enforce ResourceQuotas that limit a GPU as `nvidia.com/gpu` or `limits.nvidia.com/gpu` (forms Kubernetes
     # stores but never enforces for extended resources), counting the namespace's Pods itself.
     enforce_all_gpu_quota_forms: bool = True
+    device: tuple[str, ...] = (GPU,)  # the default of gpupool.io/device: whole GPUs only
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +162,15 @@ class Policy:
     def product_memory_mib(self, product: Tokens) -> int:
         rule = _most_specific(r for r in self.products if r.memory_mib and matches(r.tokens, product))
         return rule.memory_mib if rule else 0
+
+    def product_compute(self, product: Tokens) -> tuple[int, ...] | None:
+        """The compute capability the product table gives (most specific entry); None when none does."""
+        rule = _most_specific(r for r in self.products if r.compute and matches(r.tokens, product))
+        return rule.compute if rule else None
+
+    def device_default(self, namespace: str) -> tuple[str, ...]:
+        """The devices a Pod of the namespace gets when it names none: the namespace's, else the policy's."""
+        return self.namespace(namespace).device or self.defaults.device
 
 
 _ANY_NAMESPACE = NamespaceRule()
@@ -251,6 +272,26 @@ class _Fields:
             raise PolicyError(f"{self.path}.{key}: expected a positive number of seconds, got {_show(value)}")
         return float(value)
 
+    def devices(self, key: str) -> tuple[str, ...]:
+        """A device preference (`[mig, gpu]` or `mig,gpu`); () when absent."""
+        value = self.data.get(key)
+        if value is None:
+            return ()
+        if not isinstance(value, str | list) or len(str(value)) > 64:
+            raise PolicyError(f"{self.path}.{key}: expected {DEVICE_LIST_HELP}, got {_show(value)}")
+        try:
+            return parse_device_list(value)
+        except ValueError as exc:
+            raise PolicyError(f"{self.path}.{key}: {_show(value)} {exc}; accepted: {DEVICE_LIST_HELP}") from None
+
+    def labels(self, key: str, names: str) -> tuple[str, ...]:
+        """A list of labels that must name each of `names` (e.g. "major, minor") in order, or none."""
+        value = self.texts(key)
+        wanted = names.split(", ")
+        if value and len(value) != len(wanted):
+            raise PolicyError(f"{self.path}.{key}: expected {len(wanted)} labels ({names}), got {list(value)}")
+        return value
+
     def choice(self, key: str, default: str, accepted: tuple[str, ...]) -> str:
         value = self.data.get(key, default)
         if value not in accepted:
@@ -294,6 +335,7 @@ def _build(data: dict[str, Any]) -> Policy:
             "reservationSettleSeconds",
             "checkVisibleDevices",
             "enforceAllGpuQuotaForms",
+            "device",
         ),
     )
     defaults = Defaults(
@@ -305,6 +347,7 @@ def _build(data: dict[str, Any]) -> Policy:
         reservation_settle_seconds=d.seconds("reservationSettleSeconds", 15.0),
         check_visible_devices=d.flag("checkVisibleDevices", True),
         enforce_all_gpu_quota_forms=d.flag("enforceAllGpuQuotaForms", True),
+        device=d.devices("device") or (GPU,),
     )
     vendors_data = data.get("vendors")
     if not isinstance(vendors_data, dict) or not vendors_data:
@@ -347,12 +390,13 @@ def _vendor(name: str, spec: Any) -> VendorPolicy:
             "legacyDriverLabels",
             "taints",
             "partitionResourcePrefix",
+            "computeCapabilityLabels",
+            "cudaLabel",
+            "legacyCudaLabels",
         ),
     )
     unit = f.choice("memoryUnit", "Mi", tuple(_MEMORY_UNITS))
-    legacy = f.texts("legacyDriverLabels")
-    if legacy and len(legacy) != 3:
-        raise PolicyError(f"{path}.legacyDriverLabels: expected 3 labels (major, minor, revision), got {legacy}")
+    legacy = f.labels("legacyDriverLabels", "major, minor, revision")
     taints_data = spec.get("taints", [])
     if not isinstance(taints_data, list):
         raise PolicyError(f"{path}.taints: expected a list of {{key, value, effect}}, got {_show(taints_data)}")
@@ -372,6 +416,9 @@ def _vendor(name: str, spec: Any) -> VendorPolicy:
         legacy_driver_labels=legacy,
         taints=tuple(taints),
         partition_prefix=f.text("partitionResourcePrefix", ""),
+        compute_labels=f.labels("computeCapabilityLabels", "major, minor"),
+        cuda_label=f.text("cudaLabel", ""),
+        legacy_cuda_labels=f.labels("legacyCudaLabels", "major, minor"),
     )
 
 
@@ -382,7 +429,7 @@ def _products(data: Any, classes: tuple[str, ...], vendors: Mapping[str, VendorP
     rules = []
     for i, entry in enumerate(data):
         path = f"products[{i}]"
-        f = _Fields(entry, path, ("match", "class", "memory"))
+        f = _Fields(entry, path, ("match", "class", "memory", "computeCapability"))
         match = f.text("match")
         gpu_class = f.text("class", "")
         if gpu_class and gpu_class not in classes:
@@ -395,16 +442,30 @@ def _products(data: Any, classes: tuple[str, ...], vendors: Mapping[str, VendorP
                 raise PolicyError(f"{path}.memory: {exc}") from None
             if memory_mib <= 0:
                 raise PolicyError(f"{path}.memory: must be at least 1Mi, got {entry['memory']!r}")
-        if not gpu_class and not memory_mib:
-            raise PolicyError(f"{path}: gives neither class nor memory for {match!r}")
-        rules.append(ProductRule(match, tokens(match, prefixes), gpu_class, memory_mib))
+        compute = _compute(entry.get("computeCapability"), f"{path}.computeCapability")
+        if not gpu_class and not memory_mib and compute is None:
+            raise PolicyError(f"{path}: gives neither class, memory nor computeCapability for {match!r}")
+        rules.append(ProductRule(match, tokens(match, prefixes), gpu_class, memory_mib, compute))
     return tuple(rules)
+
+
+def _compute(value: Any, path: str) -> tuple[int, ...] | None:
+    """A compute capability, `"8.0"` (a YAML number `8.9` is read the same way); None when absent."""
+    if value is None:
+        return None
+    readable = isinstance(value, str | int | float) and not isinstance(value, bool)
+    version = parse_version(str(value)) if readable else None
+    if version is None or len(version) != 2:
+        raise PolicyError(f"{path}: {_show(value)} is not a compute capability; accepted: major.minor such as '8.0'")
+    return version
 
 
 def _namespace(name: str, data: Any, classes: tuple[str, ...]) -> NamespaceRule:
     path = f"namespaces.{name}"
     f = _Fields(
-        data or {}, path, ("allowedClasses", "defaultClass", "classQuota", "memoryQuota", "allowVisibleDevices")
+        data or {},
+        path,
+        ("allowedClasses", "defaultClass", "classQuota", "memoryQuota", "allowVisibleDevices", "device"),
     )
     allowed = f.texts("allowedClasses")
     for cls in allowed:
@@ -431,6 +492,7 @@ def _namespace(name: str, data: Any, classes: tuple[str, ...]) -> NamespaceRule:
         class_quota=quota,
         allow_visible_devices=f.flag("allowVisibleDevices", False),
         memory_quota_mib=_memory_quota(path, (data or {}).get("memoryQuota")),
+        device=f.devices("device"),
     )
 
 

@@ -1,9 +1,9 @@
-"""GPU product names: normalisation and token-exact matching.
+"""GPU product names: token-exact matching, and driver versions.
 
-GPU Feature Discovery writes the product with spaces turned into dashes (`NVIDIA-A100-SXM4-40GB`),
-appends `-SHARED` under time-slicing or MPS and the MIG profile under the single MIG strategy. None of
-those change what the card is, so they are stripped before grouping. Matching works on whole tokens so
-that `A100` never matches `A10` and `H20` never matches `H200`.
+GPU Feature Discovery writes the product with spaces turned into dashes (`NVIDIA-A100-SXM4-40GB`), and
+names a device by its product: `-SHARED` for a time-sliced or MPS replica, `-MIG-<profile>` for a MIG
+instance (webhook.domain.devices takes those apart; they are part of the device, not dropped).
+Matching works on whole tokens so that `A100` never matches `A10` and `H20` never matches `H200`.
 """
 
 from __future__ import annotations
@@ -11,18 +11,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-_SHARED = re.compile(r"-SHARED$", re.IGNORECASE)
-_MIG = re.compile(r"-MIG-\d+g\.\d+gb(?:\+me)?$", re.IGNORECASE)
 _SPLIT = re.compile(r"[-_\s/]+")
 
 Tokens = tuple[str, ...]
-
-
-def normalise_product(label: str) -> str:
-    """The product a node's label names, without GFD's sharing and MIG suffixes."""
-    product = label.strip()
-    product = _SHARED.sub("", product)
-    return _MIG.sub("", product)
 
 
 def tokens(name: str, prefixes: Iterable[str] = ()) -> Tokens:

@@ -38,13 +38,16 @@ class PoolStats:
 
     pool: PoolKey
     resource: str
-    memory_mib: int
+    memory_mib: int  # per device
     nodes: int  # all nodes of the pool
     usable_nodes: int  # Ready and schedulable
     gpus_total: int  # allocatable on usable nodes
     gpus_allocated: int  # held by running or scheduled Pods on usable nodes
     gpus_free: int  # once the pool's holds are placed
     pending: int  # GPUs held for admitted or pinned Pods not yet on a node
+    kind: str = "gpu"  # the pool's devices: gpu, mig or shared
+    profile: str = ""  # a MIG pool's profile
+    replicas: tuple[int, ...] = ()  # a shared pool's replicas per GPU, each number its nodes have
 
 
 class Capacity:
@@ -153,7 +156,7 @@ class Capacity:
         or take them back (-1). A pool not known yet is made: its holds wait for its nodes."""
         pool = self._pools.get(key)
         if pool is None:
-            pool = self._pools[key] = Pool(key, self.policy.vendors[key.vendor].resource)
+            pool = self._pools[key] = Pool(key, key.resource or self.policy.vendors[key.vendor].resource)
             self._memo.clear()  # a pool with only pending GPUs is still a pool decisions list
         pool.hold(pins, gpus, sign)
         self._unpacked.add(key)
@@ -203,11 +206,15 @@ class Capacity:
     def unclassified(self) -> list[Unclassified]:
         return [u for problems in self._unclassified.values() for u in problems]
 
-    def node_facts(self, name: str, vendor: str) -> NodeFacts | Unclassified | None:
-        """What the index knows of one vendor's GPUs on a node: its facts, why it is not pooled, or None
-        when the node has none of that vendor's GPUs (or is not known yet)."""
-        facts = next((f for f in self._facts.get(name, ()) if f.pool.vendor == vendor), None)
-        return facts or next((u for u in self._unclassified.get(name, ()) if u.vendor == vendor), None)
+    def node_facts(self, name: str, resource: str) -> NodeFacts | Unclassified | None:
+        """What the index knows of the devices of one resource on a node (a node may offer whole GPUs and
+        MIG instances of one vendor): their facts, why the vendor's devices are not pooled, or None when
+        the node has none (or is not known yet)."""
+        facts = next((f for f in self._facts.get(name, ()) if f.resource == resource), None)
+        vendor = self.policy.vendor_of(resource)
+        if facts is not None or vendor is None:
+            return facts
+        return next((u for u in self._unclassified.get(name, ()) if u.vendor == vendor.name), None)
 
     def pool_memory_mib(self, key: PoolKey) -> int:
         """Memory per GPU of a pool: the least of its nodes' (what `gpupool inventory` shows); 0 when it
@@ -224,6 +231,8 @@ class Capacity:
         for pool in sorted(self._pools.values(), key=lambda p: p.key):
             nodes = usable = total = allocated = free = 0
             memory = [g.min_memory_mib() for g in pool.groups.values()]
+            replicas = sorted({r for g in pool.groups.values() for r in g.replicas if r})
+            profile = next((f.profile for g in pool.groups.values() for f in g.nodes.values()), "")
             for group in pool.groups.values():
                 nodes += len(group.nodes)
                 for name, own in group.own_free.items():
@@ -243,6 +252,9 @@ class Capacity:
                     allocated,
                     free,
                     pool.pending,
+                    pool.kind,
+                    profile,
+                    tuple(replicas),
                 )
             )
         return stats

@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from typing import NamedTuple
 
+from webhook.domain.devices import SHARED_SUFFIX
 from webhook.domain.model import PodInfo, PoolKey
-from webhook.domain.policy import Policy, VendorPolicy
-from webhook.domain.products import normalise_product
-from webhook.pools.nodes import UNKNOWN_PRODUCT, NodeFacts, Selector
+from webhook.domain.policy import Policy
+from webhook.pools.nodes import NodeFacts, Selector
 from webhook.pools.pool import Pool
 
 Counts = tuple[tuple[str, int], ...]  # (resource or class, GPUs)
@@ -76,24 +76,19 @@ def node_memory(node_facts: list[NodeFacts], requests: Counts) -> int:
 
 
 def node_classes(node_facts: list[NodeFacts], requests: Counts, policy: Policy) -> Counts:
-    """A bound Pod's GPUs by the class of the pool the node is in for each resource's vendor."""
+    """A bound Pod's devices by the class of the node's pool for each resource (a node may offer whole
+    GPUs and MIG instances of several classes)."""
     if not node_facts:
         return ()  # not seen yet, or a node gpupool cannot class: counted once it is
-    return tuple(
-        (f.pool.gpu_class, n)
-        for resource, n in requests
-        if (vendor := policy.vendor_of(resource)) is not None
-        for f in node_facts
-        if f.pool.vendor == vendor.name
-    )
+    return tuple((f.pool.gpu_class, n) for resource, n in requests for f in node_facts if f.resource == resource)
 
 
 def unbound_claim(pod: PodInfo, pools: Collection[Pool], policy: Policy, memory_of: MemoryOf) -> Claim:
-    """Where an unbound Pod's GPUs count: per GPU resource, the one pool of the resource's vendor
-    that its nodeSelector reaches (gpupool writes the pool's labels into it); else the pool of its
-    gpupool.io/pool annotation, unless the nodeSelector contradicts it; else, without a pool to hold
-    GPUs in, the class every reachable pool shares; else nowhere until it is bound. The GPU memory it
-    holds is that of the pools it holds GPUs in."""
+    """Where an unbound Pod's devices count: per device resource (a vendor's GPUs, or a MIG profile of
+    its own), the one pool of that resource that its nodeSelector reaches (gpupool writes the pool's
+    labels into it); else the pool of its gpupool.io/pool annotation, unless the nodeSelector contradicts
+    it; else, without a pool to hold devices in, the class every reachable pool shares; else nowhere
+    until it is bound. The GPU memory it holds is that of the pools it holds devices in."""
     labels = policy.pool_labels
     pins = tuple(sorted((k, v) for k, v in pod.node_selector.items() if k in labels))
     annotated = PoolKey.parse(pod.pool) if pod.pool else None
@@ -103,13 +98,10 @@ def unbound_claim(pod: PodInfo, pools: Collection[Pool], policy: Policy, memory_
         vendor = policy.vendor_of(resource)
         if vendor is None:
             continue
-        reached = [p.key for p in pools if p.key.vendor == vendor.name and p.reach(pins)]
-        if resource != vendor.resource:  # a GPU partition: counts against its class, holds no whole GPU
-            if len({p.gpu_class for p in reached}) == 1:
-                classes.append((reached[0].gpu_class, gpus))
-        elif len(reached) == 1:
+        reached = [p.key for p in pools if p.resource == resource and p.reach(pins)]
+        if len(reached) == 1:
             holds.append((reached[0], gpus))
-        elif annotated is not None and _may_hold(annotated, vendor, pins, policy):
+        elif annotated is not None and _may_hold(annotated, resource, pins, policy):
             holds.append((annotated, gpus))
         elif len({p.gpu_class for p in reached}) == 1:
             classes.append((reached[0].gpu_class, gpus))
@@ -125,13 +117,16 @@ def unbound_claim(pod: PodInfo, pools: Collection[Pool], policy: Policy, memory_
     )
 
 
-def _may_hold(pool: PoolKey, vendor: VendorPolicy, pins: Selector, policy: Policy) -> bool:
-    """Whether an annotated pool can hold the Pod's GPUs: one this policy knows, of the resource's
-    vendor, and not contradicted by the nodeSelector's class or product label."""
-    if pool.vendor != vendor.name or pool.gpu_class not in policy.classes:
+def _may_hold(pool: PoolKey, resource: str, pins: Selector, policy: Policy) -> bool:
+    """Whether an annotated pool can hold the Pod's devices of `resource`: one this policy knows, on that
+    resource, and not contradicted by the nodeSelector's class or product label."""
+    vendor = policy.vendors.get(pool.vendor)
+    if vendor is None or (pool.resource or vendor.resource) != resource or pool.gpu_class not in policy.classes:
         return False
     pinned = dict(pins)
     gpu_class, product = pinned.get(policy.class_label), pinned.get(vendor.product_label)
     if gpu_class is not None and gpu_class != pool.gpu_class:
         return False
-    return product is None or (normalise_product(product) or UNKNOWN_PRODUCT) == pool.product
+    if product is None or pool.resource:  # a MIG profile of its own is pinned by its own product label
+        return True
+    return pool.product in (product.strip(), f"{product.strip()}{SHARED_SUFFIX}")

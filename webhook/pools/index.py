@@ -228,10 +228,10 @@ class PoolIndex:
     def unclassified(self) -> list[Unclassified]:
         return self._capacity.unclassified()
 
-    def node_facts(self, name: str, vendor: str) -> NodeFacts | Unclassified | None:
-        """What the index knows of one vendor's GPUs on a node: its facts, why it is not pooled, or None
-        when the node has none of that vendor's GPUs (or is not known yet)."""
-        return self._capacity.node_facts(name, vendor)
+    def node_facts(self, name: str, resource: str) -> NodeFacts | Unclassified | None:
+        """What the index knows of the devices of one resource on a node: their facts, why the vendor's
+        devices are not pooled, or None when the node has none (or is not known yet)."""
+        return self._capacity.node_facts(name, resource)
 
     def node_free(self, facts: NodeFacts) -> int:
         """Free GPUs of the node's pool resource now (0 when the node is not usable)."""

@@ -30,7 +30,9 @@ def as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def node_from_obj(obj: Mapping[str, Any], resources: Collection[str]) -> NodeInfo:
+def node_from_obj(obj: Mapping[str, Any], resources: Collection[str], prefixes: tuple[str, ...] = ()) -> NodeInfo:
+    """The node, with its allocatable `resources` and any resource with one of the `prefixes` (GPU
+    partitions such as nvidia.com/mig-3g.20gb)."""
     meta, spec, status = as_map(obj.get("metadata")), as_map(obj.get("spec")), as_map(obj.get("status"))
     allocatable = as_map(status.get("allocatable"))
     conditions = as_list(status.get("conditions"))
@@ -43,7 +45,11 @@ def node_from_obj(obj: Mapping[str, Any], resources: Collection[str]) -> NodeInf
             Taint(str(t.get("key", "")), str(t.get("value", "") or ""), str(t.get("effect", "")))
             for t in (as_map(x) for x in as_list(spec.get("taints")))
         ),
-        allocatable={r: parse_count(allocatable[r]) for r in resources if r in allocatable},
+        allocatable={
+            r: parse_count(v)
+            for r, v in allocatable.items()
+            if r in resources or (prefixes and isinstance(r, str) and r.startswith(prefixes))
+        },
         unschedulable=bool(spec.get("unschedulable", False)),
         ready=ready,
     )
@@ -113,15 +119,22 @@ def pod_from_obj(obj: Mapping[str, Any], resources: Collection[str], prefixes: t
     )
 
 
-def quota_from_obj(obj: Mapping[str, Any], resources: Collection[str]) -> QuotaInfo | None:
+def quota_from_obj(
+    obj: Mapping[str, Any], resources: Collection[str], prefixes: tuple[str, ...] = ()
+) -> QuotaInfo | None:
     """The quota's GPU entries (`requests.<resource>`, and the unenforced bare `<resource>` so it can be
-    flagged); None when it limits no GPU resource."""
+    flagged), GPU partitions with one of the `prefixes` included; None when it limits no GPU resource."""
     meta, spec, status = as_map(obj.get("metadata")), as_map(obj.get("spec")), as_map(obj.get("status"))
     keys = {f"requests.{r}" for r in resources} | set(resources) | {f"limits.{r}" for r in resources}
-    hard = {k: parse_count(v) for k, v in as_map(spec.get("hard") or status.get("hard")).items() if k in keys}
+    partitions = tuple(f"{form}{p}" for p in prefixes for form in ("requests.", "", "limits."))
+
+    def gpu(key: object) -> bool:
+        return key in keys or bool(partitions and isinstance(key, str) and key.startswith(partitions))
+
+    hard = {k: parse_count(v) for k, v in as_map(spec.get("hard") or status.get("hard")).items() if gpu(k)}
     if not hard:
         return None
-    used = {k: parse_count(v) for k, v in as_map(status.get("used")).items() if k in keys}
+    used = {k: parse_count(v) for k, v in as_map(status.get("used")).items() if gpu(k)}
     scoped = bool(as_list(spec.get("scopes")) or as_map(spec.get("scopeSelector")))
     return QuotaInfo(
         namespace=str(meta.get("namespace", "")),

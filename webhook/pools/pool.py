@@ -17,6 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.domain.devices import device_kind
 from webhook.domain.model import PoolKey, Taint
 from webhook.pools.nodes import NodeFacts, Selector
 
@@ -47,12 +48,18 @@ class Group:
     memory: Counter[int] = field(default_factory=Counter)
     sizes: Counter[int] = field(default_factory=Counter)  # allocatable GPUs per node, usable or not
     drivers: Counter[tuple[int, ...] | None] = field(default_factory=Counter)
+    computes: Counter[tuple[int, ...] | None] = field(default_factory=Counter)  # compute capabilities
+    cudas: Counter[tuple[int, ...] | None] = field(default_factory=Counter)  # CUDA versions the drivers support
+    replicas: Counter[int] = field(default_factory=Counter)  # replicas per GPU of shared devices
 
     def add_node(self, f: NodeFacts) -> None:
         self.nodes[f.node] = f
         self.memory[f.memory_mib] += 1
         self.sizes[f.allocatable] += 1
         self.drivers[f.driver] += 1
+        self.computes[f.compute] += 1
+        self.cudas[f.cuda] += 1
+        self.replicas[f.replicas] += 1
 
     def drop_node(self, f: NodeFacts) -> None:
         """Forget a node; its own free GPUs must be dropped first (`set_own_free(..., None, ...)`)."""
@@ -60,6 +67,9 @@ class Group:
         decrement(self.memory, f.memory_mib)
         decrement(self.sizes, f.allocatable)
         decrement(self.drivers, f.driver)
+        decrement(self.computes, f.compute)
+        decrement(self.cudas, f.cuda)
+        decrement(self.replicas, f.replicas)
 
     def set_own_free(self, name: str, free: int | None, unheld: bool) -> None:
         """Set a usable node's own free GPUs (None: it is not usable, or gone). `unheld`: the pool holds
@@ -93,9 +103,15 @@ class Group:
 
     def min_driver(self) -> tuple[int, ...] | None:
         """The oldest driver in the group; None when any node's driver is unknown."""
-        if None in self.drivers or not self.drivers:
-            return None
-        return min(d for d in self.drivers if d is not None)
+        return _oldest(self.drivers)
+
+    def min_compute(self) -> tuple[int, ...] | None:
+        """The lowest compute capability in the group; None when any node's is unknown."""
+        return _oldest(self.computes)
+
+    def min_cuda(self) -> tuple[int, ...] | None:
+        """The oldest CUDA version the group's drivers support; None when any node's is unknown."""
+        return _oldest(self.cudas)
 
     def reached_by(self, pins: Selector) -> bool:
         """Whether a nodeSelector with these pool labels reaches the group: the scheduler needs every
@@ -104,10 +120,17 @@ class Group:
         return all(labels.get(k) == v for k, v in pins)
 
 
+def _oldest(versions: Counter[tuple[int, ...] | None]) -> tuple[int, ...] | None:
+    if None in versions or not versions:
+        return None
+    return min(v for v in versions if v is not None)
+
+
 @dataclass(eq=False, slots=True)
 class Pool:
     key: PoolKey
     resource: str
+    kind: str = ""  # gpu, mig or shared: what its product names (filled in from the key)
     groups: dict[GroupKey, Group] = field(default_factory=dict)
     pending: int = 0  # GPUs held for Pods not yet on a node
     holds: Counter[Hold] = field(default_factory=Counter)  # (pins, GPUs) -> Pods and reservations
@@ -117,6 +140,9 @@ class Pool:
     _ordered: tuple[Group, ...] | None = None
     _reach: dict[Selector, tuple[int, ...]] = field(default_factory=dict)
     _packing: list[Hold] | None = None  # the holds' kinds in packing order
+
+    def __post_init__(self) -> None:
+        self.kind = device_kind(self.key.product)
 
     def hold(self, pins: Selector, gpus: int, sign: int) -> None:
         """Add (+1) or take back (-1) a hold of `gpus` GPUs for a Pod whose nodeSelector pins `pins`."""

@@ -71,19 +71,20 @@ def quota_rows(index: PoolIndex, policy: Policy, namespace: str | None = None) -
 
 
 def unenforced(quota: QuotaInfo, policy: Policy) -> list[str]:
-    """GPU entries written as `nvidia.com/gpu: 4` or `limits.nvidia.com/gpu: 4`, which Kubernetes stores
-    but never enforces for extended resources: enforced by gpupool only (or by nobody, when the policy
-    turns that off)."""
+    """GPU entries (MIG instances included) written as `nvidia.com/gpu: 4` or `limits.nvidia.com/gpu: 4`,
+    which Kubernetes stores but never enforces for extended resources: enforced by gpupool only (or by
+    nobody, when the policy turns that off)."""
     who = (
         "enforced by gpupool only, for the Pods it admits"
         if policy.defaults.enforce_all_gpu_quota_forms
         else "not enforced at all (policy defaults.enforceAllGpuQuotaForms is false)"
     )
+    resources = sorted({key.removeprefix("limits.") for key in quota.hard if not key.startswith("requests.")})
     return [
         f"quota {quota.namespace}/{quota.name}: '{key}: {quota.hard[key]}' is not enforced by Kubernetes for "
         f"extended resources; {who}; write 'requests.{r}: {quota.hard[key]}'"
-        for r in sorted(policy.gpu_resources)
-        if f"requests.{r}" not in quota.hard
+        for r in resources
+        if policy.vendor_of(r) is not None and f"requests.{r}" not in quota.hard
         for key in (r, f"limits.{r}")
         if key in quota.hard
     ]

@@ -56,14 +56,13 @@ class Reservations:
         memory), and as a member of its workload `group` on the pool."""
         parts = self._parts.get((pool, gpus))
         if parts is None:
-            resource = self.policy.vendors[pool.vendor].resource
+            resource = pool.resource or self.policy.vendors[pool.vendor].resource
             parts = self._parts[(pool, gpus)] = (((pool, gpus),), ((pool.gpu_class, gpus),), (resource, gpus))
         holds, classes, reserved = parts
         who = (namespace, name, "" if name else generate_name)  # the name, once known, is what counts
         member = (group, pool) if group else None
         if node:
-            # Held on the node as its resource (a MIG Pod's instances too, until the watch shows what
-            # it really requests: a few seconds of a view that is too full, never too empty).
+            # Held on the node as the pool's resource (the watch shows what the Pod really requests).
             return Claim(namespace, node, (reserved,), (), (), classes, reserved, who, echoed, (), memory_mib, member)
         return Claim(namespace, "", (), holds, selector, classes, reserved, who, echoed, (), memory_mib, member)
 
@@ -118,7 +117,7 @@ class Reservations:
         vendor = self.policy.vendors.get(pool.vendor) if pool else None
         if pool is None or vendor is None:
             return None
-        queue = self._waiting.get((pod.namespace, pool, pod.gpu_requests.get(vendor.resource, 0)))
+        queue = self._waiting.get((pod.namespace, pool, pod.gpu_requests.get(pool.resource or vendor.resource, 0)))
         return queue[0] if queue else None
 
     def expire(self, now: float, current_since: float | None) -> list[Claim]:

@@ -138,11 +138,11 @@ class LiveInventory(LockedIndex):
     def _project(self, kind: str, obj: Obj) -> tuple[Any, NodeInfo | PodInfo | QuotaInfo | None]:
         meta = obj.get("metadata") or {}
         if kind == NODES:
-            return meta.get("name", ""), node_from_obj(obj, self._resources)
+            return meta.get("name", ""), node_from_obj(obj, self._resources, self.policy.partition_prefixes)
         key = (meta.get("namespace", ""), meta.get("name", ""))
         if kind == PODS:
             return key, pod_from_obj(obj, self._resources, self.policy.partition_prefixes)
-        return key, quota_from_obj(obj, self._resources)
+        return key, quota_from_obj(obj, self._resources, self.policy.partition_prefixes)
 
     def _upsert(self, kind: str, key: Any, value: Any) -> None:
         if kind == NODES:

@@ -72,7 +72,7 @@ def build_index(objects: Sequence[Mapping[str, Any]], policy: Policy, source: st
     for obj in sorted(objects, key=lambda o: _KINDS.index(o["kind"]) if o["kind"] in _KINDS else len(_KINDS)):
         kind = obj["kind"]
         if kind == "Node":
-            index.upsert_node(node_from_obj(obj, resources))
+            index.upsert_node(node_from_obj(obj, resources, policy.partition_prefixes))
         elif kind == "Pod":
             meta = obj["metadata"]
             if not meta.get("namespace"):
@@ -82,7 +82,9 @@ def build_index(objects: Sequence[Mapping[str, Any]], policy: Policy, source: st
             )
         elif kind == "ResourceQuota":
             meta = obj["metadata"]
-            index.upsert_quota(quota_from_obj(obj, resources), meta.get("namespace", ""), meta["name"])
+            index.upsert_quota(
+                quota_from_obj(obj, resources, policy.partition_prefixes), meta.get("namespace", ""), meta["name"]
+            )
         else:
             continue
         kinds[kind] += 1

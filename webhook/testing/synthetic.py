@@ -3,7 +3,10 @@
 Shapes follow what a real cluster returns: GPU nodes carry GPU Feature Discovery labels and
 `nvidia.com/gpu` capacity, Pods have the fields kubelet and the scheduler fill in (about 1.5 KB of
 JSON each), GPU Pods fit their node's capacity, and quotas' `status.used` adds up the Pods in their
-namespace. The output depends only on the arguments (one seeded random generator, fixed clock).
+namespace. With `partitioned`, that share of the GPU nodes is partitioned as GFD labels it: A100 and
+H100 nodes in MIG (single or mixed strategy, alike), T4 and L4 nodes time-sliced (and some A100 and
+H100 nodes too); their Pods request the node's devices. The output depends only on the arguments (one
+seeded random generator, fixed clock); without `partitioned` it is what it always was.
 """
 
 from __future__ import annotations
@@ -29,6 +32,13 @@ class GpuModel:
     share: float  # of the GPU nodes
     short: str  # for node names
 
+
+# MIG profiles by model: (single strategy's profile, instances per GPU, MiB), (mixed: a larger profile).
+MIG_PROFILES = {
+    "NVIDIA-A100-SXM4-40GB": (("1g.5gb", 7, 4864), ("3g.20gb", 2, 20096)),
+    "NVIDIA-H100-80GB-HBM3": (("1g.10gb", 7, 9856), ("3g.40gb", 2, 40192)),
+}
+REPLICAS = 4  # replicas per time-sliced GPU
 
 GPU_MODELS: tuple[GpuModel, ...] = (
     GpuModel("Tesla-T4", 15360, "turing", (7, 5), (4,), "medium", 0.30, "t4"),
@@ -69,15 +79,18 @@ def pod_spec_defaults() -> Obj:
     }
 
 
-def synthetic_cluster(nodes: int = 5000, pods: int = 150_000, seed: int = 0) -> list[Obj]:
-    """Nodes, then Pods, then ResourceQuotas, as a list (see `iter_synthetic_cluster` to stream)."""
-    return list(iter_synthetic_cluster(nodes=nodes, pods=pods, seed=seed))
+def synthetic_cluster(nodes: int = 5000, pods: int = 150_000, seed: int = 0, partitioned: float = 0.0) -> list[Obj]:
+    """Nodes, then Pods, then ResourceQuotas, as a list (see `iter_synthetic_cluster` to stream).
+    `partitioned`: the share of GPU nodes in MIG or time-sliced."""
+    return list(iter_synthetic_cluster(nodes=nodes, pods=pods, seed=seed, partitioned=partitioned))
 
 
-def iter_synthetic_cluster(nodes: int = 5000, pods: int = 150_000, seed: int = 0) -> Iterator[Obj]:
+def iter_synthetic_cluster(
+    nodes: int = 5000, pods: int = 150_000, seed: int = 0, partitioned: float = 0.0
+) -> Iterator[Obj]:
     """The same objects one at a time, so loading 150,000 Pods never holds them all as dicts."""
     rng = random.Random(seed)
-    gen = _Generator(rng, random.Random(f"workloads-{seed}"))
+    gen = _Generator(rng, random.Random(f"workloads-{seed}"), partitioned)
     node_list = [gen.node(i) for i in range(nodes)]
     yield from node_list
     gen.place_pods(node_list)
@@ -87,18 +100,20 @@ def iter_synthetic_cluster(nodes: int = 5000, pods: int = 150_000, seed: int = 0
 
 
 class _Generator:
-    def __init__(self, rng: random.Random, workload_rng: random.Random) -> None:
+    def __init__(self, rng: random.Random, workload_rng: random.Random, partitioned: float = 0.0) -> None:
         self.rng = rng
         # Workloads are drawn from their own stream, so the rest of a seed's cluster (nodes, placements)
         # is what it was before GPU Pods had workloads.
         self.workload_rng = workload_rng
+        self.partitioned = partitioned
         self.namespaces = namespaces()
-        self.gpu_nodes: list[tuple[str, GpuModel, int]] = []  # name, model, free GPUs
+        # name, model, devices, resource, pool product (the GPUs' own product for whole GPUs)
+        self.gpu_nodes: list[tuple[str, GpuModel, int, str, str]] = []
         self.all_nodes: list[str] = []
         self.pods_on: Counter[str] = Counter()
         self.gpus_used: Counter[str] = Counter()  # GPUs requested per namespace, by live Pods
         self.live_pods: Counter[str] = Counter()  # Pods per namespace that count against a quota
-        self.free: dict[str, int] = {}
+        self.free: dict[tuple[str, str], int] = {}  # (node, resource) -> free devices
         self.stamps = [time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(_CLOCK - k * _STAMP_STEP)) for k in range(8192)]
         self.owner_uids: dict[str, str] = {}
         self.cpu_targets: list[str] = []
@@ -154,6 +169,9 @@ class _Generator:
             if model.gpu_class == "high":
                 taints.append({"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"})
             capacity["nvidia.com/gpu"] = str(gpus)
+            devices = [("nvidia.com/gpu", gpus, model.product)]
+            if self.partitioned and rng.random() < self.partitioned:
+                devices = self._partition(model, gpus, labels, capacity)
         ready = rng.random() >= 0.01
         cordoned = rng.random() < 0.01
         spec: Obj = {"podCIDR": f"10.{64 + i // 256}.{i % 256}.0/24", "providerID": f"aws:///{zone}/i-{i:017x}"}
@@ -164,7 +182,7 @@ class _Generator:
         if ready and not cordoned:
             self.all_nodes.append(name)
             if model is not None:
-                self.gpu_nodes.append((name, model, int(capacity["nvidia.com/gpu"])))
+                self.gpu_nodes.extend((name, model, n, resource, product) for resource, n, product in devices)
         beat = self._time(60)
         conditions = [
             {
@@ -226,9 +244,49 @@ class _Generator:
             },
         }
 
+    def _partition(self, model: GpuModel, gpus: int, labels: Obj, capacity: Obj) -> list[tuple[str, int, str]]:
+        """Turn a GPU node's labels and capacity into a MIG (single or mixed strategy) or time-sliced one,
+        as GPU Feature Discovery and the device plugin show them; returns its (resource, devices, product)."""
+        profiles = MIG_PROFILES.get(model.product)
+        kind = self.rng.choice(("single", "mixed", "shared")) if profiles else "shared"
+        if kind == "shared" or profiles is None:
+            product = f"{model.product}-SHARED"
+            labels |= {
+                "nvidia.com/gpu.product": product,
+                "nvidia.com/gpu.replicas": str(REPLICAS),
+                "nvidia.com/gpu.sharing-strategy": "time-slicing",
+            }
+            capacity["nvidia.com/gpu"] = str(gpus * REPLICAS)
+            return [("nvidia.com/gpu", gpus * REPLICAS, product)]
+        (small, per_gpu, memory), (large, large_per_gpu, large_memory) = profiles
+        if kind == "single":
+            product = f"{model.product}-MIG-{small}"
+            labels |= {
+                "nvidia.com/gpu.product": product,
+                "nvidia.com/gpu.count": str(gpus * per_gpu),
+                "nvidia.com/gpu.memory": str(memory),
+                "nvidia.com/mig.strategy": "single",
+                "nvidia.com/mig.config.state": "success",
+            }
+            capacity["nvidia.com/gpu"] = str(gpus * per_gpu)
+            return [("nvidia.com/gpu", gpus * per_gpu, product)]
+        whole, instances = gpus // 2, (gpus - gpus // 2) * large_per_gpu
+        resource, product = f"nvidia.com/mig-{large}", f"{model.product}-MIG-{large}"
+        labels |= {
+            "nvidia.com/mig.strategy": "mixed",
+            "nvidia.com/mig.config.state": "success",
+            f"{resource}.count": str(instances),
+            f"{resource}.memory": str(large_memory),
+            f"{resource}.product": product,
+            f"{resource}.replicas": "1",
+        }
+        capacity["nvidia.com/gpu"] = str(whole)
+        capacity[resource] = str(instances)
+        return [("nvidia.com/gpu", whole, model.product), (resource, instances, product)]
+
     def place_pods(self, node_list: list[Obj]) -> None:
         """Where Pods may go: GPU Pods on usable GPU nodes, the others on usable untainted nodes."""
-        self.free = {name: gpus for name, _, gpus in self.gpu_nodes}
+        self.free = {(name, resource): n for name, _, n, resource, _ in self.gpu_nodes}
         usable = set(self.all_nodes)
         untainted = (n["metadata"]["name"] for n in node_list if not n["spec"].get("taints"))
         self.cpu_targets = [name for name in untainted if name in usable]
@@ -242,12 +300,14 @@ class _Generator:
         roll = rng.random()
         phase = "Running" if roll < 0.90 else "Succeeded" if roll < 0.97 else "Pending" if roll < 0.99 else "Failed"
         gpus = rng.choice((1, 1, 1, 1, 1, 1, 1, 2, 2, 4, 8)) if rng.random() < 0.05 else 0
-        node, model = self._place(gpus, phase)
+        node, model, resource, product = self._place(gpus, phase)
         annotations: Obj = {}
         if gpus and model is None and rng.random() < 0.5:
             model = rng.choice(GPU_MODELS)  # pinned by gpupool at admission, not yet scheduled
+            product = model.product
         if gpus and model is not None:
-            annotations["gpupool.io/pool"] = f"nvidia/{model.gpu_class}/{model.product}"
+            own = f"/{resource}" if resource != "nvidia.com/gpu" else ""
+            annotations["gpupool.io/pool"] = f"nvidia/{model.gpu_class}/{product}{own}"
         name = f"{app}-{rng.getrandbits(25):07x}"[:60] + f"-{i % 100000:05d}"
         resources: Obj = {
             "requests": {
@@ -269,12 +329,13 @@ class _Generator:
             **pod_spec_defaults(),
         }
         if gpus:
-            resources["limits"]["nvidia.com/gpu"] = str(gpus)
-            resources["requests"]["nvidia.com/gpu"] = str(gpus)
+            resources["limits"][resource] = str(gpus)
+            resources["requests"][resource] = str(gpus)
             spec["tolerations"].append({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"})
             if model is not None:
-                spec["nodeSelector"] = {"nvidia.com/gpu.product": model.product}
-            if phase in ("Running", "Pending"):
+                label = "nvidia.com/gpu.product" if resource == "nvidia.com/gpu" else f"{resource}.product"
+                spec["nodeSelector"] = {label: product}
+            if phase in ("Running", "Pending") and resource == "nvidia.com/gpu":
                 self.gpus_used[ns] += gpus
         if phase in ("Running", "Pending"):
             self.live_pods[ns] += 1
@@ -336,25 +397,29 @@ class _Generator:
             return "batch/v1", "Job", f"{base}-sweep-{n}-{rng.randrange(4)}"
         return "apps/v1", "ReplicaSet", app
 
-    def _place(self, gpus: int, phase: str) -> tuple[str | None, GpuModel | None]:
-        """A node for a Pod: GPU Pods only where enough GPUs are free (Running ones hold them)."""
+    def _place(self, gpus: int, phase: str) -> tuple[str | None, GpuModel | None, str, str]:
+        """A node for a Pod, and the resource and device product it takes there: GPU Pods only where
+        enough devices are free (Running ones hold them)."""
+        whole = "nvidia.com/gpu"
         if phase == "Pending":
-            return None, None
+            return None, None, whole, ""
         if gpus:
             for _ in range(20):
-                name, model, _ = self.rng.choice(self.gpu_nodes) if self.gpu_nodes else ("", GPU_MODELS[0], 0)
-                if name and self.free[name] >= gpus and self.pods_on[name] < _MAX_PODS_PER_NODE:
+                name, model, _, resource, product = (
+                    self.rng.choice(self.gpu_nodes) if self.gpu_nodes else ("", GPU_MODELS[0], 0, whole, "")
+                )
+                if name and self.free[(name, resource)] >= gpus and self.pods_on[name] < _MAX_PODS_PER_NODE:
                     if phase == "Running":
-                        self.free[name] -= gpus
+                        self.free[(name, resource)] -= gpus
                     self.pods_on[name] += 1
-                    return name, model
-            return None, None  # nowhere to fit: stays Pending like an unschedulable Pod
+                    return name, model, resource, product
+            return None, None, whole, ""  # nowhere to fit: stays Pending like an unschedulable Pod
         for _ in range(20):
             name = self.rng.choice(self.cpu_targets) if self.cpu_targets else ""
             if name and self.pods_on[name] < _MAX_PODS_PER_NODE:
                 self.pods_on[name] += 1
-                return name, None
-        return None, None
+                return name, None, whole, ""
+        return None, None, whole, ""
 
     def _status(self, phase: str, container: str, scheduled: bool, started: str, i: int) -> Obj:
         if not scheduled:

@@ -1,0 +1,142 @@
+"""The devices a node offers, read from the labels GPU Feature Discovery writes: whole GPUs, MIG
+instances (single and mixed strategy) and time-sliced replicas, and the nodes that must not be used."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.builders import gpu_node, mig_mixed_node, mig_single_node, policy, shared_node
+from webhook.pools.devices import Device, node_devices
+from webhook.pools.kubeobj import node_from_obj
+
+POLICY = policy()
+NVIDIA = POLICY.vendors["nvidia"]
+
+
+def devices_of(obj: dict[str, Any]) -> tuple[list[Device], list[str]]:
+    return node_devices(node_from_obj(obj, POLICY.gpu_resources, POLICY.partition_prefixes), NVIDIA, POLICY)
+
+
+def test_a_single_strategy_mig_node_offers_instances_not_gpus() -> None:
+    """The issue's node: `NVIDIA-A100-SXM4-40GB-MIG-1g.5gb`, 4864 MiB, 56 devices are 56 MIG instances
+    of 4864 MiB on nvidia.com/gpu, pinned by their exact product, not 56 A100s."""
+    ((device,), problems) = devices_of(mig_single_node("mig-a"))
+    assert problems == []
+    assert device == Device(
+        resource="nvidia.com/gpu",
+        kind="mig",
+        product="NVIDIA-A100-SXM4-40GB-MIG-1g.5gb",
+        profile="1g.5gb",
+        replicas=0,
+        selector=(("nvidia.com/gpu.product", "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"),),
+        memory_mib=4864,
+        allocatable=56,
+    )
+
+
+def test_a_mixed_strategy_node_offers_each_profile_on_its_resource_and_its_whole_gpus() -> None:
+    """Mixed strategy: the remaining whole GPUs stay whole GPUs on nvidia.com/gpu; each profile is a
+    device on nvidia.com/mig-<profile>, described by its own product, memory and count labels."""
+    devices, problems = devices_of(mig_mixed_node("mixed-a"))
+    assert problems == []
+    by_resource = {d.resource: d for d in devices}
+    assert sorted(by_resource) == ["nvidia.com/gpu", "nvidia.com/mig-1g.5gb", "nvidia.com/mig-3g.20gb"]
+    whole = by_resource["nvidia.com/gpu"]
+    assert (whole.kind, whole.product, whole.memory_mib, whole.allocatable) == (
+        "gpu",
+        "NVIDIA-A100-SXM4-40GB",
+        40960,
+        4,
+    )
+    mig = by_resource["nvidia.com/mig-3g.20gb"]
+    assert (mig.kind, mig.product, mig.profile, mig.memory_mib, mig.allocatable) == (
+        "mig",
+        "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb",
+        "3g.20gb",
+        20096,
+        4,
+    )
+    assert mig.selector == (("nvidia.com/mig-3g.20gb.product", "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb"),)
+
+
+def test_a_mixed_profile_without_labels_is_named_from_its_gpu_and_its_profile() -> None:
+    """Without `<resource>.product` and `.memory` labels, the instance is `<model>-MIG-<profile>` and has
+    the memory its profile's name promises (never more than it has)."""
+    obj = mig_mixed_node("mixed-b", instances={})
+    obj["status"]["allocatable"]["nvidia.com/mig-2g.10gb"] = "3"
+    devices, _ = devices_of(obj)
+    mig = next(d for d in devices if d.resource == "nvidia.com/mig-2g.10gb")
+    assert (mig.product, mig.memory_mib, mig.allocatable) == ("NVIDIA-A100-SXM4-40GB-MIG-2g.10gb", 9536, 3)
+    assert mig.selector == (("nvidia.com/gpu.product", "NVIDIA-A100-SXM4-40GB"),)
+
+
+def test_a_time_sliced_node_offers_replicas_with_a_share_of_the_memory() -> None:
+    """The issue's node: `Tesla-T4-SHARED` with 4 replicas: 4 shared devices of 15360 / 4 MiB each."""
+    ((device,), _) = devices_of(shared_node("ts-a"))
+    assert (device.kind, device.product, device.replicas, device.memory_mib, device.allocatable) == (
+        "shared",
+        "Tesla-T4-SHARED",
+        4,
+        3840,
+        4,
+    )
+    assert device.selector == (("nvidia.com/gpu.product", "Tesla-T4-SHARED"),)
+
+
+@pytest.mark.parametrize(
+    ("labels", "pin"),
+    [
+        ({"nvidia.com/gpu.replicas": "4"}, ("nvidia.com/gpu.replicas", "4")),
+        (
+            {"nvidia.com/gpu.sharing-strategy": "mps", "nvidia.com/gpu.count": "1"},
+            ("nvidia.com/gpu.sharing-strategy", "mps"),
+        ),
+    ],
+)
+def test_replicas_without_the_shared_suffix_are_still_replicas(labels: dict[str, str], pin: tuple[str, str]) -> None:
+    """Sharing told by `nvidia.com/gpu.replicas` above 1 or a time-slicing/MPS sharing strategy alone:
+    the device is a replica all the same, named as GFD would name it, and its selector pins the label
+    that tells its nodes from whole-GPU ones. Replicas come from the label, else from allocatable / count."""
+    ((device,), _) = devices_of(gpu_node("ts-b", "Tesla-T4", 4, labels=labels))
+    assert (device.kind, device.product, device.replicas, device.memory_mib) == ("shared", "Tesla-T4-SHARED", 4, 3840)
+    assert pin in device.selector
+
+
+def test_a_shared_node_whose_replicas_are_unknown_promises_no_memory() -> None:
+    """`-SHARED` with neither a replicas label nor a GPU count: how much of the GPU a replica gets is
+    unknown, so its memory is unknown (it never satisfies a min-memory)."""
+    obj = gpu_node("ts-c", "Tesla-T4-SHARED", 4)
+    ((device,), _) = devices_of(obj)
+    assert (device.kind, device.memory_mib) == ("shared", 0)
+
+
+def test_an_invalid_mig_layout_is_reported_not_pooled() -> None:
+    """GFD's `-MIG-INVALID` (count 0) is reported even when the device plugin advertises nothing."""
+    obj = gpu_node("bad-a", "NVIDIA-A100-SXM4-40GB-MIG-INVALID", 0, labels={"nvidia.com/gpu.count": "0"})
+    del obj["status"]["allocatable"]["nvidia.com/gpu"]
+    devices, problems = devices_of(obj)
+    assert devices == [] and "invalid MIG layout" in problems[0]
+    devices, problems = devices_of(mig_single_node("bad-b", labels={"nvidia.com/gpu.count": "0"}))
+    assert devices == [] and "MIG layout is invalid" in problems[0]
+
+
+@pytest.mark.parametrize("state", ["pending", "rebooting", "failed"])
+def test_a_node_whose_mig_configuration_is_changing_is_reported_not_pooled(state: str) -> None:
+    """While the MIG manager applies a layout (or after it failed), none of the node's devices are used."""
+    devices, problems = devices_of(mig_mixed_node("changing", labels={"nvidia.com/mig.config.state": state}))
+    assert devices == []
+    assert problems == [f"its MIG configuration is not in place (nvidia.com/mig.config.state={state})"]
+
+
+def test_a_node_whose_mig_configuration_is_in_place_is_pooled() -> None:
+    devices, problems = devices_of(mig_mixed_node("done", labels={"nvidia.com/mig.config.state": "success"}))
+    assert len(devices) == 3 and problems == []
+
+
+def test_a_node_without_gpu_resources_offers_nothing() -> None:
+    """Stray GPU labels on a CPU node (even a MIG state) are no pool's business."""
+    obj = gpu_node("cpu", labels={"nvidia.com/mig.config.state": "pending"})
+    del obj["status"]["allocatable"]["nvidia.com/gpu"]
+    assert devices_of(obj) == ([], [])
