@@ -89,6 +89,8 @@ def test_memory_quota_and_the_quota_forms_switch() -> None:
     assert policy.namespace("elsewhere").memory_quota_mib is None
     assert policy.defaults.enforce_all_gpu_quota_forms is True
     assert load_policy_text("defaults: {enforceAllGpuQuotaForms: false}").defaults.enforce_all_gpu_quota_forms is False
+
+
 def test_devices_default_to_whole_gpus_and_a_namespace_may_choose_others() -> None:
     """gpupool.io/device defaults to the namespace's `device`, else `defaults.device`, else whole GPUs;
     `[shared, gpu]` and `shared,gpu` are the same ordered list."""

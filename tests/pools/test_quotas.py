@@ -70,6 +70,8 @@ def test_every_quota_gpupool_checks_is_a_row_with_used_pending_hard_and_who_enfo
     assert [r.quota for r in quota_rows(index, pol, "team-b")] == ["tutorial", "tutorial"]
     off = policy("defaults: {enforceAllGpuQuotaForms: false}")
     assert {r.enforced_by for r in quota_rows(index_of(objects, off), off, "team-b")} == {"nobody"}
+
+
 def test_an_unprefixed_mig_quota_is_flagged_too() -> None:
     """`nvidia.com/mig-1g.5gb: 7` is stored and never enforced, like `nvidia.com/gpu: 4`."""
     info = quota_from_obj(
