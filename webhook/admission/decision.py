@@ -18,7 +18,7 @@ from webhook.domain.model import PREFIX, PoolKey, Selector, Taint
 from webhook.domain.policy import Policy
 from webhook.domain.products import format_version, matches, tokens, version_at_least
 from webhook.domain.quantity import format_mib
-from webhook.pools.index import Group, Pool, PoolIndex
+from webhook.pools.index import Group, Pool, PoolIndex, stray_reason
 from webhook.pools.nodes import NodeFacts
 
 
@@ -169,7 +169,7 @@ def _plan(req: GpuRequest, index: PoolIndex, policy: Policy) -> _Plan:
             other = pool.kind not in req.devices or bool(req.resource and pool.resource != req.resource)
             rejections.append(Rejection(pool.key, tuple(reasons), other))
             continue
-        workable, why = _selectors(req, pool, pool.key.gpu_class in fallback_classes)
+        workable, why = _selectors(req, pool, pool.key.gpu_class in fallback_classes, index)
         if workable:
             options.append(workable)
         else:
@@ -210,7 +210,7 @@ def _pool_reasons(
     return reasons
 
 
-def _selectors(req: GpuRequest, pool: Pool, fallback: bool) -> tuple[tuple[_Option, ...], list[str]]:
+def _selectors(req: GpuRequest, pool: Pool, fallback: bool, index: PoolIndex) -> tuple[tuple[_Option, ...], list[str]]:
     """The pool's workable ways to pin the Pod (its selector groups), or why none works."""
     workable: list[_Option] = []
     why: list[str] = []
@@ -222,6 +222,10 @@ def _selectors(req: GpuRequest, pool: Pool, fallback: bool) -> tuple[tuple[_Opti
         clash.extend(f"nodeSelector {k}={v}" for k, v in req.node_selector if k not in pins and labels.get(k, v) != v)
         if clash:
             why.append(f"{', '.join(clash)} excludes it")
+            continue
+        strays = index.strays(pool.key, selector)
+        if strays:  # the Pod could land there: another class's nodes, or replicas for a whole GPU
+            why.append(stray_reason(selector, strays))
             continue
         tolerated = [g for g in groups if all(req.tolerations.tolerates(t) for t in g.other_taints)]
         if not tolerated:

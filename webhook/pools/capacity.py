@@ -50,6 +50,16 @@ class PoolStats:
     replicas: tuple[int, ...] = ()  # a shared pool's replicas per GPU, each number its nodes have
 
 
+def stray_reason(selector: Selector, strays: tuple[PoolKey, ...]) -> str:
+    """Why a pool's nodeSelector cannot pin it (`Capacity.strays`), and what the admin can do."""
+    pins = ", ".join(f"{k}={v}" for k, v in selector)
+    others = ", ".join(str(k) for k in strays)
+    return (
+        f"nodeSelector {pins} also reaches the nodes of {others}, and a nodeSelector cannot leave them out "
+        "(label these nodes with their class, or the others with a label that tells them apart)"
+    )
+
+
 class Capacity:
     """GPU pools and free GPUs per node, from nodes and what the ledger says is used and held."""
 
@@ -202,6 +212,36 @@ class Capacity:
         """A value derived from the nodes (pools, groups, their labels and taints) but not from usage:
         computed once per key until a node changes. Decisions use it for what does not depend on free GPUs."""
         return self._memo.get(key, compute)
+
+    def strays(self, key: PoolKey, selector: Selector) -> tuple[PoolKey, ...]:
+        """The other pools of pool `key`'s resource with nodes that `selector`, one of the pool's
+        nodeSelectors, also reaches: a product some nodes label with a class and others leave to the policy,
+        or replicas labelled with a replica count but no -SHARED product. A nodeSelector cannot exclude a
+        label, so the scheduler may put a Pod pinned by it on those nodes: the selector does not pin the
+        pool. Empty when it does (the usual case)."""
+
+        def compute() -> tuple[PoolKey, ...]:
+            resource = self._pools[key].resource
+            return tuple(
+                sorted(
+                    p.key
+                    for p in self._pools.values()
+                    if p.key != key
+                    and p.resource == resource
+                    and any(g.reached_by(selector) for g in p.groups.values())
+                )
+            )
+
+        return self._memo.get(("strays", key, selector), compute)
+
+    def stray_selectors(self) -> list[tuple[PoolKey, Selector, tuple[PoolKey, ...]]]:
+        """Every nodeSelector of a pool that also reaches other pools' nodes (`strays`), for warnings."""
+        return [
+            (pool.key, selector, strays)
+            for pool in sorted(self._pools.values(), key=lambda p: p.key)
+            for selector in sorted(pool.by_selector())
+            if (strays := self.strays(pool.key, selector))
+        ]
 
     def unclassified(self) -> list[Unclassified]:
         return [u for problems in self._unclassified.values() for u in problems]

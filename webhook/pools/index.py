@@ -28,12 +28,12 @@ from typing import TypeVar
 
 from webhook.domain.model import NodeInfo, PodInfo, PodKey, PoolKey, QuotaInfo
 from webhook.domain.policy import Policy
-from webhook.pools.capacity import Capacity, PoolStats
+from webhook.pools.capacity import Capacity, PoolStats, stray_reason
 from webhook.pools.ledger import Ledger
 from webhook.pools.nodes import NodeFacts, Selector, Unclassified
 from webhook.pools.pool import Group, Pool
 
-__all__ = ["Group", "Pool", "PoolIndex", "PoolStats"]
+__all__ = ["Group", "Pool", "PoolIndex", "PoolStats", "stray_reason"]
 
 T = TypeVar("T")
 
@@ -224,6 +224,12 @@ class PoolIndex:
         """Per pool, the workload group's members on it: its Pods that carry gpupool.io/pool and are not
         Succeeded or Failed, and its admissions the watch has not shown yet. One lookup."""
         return self._ledger.group_pools(namespace, group)
+
+    def strays(self, key: PoolKey, selector: Selector) -> tuple[PoolKey, ...]:
+        return self._capacity.strays(key, selector)
+
+    def stray_selectors(self) -> list[tuple[PoolKey, Selector, tuple[PoolKey, ...]]]:
+        return self._capacity.stray_selectors()
 
     def unclassified(self) -> list[Unclassified]:
         return self._capacity.unclassified()
