@@ -51,6 +51,9 @@ certs: $(STAMP) ## dev certificates for localhost, 127.0.0.1 and the in-cluster 
 test: lint typecheck ## lint, type check and run the whole test suite
 	$(BIN)/pytest -q
 
+fuzz: $(STAMP) ## the test suite with new random examples for the property tests (repeat it; add finds as @example)
+	HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest -q
+
 PYCODE := webhook tests bench manifests/render.py
 
 lint: $(STAMP) ## ruff (lint and formatting) and import-linter (the layers of webhook/, see docs/development.md)
@@ -88,4 +91,4 @@ undeploy: ## remove gpupool from the current kubectl context: the webhook config
 clean: ## remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist *.egg-info
 
-.PHONY: help install run explain inventory certs test lint typecheck format bench manifests deploy undeploy clean
+.PHONY: help install run explain inventory certs test fuzz lint typecheck format bench manifests deploy undeploy clean
