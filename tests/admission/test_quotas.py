@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.builders import fleet, gpu_node, index_of, pod, policy, quota
+from tests.builders import fleet, gpu_node, index_of, mig_mixed_node, pod, policy, quota
 from webhook.admission.core import evaluate
 from webhook.admission.pod import read_pod
 from webhook.admission.quotas import check_quotas, memory_quota_problem
@@ -115,12 +115,12 @@ def test_nothing_left_under_the_memory_quota_is_denied_naming_used_requested_har
 def test_the_memory_quota_counts_admissions_the_watch_has_not_shown() -> None:
     """A burst cannot get past it: each admission holds its memory at once."""
     index = index_of(memory_fleet(), MEMORY)
-    assert memory_quota_problem("team", 15360, index, MEMORY) == ""
+    assert memory_quota_problem("team", 1, 15360, index, MEMORY, where="t4") == ""
     index.reserve("team", T4, (), 1, now=0.0, name="x")
-    assert memory_quota_problem("team", 15360, index, MEMORY) == (
+    assert memory_quota_problem("team", 1, 15360, index, MEMORY, where="t4") == (
         "GPU memory quota in namespace team exceeded: used 55Gi + requested 15Gi > hard 64Gi"
     )
-    assert memory_quota_problem("other", 10**9, index, MEMORY) == ""  # no quota there
+    assert memory_quota_problem("other", 1, 10**9, index, MEMORY, where="t4") == ""  # no quota there
 
 
 def test_a_pod_naming_its_node_is_held_to_the_memory_quota() -> None:
@@ -129,3 +129,34 @@ def test_a_pod_naming_its_node_is_held_to_the_memory_quota() -> None:
     result = evaluate(pod("b", "team", gpus=2, node="a100-a"), "team", MEMORY, index)
     assert (result.allowed, result.reason) == (False, "memory-quota")
     assert "used 40Gi + requested 80Gi > hard 64Gi" in result.message
+
+
+def test_devices_of_unknown_memory_cannot_get_around_the_memory_quota() -> None:
+    """A pool whose nodes say nothing of their GPU memory (no memory label, a product the table does not
+    know) would count 0 against the quota: a way around it. Under a memoryQuota it is passed over, and a
+    Pod naming such a node is denied, saying why; a namespace without one still gets it."""
+    mystery = gpu_node("x-a", "Mystery-Accelerator-9000", 8, memory_mib=None, gpu_class="high")
+    index = index_of([*memory_fleet(), mystery], MEMORY)
+    pinned = {"gpupool.io/gpu-product": "Mystery"}
+    result = evaluate(pod("p", "team", annotations=pinned), "team", MEMORY, index)
+    assert (result.allowed, result.code, result.reason) == (False, 403, "memory-quota")
+    assert "the GPU memory of nvidia/high/Mystery-Accelerator-9000 is unknown" in result.message
+    assert evaluate(pod("p", "other", annotations=pinned), "other", MEMORY, index).allowed
+    bound = evaluate(pod("b", "team", gpus=1, node="x-a"), "team", MEMORY, index)
+    assert (bound.allowed, bound.reason) == (False, "memory-quota")
+    assert "the GPU memory of node x-a is unknown" in bound.message
+
+
+def test_mig_instances_count_their_own_memory_against_the_quota() -> None:
+    """A MIG instance holds its own memory, not its GPU's: with one 3g.20gb instance (19.6Gi) running
+    under a 30Gi quota, a second 3g.20gb is denied, bound or not, and a 1g.5gb still fits."""
+    pol = policy("namespaces: {team: {memoryQuota: 30Gi}}")
+    running = pod("run", "team", gpus=1, resource="nvidia.com/mig-3g.20gb", node="m-a", phase="Running")
+    index = index_of([mig_mixed_node("m-a"), running], pol)
+    assert index.memory_used("team") == 20096
+    for node in ("m-a", None):
+        again = evaluate(pod("b", "team", gpus=1, resource="nvidia.com/mig-3g.20gb", node=node), "team", pol, index)
+        assert (again.allowed, again.reason) == (False, "memory-quota")
+        assert "used 20096Mi + requested 20096Mi > hard 30Gi" in again.message
+    small = evaluate(pod("s", "team", gpus=1, resource="nvidia.com/mig-1g.5gb"), "team", pol, index)
+    assert small.allowed and small.placement is not None and small.placement.resource == "nvidia.com/mig-1g.5gb"

@@ -151,7 +151,7 @@ def _bound(req: GpuRequest, node: str, devices: int, policy: Policy, index: Pool
     if over:
         return verdict.deny(over, reason="class-quota")
     if facts.resource in resources:
-        memory = memory_quota_problem(req.namespace, devices * facts.memory_mib, index, policy)
+        memory = memory_quota_problem(req.namespace, devices, facts.memory_mib, index, policy, where=f"node {node}")
         if memory:
             return verdict.deny(memory, reason="memory-quota")
     quota_problem = check_quotas(req, index, policy, facts.resource, devices) if facts.resource in resources else ""

@@ -339,8 +339,9 @@ def pool_quota_problem(req: GpuRequest, pool: PoolKey, index: PoolIndex, policy:
     note = class_quota_problem(req.namespace, pool.gpu_class, req.pod_total, index, policy)
     if note:
         return note, "class-quota"
-    memory = req.pod_total * index.pool_memory_mib(pool)
-    note = memory_quota_problem(req.namespace, memory, index, policy)
+    note = memory_quota_problem(
+        req.namespace, req.pod_total, index.pool_memory_mib(pool), index, policy, where=str(pool)
+    )
     return (note, "memory-quota") if note else ("", "")
 
 

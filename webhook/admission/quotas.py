@@ -50,12 +50,22 @@ def check_quotas(req: GpuRequest, index: PoolIndex, policy: Policy, resource: st
     return ""
 
 
-def memory_quota_problem(namespace: str, mib: int, index: PoolIndex, policy: Policy) -> str:
-    """Why `mib` more GPU memory would exceed the namespace's memoryQuota; "" if it would not (or it has
-    none). Used counts the namespace's Pods and the admissions the watch has not shown yet."""
+def memory_quota_problem(
+    namespace: str, devices: int, mib_each: int, index: PoolIndex, policy: Policy, *, where: str
+) -> str:
+    """Why `devices` more devices of `mib_each` MiB of GPU memory (in `where`: a pool, or a node) would
+    exceed the namespace's memoryQuota; "" if they would not (or it has none). Used counts the
+    namespace's Pods and the admissions the watch has not shown yet. Devices whose memory is unknown
+    cannot be counted, so under a memoryQuota they are refused, as min-memory refuses them."""
     hard = policy.namespace(namespace).memory_quota_mib
-    if hard is None:
+    if hard is None or not devices:
         return ""
+    if not mib_each:
+        return (
+            f"GPU memory quota in namespace {namespace}: the GPU memory of {where} is unknown, so it cannot be "
+            "counted (label the nodes with their GPU memory, or give the product's memory in the policy)"
+        )
+    mib = devices * mib_each
     used = index.memory_used(namespace)
     if used + mib <= hard:
         return ""
