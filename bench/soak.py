@@ -453,11 +453,10 @@ class RequestMaker:
 
     def __init__(self, quotas: list[dict[str, Any]], namespaces: list[str], seed: int) -> None:
         self._rng = random.Random(seed)
-        limited = {
-            q["metadata"]["namespace"]
-            for q in quotas
-            if "requests.nvidia.com/gpu" in (q.get("spec", {}).get("hard") or {})
-        }
+        # Every form of a GPU quota gpupool enforces: `requests.`, and the bare and `limits.` forms that
+        # Kubernetes stores but only gpupool enforces. A namespace under any of them fills up and denies.
+        forms = {f"{prefix}nvidia.com/gpu" for prefix in ("requests.", "", "limits.")}
+        limited = {q["metadata"]["namespace"] for q in quotas if forms & set(q.get("spec", {}).get("hard") or {})}
         self.free = sorted(ns for ns in namespaces if ns not in limited and ns.startswith(("team-", "ml-")))
         self.limited = sorted(limited)
         self._weights = [s.weight for s in SHAPES]
