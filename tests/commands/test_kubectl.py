@@ -137,3 +137,18 @@ def test_kubectl_runs_the_plugin_against_the_contexts_cluster(tmp_path: Path) ->
         ]
         assert [q["quota"] for q in json.loads(kubectl("quota", "-o", "json"))["quotas"]] == ["enforced"]
         assert sim.handler_errors == []
+
+
+def test_without_a_policy_file_the_plugin_says_it_is_not_the_installs(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The cluster comes from the context, the policy does not: a user who forgets --policy is told that
+    the answer follows gpupool's built-in default, which may not be what the webhook runs with."""
+    kc = str(kubeconfig(tmp_path / "config"))
+    status, out, err = run(capsys, "inventory", "--inventory", INVENTORY, "--kubeconfig", kc)
+    assert status == 0 and "Tesla-T4" in out
+    assert err == (
+        "kubectl gpupool inventory: note: with gpupool's built-in default policy; pass --policy FILE for the one "
+        "your install runs (the policy.yaml of its gpupool-policy-* ConfigMap)\n"
+    )
+    assert run(capsys, "inventory", *DEMO, "--kubeconfig", kc)[2] == ""

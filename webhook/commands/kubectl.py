@@ -10,7 +10,9 @@ conventions, then runs the gpupool command:
 - `explain`: the Pod's own metadata.namespace wins over the context's, and one that differs from `-n` is
   refused, as `kubectl apply` refuses it;
 - `quota` lists the namespace's quotas, or every namespace's with `-A/--all-namespaces`;
-- `inventory` is cluster-wide: `-n` changes nothing, as for `kubectl get nodes`.
+- `inventory` is cluster-wide: `-n` changes nothing, as for `kubectl get nodes`;
+- without `--policy`, a note on stderr says the built-in default policy is used: the plugin does not
+  read the policy the installed webhook runs with.
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ PROG = "kubectl gpupool"
 COMMANDS = ("explain", "inventory", "quota")
 # kubectl's flags the plugin reads itself (documented in docs/operations.md, "kubectl gpupool").
 KUBECTL_FLAGS = ("-n", "--namespace", "-A", "--all-namespaces", "--context", "--kubeconfig")
+DEFAULT_POLICY_NOTE = (
+    "note: with gpupool's built-in default policy; pass --policy FILE for the one your install runs "
+    "(the policy.yaml of its gpupool-policy-* ConfigMap)"
+)
 EPILOG = """kubectl's flags, after the command:
   -n, --namespace NS     the namespace (default: the context's, else default)
   -A, --all-namespaces   quota: every namespace's quotas
@@ -47,6 +53,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = rest[0] if rest and rest[0] in COMMANDS else None
     if command is None:  # --help, no command, or an unknown one: argparse says which are accepted
         return run_command(rest or ["--help"], PROG, COMMANDS, epilog=EPILOG)
+    if not any(a == "--policy" or a.startswith("--policy=") for a in rest):
+        # The cluster is the context's, the policy is not: say so, or explain may disagree with the webhook.
+        print(f"{PROG} {command}: {DEFAULT_POLICY_NOTE}", file=sys.stderr)
     for flag, value in (("--context", known.context), ("--kubeconfig", known.kubeconfig)):
         if value is not None:
             rest += [flag, value]
