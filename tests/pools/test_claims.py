@@ -86,7 +86,7 @@ def test_a_bound_claim_uses_the_pods_requests_on_its_node_and_counts_its_class()
     capacity index does not know (yet), against no class."""
     capacity = capacity_of(fleet())
     running = pod_from_obj(pod("a", gpus=2, node="a100-a", phase="Running"), RES)
-    assert bound_claim(running, capacity.facts("a100-a"), POLICY) == Claim(
+    assert bound_claim(running, capacity.facts("a100-a")) == Claim(
         "ml",
         node="a100-a",
         requests=(("nvidia.com/gpu", 2),),
@@ -94,7 +94,7 @@ def test_a_bound_claim_uses_the_pods_requests_on_its_node_and_counts_its_class()
         counted=(("nvidia.com/gpu", 2),),
         memory_mib=2 * 40960,
     )
-    assert node_classes(capacity.facts("not-seen"), (("nvidia.com/gpu", 2),), POLICY) == ()
+    assert node_classes(capacity.facts("not-seen"), (("nvidia.com/gpu", 2),)) == ()
     assert node_memory(capacity.facts("not-seen"), (("nvidia.com/gpu", 2),)) == 0
 
 
@@ -127,7 +127,7 @@ def test_a_placed_pod_of_a_group_is_a_member_on_its_annotated_pool() -> None:
     unplaced["metadata"]["ownerReferences"] = job
     claims = [
         unbound_claim(pod_from_obj(placed, RES), capacity.all_pools(), POLICY, capacity.pool_memory_mib),
-        bound_claim(pod_from_obj(bound, RES), capacity.facts("t4-a"), POLICY),
+        bound_claim(pod_from_obj(bound, RES), capacity.facts("t4-a")),
         unbound_claim(pod_from_obj(unplaced, RES), capacity.all_pools(), POLICY, capacity.pool_memory_mib),
     ]
     assert [c.group for c in claims] == [("Job/train", T4), ("Job/train", T4), None]

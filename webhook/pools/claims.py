@@ -46,14 +46,14 @@ class Claim(NamedTuple):
 MemoryOf = Callable[[PoolKey], int]  # memory per GPU of a pool (MiB), 0 when not known
 
 
-def bound_claim(pod: PodInfo, node_facts: list[NodeFacts], policy: Policy) -> Claim:
+def bound_claim(pod: PodInfo, node_facts: list[NodeFacts]) -> Claim:
     """A Pod bound to a node whose facts are `node_facts`: its requests are used there."""
     requests = tuple(pod.gpu_requests.items())
     return Claim(
         pod.namespace,
         node=pod.node,
         requests=requests,
-        classes=node_classes(node_facts, requests, policy),
+        classes=node_classes(node_facts, requests),
         counted=requests,
         memory_mib=node_memory(node_facts, requests),
         group=group_member(pod),
@@ -70,12 +70,12 @@ def group_member(pod: PodInfo) -> tuple[str, PoolKey] | None:
 
 
 def node_memory(node_facts: list[NodeFacts], requests: Counts) -> int:
-    """GPU memory a bound Pod holds: each whole GPU it requests times the node's memory per GPU (0 for a
-    node not seen yet; partitions such as MIG instances are not counted)."""
+    """GPU memory a bound Pod holds: each device it requests times the node's memory per device of that
+    resource (a MIG instance's or a replica's own; 0 for a node not seen yet)."""
     return sum(n * f.memory_mib for resource, n in requests for f in node_facts if f.resource == resource)
 
 
-def node_classes(node_facts: list[NodeFacts], requests: Counts, policy: Policy) -> Counts:
+def node_classes(node_facts: list[NodeFacts], requests: Counts) -> Counts:
     """A bound Pod's devices by the class of the node's pool for each resource (a node may offer whole
     GPUs and MIG instances of several classes)."""
     if not node_facts:

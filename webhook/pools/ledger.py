@@ -81,7 +81,7 @@ class Ledger:
 
     def _add_pod(self, key: PodKey, pod: PodInfo) -> None:
         if pod.node:
-            claim = bound_claim(pod, self._capacity.facts(pod.node), self.policy)
+            claim = bound_claim(pod, self._capacity.facts(pod.node))
             self._on_node.setdefault(pod.node, set()).add(key)
         else:
             claim = unbound_claim(pod, self._capacity.all_pools(), self.policy, self._capacity.pool_memory_mib)
@@ -97,7 +97,7 @@ class Ledger:
         facts = self._capacity.facts(name)
         for key in self._on_node.get(name, ()):
             claim = self._pods[key]
-            classes = node_classes(facts, claim.requests, self.policy)
+            classes = node_classes(facts, claim.requests)
             memory = node_memory(facts, claim.requests)
             if classes != claim.classes or memory != claim.memory_mib:
                 self._count_classes(claim.namespace, claim.classes, -1)

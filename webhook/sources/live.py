@@ -151,9 +151,10 @@ class LiveInventory(LockedIndex):
             self._index.upsert_pod(value, key=key)
         else:
             self._index.upsert_quota(value, *key)
-            if value is not None and key not in self._flagged and unenforced(value, self.policy):
+            messages = unenforced(value, self.policy) if value is not None and key not in self._flagged else []
+            if messages:
                 self._flagged.add(key)
-                for message in unenforced(value, self.policy):
+                for message in messages:
                     log.warning(message)
 
     def _remove(self, kind: str, key: Any) -> None:
@@ -169,7 +170,7 @@ class LiveInventory(LockedIndex):
         if kind == NODES:
             return self._index.node_names()
         if kind == PODS:
-            return set(self._index.pod_keys())
+            return self._index.pod_keys()  # a new set already
         return self._index.quota_keys()
 
 
