@@ -127,7 +127,6 @@ def place(
 def _bound(req: GpuRequest, node: str, devices: int, policy: Policy, index: PoolIndex) -> Verdict:
     """A Pod that names its node gets no patch, but is held to its namespace's rules there: the class of
     the node's pool must be allowed, its per-class quota and ResourceQuotas must have room."""
-    resources = {req.vendor.resource, *req.partitions}
     if not devices:
         return verdict.allow(f"already bound to node {node}; requests no {req.vendor.name} GPUs")
     resource = req.resource or req.vendor.resource  # the devices the Pod requests: a node may offer several
@@ -150,14 +149,14 @@ def _bound(req: GpuRequest, node: str, devices: int, policy: Policy, index: Pool
     over = class_quota_problem(req.namespace, facts.pool.gpu_class, devices, index, policy)
     if over:
         return verdict.deny(over, reason="class-quota")
-    if facts.resource in resources:
-        memory = memory_quota_problem(req.namespace, devices, facts.memory_mib, index, policy, where=f"node {node}")
-        if memory:
-            return verdict.deny(memory, reason="memory-quota")
-    quota_problem = check_quotas(req, index, policy, facts.resource, devices) if facts.resource in resources else ""
+    # node_facts gave the node's facts for the very resource the Pod requests: its quotas apply.
+    memory = memory_quota_problem(req.namespace, devices, facts.memory_mib, index, policy, where=f"node {node}")
+    if memory:
+        return verdict.deny(memory, reason="memory-quota")
+    quota_problem = check_quotas(req, index, policy, facts.resource, devices)
     if quota_problem:
         return verdict.deny(quota_problem, reason="quota")
-    free = index.node_free(facts) if facts.resource in resources else devices
+    free = index.node_free(facts)
     warnings = () if free >= devices else (f"gpupool: node {node} has {free} free {facts.resource} now",)
     placement = Placement(
         facts.pool, facts.resource, devices, devices, facts.selector, free >= devices, False, facts.kind

@@ -76,9 +76,8 @@ def _devices(
     if DEVICE not in ann:
         if partition:  # the Pod's own MIG request says which device it takes
             return PARTITION_KINDS, "requested resource"
-        if policy.namespace(namespace).device:
-            return policy.namespace(namespace).device, "namespace default"
-        return policy.defaults.device, "policy default"
+        own = bool(policy.namespace(namespace).device)
+        return policy.device_default(namespace), "namespace default" if own else "policy default"
     value = ann[DEVICE]
     try:
         devices = parse_device_list(value)
