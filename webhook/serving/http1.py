@@ -62,16 +62,17 @@ class RequestFramer:
         self._body = 0  # data bytes of the chunks read whole
         self._wants_continue = False
         self.continue_due = False  # set once when the client waits for "100 Continue" to send its body
-
-    def next_request(self) -> Framed | None:
-        """The next whole request, taken out of the buffer; None while more bytes are needed."""
-        steps = {
+        self._steps = {  # what to parse in each phase, bound once per connection, not per read
             _HEAD: self._head,
             _LENGTH: self._length,
             _CHUNK_SIZE: self._chunk_size,
             _CHUNK_DATA: self._chunk_data,
             _TRAILERS: self._trailers,
         }
+
+    def next_request(self) -> Framed | None:
+        """The next whole request, taken out of the buffer; None while more bytes are needed."""
+        steps = self._steps
         while True:
             phase = self._phase
             framed = steps[phase]()

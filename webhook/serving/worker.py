@@ -268,6 +268,11 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
             self.log.debug("closing a connection from %s: too slow (state %d)", conn.client, conn.state)
             self.close(conn)
 
+    def failed(self, conn: Connection, exc: OSError) -> None:
+        """Reading or writing failed (the client went away, or broke TLS): close the connection."""
+        self.log.debug("connection from %s failed: %s", conn.client, exc)
+        self.close(conn)
+
     def account(self, conn: Connection, held: int) -> None:
         """Count the bytes incomplete requests hold; past the budget, close the connection holding most."""
         self.held += held - conn.held
@@ -336,8 +341,7 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
                 self.watch(conn, selectors.EVENT_WRITE)
                 return
             except OSError as exc:
-                self.log.debug("connection from %s failed: %s", conn.client, exc)
-                self.close(conn)
+                self.failed(conn, exc)
                 return
             if not data:
                 eof = True
@@ -409,8 +413,7 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
                 self.watch(conn, selectors.EVENT_READ)
                 return
             except OSError as exc:
-                self.log.debug("connection from %s failed: %s", conn.client, exc)
-                self.close(conn)
+                self.failed(conn, exc)
                 return
             if sent < len(pending[0]):
                 pending[0] = pending[0][sent:]
