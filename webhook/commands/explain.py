@@ -32,7 +32,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     pod = load_pod(args.pod)
-    policy, inventory = open_from_args(args)
     own = as_map(pod.get("metadata")).get("namespace")
     own = own if isinstance(own, str) else ""
     if getattr(args, "namespace_must_match", False) and args.namespace and own and own != args.namespace:
@@ -42,6 +41,8 @@ def run(args: argparse.Namespace) -> int:
             f"pass --namespace={own} to explain it"
         )
     namespace = args.namespace or own or getattr(args, "default_namespace", "default")
+    # Opened once the arguments are known to be good: a live inventory lists the cluster first.
+    policy, inventory = open_from_args(args)
     try:
         with inventory.read() as index:
             result = evaluate(pod, namespace, policy, index)
