@@ -72,6 +72,18 @@ def test_every_quota_gpupool_checks_is_a_row_with_used_pending_hard_and_who_enfo
     assert {r.enforced_by for r in quota_rows(index_of(objects, off), off, "team-b")} == {"nobody"}
 
 
+def test_a_quota_on_mig_instances_is_a_row_too() -> None:
+    """Admission enforces a ResourceQuota on a MIG profile's resource, so `gpupool quota` and the quota
+    metrics list it beside the whole GPUs', in every form."""
+    hard = {"requests.nvidia.com/gpu": "4", "requests.nvidia.com/mig-3g.20gb": "2", "nvidia.com/mig-1g.5gb": "7"}
+    index = index_of([*fleet(), quota("mixed", "team-a", hard)], POLICY)
+    assert [(r.resource, r.hard, r.enforced_by) for r in quota_rows(index, POLICY)] == [
+        ("nvidia.com/mig-1g.5gb", 7, "gpupool only"),
+        ("requests.nvidia.com/gpu", 4, "Kubernetes and gpupool"),
+        ("requests.nvidia.com/mig-3g.20gb", 2, "Kubernetes and gpupool"),
+    ]
+
+
 def test_an_unprefixed_mig_quota_is_flagged_too() -> None:
     """`nvidia.com/mig-1g.5gb: 7` is stored and never enforced, like `nvidia.com/gpu: 4`."""
     info = quota_from_obj(

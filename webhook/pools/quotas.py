@@ -44,7 +44,7 @@ def quota_rows(index: PoolIndex, policy: Policy, namespace: str | None = None) -
     for q in quotas:
         if q.scoped:
             continue
-        for r in sorted(policy.gpu_resources):
+        for r in gpu_resources_of(q, policy):
             pending = index.reserved(q.namespace, r)
             for key in (f"requests.{r}", r, f"limits.{r}"):
                 if key not in q.hard:
@@ -70,6 +70,12 @@ def quota_rows(index: PoolIndex, policy: Policy, namespace: str | None = None) -
     return sorted(rows, key=lambda row: (row.namespace, row.quota, row.resource))
 
 
+def gpu_resources_of(quota: QuotaInfo, policy: Policy) -> list[str]:
+    """The GPU resources (MIG instances included) a quota's hard names, in any form, sorted."""
+    named = {key.removeprefix("requests.").removeprefix("limits.") for key in quota.hard}
+    return sorted(r for r in named if policy.vendor_of(r) is not None)
+
+
 def unenforced(quota: QuotaInfo, policy: Policy) -> list[str]:
     """GPU entries (MIG instances included) written as `nvidia.com/gpu: 4` or `limits.nvidia.com/gpu: 4`,
     which Kubernetes stores but never enforces for extended resources: enforced by gpupool only (or by
@@ -79,12 +85,11 @@ def unenforced(quota: QuotaInfo, policy: Policy) -> list[str]:
         if policy.defaults.enforce_all_gpu_quota_forms
         else "not enforced at all (policy defaults.enforceAllGpuQuotaForms is false)"
     )
-    resources = sorted({key.removeprefix("limits.") for key in quota.hard if not key.startswith("requests.")})
     return [
         f"quota {quota.namespace}/{quota.name}: '{key}: {quota.hard[key]}' is not enforced by Kubernetes for "
         f"extended resources; {who}; write 'requests.{r}: {quota.hard[key]}'"
-        for r in resources
-        if policy.vendor_of(r) is not None and f"requests.{r}" not in quota.hard
+        for r in gpu_resources_of(quota, policy)
+        if f"requests.{r}" not in quota.hard
         for key in (r, f"limits.{r}")
         if key in quota.hard
     ]
