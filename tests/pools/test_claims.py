@@ -168,3 +168,23 @@ def test_an_unbound_pod_pinned_to_a_mig_pool_holds_an_instance_there() -> None:
     )
     assert (stats(index, BIG_MIG).pending, index.class_used("train", "medium")) == (1, 1)
     assert stats(index, PoolKey("nvidia", "high", "NVIDIA-A100-SXM4-40GB")).pending == 0
+
+
+def test_a_mig_product_label_pins_the_pool_an_unbound_pod_holds_in() -> None:
+    """The same profile on two models (1g.10gb on A100-80GB and H100) is two pools of one resource. A
+    Pending Pod pinned by the profile's own product label to the H100's, with no pool annotation, holds an
+    instance of the H100 pool: the ledger reads the nodeSelector with the rule admission uses
+    (Policy.pins_pool), not only the class and product labels."""
+    a100 = mig_mixed_node("a100", "NVIDIA-A100-SXM4-80GB", instances={"1g.10gb": (7, 9856)}, memory_mib=81920)
+    h100 = mig_mixed_node("h100", "NVIDIA-H100-80GB-HBM3", instances={"1g.10gb": (7, 9856)}, memory_mib=81559)
+    waiting = pod(
+        "w",
+        "ml",
+        gpus=1,
+        resource="nvidia.com/mig-1g.10gb",
+        node_selector={"nvidia.com/mig-1g.10gb.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"},
+        phase="Pending",
+    )
+    index = index_of([a100, h100, waiting], POLICY)
+    pending = {s.pool.product: s.pending for s in index.pool_stats() if s.resource == "nvidia.com/mig-1g.10gb"}
+    assert pending == {"NVIDIA-H100-80GB-HBM3-MIG-1g.10gb": 1, "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb": 0}

@@ -42,15 +42,6 @@ def device_resource(requested: set[str], vendor: VendorPolicy) -> str:
     return owned[0] if len(owned) == 1 else ""
 
 
-def pins_a_pool(label: str, policy: Policy) -> bool:
-    """Is a nodeSelector label one that pins pools: the class label, a vendor's product label, or a MIG
-    profile's own product label (`nvidia.com/mig-3g.20gb.product`)? A pool whose selector has another value,
-    or lacks it, cannot take the Pod."""
-    return label in policy.pool_labels or (
-        label.endswith(".product") and any(label.startswith(p) for p in policy.partition_prefixes)
-    )
-
-
 def parse_device_request(
     ann: dict[str, str], policy: Policy, namespace: str, vendor: VendorPolicy, *, resource: str, count: int
 ) -> DeviceRequest:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from webhook.admission import devices
-from webhook.admission.devices import DeviceError, device_resource, parse_device_request, pins_a_pool
+from webhook.admission.devices import DeviceError, device_resource, parse_device_request
 from webhook.admission.pod import ContainerView, PodShape
 from webhook.domain.groups import GROUP_POLICIES, MAX_GROUP_SIZE, NO_GROUP_RULE, GroupRule, valid_name
 from webhook.domain.groups import MAX_NAME_CHARS as MAX_GROUP_NAME
@@ -244,7 +244,7 @@ def parse_request(shape: PodShape, policy: Policy) -> GpuRequest:
         min_driver=driver,
         container_index=index,
         fallback=fallback,
-        pins=tuple(sorted((k, v) for k, v in shape.node_selector or () if pins_a_pool(k, policy))),
+        pins=tuple(sorted((k, v) for k, v in shape.node_selector or () if policy.pins_pool(k))),
         pool_pin=pool,
         tolerations=Tolerations(shape.tolerations or ()),
         partitions=tuple(sorted(r for r in owned if r != vendor.resource)),

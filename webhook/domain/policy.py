@@ -137,6 +137,14 @@ class Policy:
         prefixes = tuple(v.partition_prefix for v in self.vendors.values() if v.partition_prefix)
         object.__setattr__(self, "partition_prefixes", prefixes)
 
+    def pins_pool(self, label: str) -> bool:
+        """Is a nodeSelector label one that pins pools: the class label, a vendor's product label, or a MIG
+        profile's own product label (`nvidia.com/mig-3g.20gb.product`)? A pool whose selector has another
+        value, or lacks it, cannot take the Pod. Admission and the ledger both ask this."""
+        return label in self.pool_labels or (
+            label.endswith(".product") and any(label.startswith(p) for p in self.partition_prefixes)
+        )
+
     def class_rank(self, gpu_class: str) -> int:
         return self.classes.index(gpu_class)
 

@@ -89,8 +89,7 @@ def unbound_claim(pod: PodInfo, pools: Collection[Pool], policy: Policy, memory_
     labels into it); else the pool of its gpupool.io/pool annotation, unless the nodeSelector contradicts
     it; else, without a pool to hold devices in, the class every reachable pool shares; else nowhere
     until it is bound. The GPU memory it holds is that of the pools it holds devices in."""
-    labels = policy.pool_labels
-    pins = tuple(sorted((k, v) for k, v in pod.node_selector.items() if k in labels))
+    pins = tuple(sorted((k, v) for k, v in pod.node_selector.items() if policy.pins_pool(k)))
     annotated = PoolKey.parse(pod.pool) if pod.pool else None
     holds: list[tuple[PoolKey, int]] = []
     classes: list[tuple[str, int]] = []
