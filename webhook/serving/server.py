@@ -117,8 +117,8 @@ def real_app_loader(core: Core) -> LoadApp:
             # admission is routed to this worker before then.
             inventory.start()
         metrics = Metrics.private()
-        metrics.refresh(inventory, policy.defaults.stale_after_seconds)  # gauges before the first request
-        refresher = GaugeRefresher(metrics, inventory, policy.defaults.stale_after_seconds).start()
+        metrics.refresh(inventory, policy)  # gauges before the first request
+        refresher = GaugeRefresher(metrics, lambda: (inventory, policy)).start()
 
         def close() -> None:
             refresher.stop()
