@@ -397,15 +397,18 @@ class TestPolicyConfigMap:
         assert volume["configMap"]["name"] == cm["metadata"]["name"]
         assert serve_options(rendering).policy == f"{mount_of(rendering, 'policy')}/policy.yaml"
 
-    def test_a_policy_change_rolls_the_deployment(self, tmp_path: Path) -> None:
-        """Editing policy.yaml renames the ConfigMap (content hash), which changes the Pod template."""
+    def test_a_policy_change_is_made_in_place_without_a_rollout(self, tmp_path: Path) -> None:
+        """Editing policy.yaml changes the ConfigMap's data under the same name, and not the Pod template:
+        `kubectl apply` updates the mounted file and the running Pods switch to it (the server follows the
+        file, tests/serving/test_policyfile.py) instead of a rollout re-listing the cluster per Pod."""
         shutil.copytree(MANIFESTS / "base", tmp_path / "base")
         before = parse_objects(kustomize(tmp_path / "base"), "before")
         with (tmp_path / "base" / "policy.yaml").open("a", encoding="utf-8") as f:
             f.write("\n# an admin's edit\n")
         after = parse_objects(kustomize(tmp_path / "base"), "after")
-        assert volume_named(before, "policy") != volume_named(after, "policy")
-        assert before.one("Deployment")["spec"]["template"] != after.one("Deployment")["spec"]["template"]
+        assert self.policy_map(before)["metadata"]["name"] == self.policy_map(after)["metadata"]["name"]
+        assert self.policy_map(before)["data"] != self.policy_map(after)["data"]
+        assert before.one("Deployment")["spec"]["template"] == after.one("Deployment")["spec"]["template"]
 
 
 # --- the webhook configuration -------------------------------------------------------------------

@@ -114,6 +114,19 @@ class TestRecord:
         assert value(registry, "gpupool_quota_denials_total", namespace="ml") == 1
         assert value(registry, "gpupool_admissions_total", outcome="denied", pool="") == 1
 
+    def test_policy_reloads_counted_by_result(self) -> None:
+        """Both results are exposed from the start (at 0), so an alert on a failure sees the first one;
+        the gauge says whether the file's newest version is in use."""
+        registry = CollectorRegistry()
+        metrics = Metrics(registry)
+        assert value(registry, "gpupool_policy_reloads_total", result="failure") == 0
+        metrics.policy_reloaded(False)
+        assert value(registry, "gpupool_policy_reloads_total", result="failure") == 1
+        assert value(registry, "gpupool_policy_last_reload_successful") == 0
+        metrics.policy_reloaded(True)
+        assert value(registry, "gpupool_policy_reloads_total", result="success") == 1
+        assert value(registry, "gpupool_policy_last_reload_successful") == 1
+
 
 class TestRefresh:
     def test_pool_gauges_follow_the_inventory(self) -> None:

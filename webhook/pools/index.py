@@ -33,9 +33,26 @@ from webhook.pools.ledger import Ledger
 from webhook.pools.nodes import NodeFacts, Selector, Unclassified
 from webhook.pools.pool import Group, Pool
 
-__all__ = ["Group", "Pool", "PoolIndex", "PoolStats", "stray_reason"]
+__all__ = ["Group", "Pool", "PoolIndex", "PoolStats", "pooling", "stray_reason"]
 
 T = TypeVar("T")
+
+
+def pooling(policy: Policy) -> tuple[object, ...]:
+    """Every part of the policy an index reads, with the projections that feed it (webhook.pools.kubeobj:
+    which resources count): the classes and their label, the product table, the vendors (resources, labels,
+    taints, partitions) and how long reservations live. Two policies with equal parts pool the same objects
+    the same way, so an index built for one serves the other; anything else (namespace rules, the other
+    defaults) is read by admission from its own policy. A new field the index reads belongs here."""
+    defaults = policy.defaults
+    return (
+        policy.classes,
+        policy.class_label,
+        policy.products,
+        tuple(policy.vendors.items()),
+        defaults.reservation_seconds,
+        defaults.reservation_settle_seconds,
+    )
 
 
 class PoolIndex:

@@ -132,6 +132,23 @@ class Metrics:
             multiprocess_mode="max",  # the same in every worker; kept when one exits
         )
         self.build_info.labels(webhook.__version__, platform.python_version(), _platform()).set(1)
+        self.policy_reloads = Counter(
+            "gpupool_policy_reloads",
+            "Changes of the --policy file a worker read, by result: success (in use now) or failure (invalid, "
+            "or unreadable: the previous policy stays in use)",
+            ["result"],
+            registry=registry,
+        )
+        for result in ("success", "failure"):
+            self.policy_reloads.labels(result)  # both series exist from the start, so rate() sees the first
+        self.policy_reload_ok = Gauge(
+            "gpupool_policy_last_reload_successful",
+            "1 when every worker uses what the --policy file holds now, 0 when a worker kept its previous policy "
+            "because the file is invalid",
+            registry=registry,
+            multiprocess_mode="livemin",
+        )
+        self.policy_reload_ok.set(1)
         self.reservations = Gauge(
             "gpupool_reservations",
             "Admitted Pods not yet seen in the watch, counted against their pool (per worker)",
@@ -214,6 +231,11 @@ class Metrics:
                 for gauge in (self.pool_nodes, self.pool_nodes_usable, self.pool_gpus, self.pool_gpus_free):
                     gauge.labels(pool).set(0)
             self._known_pools |= seen
+
+    def policy_reloaded(self, ok: bool) -> None:
+        """Count one change of the policy file: in use now (`ok`), or refused and the previous one kept."""
+        self.policy_reloads.labels("success" if ok else "failure").inc()
+        self.policy_reload_ok.set(1 if ok else 0)
 
     def _refresh_quotas(self, rows: list[QuotaRow]) -> None:
         """One pair of gauges per quota limit: devices for GPU quotas, bytes (Prometheus' base unit) for

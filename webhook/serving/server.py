@@ -8,8 +8,11 @@ the TLS port and serves /healthz, /readyz and /metrics on the plain-HTTP health 
 Each worker process is forked with a copy of what the master loaded, builds its Admitter from it and
 answers POST /mutate; a live inventory starts its watches in the worker (threads do not survive a
 fork), so each worker keeps its own watch cache and burst reservations. A worker that is restarted
-(after a crash or a timeout) is forked from the master's copy again and reads no file: a snapshot or
-policy file that changed or broke since the start cannot stop it from booting.
+(after a crash or a timeout) is forked from the master's copy again and reads no file before it
+answers: a snapshot or policy file that changed or broke since the start cannot stop it from booting.
+Each worker then follows the --policy file on a thread of its own (webhook.serving.policyfile) and
+switches to a changed, valid policy between two admissions; /readyz shows the file's state as the
+master reads it.
 Metrics cross the process boundary through prometheus_client's multiprocess directory.
 
 The TLS context is re-used while tls.crt and tls.key (and the --client-ca file, which makes the TLS
@@ -45,6 +48,7 @@ from webhook.domain.policy import Policy
 from webhook.pools.inventory import Inventory
 from webhook.serving.health import HealthServer, MetricsText, Readiness
 from webhook.serving.logs import logging_config
+from webhook.serving.policyfile import PolicyFile, PolicyReloader, PolicyVersion
 from webhook.sources.live import LiveInventory
 
 if TYPE_CHECKING:
@@ -99,6 +103,19 @@ class Core:
     policy: Policy
     # A snapshot: the whole index, loaded. The live cluster: the client configuration, not yet watching.
     inventory: Inventory
+    # The --policy file the policy was read from, followed for changes; None for the built-in policy.
+    source: PolicyVersion | None = None
+
+
+PolicyDetail = Callable[[], Mapping[str, Any]]
+
+
+def policy_detail(core: Core) -> PolicyDetail:
+    """/readyz's `policy` entry, read in the master: the --policy file, the SHA-256 of its newest valid
+    version (which the workers switch to) and why the file is refused as it is now (null when it is not)."""
+    if core.source is None:
+        return lambda: {"file": None, "error": None}
+    return PolicyFile(core.source).status
 
 
 def real_app_loader(core: Core) -> LoadApp:
@@ -116,16 +133,26 @@ def real_app_loader(core: Core) -> LoadApp:
             # them on its own copy. Not waited for: /readyz stays false until the first full list, so no
             # admission is routed to this worker before then.
             inventory.start()
+        admitter = Admitter(policy, inventory)
         metrics = Metrics.private()
-        metrics.refresh(inventory, policy)  # gauges before the first request
-        refresher = GaugeRefresher(metrics, lambda: (inventory, policy)).start()
+
+        def current() -> tuple[Inventory, Policy]:
+            bound = admitter.bound  # one read: the policy and the inventory built for it
+            return bound.inventory, bound.policy
+
+        metrics.refresh(*current())  # gauges before the first request
+        refresher = GaugeRefresher(metrics, current).start()
+        reloader = None
+        if core.source is not None:
+            reloader = PolicyReloader(PolicyFile(core.source), admitter, metrics.policy_reloaded).start()
 
         def close() -> None:
+            if reloader is not None:
+                reloader.stop()
             refresher.stop()
-            inventory.close()
+            admitter.inventory.close()
 
-        config = AppConfig(admitter=Admitter(policy, inventory), metrics=metrics)
-        app = create_app(config)
+        app = create_app(AppConfig(admitter=admitter, metrics=metrics))
         freeze_when_ready(inventory)
         return WorkerApp(app, close)
 
@@ -152,8 +179,9 @@ def freeze_when_ready(inventory: Inventory, poll_seconds: float = 1.0) -> None:
         threading.Thread(target=freeze, name="gpupool-gc-freeze", daemon=True).start()
 
 
-def serve(options: ServeOptions, load_app: LoadApp) -> int:
+def serve(options: ServeOptions, load_app: LoadApp, policy: PolicyDetail | None = None) -> int:
     """Run gunicorn with `load_app` in each worker until SIGTERM (or SIGINT); returns the exit code.
+    `policy` adds the policy file's state to /readyz's details (`policy_detail`).
 
     Tests and the benchmark pass their own `load_app`, so they run on exactly these settings.
     """
@@ -170,7 +198,10 @@ def serve(options: ServeOptions, load_app: LoadApp) -> int:
             workers = _worker_pids(arbiter_box)
             ready = metrics.worker_readiness(multiproc_dir)
             states = {str(pid): ready.get(pid, False) for pid in workers}
-            return Readiness(bool(states) and all(states.values()), {"workers": states})
+            detail: dict[str, Any] = {"workers": states}
+            if policy is not None:
+                detail["policy"] = policy()  # shown, never a reason to be unready: the old policy serves on
+            return Readiness(bool(states) and all(states.values()), detail)
 
         try:
             health = HealthServer(

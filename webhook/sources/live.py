@@ -53,6 +53,7 @@ class LiveInventory(LockedIndex):
         self._listing: dict[str, set[Any]] = {}  # kind -> keys seen since a re-list began
         self._flagged: set[tuple[str, str]] = set()
         config = config or ReflectorConfig()
+        self._core_v1, self._config = core_v1, config
         self.reflectors = {
             NODES: Reflector(NODES, core_v1.list_node, self, config, clock),
             PODS: Reflector(PODS, core_v1.list_pod_for_all_namespaces, self, config, clock),
@@ -79,6 +80,11 @@ class LiveInventory(LockedIndex):
         except (kube_config.ConfigException, OSError, TypeError, ValueError) as exc:
             raise InventoryConnectError(f"cannot load Kubernetes configuration: {exc}") from None
         return cls(policy, client.CoreV1Api(api_client), config)
+
+    def for_policy(self, policy: Policy) -> LiveInventory:
+        """A new inventory of the same cluster for another policy (not started): its own index, its own
+        lists and watches, since what is kept of each object depends on the policy."""
+        return LiveInventory(policy, self._core_v1, self._config, self._clock)
 
     # --- lifecycle -----------------------------------------------------------------------------------
 

@@ -42,3 +42,13 @@ def open_inventory(
             "(check the API server address and RBAC: get/list/watch on the three resources)"
         )
     return live
+
+
+def reopen_inventory(inventory: Inventory, policy: Policy) -> Inventory:
+    """The same source, read again for another policy: the snapshot file re-read (a ConfigError naming it
+    when it no longer loads), or the live cluster listed and watched anew (started, not yet ready)."""
+    if isinstance(inventory, SnapshotInventory):
+        return SnapshotInventory.from_file(inventory.source, policy)
+    if isinstance(inventory, LiveInventory):
+        return inventory.for_policy(policy).start()
+    raise TypeError(f"cannot open {type(inventory).__name__} again")
