@@ -7,7 +7,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PORT ?= 8443
-HEALTH_PORT ?= 8080
+# Not 8080: that is kubectl's default server when there is no kubeconfig, so `make deploy` (or any
+# kubectl) would talk to a running `make run`.
+HEALTH_PORT ?= 8081
+# What `pip install` gets in the virtualenv.
+PIP_INSTALL ?= -e '.[dev]'
+KUBECTL ?= kubectl
 POD ?= examples/pods/class-medium.yaml
 OVERLAY ?= self-signed
 FAILURE_POLICY ?= Fail
@@ -24,15 +29,14 @@ MANIFEST = build/gpupool-$(OVERLAY).yaml
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+# One virtualenv however many makes ask for it at once (`make run & make test`): tools/ensure_venv.py makes it
+# under a lock and finds the work done when another make got there first.
 $(STAMP): pyproject.toml
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	@touch $@
+	@$(PYTHON) tools/ensure_venv.py $(VENV) --stamp $@ --after pyproject.toml -- --quiet $(PIP_INSTALL)
 
 install: $(STAMP) ## create the virtualenv and install gpupool with its development tools
 
-run: $(STAMP) certs ## serve the demo inventory over TLS on https://127.0.0.1:8443 (health and metrics on :8080)
+run: $(STAMP) certs ## serve the demo inventory over TLS on https://127.0.0.1:8443 (health and metrics on :8081)
 	$(BIN)/gpupool serve --cert certs/tls.crt --key certs/tls.key --inventory examples/cluster.yaml \
 		--policy examples/policy.yaml --host 127.0.0.1 --port $(PORT) --health-port $(HEALTH_PORT)
 
@@ -54,14 +58,14 @@ test: lint typecheck ## lint, type check and run the whole test suite
 fuzz: $(STAMP) ## the test suite with new random examples for the property tests (repeat it; add finds as @example)
 	HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest -q
 
-PYCODE := webhook tests bench manifests/render.py
+PYCODE := webhook tests bench manifests/render.py tools
 
 lint: $(STAMP) ## ruff (lint and formatting) and import-linter (the layers of webhook/, see docs/development.md)
 	$(BIN)/ruff check $(PYCODE)
 	$(BIN)/ruff format --check $(PYCODE)
 	$(BIN)/lint-imports
 
-typecheck: $(STAMP) ## mypy --strict on the package and the manifest renderer
+typecheck: $(STAMP) ## mypy --strict on the package, the manifest renderer and tools/
 	$(BIN)/mypy
 
 format: $(STAMP) ## reformat the code with ruff
@@ -78,17 +82,31 @@ manifests: $(STAMP) ## render deployable YAML into build/gpupool-<overlay>.yaml 
 	$(BIN)/python manifests/render.py --overlay $(OVERLAY) --failure-policy $(FAILURE_POLICY) $(if $(IMAGE),--image $(IMAGE)) $(addprefix --host ,$(CERT_HOSTS)) \
 		$(if $(CLIENT_CA),--client-ca $(CLIENT_CA)) $(addprefix --control-plane-cidr ,$(CONTROL_PLANE_CIDRS)) --out $(MANIFEST)
 
-deploy: manifests ## install on the current kubectl context; the webhook configuration goes last, once the Pods are ready
-	kubectl apply -f $(MANIFEST) -l 'app.kubernetes.io/component!=webhook-configuration'
-	kubectl -n gpupool-system rollout status deployment/gpupool-webhook --timeout=300s
-	kubectl apply -f $(MANIFEST)
+# The kubectl context deploy and undeploy act on, said first; without one they stop (kubectl would
+# otherwise fall back to http://localhost:8080). Every kubectl call then names it, so a context switched
+# in another terminal half-way cannot split an install between two clusters.
+KUBE_CONTEXT = context="$$($(KUBECTL) config current-context 2>/dev/null)" && [ -n "$$context" ] || { \
+	echo "make $@: no current kubectl context; choose one (kubectl config use-context NAME) or set KUBECONFIG" >&2; \
+	exit 2; }; \
+	server="$$($(KUBECTL) config view --minify -o jsonpath='{.clusters[0].cluster.server}' 2>/dev/null)"; \
+	[ -n "$$server" ] || { echo "make $@: context $$context names no cluster server in the kubeconfig" >&2; exit 2; }; \
+	echo "make $@: kubectl context $$context, server $$server"; \
+	kubectl=( $(KUBECTL) --context "$$context" )
 
-undeploy: ## remove gpupool from the current kubectl context: the webhook configuration first, then the rest
-	kubectl delete mutatingwebhookconfiguration gpupool-webhook --ignore-not-found
-	kubectl delete namespace gpupool-system --ignore-not-found
-	kubectl delete clusterrolebinding,clusterrole gpupool-webhook --ignore-not-found
+deploy: $(STAMP) ## install on the current kubectl context (says which; stops without one); the webhook configuration goes last, once the Pods are ready
+	@set -e; $(KUBE_CONTEXT); \
+	$(MAKE) --no-print-directory manifests; \
+	"$${kubectl[@]}" apply -f $(MANIFEST) -l 'app.kubernetes.io/component!=webhook-configuration'; \
+	"$${kubectl[@]}" -n gpupool-system rollout status deployment/gpupool-webhook --timeout=300s; \
+	"$${kubectl[@]}" apply -f $(MANIFEST)
+
+undeploy: ## remove gpupool from the current kubectl context (says which; stops without one): the webhook configuration first, then the rest
+	@set -e; $(KUBE_CONTEXT); \
+	"$${kubectl[@]}" delete mutatingwebhookconfiguration gpupool-webhook --ignore-not-found; \
+	"$${kubectl[@]}" delete namespace gpupool-system --ignore-not-found; \
+	"$${kubectl[@]}" delete clusterrolebinding,clusterrole gpupool-webhook --ignore-not-found
 
 clean: ## remove the virtualenv and caches
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist *.egg-info
+	rm -rf $(VENV) $(VENV).lock .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist *.egg-info
 
 .PHONY: help install run explain inventory certs test fuzz lint typecheck format bench manifests deploy undeploy clean
