@@ -106,7 +106,11 @@ undeploy: ## remove gpupool from the current kubectl context (says which; stops 
 	"$${kubectl[@]}" delete namespace gpupool-system --ignore-not-found; \
 	"$${kubectl[@]}" delete clusterrolebinding,clusterrole gpupool-webhook --ignore-not-found
 
+release: ## write a release into dist/: gpupool-VERSION.yaml for kubectl apply -f (image tag VERSION), gpupool-monitoring-VERSION.yaml, SHA256SUMS (VERSION=x.y.z)
+	@test -n "$(VERSION)" || { echo "make release: give the version, e.g. make release VERSION=0.1.0" >&2; exit 2; }
+	$(PYTHON) manifests/render.py --release $(VERSION) --out-dir dist
+
 clean: ## remove the virtualenv and caches
 	rm -rf $(VENV) $(VENV).lock .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist *.egg-info
 
-.PHONY: help install run explain inventory certs test fuzz lint typecheck format bench manifests deploy undeploy clean
+.PHONY: help install run explain inventory certs test fuzz lint typecheck format bench manifests deploy undeploy release clean

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import hashlib
 import re
 import shutil
 import stat
@@ -30,6 +31,7 @@ from cryptography import x509
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import webhook
 from webhook.admission.pod import read_pod
 from webhook.admission.request import wants_gpus
 from webhook.commands.cli import build_parser
@@ -1066,3 +1068,97 @@ class TestDockerfile:
         assert packaged.is_file()
         assert not packaged.is_symlink()
         assert packaged.read_text(encoding="utf-8") == (MANIFESTS / "base" / "policy.yaml").read_text(encoding="utf-8")
+
+
+# --- the release: make release VERSION=... ------------------------------------------------------------
+
+
+def selected(objects: tuple[Obj, ...], key: str, excluded: set[str]) -> list[Obj]:
+    """The objects `kubectl -l 'key notin (excluded)'` acts on: those whose label is absent or not excluded."""
+    return [o for o in objects if (o["metadata"].get("labels") or {}).get(key) not in excluded]
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    """`render.py --release` at the package's version, as `make release VERSION=<it>` runs it."""
+    version = webhook.__version__
+    out = tmp_path_factory.mktemp("dist")
+    done = run_render("--release", version, "--out-dir", out)
+    assert done.returncode == 0, done.stderr
+    return version, out
+
+
+class TestRelease:
+    def test_one_file_installs_everything_with_the_image_pinned(self, release: tuple[str, Path]) -> None:
+        """gpupool-<version>.yaml is the cert-manager install (no key in it: the certificates are issued in
+        the cluster) with the image tag of the version, failurePolicy Fail, in the order `kubectl apply -f`
+        needs: the Namespace first, the webhook configuration last."""
+        version, out = release
+        rendering = parse_objects((out / f"gpupool-{version}.yaml").read_text(), "release")
+        assert rendering.container["image"] == f"ghcr.io/gpupool/gpupool-webhook:{version}"
+        assert rendering.webhook["failurePolicy"] == "Fail"
+        assert rendering.objects[0]["kind"] == "Namespace"
+        assert rendering.objects[-1]["kind"] == "MutatingWebhookConfiguration"
+        assert rendering.all("Certificate") and not rendering.all("Secret")
+        for obj in rendering.objects:
+            if not obj["apiVersion"].startswith("cert-manager.io/"):
+                kubernetes_validate.validate(obj, SCHEMA_VERSIONS[-1], strict=True)
+
+    def test_the_documented_selectors_split_the_file_as_the_install_guide_says(self, release: tuple[str, Path]) -> None:
+        """docs/install.md applies everything but the webhook configuration first, and upgrades without the
+        policy ConfigMap: each selector leaves out exactly that object."""
+        version, out = release
+        objects = parse_objects((out / f"gpupool-{version}.yaml").read_text(), "release").objects
+        guide = INSTALL_GUIDE.read_text(encoding="utf-8")
+        assert "-l 'app.kubernetes.io/component!=webhook-configuration'" in guide
+        assert "-l 'app.kubernetes.io/component notin (webhook-configuration,policy)'" in guide
+        left_out = [o for o in objects if o not in selected(objects, COMPONENT, {"webhook-configuration"})]
+        assert [o["kind"] for o in left_out] == ["MutatingWebhookConfiguration"]
+        left_out = [o for o in objects if o not in selected(objects, COMPONENT, {"webhook-configuration", "policy"})]
+        assert sorted((o["kind"], o["metadata"]["name"]) for o in left_out) == [
+            ("ConfigMap", "gpupool-policy"),
+            ("MutatingWebhookConfiguration", "gpupool-webhook"),
+        ]
+
+    def test_the_monitoring_file_holds_the_component_alone_with_runbooks_of_the_release(
+        self, release: tuple[str, Path]
+    ) -> None:
+        """gpupool-monitoring-<version>.yaml is the monitoring component, in gpupool's namespace, and each
+        alert's runbook_url points at the release's own docs (its tag), which say what that version does."""
+        version, out = release
+        rendering = parse_objects((out / f"gpupool-monitoring-{version}.yaml").read_text(), "monitoring")
+        assert sorted(o["kind"] for o in rendering.objects) == ["ConfigMap", "PodMonitor", "PrometheusRule"]
+        assert {o["metadata"]["namespace"] for o in rendering.objects} == {NAMESPACE}
+        urls = [r["annotations"]["runbook_url"] for g in rendering.one("PrometheusRule")["spec"]["groups"]
+                for r in g["rules"] if "alert" in r]  # fmt: skip
+        assert urls and all(u.startswith(f"https://github.com/gpupool/gpupool/blob/v{version}/docs/") for u in urls)
+
+    def test_the_checksums_are_of_the_files(self, release: tuple[str, Path]) -> None:
+        version, out = release
+        sums = dict(reversed(line.split("  ")) for line in (out / "SHA256SUMS").read_text().splitlines())
+        assert set(sums) == {f"gpupool-{version}.yaml", f"gpupool-monitoring-{version}.yaml"}
+        for name, digest in sums.items():
+            assert hashlib.sha256((out / name).read_bytes()).hexdigest() == digest
+
+    @pytest.mark.parametrize(
+        ("version", "changelog", "message"),
+        [
+            ("v1", None, "is not x.y.z"),
+            ("99.0.0", None, "webhook/__init__.py says version"),
+            (webhook.__version__, "# Changelog\n\n## 0.0.1\n", f"has no section `## {webhook.__version__}`"),
+        ],
+        ids=["format", "not-the-package-version", "no-changelog-section"],
+    )
+    def test_a_version_the_tree_does_not_name_is_refused(
+        self, tmp_path: Path, version: str, changelog: str | None, message: str
+    ) -> None:
+        """A release whose image would report another version, or that the CHANGELOG says nothing about, is
+        refused with the reason, and nothing is written."""
+        args: list[str | Path] = ["--release", version, "--out-dir", tmp_path / "dist"]
+        if changelog is not None:
+            (tmp_path / "CHANGELOG.md").write_text(changelog)
+            args += ["--changelog", tmp_path / "CHANGELOG.md"]
+        done = run_render(*args)
+        assert done.returncode == 1
+        assert message in done.stderr
+        assert not (tmp_path / "dist").exists()
