@@ -24,10 +24,11 @@ Not thread-safe: the inventory that owns it serialises access.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterator
+from dataclasses import replace
 from typing import TypeVar
 
 from webhook.domain.model import NodeInfo, PodInfo, PodKey, PoolKey, QuotaInfo
-from webhook.domain.policy import Policy
+from webhook.domain.policy import Defaults, Policy
 from webhook.pools.capacity import Capacity, PoolStats, stray_reason
 from webhook.pools.ledger import Ledger
 from webhook.pools.nodes import NodeFacts, Selector, Unclassified
@@ -38,21 +39,27 @@ __all__ = ["Group", "Pool", "PoolIndex", "PoolStats", "pooling", "stray_reason"]
 T = TypeVar("T")
 
 
-def pooling(policy: Policy) -> tuple[object, ...]:
-    """Every part of the policy an index reads, with the projections that feed it (webhook.pools.kubeobj:
-    which resources count): the classes and their label, the product table, the vendors (resources, labels,
-    taints, partitions) and how long reservations live. Two policies with equal parts pool the same objects
-    the same way, so an index built for one serves the other; anything else (namespace rules, the other
-    defaults) is read by admission from its own policy. A new field the index reads belongs here."""
-    defaults = policy.defaults
-    return (
-        policy.classes,
-        policy.class_label,
-        policy.products,
-        tuple(policy.vendors.items()),
-        defaults.reservation_seconds,
-        defaults.reservation_settle_seconds,
-    )
+# What only admission reads of the policy, never an index or the projections that feed it: a change of
+# these alone keeps the index. Everything else is assumed to shape the index, so a field added later
+# (and read by the index) rebuilds it until it is listed here: exact by default, cheap where known.
+ADMISSION_ONLY_DEFAULTS = (
+    "fallback",
+    "on_no_capacity",
+    "stale_after_seconds",
+    "on_stale",
+    "check_visible_devices",
+    "enforce_all_gpu_quota_forms",  # read by webhook.pools.quotas from the policy it is given
+    "device",
+)
+
+
+def pooling(policy: Policy) -> Policy:
+    """The policy without what only admission reads (its namespace rules, its default vendor and the
+    defaults in ADMISSION_ONLY_DEFAULTS): two policies with equal poolings pool the same objects the same
+    way, so an index built for one serves the other."""
+    neutral = Defaults()
+    defaults = replace(policy.defaults, **{name: getattr(neutral, name) for name in ADMISSION_ONLY_DEFAULTS})
+    return replace(policy, namespaces={}, default_vendor="", defaults=defaults)
 
 
 class PoolIndex:

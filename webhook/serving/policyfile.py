@@ -9,9 +9,9 @@ on the admission path.
 
 What a new policy costs depends on what it changes (webhook.pools.index.pooling):
 
-- namespace rules and the defaults admission reads: the Admitter is rebound to the new policy, with the
-  same inventory (`Admitter.use`); nothing is listed again;
-- classes, the product table, vendors or reservation times: the index is built for those, so a new
+- namespace rules and the defaults only admission reads: the Admitter is rebound to the new policy,
+  with the same inventory (`Admitter.use`); nothing is listed again;
+- anything else (classes, the product table, vendors, reservation times): the index is built for it, so a new
   inventory is opened for the new policy (the snapshot file read again, or the cluster listed and
   watched anew) while the current one keeps answering by the old policy. Every reservation made
   meanwhile is made in both (`Admitter.mirror_into`); the switch happens once the new inventory is
