@@ -17,7 +17,7 @@ import orjson
 from webhook.commands.common import add_source_arguments, open_from_args
 from webhook.domain.policy import Policy
 from webhook.domain.quantity import format_mib
-from webhook.pools.index import PoolIndex, stray_reason
+from webhook.pools.index import PoolIndex
 from webhook.pools.inventory import PoolStats
 from webhook.pools.quotas import quota_warnings
 
@@ -67,10 +67,7 @@ def build_report(index: PoolIndex, policy: Policy) -> dict[str, Any]:
         "pools": [pool(s) for s in stats],
         "warnings": [
             *(f"node {u.node}: {u.vendor} GPUs not pooled: {u.reason}" for u in index.unclassified()),
-            *(
-                f"pool {key}: no Pod is placed with its {stray_reason(sel, strays)}"
-                for key, sel, strays in index.stray_selectors()
-            ),
+            *(f"pool {key}: no Pod is placed there: {found.reason}" for key, found in index.inseparable()),
             *quota_warnings(index, policy),
         ],
     }
