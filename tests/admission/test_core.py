@@ -132,6 +132,7 @@ def assert_feasible(
     policy: Policy,
     index: PoolIndex,
     objects: list[Mapping[str, Any]],
+    *,
     original: Mapping[str, Any] | None = None,
 ) -> None:
     """Where the scheduler may put the patched Pod (tests/scheduling.py, Kubernetes' rules): among the
@@ -184,7 +185,7 @@ def check_placed(
     patched = apply(obj, result.patch)
     validate_pod(patched)
     fleet = objects if objects is not None else list(_demo_objects())
-    assert_feasible(result, patched, policy, index, fleet, original)
+    assert_feasible(result, patched, policy, index, fleet, original=original)
     assert patched["metadata"]["annotations"][POOL_KEY] == str(result.placement.pool)
     again = evaluate(patched, namespace, policy, index)
     assert again.allowed, again.message
@@ -1136,7 +1137,7 @@ def test_evaluate_never_raises_and_every_patch_applies_and_is_idempotent(obj: di
     # What the inventory holds for the Pod is what the patched Pod will really request, where it can run.
     requests = pod_gpu_requests(patched["spec"], policy.gpu_resources, policy.partition_prefixes)
     assert requests.get(result.placement.resource, 0) == result.placement.pod_total
-    assert_feasible(result, patched, policy, index, list(_demo_objects()), original)
+    assert_feasible(result, patched, policy, index, list(_demo_objects()), original=original)
     again = evaluate(patched, namespace, policy, index)
     assert again.allowed, again.message
     assert again.patch == ()
@@ -1438,7 +1439,7 @@ def test_a_pod_that_names_no_device_is_never_placed_on_a_mig_instance_or_a_share
     result, index, objects = placed
     assert result.placement is not None and result.placement.device == "gpu", str(result.placement)
     assert result.placement.resource in demo_policy().gpu_resources
-    assert_feasible(result, apply(obj, result.patch), demo_policy(), index, objects, obj)
+    assert_feasible(result, apply(obj, result.patch), demo_policy(), index, objects, original=obj)
 
 
 NO_EDIT: NodeEdit = (False, None, None, None)

@@ -91,6 +91,10 @@ def check_bound(
     what = f"{req.vendor.name} GPUs" if resource == req.vendor.resource else f"{resource} devices"
     if not facts and not unclassed:
         unclassed.append("no node gpupool knows")
+    for f in facts:
+        problem = bound_problem(req, f)
+        if problem:
+            return verdict.deny(problem, reason="bound-node")
     if unclassed and rule.restricted:
         which = (
             f"names node {unclassed[0]}, which has"
@@ -102,10 +106,6 @@ def check_bound(
             "classes, so the Pod must leave its node to gpupool",
             reason="bound-node",
         )
-    for f in facts:
-        problem = bound_problem(req, f)
-        if problem:
-            return verdict.deny(problem, reason="bound-node")
     classes = sorted({f.pool.gpu_class for f in facts} | (set(rule.class_quota) if unclassed else set()))
     for gpu_class in classes:
         over = class_quota_problem(req.namespace, gpu_class, devices, index, policy)

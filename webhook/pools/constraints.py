@@ -14,8 +14,8 @@ equal, so gpupool says the rest with node-affinity requirements (webhook.domain.
    (another class of the same product, replicas beside whole GPUs, a MIG layout being changed, an invalid
    class label) and satisfies step 1 is left out by a requirement on the first label, in a fixed order,
    whose value on it no member shares: `NotIn` (for the class label: every other class of the policy and
-   the values seen; for the MIG state: every changing state), or `DoesNotExist` where no member has the
-   label at all.
+   the values seen; for the MIG state: every changing state; for the sharing strategy: time-slicing and
+   mps), or, for another label no member has at all, `DoesNotExist`.
 3. **Checked**: every member satisfies the result and no other node does; a node no label tells apart
    (it differs from a member only in what labels cannot say) makes the pool `Inseparable`, with the
    reason, and no Pod is placed on it.
@@ -84,7 +84,7 @@ def pool_constraint(
         key = _telling_label(labels, members, keys)
         if key is None:
             stuck.append(name)
-        elif not any(key in m.labels for m in members) and key != keys.class_label:
+        elif not any(key in m.labels for m in members) and key != keys.class_label and key not in keys.exclusive:
             absent.add(key)
         else:
             left_out.setdefault(key, set()).add(labels[key])
