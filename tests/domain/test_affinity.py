@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests import scheduling
@@ -92,6 +92,8 @@ def test_requirements_match_as_the_scheduler_reads_them(
     expressions=st.lists(requirements(), max_size=3).map(tuple),
     labels=st.dictionaries(st.sampled_from(["a", "b", "c", "p", "q"]), VALUES, max_size=5),
 )
+# Found by make fuzz: a term with no requirement matches no node; appending the pool's to it made it match.
+@example(selector={}, terms=(Term(),), pool_selector={}, expressions=(Requirement("a", NOT_IN, ("x",)),), labels={})
 def test_within_a_pool_is_the_pods_own_requirements_and_the_pools(
     selector: dict[str, str],
     terms: tuple[Term, ...] | None,

@@ -101,6 +101,8 @@ def _affinity_ops(
         ops.append({"op": "add", "path": path, "value": value})
         return
     for i, (term, listed) in enumerate(zip(affinity.required, affinity.listed, strict=True)):
+        if not term:
+            continue  # a term with no requirement matches no node; requirements would make it match
         missing = [r.as_json() for r in needed if r not in term.expressions]
         base = f"{_REQUIRED}/nodeSelectorTerms/{i}/matchExpressions"
         if not missing:

@@ -89,6 +89,10 @@ class Term(NamedTuple):
     expressions: tuple[Requirement, ...] = ()
     fields: tuple[Requirement, ...] = ()  # matchFields: on metadata.name, the node's name
 
+    def __bool__(self) -> bool:
+        """False for a term with no requirement (it matches no node)."""
+        return bool(self.expressions or self.fields)
+
     def matches(self, name: str, labels: Mapping[str, str]) -> bool:
         if not self.expressions and not self.fields:
             return False
@@ -136,7 +140,8 @@ class NodeRequirements(NamedTuple):
     def within(self, pool: PoolConstraint) -> NodeRequirements:
         """The requirements once `pool` is added as the patch adds it: its nodeSelector entries merged in,
         its requirements appended to every term (leaving out those a term has already and those the Pod's
-        own nodeSelector satisfies), or one term of them for a Pod that has none."""
+        own nodeSelector satisfies), or one term of them for a Pod that has none. A term with no
+        requirement, which matches no node, is left as it is: requirements would make it match."""
         own = dict(self.selector)
         needed = tuple(r for r in pool.expressions if not (r.key in own and r.matches(own)))
         merged = tuple(sorted({**own, **dict(pool.selector)}.items()))
@@ -145,7 +150,8 @@ class NodeRequirements(NamedTuple):
         if self.terms is None:
             return NodeRequirements(merged, (Term(needed),))
         terms = tuple(
-            t._replace(expressions=(*t.expressions, *(r for r in needed if r not in t.expressions))) for t in self.terms
+            t._replace(expressions=(*t.expressions, *(r for r in needed if r not in t.expressions))) if t else t
+            for t in self.terms
         )
         return NodeRequirements(merged, terms)
 
