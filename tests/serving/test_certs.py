@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 import shutil
 import socket
 import ssl
@@ -364,14 +365,16 @@ class TestRerun:
         assert cert_public_der(cert(certs, "tls.crt")) == public_der(certs, "tls.key")
         handshake(certs, SNI)
 
-    def test_mismatched_ca_key_re_issues_the_ca_and_the_serving_certificate(self, certs: Path, other: Path) -> None:
-        """If ca.key is not the key of ca.crt, ca.crt is re-issued for ca.key and tls.crt re-signed."""
+    def test_a_ca_key_that_is_not_the_key_of_ca_crt_is_refused_naming_both(self, certs: Path, other: Path) -> None:
+        """A ca.key that does not belong to ca.crt (planted, or copied from another install) stops the run
+        with an error naming both files, and nothing is written: no CA is ever issued from it."""
         shutil.copy2(other / "ca.key", certs / "ca.key")
-        report = ensure(certs)
-        assert report.ca_cert.reason.startswith("does not match ca.key")
-        assert report.tls_cert.reason.startswith("the CA was renewed")
-        assert cert_public_der(cert(certs, "ca.crt")) == public_der(certs, "ca.key")
-        handshake(certs, SNI)
+        before = contents(certs)
+        with pytest.raises(CertError) as refused:
+            ensure(certs)
+        assert str(refused.value).startswith(f"{certs / 'ca.key'} is not the key of {certs / 'ca.crt'}")
+        assert "remove both to make a new CA" in str(refused.value)
+        assert contents(certs) == before
 
     def test_serving_certificate_from_another_ca_is_replaced(self, certs: Path, other: Path) -> None:
         """A tls.crt/tls.key pair signed by some other CA is re-signed by ours (keeping tls.key)."""
@@ -445,6 +448,33 @@ class TestRerun:
         report = ensure(certs)
         assert stat.S_IMODE((certs / "ca.key").stat().st_mode) == 0o600
         assert report.ca_key.reason.endswith("permissions tightened to 0600")
+
+    @pytest.mark.parametrize("umask", [0o000, 0o022, 0o277], ids=["umask-000", "umask-022", "umask-277"])
+    def test_a_new_directory_is_0700_whatever_the_umask(self, tmp_path: Path, umask: int) -> None:
+        """The directory is created for its owner alone, even under umask 000 (which would make it 0777) or a
+        umask that would leave the owner unable to write; the report says it was created."""
+        directory = tmp_path / "certs"
+        old = os.umask(umask)
+        try:
+            report = ensure(directory)
+        finally:
+            os.umask(old)
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+        assert report.directory is not None
+        assert (report.directory.action, report.directory.reason) == (Action.CREATED, "new directory, mode 0700")
+        assert report.lines[0] == f"created {directory}: new directory, mode 0700"
+
+    def test_an_existing_directory_others_may_write_to_is_tightened(self, certs: Path) -> None:
+        """An existing directory keeps its mode unless group or others may write to it: those bits go, and
+        the report says so; one already private is left alone and not reported."""
+        certs.chmod(0o777)
+        report = ensure(certs)
+        assert stat.S_IMODE(certs.stat().st_mode) == 0o755
+        assert report.directory is not None
+        assert report.directory.reason == "others could write to it: permissions tightened to 0755"
+        again = ensure(certs)
+        assert again.directory is None
+        assert len(again.lines) == 4
 
     def test_existing_rsa_serving_key_is_kept_and_allowed_key_encipherment(self, certs: Path) -> None:
         """An RSA tls.key is accepted; its certificate has keyUsage digitalSignature + keyEncipherment."""
