@@ -21,6 +21,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from webhook.serving.certs import (
     Action,
     CertError,
+    CertificateExpiry,
     CertReport,
     check_days,
     check_namespace,
@@ -493,6 +494,32 @@ class TestRerun:
         """`now` must carry a time zone; a naive datetime would silently mean local time."""
         with pytest.raises(ValueError, match="timezone-aware"):
             ensure(certs, now=datetime(2030, 1, 1))
+
+
+# --- the serving certificate's expiry (the gauge) -------------------------------------------------
+
+
+class TestExpiry:
+    def test_not_after_follows_the_file_through_a_renewal(self, certs: Path) -> None:
+        """notAfter of tls.crt; after `gpupool certs` renews it (one rename), the renewed one's."""
+        expiry = CertificateExpiry(str(certs / "tls.crt"))
+        assert expiry.not_after() == cert(certs, "tls.crt").not_valid_after_utc
+        later = datetime.now(UTC) + timedelta(days=340)  # within 30 days of the end: renewal is due
+        report = ensure_certificates(certs, SVC, NS, HOSTS, 90, now=later)
+        assert report.tls_cert.action is Action.RENEWED
+        assert expiry.not_after() == report.not_after == cert(certs, "tls.crt").not_valid_after_utc
+
+    def test_a_missing_or_half_written_file_keeps_the_last_value(self, certs: Path) -> None:
+        """Mid-rotation (file gone, or not PEM yet) the last notAfter read stands, as the server keeps
+        serving the certificate it had; a file never read gives None."""
+        path = certs / "tls.crt"
+        expiry = CertificateExpiry(str(path))
+        first = expiry.not_after()
+        path.write_bytes(b"-----BEGIN CERT")
+        assert expiry.not_after() == first
+        path.unlink()
+        assert expiry.not_after() == first
+        assert CertificateExpiry(str(path)).not_after() is None
 
 
 # --- a client CA file (serve --client-ca) ----------------------------------------------------------

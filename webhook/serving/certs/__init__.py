@@ -5,6 +5,7 @@
 - `files`: PEM files read, checked and written atomically in a directory only its owner may write to,
   and the client CA file of `serve --client-ca`;
 - `ensure`: `ensure_certificates`, which creates or renews what needs it and keeps everything else;
+- `expiry`: the serving certificate's notAfter, followed through rotations, for the expiry gauge.
 """
 
 from webhook.serving.certs.ensure import (
@@ -17,6 +18,7 @@ from webhook.serving.certs.ensure import (
     FileAction,
     ensure_certificates,
 )
+from webhook.serving.certs.expiry import CertificateExpiry
 from webhook.serving.certs.files import CERT_MODE, DIR_MODE, KEY_MODE, CertError, read_ca_bundle
 from webhook.serving.certs.issue import CA_COMMON_NAME, CA_LIFETIME, CLOCK_SKEW, PrivateKey, key_description
 from webhook.serving.certs.names import (
@@ -56,6 +58,7 @@ __all__ = [
     "Action",
     "CertError",
     "CertReport",
+    "CertificateExpiry",
     "FileAction",
     "IPAddress",
     "PrivateKey",
