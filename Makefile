@@ -16,9 +16,13 @@ IMAGE ?=
 # certificate, and the control plane's addresses for the NetworkPolicy (space-separated). Empty: off.
 CLIENT_CA ?=
 CONTROL_PLANE_CIDRS ?=
-# The names `make certs` puts in certs/tls.crt (besides the in-cluster Service names); `make manifests`
-# uses the same ones, or each would re-issue the other's serving certificate.
-CERT_HOSTS ?= localhost 127.0.0.1
+# Two certificates that never touch each other: the one installed in the cluster (certs/, made and renewed
+# by `make manifests`/`make deploy`) carries only the Service's names, plus CERT_HOSTS if you need more;
+# `make run`'s own (certs/dev/, `make certs`) is for localhost. Sharing one directory, each run would
+# re-issue the other's certificate, and the cluster's would name localhost.
+CERT_HOSTS ?=
+DEV_CERTS := certs/dev
+DEV_CERT_HOSTS ?= localhost 127.0.0.1
 MANIFEST = build/gpupool-$(OVERLAY).yaml
 
 help: ## show this help
@@ -33,7 +37,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP) ## create the virtualenv and install gpupool with its development tools
 
 run: $(STAMP) certs ## serve the demo inventory over TLS on https://127.0.0.1:8443 (health and metrics on :8080)
-	$(BIN)/gpupool serve --cert certs/tls.crt --key certs/tls.key --inventory examples/cluster.yaml \
+	$(BIN)/gpupool serve --cert $(DEV_CERTS)/tls.crt --key $(DEV_CERTS)/tls.key --inventory examples/cluster.yaml \
 		--policy examples/policy.yaml --host 127.0.0.1 --port $(PORT) --health-port $(HEALTH_PORT)
 
 explain: $(STAMP) ## explain the decision for a Pod (POD=examples/pods/...) on the demo inventory
@@ -45,8 +49,8 @@ inventory: $(STAMP) ## show the demo inventory's pools
 quota: $(STAMP) ## show every quota gpupool checks on the demo inventory
 	$(BIN)/gpupool quota --inventory examples/cluster.yaml --policy examples/policy.yaml
 
-certs: $(STAMP) ## dev certificates for localhost, 127.0.0.1 and the in-cluster Service name, into certs/
-	$(BIN)/gpupool certs --out certs $(addprefix --host ,$(CERT_HOSTS))
+certs: $(STAMP) ## make run's certificates (localhost, 127.0.0.1) into certs/dev/; the cluster's are made by make manifests
+	$(BIN)/gpupool certs --out $(DEV_CERTS) $(addprefix --host ,$(DEV_CERT_HOSTS))
 
 test: lint typecheck ## lint, type check and run the whole test suite
 	$(BIN)/pytest -q

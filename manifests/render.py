@@ -4,7 +4,9 @@
 [CONTROL_PLANE_CIDRS="cidr ..."]` runs this:
 
 1. self-signed only: `gpupool certs` creates or renews the CA and the serving certificate in certs/
-   (it keeps a valid CA, so the caBundle stays stable).
+   (it keeps a valid CA, so the caBundle stays stable; the serving certificate is renewed once 30 days or
+   fewer are left, so re-running `make deploy` is how it is renewed) and names only the Service unless
+   --host is given. `make run`'s certificate lives in certs/dev/, so neither re-issues the other.
 2. manifests/ is copied to a scratch directory, and for self-signed ca.crt, tls.crt and tls.key go
    into the copy's overlay directory: kustomize reads files only from inside a kustomization's root,
    and rendering from a copy leaves no keys in the source tree.
@@ -141,8 +143,10 @@ def read_client_ca(path: Path) -> bytes:
     return data
 
 
-def ensure_certs(certs_dir: Path, hosts: Sequence[str]) -> None:
-    """Create the CA and serving certificate with `gpupool certs`, or renew what needs renewing."""
+def ensure_certs(certs_dir: Path, hosts: Sequence[str]) -> list[str]:
+    """Create the CA and serving certificate with `gpupool certs`, or renew what needs renewing (a serving
+    certificate with 30 days or fewer left, one whose names changed); returns its lines for what it
+    created or renewed. The serving certificate names the Service, plus `hosts` only if given."""
     command = [sys.executable, "-m", "webhook", "certs", "--out", str(certs_dir)]
     command += ["--service", SERVICE, "--namespace", NAMESPACE]
     for host in hosts:
@@ -150,6 +154,7 @@ def ensure_certs(certs_dir: Path, hosts: Sequence[str]) -> None:
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RenderError(f"`gpupool certs` failed: {done.stderr.strip() or done.stdout.strip()}")
+    return [line for line in done.stdout.splitlines() if line and not line.startswith("kept ")]
 
 
 def stage(scratch: Path, overlay: str, certs_dir: Path) -> None:
@@ -196,7 +201,8 @@ def render(
         raise RenderError(f"{kubectl!r} not found on PATH; kubectl (with kustomize) renders the manifests")
     client_ca_pem = None if client_ca is None else read_client_ca(client_ca)
     if overlay == "self-signed":
-        ensure_certs(certs_dir, hosts)
+        for line in ensure_certs(certs_dir, hosts):
+            print(line)  # the admin sees a new CA (a new caBundle) or a renewal happen
     with tempfile.TemporaryDirectory(prefix="gpupool-render-") as tmp:
         scratch = Path(tmp)
         stage(scratch, overlay, certs_dir)
@@ -244,7 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME_OR_IP",
         action="append",
         default=[],
-        help="one more name for the serving certificate, passed to `gpupool certs` (self-signed only)",
+        help="one more name for the serving certificate, passed to `gpupool certs` (self-signed only; by "
+        "default it names only the Service)",
     )
     parser.add_argument(
         "--client-ca",

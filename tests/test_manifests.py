@@ -17,6 +17,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ from webhook.commands.cli import build_parser
 from webhook.commands.serve import SERVE_ENV, check_client_ca, resolve_options
 from webhook.domain.policy import Policy, default_policy_text, load_policy_text
 from webhook.domain.quantity import parse_bytes
-from webhook.serving.certs import ensure_certificates
+from webhook.serving.certs import dns_names, ensure_certificates
 from webhook.serving.server import ServeOptions
 
 REPO = Path(__file__).resolve().parents[1]
@@ -122,6 +123,15 @@ def run_render(*args: str | Path) -> subprocess.CompletedProcess[str]:
         timeout=120,
         check=False,
     )
+
+
+def make_dry_run(target: str) -> str:
+    """The commands `make TARGET` would run, as make prints them (-n: nothing is run)."""
+    done = subprocess.run(
+        ["make", "-n", "-s", target], cwd=REPO, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.replace("\\\n", " ")
 
 
 def kustomize(directory: Path) -> str:
@@ -296,6 +306,49 @@ class TestRender:
         done = run_render("--certs-dir", certs_dir, "--out", tmp_path / "out.yaml")
         assert done.returncode == 0, done.stderr
         assert tree() == before
+
+    def test_the_cluster_certificate_names_the_service_only(self, rendered: dict[str, Rendering]) -> None:
+        """The serving certificate installed in the cluster names the Service's four in-cluster names and
+        nothing else: no localhost, no 127.0.0.1 (those are `make run`'s, in a certificate of its own)."""
+        for name in ("self-signed", "self-signed+ignore"):
+            serving = x509.load_pem_x509_certificate(base64.b64decode(rendered[name].one("Secret")["data"]["tls.crt"]))
+            names = serving.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+            assert names.get_values_for_type(x509.DNSName) == dns_names(SERVICE, NAMESPACE)
+            assert names.get_values_for_type(x509.IPAddress) == []
+
+    def test_make_run_and_make_deploy_never_share_a_certificate(self) -> None:
+        """`make run` serves its own certificate from certs/dev/ (made by `make certs` for localhost), and
+        `make manifests` (so `make deploy`) renders certs/ with no extra host: neither run re-issues the
+        other's certificate, and the cluster's never names localhost."""
+        run = make_dry_run("run")
+        (dev_certs,) = re.findall(r"gpupool certs --out (\S+)", run)
+        assert re.search(
+            rf"gpupool serve --cert {re.escape(dev_certs)}/tls\.crt --key {re.escape(dev_certs)}/tls\.key", run
+        )
+        assert "--host localhost" in run
+        (render,) = [line for line in make_dry_run("manifests").splitlines() if "render.py" in line]
+        assert "--host" not in render
+        assert "--certs-dir" not in render  # render.py's default, REPO/certs
+        assert (REPO / dev_certs).resolve() != (REPO / "certs").resolve()
+
+    def test_make_deploy_renews_a_serving_certificate_that_is_due(self, tmp_path: Path) -> None:
+        """Re-running `make deploy` (render.py) is how the self-signed certificate is renewed: with 30 days
+        or fewer left, the rendered Secret carries a new certificate for a year, signed by the same CA (the
+        caBundle does not change), and render.py says it renewed it."""
+        certs = tmp_path / "certs"
+        ensure_certificates(certs, SERVICE, NAMESPACE, days=40, now=datetime.now(UTC) - timedelta(days=15))
+        ca_before = (certs / "ca.crt").read_bytes()
+        out = tmp_path / "out.yaml"
+        done = run_render("--overlay", "self-signed", "--certs-dir", certs, "--out", out)
+        assert done.returncode == 0, done.stderr
+        assert re.search(r"^renewed .*tls\.crt: expires on \S+, within 30 days; valid until ", done.stdout, re.M)
+        r = parse_objects(out.read_text(), "renewed")
+        serving = x509.load_pem_x509_certificate(base64.b64decode(r.one("Secret")["data"]["tls.crt"]))
+        assert serving.not_valid_after_utc - datetime.now(UTC) > timedelta(days=360)
+        assert (certs / "ca.crt").read_bytes() == ca_before
+        assert base64.b64decode(re.sub(r"\s", "", r.webhook["clientConfig"]["caBundle"])) == ca_before
+        again = run_render("--overlay", "self-signed", "--certs-dir", certs, "--out", out)
+        assert again.stdout.splitlines() == [f"wrote {out} (self-signed, failurePolicy Fail)"]  # nothing due
 
     @pytest.mark.parametrize(
         ("ref", "image"),
