@@ -16,6 +16,11 @@ IMAGE ?=
 # certificate, and the control plane's addresses for the NetworkPolicy (space-separated). Empty: off.
 CLIENT_CA ?=
 CONTROL_PLANE_CIDRS ?=
+# Namespaces never sent to gpupool, by name, besides kube-system, gpupool-system and gpu-operator
+# (space-separated); IGNORE_LABEL=false stops honouring gpupool.io/ignore=true (where tenants may label
+# their namespaces). docs/install.md, "Opting a namespace out".
+EXCLUDE_NAMESPACES ?=
+IGNORE_LABEL ?= true
 # Two certificates that never touch each other: the one installed in the cluster (certs/, made and renewed
 # by `make manifests`/`make deploy`) carries only the Service's names, plus CERT_HOSTS if you need more;
 # `make run`'s own (certs/dev/, `make certs`) is for localhost. Sharing one directory, each run would
@@ -78,9 +83,11 @@ bench: $(STAMP) ## run every benchmark in bench/ (minutes; not part of make test
 	$(BIN)/python bench/bench_server.py
 	$(BIN)/python bench/bench_slow_clients.py
 
-manifests: $(STAMP) ## render deployable YAML into build/gpupool-<overlay>.yaml (OVERLAY=self-signed|cert-manager FAILURE_POLICY=Fail|Ignore IMAGE=ref CLIENT_CA=file CONTROL_PLANE_CIDRS="cidr ...")
+manifests: $(STAMP) ## render deployable YAML into build/gpupool-<overlay>.yaml (OVERLAY=self-signed|cert-manager FAILURE_POLICY=Fail|Ignore IMAGE=ref CLIENT_CA=file CONTROL_PLANE_CIDRS="cidr ..." EXCLUDE_NAMESPACES="ns ..." IGNORE_LABEL=false)
 	$(BIN)/python manifests/render.py --overlay $(OVERLAY) --failure-policy $(FAILURE_POLICY) $(if $(IMAGE),--image $(IMAGE)) $(addprefix --host ,$(CERT_HOSTS)) \
-		$(if $(CLIENT_CA),--client-ca $(CLIENT_CA)) $(addprefix --control-plane-cidr ,$(CONTROL_PLANE_CIDRS)) --out $(MANIFEST)
+		$(if $(CLIENT_CA),--client-ca $(CLIENT_CA)) $(addprefix --control-plane-cidr ,$(CONTROL_PLANE_CIDRS)) \
+		$(addprefix --exclude-namespace ,$(EXCLUDE_NAMESPACES)) $(if $(filter false,$(IGNORE_LABEL)),--no-ignore-label) \
+		--out $(MANIFEST)
 
 deploy: manifests ## install on the current kubectl context; the webhook configuration goes last, once the Pods are ready
 	kubectl apply -f $(MANIFEST) -l 'app.kubernetes.io/component!=webhook-configuration'

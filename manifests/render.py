@@ -1,7 +1,7 @@
 """Render gpupool's manifests for one overlay into a single file that `kubectl apply -f` installs.
 
 `make manifests OVERLAY=self-signed|cert-manager [FAILURE_POLICY=Ignore] [IMAGE=ref] [CLIENT_CA=file]
-[CONTROL_PLANE_CIDRS="cidr ..."]` runs this:
+[CONTROL_PLANE_CIDRS="cidr ..."] [EXCLUDE_NAMESPACES="ns ..."] [IGNORE_LABEL=false]` runs this:
 
 1. self-signed only: `gpupool certs` creates or renews the CA and the serving certificate in certs/
    (it keeps a valid CA, so the caBundle stays stable; the serving certificate is renewed once 30 days or
@@ -12,8 +12,9 @@
    and rendering from a copy leaves no keys in the source tree.
 3. A scratch kustomization stacks the overlay, the failure-policy-ignore component if asked for, an
    image override if given, the client-ca component with a ConfigMap made from --client-ca, and the
-   webhook-port-from-control-plane component with the --control-plane-cidr addresses; `kubectl
-   kustomize` renders it.
+   webhook-port-from-control-plane component with the --control-plane-cidr addresses, and a patch of the
+   webhook's namespaceSelector for --exclude-namespace and --no-ignore-label; `kubectl kustomize`
+   renders it.
 4. The output is checked for the one thing that breaks silently (a webhook without a CA source) and
    written to build/gpupool-<overlay>.yaml, mode 0600: the self-signed output holds the private key.
 
@@ -27,6 +28,7 @@ import argparse
 import ipaddress
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -45,6 +47,10 @@ NAMESPACE = "gpupool-system"
 IMAGE_NAME = "ghcr.io/gpupool/gpupool-webhook"
 CERT_FILES = ("ca.crt", "tls.crt", "tls.key")
 CLIENT_CA_FILE = "client-ca.crt"  # the --client-ca copy, next to the scratch kustomization
+# What the base's namespaceSelector leaves out by name (manifests/base/webhook.yaml), and its label.
+EXCLUDED_BY_DEFAULT = ("kube-system", NAMESPACE, "gpu-operator")
+IGNORE_LABEL = "gpupool.io/ignore"
+_NAMESPACE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 class RenderError(Exception):
@@ -79,6 +85,30 @@ def control_plane_cidr(value: str) -> str:
         ) from None
 
 
+def namespace_name(value: str) -> str:
+    """An --exclude-namespace value: a namespace name (an RFC 1123 label), as kubernetes.io/metadata.name holds it."""
+    if not _NAMESPACE_NAME.fullmatch(value):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a namespace name (lowercase letters, digits and '-', at most 63 characters)"
+        )
+    return value
+
+
+def namespace_selector_patch(exclude: Sequence[str], *, ignore_label: bool) -> list[str]:
+    """JSON patch lines (for the patch of the webhook configuration) that leave out the `exclude`
+    namespaces by name, besides the base's, and drop the gpupool.io/ignore label unless `ignore_label`.
+    The `test` ops make the render fail, rather than patch the wrong expression, if the base changes."""
+    selector = "/webhooks/0/namespaceSelector/matchExpressions"
+    ops = [f"- op: test\n  path: {selector}/0/key\n  value: kubernetes.io/metadata.name"]
+    for name in dict.fromkeys(exclude):
+        if name not in EXCLUDED_BY_DEFAULT:
+            ops.append(f"- op: add\n  path: {selector}/0/values/-\n  value: {json.dumps(name)}")
+    if not ignore_label:
+        ops.append(f"- op: test\n  path: {selector}/1/key\n  value: {IGNORE_LABEL}")
+        ops.append(f"- op: remove\n  path: {selector}/1")
+    return [] if len(ops) == 1 else [line for op in ops for line in op.split("\n")]
+
+
 def stacked_kustomization(
     overlay: str,
     failure_policy: str,
@@ -86,6 +116,8 @@ def stacked_kustomization(
     *,
     client_ca: bool = False,
     control_plane_cidrs: Sequence[str] = (),
+    exclude_namespaces: Sequence[str] = (),
+    ignore_label: bool = True,
 ) -> str:
     """A kustomization, placed next to the copy of manifests/, that renders `overlay` as asked.
 
@@ -116,16 +148,25 @@ def stacked_kustomization(
             "      disableNameSuffixHash: true",
             "      labels: {app.kubernetes.io/name: gpupool-webhook, app.kubernetes.io/part-of: gpupool}",
         ]
+    patches = []
     if control_plane_cidrs:
         blocks = ", ".join(f"{{ipBlock: {{cidr: {json.dumps(c)}}}}}" for c in control_plane_cidrs)
-        lines += [
-            "patches:",
+        patches += [
             "  - target: {kind: NetworkPolicy, name: gpupool-webhook}",
             "    patch: |-",
             "      - op: replace",
             "        path: /spec/ingress/0/from",
             f"        value: [{blocks}]",
         ]
+    selector = namespace_selector_patch(exclude_namespaces, ignore_label=ignore_label)
+    if selector:
+        patches += [
+            "  - target: {kind: MutatingWebhookConfiguration, name: gpupool-webhook}",
+            "    patch: |-",
+            *(f"      {line}" for line in selector),
+        ]
+    if patches:
+        lines += ["patches:", *patches]
     return "\n".join(lines) + "\n"
 
 
@@ -196,6 +237,8 @@ def render(
     kubectl: str,
     client_ca: Path | None = None,
     control_plane_cidrs: Sequence[str] = (),
+    exclude_namespaces: Sequence[str] = (),
+    ignore_label: bool = True,
 ) -> None:
     if shutil.which(kubectl) is None:
         raise RenderError(f"{kubectl!r} not found on PATH; kubectl (with kustomize) renders the manifests")
@@ -215,6 +258,8 @@ def render(
             image,
             client_ca=client_ca_pem is not None,
             control_plane_cidrs=control_plane_cidrs,
+            exclude_namespaces=exclude_namespaces,
+            ignore_label=ignore_label,
         )
         (scratch / "render" / "kustomization.yaml").write_text(kustomization)
         rendered = kustomize(kubectl, scratch / "render")
@@ -269,6 +314,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="an address range kube-apiserver calls the webhook from; repeatable. The NetworkPolicy then "
         "admits only these to port 8443 (components/webhook-port-from-control-plane); 8080 stays open",
     )
+    parser.add_argument(
+        "--exclude-namespace",
+        metavar="NAME",
+        action="append",
+        type=namespace_name,
+        default=[],
+        help="a namespace whose Pods are never sent to gpupool, by name; repeatable. Always left out: "
+        + ", ".join(EXCLUDED_BY_DEFAULT),
+    )
+    parser.add_argument(
+        "--no-ignore-label",
+        dest="ignore_label",
+        action="store_false",
+        help=f"namespaces labelled {IGNORE_LABEL}=true are sent too: only names leave a namespace out "
+        "(for clusters where tenants may label their namespaces)",
+    )
     parser.add_argument("--kubectl", default="kubectl", metavar="PATH")
     return parser
 
@@ -287,6 +348,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             kubectl=args.kubectl,
             client_ca=args.client_ca,
             control_plane_cidrs=args.control_plane_cidr,
+            exclude_namespaces=args.exclude_namespace,
+            ignore_label=args.ignore_label,
         )
     except RenderError as exc:
         print(f"render.py: error: {exc}", file=sys.stderr)
@@ -294,6 +357,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     extras = ", client certificates required" if args.client_ca else ""
     if args.control_plane_cidr:
         extras += f", port 8443 from {' '.join(args.control_plane_cidr)} only"
+    if added := [n for n in dict.fromkeys(args.exclude_namespace) if n not in EXCLUDED_BY_DEFAULT]:
+        extras += f", also leaving out {' '.join(added)}"
+    if not args.ignore_label:
+        extras += f", {IGNORE_LABEL} not honoured"
     print(f"wrote {out} ({args.overlay}, failurePolicy {args.failure_policy}{extras})")
     return 0
 

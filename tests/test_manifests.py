@@ -125,10 +125,10 @@ def run_render(*args: str | Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def make_dry_run(target: str) -> str:
-    """The commands `make TARGET` would run, as make prints them (-n: nothing is run)."""
+def make_dry_run(target: str, *assignments: str) -> str:
+    """The commands `make TARGET [VAR=value ...]` would run, as make prints them (-n: nothing is run)."""
     done = subprocess.run(
-        ["make", "-n", "-s", target], cwd=REPO, capture_output=True, text=True, timeout=60, check=False
+        ["make", "-n", "-s", target, *assignments], cwd=REPO, capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode == 0, done.stderr
     return done.stdout.replace("\\\n", " ")
@@ -378,8 +378,9 @@ class TestRender:
             (["--client-ca", "{ca_dir}/ca.key"], 1, "holds a private key; give the CA certificate (ca.crt) alone"),
             (["--client-ca", "{policy}"], 1, "no PEM certificate in it"),
             (["--client-ca", "{ca_dir}/none.crt"], 1, "cannot read: No such file"),
+            (["--exclude-namespace", "Team_A"], 2, "'Team_A' is not a namespace name"),
         ],
-        ids=["host-bits", "not-an-address", "ca-key", "not-pem", "missing"],
+        ids=["host-bits", "not-an-address", "ca-key", "not-pem", "missing", "bad-namespace"],
     )
     def test_bad_lock_down_options_are_one_line_errors(
         self, client_ca: Path, tmp_path: Path, args: list[str], code: int, words: str
@@ -494,16 +495,59 @@ class TestWebhookConfiguration:
         [
             ({"kubernetes.io/metadata.name": "kube-system"}, False),
             ({"kubernetes.io/metadata.name": NAMESPACE}, False),
-            ({"kubernetes.io/metadata.name": "team-a", "gpupool.io/ignore": ""}, False),
+            ({"kubernetes.io/metadata.name": "gpu-operator"}, False),
             ({"kubernetes.io/metadata.name": "team-a", "gpupool.io/ignore": "true"}, False),
+            ({"kubernetes.io/metadata.name": "team-a", "gpupool.io/ignore": "false"}, True),
+            ({"kubernetes.io/metadata.name": "team-a", "gpupool.io/ignore": ""}, True),
+            ({"kubernetes.io/metadata.name": "team-a", "gpupool.io/ignore": "True"}, True),
             ({"kubernetes.io/metadata.name": "team-a"}, True),
             ({"kubernetes.io/metadata.name": "default", "team": "ml"}, True),
         ],
-        ids=["kube-system", "own-namespace", "ignore-label-empty", "ignore-label", "team-a", "default"],
+        ids=[
+            "kube-system",
+            "own-namespace",
+            "gpu-operator",
+            "ignore-true",
+            "ignore-false",
+            "ignore-empty",
+            "ignore-capitalised",
+            "team-a",
+            "default",
+        ],
     )
     def test_namespace_selector(self, rendering: Rendering, labels: dict[str, str], sent: bool) -> None:
-        """kube-system, gpupool's own namespace and namespaces labelled gpupool.io/ignore are never sent."""
+        """kube-system, gpupool's own namespace and the GPU Operator's are left out by name (a label only
+        the API server sets); a namespace labelled gpupool.io/ignore is left out only for the value
+        `true`: `false`, an empty value or `True` opt nothing out."""
         assert selects(rendering.webhook["namespaceSelector"], labels) is sent
+
+    def test_namespaces_excluded_at_install_time_and_the_label_dropped(self, tmp_path: Path) -> None:
+        """render.py --exclude-namespace (make manifests EXCLUDE_NAMESPACES=...) adds names to the ones
+        always left out; --no-ignore-label (IGNORE_LABEL=false) makes names the only way out, for clusters
+        where tenants may label their own namespaces."""
+        out = tmp_path / "out.yaml"
+        args = ["--exclude-namespace", "nvidia-gpu-operator", "--exclude-namespace", "kube-system"]
+        done = run_render("--overlay", "cert-manager", *args, "--no-ignore-label", "--out", out)
+        assert done.returncode == 0, done.stderr
+        selector = parse_objects(out.read_text(), "excluded").webhook["namespaceSelector"]
+        assert selector == {
+            "matchExpressions": [
+                {
+                    "key": "kubernetes.io/metadata.name",
+                    "operator": "NotIn",
+                    "values": ["kube-system", NAMESPACE, "gpu-operator", "nvidia-gpu-operator"],
+                }
+            ]
+        }
+        assert not selects(selector, {"kubernetes.io/metadata.name": "nvidia-gpu-operator"})
+        assert selects(selector, {"kubernetes.io/metadata.name": "team-a", "gpupool.io/ignore": "true"})
+        (render,) = [
+            line
+            for line in make_dry_run("manifests", "EXCLUDE_NAMESPACES=a b", "IGNORE_LABEL=false").splitlines()
+            if "render.py" in line
+        ]
+        assert "--exclude-namespace a --exclude-namespace b" in render
+        assert "--no-ignore-label" in render
 
     def test_calls_the_rendered_service(self, rendering: Rendering) -> None:
         """The webhook calls /mutate on the rendered Service, whose port leads to the server's TLS port."""
