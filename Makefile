@@ -21,6 +21,9 @@ CONTROL_PLANE_CIDRS ?=
 # their namespaces). docs/install.md, "Opting a namespace out".
 EXCLUDE_NAMESPACES ?=
 IGNORE_LABEL ?= true
+# SINGLE_NODE=true: both replicas may run on one node, for single-node test clusters only
+# (manifests/components/single-node); otherwise two replicas never share a node.
+SINGLE_NODE ?= false
 # Two certificates that never touch each other: the one installed in the cluster (certs/, made and renewed
 # by `make manifests`/`make deploy`) carries only the Service's names, plus CERT_HOSTS if you need more;
 # `make run`'s own (certs/dev/, `make certs`) is for localhost. Sharing one directory, each run would
@@ -83,10 +86,11 @@ bench: $(STAMP) ## run every benchmark in bench/ (minutes; not part of make test
 	$(BIN)/python bench/bench_server.py
 	$(BIN)/python bench/bench_slow_clients.py
 
-manifests: $(STAMP) ## render deployable YAML into build/gpupool-<overlay>.yaml (OVERLAY=self-signed|cert-manager FAILURE_POLICY=Fail|Ignore IMAGE=ref CLIENT_CA=file CONTROL_PLANE_CIDRS="cidr ..." EXCLUDE_NAMESPACES="ns ..." IGNORE_LABEL=false)
+manifests: $(STAMP) ## render deployable YAML into build/gpupool-<overlay>.yaml (OVERLAY=self-signed|cert-manager FAILURE_POLICY=Fail|Ignore IMAGE=ref CLIENT_CA=file CONTROL_PLANE_CIDRS="cidr ..." EXCLUDE_NAMESPACES="ns ..." IGNORE_LABEL=false SINGLE_NODE=true)
 	$(BIN)/python manifests/render.py --overlay $(OVERLAY) --failure-policy $(FAILURE_POLICY) $(if $(IMAGE),--image $(IMAGE)) $(addprefix --host ,$(CERT_HOSTS)) \
 		$(if $(CLIENT_CA),--client-ca $(CLIENT_CA)) $(addprefix --control-plane-cidr ,$(CONTROL_PLANE_CIDRS)) \
 		$(addprefix --exclude-namespace ,$(EXCLUDE_NAMESPACES)) $(if $(filter false,$(IGNORE_LABEL)),--no-ignore-label) \
+		$(if $(filter true,$(SINGLE_NODE)),--single-node) \
 		--out $(MANIFEST)
 
 deploy: manifests ## install on the current kubectl context; the webhook configuration goes last, once the Pods are ready

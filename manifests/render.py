@@ -1,7 +1,8 @@
 """Render gpupool's manifests for one overlay into a single file that `kubectl apply -f` installs.
 
 `make manifests OVERLAY=self-signed|cert-manager [FAILURE_POLICY=Ignore] [IMAGE=ref] [CLIENT_CA=file]
-[CONTROL_PLANE_CIDRS="cidr ..."] [EXCLUDE_NAMESPACES="ns ..."] [IGNORE_LABEL=false]` runs this:
+[CONTROL_PLANE_CIDRS="cidr ..."] [EXCLUDE_NAMESPACES="ns ..."] [IGNORE_LABEL=false] [SINGLE_NODE=true]` runs
+this:
 
 1. self-signed only: `gpupool certs` creates or renews the CA and the serving certificate in certs/
    (it keeps a valid CA, so the caBundle stays stable; the serving certificate is renewed once 30 days or
@@ -10,8 +11,8 @@
 2. manifests/ is copied to a scratch directory, and for self-signed ca.crt, tls.crt and tls.key go
    into the copy's overlay directory: kustomize reads files only from inside a kustomization's root,
    and rendering from a copy leaves no keys in the source tree.
-3. A scratch kustomization stacks the overlay, the failure-policy-ignore component if asked for, an
-   image override if given, the client-ca component with a ConfigMap made from --client-ca, and the
+3. A scratch kustomization stacks the overlay, the failure-policy-ignore and single-node components if
+   asked for, an image override if given, the client-ca component with a ConfigMap made from --client-ca, and the
    webhook-port-from-control-plane component with the --control-plane-cidr addresses, and a patch of the
    webhook's namespaceSelector for --exclude-namespace and --no-ignore-label; `kubectl kustomize`
    renders it.
@@ -118,6 +119,7 @@ def stacked_kustomization(
     control_plane_cidrs: Sequence[str] = (),
     exclude_namespaces: Sequence[str] = (),
     ignore_label: bool = True,
+    single_node: bool = False,
 ) -> str:
     """A kustomization, placed next to the copy of manifests/, that renders `overlay` as asked.
 
@@ -129,6 +131,8 @@ def stacked_kustomization(
     components = []
     if failure_policy == "Ignore":
         components.append("failure-policy-ignore")
+    if single_node:
+        components.append("single-node")
     if client_ca:
         components.append("client-ca")
     if control_plane_cidrs:
@@ -239,6 +243,7 @@ def render(
     control_plane_cidrs: Sequence[str] = (),
     exclude_namespaces: Sequence[str] = (),
     ignore_label: bool = True,
+    single_node: bool = False,
 ) -> None:
     if shutil.which(kubectl) is None:
         raise RenderError(f"{kubectl!r} not found on PATH; kubectl (with kustomize) renders the manifests")
@@ -260,6 +265,7 @@ def render(
             control_plane_cidrs=control_plane_cidrs,
             exclude_namespaces=exclude_namespaces,
             ignore_label=ignore_label,
+            single_node=single_node,
         )
         (scratch / "render" / "kustomization.yaml").write_text(kustomization)
         rendered = kustomize(kubectl, scratch / "render")
@@ -330,6 +336,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"namespaces labelled {IGNORE_LABEL}=true are sent too: only names leave a namespace out "
         "(for clusters where tenants may label their namespaces)",
     )
+    parser.add_argument(
+        "--single-node",
+        action="store_true",
+        help="for single-node test clusters: both replicas may run on one node (components/single-node); "
+        "never on a cluster with real GPU workloads",
+    )
     parser.add_argument("--kubectl", default="kubectl", metavar="PATH")
     return parser
 
@@ -350,6 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             control_plane_cidrs=args.control_plane_cidr,
             exclude_namespaces=args.exclude_namespace,
             ignore_label=args.ignore_label,
+            single_node=args.single_node,
         )
     except RenderError as exc:
         print(f"render.py: error: {exc}", file=sys.stderr)
@@ -361,6 +374,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         extras += f", also leaving out {' '.join(added)}"
     if not args.ignore_label:
         extras += f", {IGNORE_LABEL} not honoured"
+    if args.single_node:
+        extras += ", both replicas may share a node (single-node test cluster)"
     print(f"wrote {out} ({args.overlay}, failurePolicy {args.failure_policy}{extras})")
     return 0
 

@@ -59,8 +59,16 @@ ENV_NAMES = ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "nvidia_vis
 # on by default (beta). Older API servers drop the field, which would send every Pod to gpupool.
 SCHEMA_VERSIONS = ("1.28", "1.30")
 # "+locked": only kube-apiserver is heard (render.py --client-ca and --control-plane-cidr).
-RENDERINGS = ("base", "self-signed", "self-signed+ignore", "cert-manager", "cert-manager+locked")
-DEPLOYABLE = ("self-signed", "self-signed+ignore", "cert-manager", "cert-manager+locked")
+# "+single-node": components/single-node, for test clusters with one node (render.py --single-node).
+RENDERINGS = (
+    "base",
+    "self-signed",
+    "self-signed+ignore",
+    "cert-manager",
+    "cert-manager+locked",
+    "cert-manager+single-node",
+)
+DEPLOYABLE = ("self-signed", "self-signed+ignore", "cert-manager", "cert-manager+locked", "cert-manager+single-node")
 # As given to render.py, and as the NetworkPolicy must hold them (a bare address is a /32).
 CONTROL_PLANE = {"10.0.0.10": "10.0.0.10/32", "192.0.2.0/28": "192.0.2.0/28", "fd00::5": "fd00::5/128"}
 COMPONENT = "app.kubernetes.io/component"
@@ -174,6 +182,7 @@ def rendered(certs_dir: Path, out_dir: Path, client_ca: Path) -> dict[str, Rende
         "self-signed+ignore": ["--overlay", "self-signed", "--failure-policy", "Ignore"],
         "cert-manager": ["--overlay", "cert-manager"],
         "cert-manager+locked": ["--overlay", "cert-manager", *locked],
+        "cert-manager+single-node": ["--overlay", "cert-manager", "--single-node"],
     }
     for name, args in options.items():
         out = out_dir / f"{name}.yaml"
@@ -1020,13 +1029,37 @@ class TestDeployment:
         assert rendering.one("Namespace")["metadata"]["name"] == NAMESPACE
 
     def test_highly_available(self, rendering: Rendering) -> None:
-        """Two replicas spread over nodes, rollouts never go below them, a drain leaves one running."""
+        """Two replicas, rollouts never go below them, a drain leaves one running."""
         deployment = rendering.one("Deployment")
         assert deployment["spec"]["replicas"] >= 2
         assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
-        keys = {c["topologyKey"] for c in rendering.pod_spec["topologySpreadConstraints"]}
-        assert "kubernetes.io/hostname" in keys
         assert rendering.one("PodDisruptionBudget")["spec"]["minAvailable"] == 1
+
+    @pytest.mark.parametrize("nodes", [2, 3, 50])
+    def test_two_replicas_never_share_a_node(self, rendering: Rendering, nodes: int) -> None:
+        """On a cluster of several nodes, kube-scheduler's topology-spread filter never lets the second
+        replica onto the first one's node, so one node failing cannot take both (under failurePolicy Fail
+        that would block every GPU Pod); only components/single-node relaxes it. The spread counts one
+        rollout's Pods only (pod-template-hash), so a rollout's surge Pod is not held up by old ones."""
+        names = [f"node-{i}" for i in range(nodes)]
+        constraints = rendering.pod_spec["topologySpreadConstraints"]
+        first = spread_filter(constraints, names, placed=[])[0]
+        second = spread_filter(constraints, names, placed=[first])
+        if rendering.name.endswith("+single-node"):
+            assert first in second
+        else:
+            assert second == [n for n in names if n != first]
+        (hostname,) = [c for c in constraints if c["topologyKey"] == "kubernetes.io/hostname"]
+        assert "pod-template-hash" in hostname["matchLabelKeys"]
+
+    def test_on_a_single_node_the_second_replica_waits_unless_the_component_says_otherwise(
+        self, rendering: Rendering
+    ) -> None:
+        """With one node, the base keeps the second replica Pending (minDomains 2) rather than next to the
+        first; components/single-node (render.py --single-node) lets both run there, for test clusters."""
+        constraints = rendering.pod_spec["topologySpreadConstraints"]
+        expected = ["only"] if rendering.name.endswith("+single-node") else []
+        assert spread_filter(constraints, ["only"], placed=["only"]) == expected
 
     def test_selectors_pick_the_webhook_pods(self, rendering: Rendering) -> None:
         """Service, PodDisruptionBudget, NetworkPolicy and spread constraints select the Deployment's Pods."""
@@ -1046,6 +1079,25 @@ class TestDeployment:
         assert request >= 300 * 2**20
         assert parse_bytes(resources["limits"]["memory"]) > request
         assert "cpu" in resources["requests"]
+
+
+def spread_filter(constraints: list[Obj], nodes: list[str], placed: list[str]) -> list[str]:
+    """The nodes kube-scheduler's PodTopologySpread filter lets the next replica onto, when the replicas
+    of its rollout are on `placed`: for each DoNotSchedule constraint on the hostname (the zone one only
+    scores), the node's count plus one, minus the least count over the nodes (0 when there are fewer than
+    minDomains nodes), must not exceed maxSkew. Nodes carry no taints here, so nodeTaintsPolicy is moot."""
+    allowed = []
+    for node in nodes:
+        fits = True
+        for c in constraints:
+            if c["topologyKey"] != "kubernetes.io/hostname" or c["whenUnsatisfiable"] != "DoNotSchedule":
+                continue
+            counts = {n: placed.count(n) for n in nodes}
+            least = 0 if len(nodes) < c.get("minDomains", 1) else min(counts.values())
+            fits = fits and counts[node] + 1 - least <= c["maxSkew"]
+        if fits:
+            allowed.append(node)
+    return allowed
 
 
 # --- Dockerfile ----------------------------------------------------------------------------------
