@@ -16,6 +16,10 @@ IMAGE ?=
 # certificate, and the control plane's addresses for the NetworkPolicy (space-separated). Empty: off.
 CLIENT_CA ?=
 CONTROL_PLANE_CIDRS ?=
+# Who may reach the health and metrics port 8080: Prometheus' namespaces (space-separated), and for a CNI
+# that applies NetworkPolicy to the kubelet's probes, the nodes' address ranges (docs/install.md).
+METRICS_NAMESPACES ?= monitoring
+HEALTH_CIDRS ?=
 # Namespaces never sent to gpupool, by name, besides kube-system, gpupool-system and gpu-operator
 # (space-separated); IGNORE_LABEL=false stops honouring gpupool.io/ignore=true (where tenants may label
 # their namespaces). docs/install.md, "Opting a namespace out".
@@ -86,9 +90,10 @@ bench: $(STAMP) ## run every benchmark in bench/ (minutes; not part of make test
 	$(BIN)/python bench/bench_server.py
 	$(BIN)/python bench/bench_slow_clients.py
 
-manifests: $(STAMP) ## render deployable YAML into build/gpupool-<overlay>.yaml (OVERLAY=self-signed|cert-manager FAILURE_POLICY=Fail|Ignore IMAGE=ref CLIENT_CA=file CONTROL_PLANE_CIDRS="cidr ..." EXCLUDE_NAMESPACES="ns ..." IGNORE_LABEL=false SINGLE_NODE=true)
+manifests: $(STAMP) ## render deployable YAML into build/gpupool-<overlay>.yaml (OVERLAY=self-signed|cert-manager FAILURE_POLICY=Fail|Ignore IMAGE=ref CLIENT_CA=file CONTROL_PLANE_CIDRS="cidr ..." METRICS_NAMESPACES="ns ..." HEALTH_CIDRS="cidr ..." EXCLUDE_NAMESPACES="ns ..." IGNORE_LABEL=false SINGLE_NODE=true)
 	$(BIN)/python manifests/render.py --overlay $(OVERLAY) --failure-policy $(FAILURE_POLICY) $(if $(IMAGE),--image $(IMAGE)) $(addprefix --host ,$(CERT_HOSTS)) \
 		$(if $(CLIENT_CA),--client-ca $(CLIENT_CA)) $(addprefix --control-plane-cidr ,$(CONTROL_PLANE_CIDRS)) \
+		$(addprefix --metrics-namespace ,$(METRICS_NAMESPACES)) $(addprefix --health-cidr ,$(HEALTH_CIDRS)) \
 		$(addprefix --exclude-namespace ,$(EXCLUDE_NAMESPACES)) $(if $(filter false,$(IGNORE_LABEL)),--no-ignore-label) \
 		$(if $(filter true,$(SINGLE_NODE)),--single-node) \
 		--out $(MANIFEST)

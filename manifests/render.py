@@ -1,8 +1,8 @@
 """Render gpupool's manifests for one overlay into a single file that `kubectl apply -f` installs.
 
 `make manifests OVERLAY=self-signed|cert-manager [FAILURE_POLICY=Ignore] [IMAGE=ref] [CLIENT_CA=file]
-[CONTROL_PLANE_CIDRS="cidr ..."] [EXCLUDE_NAMESPACES="ns ..."] [IGNORE_LABEL=false] [SINGLE_NODE=true]` runs
-this:
+[CONTROL_PLANE_CIDRS="cidr ..."] [METRICS_NAMESPACES="ns ..."] [HEALTH_CIDRS="cidr ..."]
+[EXCLUDE_NAMESPACES="ns ..."] [IGNORE_LABEL=false] [SINGLE_NODE=true]` runs this:
 
 1. self-signed only: `gpupool certs` creates or renews the CA and the serving certificate in certs/
    (it keeps a valid CA, so the caBundle stays stable; the serving certificate is renewed once 30 days or
@@ -13,7 +13,8 @@ this:
    and rendering from a copy leaves no keys in the source tree.
 3. A scratch kustomization stacks the overlay, the failure-policy-ignore and single-node components if
    asked for, an image override if given, the client-ca component with a ConfigMap made from --client-ca, and the
-   webhook-port-from-control-plane component with the --control-plane-cidr addresses, and a patch of the
+   webhook-port-from-control-plane component with the --control-plane-cidr addresses, a patch of the
+   NetworkPolicy's health-port rule for --metrics-namespace and --health-cidr, and a patch of the
    webhook's namespaceSelector for --exclude-namespace and --no-ignore-label; `kubectl kustomize`
    renders it.
 4. The output is checked for the one thing that breaks silently (a webhook without a CA source) and
@@ -48,6 +49,8 @@ NAMESPACE = "gpupool-system"
 IMAGE_NAME = "ghcr.io/gpupool/gpupool-webhook"
 CERT_FILES = ("ca.crt", "tls.crt", "tls.key")
 CLIENT_CA_FILE = "client-ca.crt"  # the --client-ca copy, next to the scratch kustomization
+# Who may reach the health port by default (manifests/base/networkpolicy.yaml): Prometheus' namespace.
+METRICS_NAMESPACES = ("monitoring",)
 # What the base's namespaceSelector leaves out by name (manifests/base/webhook.yaml), and its label.
 EXCLUDED_BY_DEFAULT = ("kube-system", NAMESPACE, "gpu-operator")
 IGNORE_LABEL = "gpupool.io/ignore"
@@ -110,6 +113,28 @@ def namespace_selector_patch(exclude: Sequence[str], *, ignore_label: bool) -> l
     return [] if len(ops) == 1 else [line for op in ops for line in op.split("\n")]
 
 
+def health_port_patch(metrics_namespaces: Sequence[str], health_cidrs: Sequence[str]) -> list[str]:
+    """JSON patch lines for the NetworkPolicy: the health port (8080) admits the `metrics_namespaces` by
+    name (instead of the base's), and the `health_cidrs` (the nodes, for a CNI that polices the kubelet's
+    probes). Empty when both are the base's."""
+    rule = "/spec/ingress/1"
+    ops = []
+    names = list(dict.fromkeys(metrics_namespaces))
+    if names and tuple(names) != METRICS_NAMESPACES:
+        ops += [
+            f"- op: test\n  path: {rule}/from/0/namespaceSelector/matchExpressions/0/key\n"
+            "  value: kubernetes.io/metadata.name",
+            f"- op: replace\n  path: {rule}/from/0/namespaceSelector/matchExpressions/0/values\n"
+            f"  value: {json.dumps(names)}",
+        ]
+    for cidr in dict.fromkeys(health_cidrs):
+        ops.append(f"- op: add\n  path: {rule}/from/-\n  value: {{ipBlock: {{cidr: {json.dumps(cidr)}}}}}")
+    if not ops:
+        return []
+    ops.insert(0, f"- op: test\n  path: {rule}/ports/0/port\n  value: 8080")
+    return [line for op in ops for line in op.split("\n")]
+
+
 def stacked_kustomization(
     overlay: str,
     failure_policy: str,
@@ -120,6 +145,8 @@ def stacked_kustomization(
     exclude_namespaces: Sequence[str] = (),
     ignore_label: bool = True,
     single_node: bool = False,
+    metrics_namespaces: Sequence[str] = (),
+    health_cidrs: Sequence[str] = (),
 ) -> str:
     """A kustomization, placed next to the copy of manifests/, that renders `overlay` as asked.
 
@@ -153,14 +180,15 @@ def stacked_kustomization(
             "      labels: {app.kubernetes.io/name: gpupool-webhook, app.kubernetes.io/part-of: gpupool}",
         ]
     patches = []
+    policy_ops = health_port_patch(metrics_namespaces, health_cidrs)
     if control_plane_cidrs:
         blocks = ", ".join(f"{{ipBlock: {{cidr: {json.dumps(c)}}}}}" for c in control_plane_cidrs)
+        policy_ops += ["- op: replace", "  path: /spec/ingress/0/from", f"  value: [{blocks}]"]
+    if policy_ops:
         patches += [
             "  - target: {kind: NetworkPolicy, name: gpupool-webhook}",
             "    patch: |-",
-            "      - op: replace",
-            "        path: /spec/ingress/0/from",
-            f"        value: [{blocks}]",
+            *(f"      {line}" for line in policy_ops),
         ]
     selector = namespace_selector_patch(exclude_namespaces, ignore_label=ignore_label)
     if selector:
@@ -244,6 +272,8 @@ def render(
     exclude_namespaces: Sequence[str] = (),
     ignore_label: bool = True,
     single_node: bool = False,
+    metrics_namespaces: Sequence[str] = (),
+    health_cidrs: Sequence[str] = (),
 ) -> None:
     if shutil.which(kubectl) is None:
         raise RenderError(f"{kubectl!r} not found on PATH; kubectl (with kustomize) renders the manifests")
@@ -266,6 +296,8 @@ def render(
             exclude_namespaces=exclude_namespaces,
             ignore_label=ignore_label,
             single_node=single_node,
+            metrics_namespaces=metrics_namespaces,
+            health_cidrs=health_cidrs,
         )
         (scratch / "render" / "kustomization.yaml").write_text(kustomization)
         rendered = kustomize(kubectl, scratch / "render")
@@ -318,7 +350,25 @@ def build_parser() -> argparse.ArgumentParser:
         type=control_plane_cidr,
         default=[],
         help="an address range kube-apiserver calls the webhook from; repeatable. The NetworkPolicy then "
-        "admits only these to port 8443 (components/webhook-port-from-control-plane); 8080 stays open",
+        "admits only these to port 8443 (components/webhook-port-from-control-plane)",
+    )
+    parser.add_argument(
+        "--metrics-namespace",
+        metavar="NAME",
+        action="append",
+        type=namespace_name,
+        default=[],
+        help="a namespace whose Pods (Prometheus) may reach the health and metrics port 8080; repeatable "
+        f"(default: {', '.join(METRICS_NAMESPACES)}). The kubelet's probes come from the node and need none",
+    )
+    parser.add_argument(
+        "--health-cidr",
+        metavar="CIDR",
+        action="append",
+        type=control_plane_cidr,
+        default=[],
+        help="an address range also admitted to port 8080, e.g. the nodes', for a CNI that applies "
+        "NetworkPolicy to the kubelet's probes; repeatable",
     )
     parser.add_argument(
         "--exclude-namespace",
@@ -363,6 +413,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             exclude_namespaces=args.exclude_namespace,
             ignore_label=args.ignore_label,
             single_node=args.single_node,
+            metrics_namespaces=args.metrics_namespace,
+            health_cidrs=args.health_cidr,
         )
     except RenderError as exc:
         print(f"render.py: error: {exc}", file=sys.stderr)
@@ -370,6 +422,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     extras = ", client certificates required" if args.client_ca else ""
     if args.control_plane_cidr:
         extras += f", port 8443 from {' '.join(args.control_plane_cidr)} only"
+    if args.metrics_namespace or args.health_cidr:
+        readers = [*dict.fromkeys(args.metrics_namespace or METRICS_NAMESPACES), *dict.fromkeys(args.health_cidr)]
+        extras += f", port 8080 from {' '.join(readers)} (and the node's probes)"
     if added := [n for n in dict.fromkeys(args.exclude_namespace) if n not in EXCLUDED_BY_DEFAULT]:
         extras += f", also leaving out {' '.join(added)}"
     if not args.ignore_label:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import ipaddress
 import re
 import shutil
 import stat
@@ -226,14 +227,41 @@ def container_port(r: Rendering, name: str) -> int:
 
 
 def network_policy_sources(r: Rendering) -> dict[int, list[str] | None]:
-    """For each port the NetworkPolicy opens: the CIDRs allowed to reach it, or None for every source."""
+    """For each port the NetworkPolicy opens: who may reach it (CIDRs, and `ns:<name>` for namespaces
+    selected by name), or None for every source."""
     sources: dict[int, list[str] | None] = {}
     for rule in r.one("NetworkPolicy")["spec"]["ingress"]:
         peers = rule.get("from")
         for port in rule["ports"]:
             assert port["port"] not in sources, f"port {port['port']} in two rules"
-            sources[port["port"]] = None if peers is None else sorted(p["ipBlock"]["cidr"] for p in peers)
+            sources[port["port"]] = None if peers is None else sorted(peer_names(p) for p in peers)
     return sources
+
+
+def peer_names(peer: Obj) -> str:
+    if "ipBlock" in peer:
+        return str(peer["ipBlock"]["cidr"])
+    (expr,) = peer["namespaceSelector"]["matchExpressions"]
+    assert (expr["key"], expr["operator"], set(peer)) == ("kubernetes.io/metadata.name", "In", {"namespaceSelector"})
+    return " ".join(f"ns:{name}" for name in expr["values"])
+
+
+def admitted(r: Rendering, port: int, *, namespace: str | None = None, ip: str = "10.244.1.7") -> bool:
+    """Whether the NetworkPolicy lets a connection to the webhook Pods' `port` in: from a Pod of
+    `namespace` with address `ip`, or (namespace None) from an address outside the cluster's Pods."""
+    for rule in r.one("NetworkPolicy")["spec"]["ingress"]:
+        if port not in [p["port"] for p in rule["ports"]]:
+            continue
+        peers = rule.get("from")
+        if peers is None:
+            return True
+        for peer in peers:
+            if "ipBlock" in peer and ipaddress.ip_address(ip) in ipaddress.ip_network(peer["ipBlock"]["cidr"]):
+                return True
+            by_name = {"kubernetes.io/metadata.name": namespace or ""}
+            if namespace is not None and "namespaceSelector" in peer and selects(peer["namespaceSelector"], by_name):
+                return True
+    return False
 
 
 def selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
@@ -963,13 +991,52 @@ class TestDeployment:
         assert options.host in {"0.0.0.0", "::"}
 
     def test_network_policy_admits_the_control_plane_to_the_webhook_port(self, rendering: Rendering) -> None:
-        """The health port is open to every source (Prometheus); the webhook port only to the
-        --control-plane-cidr ranges when they are given, else to every source."""
+        """The webhook port is open to every source unless --control-plane-cidr ranges are given; then
+        only to those."""
         options = serve_options(rendering)
-        sources = network_policy_sources(rendering)
-        assert sources[options.health_port] is None
         expected = sorted(CONTROL_PLANE.values()) if rendering.name.endswith("+locked") else None
-        assert sources[options.port] == expected
+        assert network_policy_sources(rendering)[options.port] == expected
+        assert admitted(rendering, options.port, namespace="team-a") is (expected is None)
+        assert admitted(rendering, options.port, ip="10.0.0.10") is True
+
+    def test_the_health_and_metrics_port_admits_the_monitoring_namespace_only(self, rendering: Rendering) -> None:
+        """/metrics names quotas, usage and denials per namespace: port 8080 admits Pods of the
+        `monitoring` namespace (by name, a label only the API server sets) and nobody else; the kubelet's
+        probes come from the Pod's own node, which NetworkPolicy implementations always admit."""
+        options = serve_options(rendering)
+        assert network_policy_sources(rendering)[options.health_port] == ["ns:monitoring"]
+        assert admitted(rendering, options.health_port, namespace="monitoring")
+        for tenant in ("team-a", "default", "kube-system"):
+            assert not admitted(rendering, options.health_port, namespace=tenant), tenant
+        assert not admitted(rendering, options.health_port, ip="203.0.113.9")
+
+    def test_who_reaches_the_health_port_is_set_at_install_time(self, tmp_path: Path) -> None:
+        """render.py --metrics-namespace (make manifests METRICS_NAMESPACES=...) replaces the monitoring
+        namespace; --health-cidr (HEALTH_CIDRS=...) adds address ranges, for a CNI that polices probes."""
+        out = tmp_path / "out.yaml"
+        args = [
+            "--metrics-namespace",
+            "prometheus",
+            "--metrics-namespace",
+            "gmp-system",
+            "--health-cidr",
+            "10.0.0.0/16",
+        ]
+        done = run_render("--overlay", "cert-manager", *args, "--control-plane-cidr", "10.9.0.1", "--out", out)
+        assert done.returncode == 0, done.stderr
+        r = parse_objects(out.read_text(), "health")
+        assert network_policy_sources(r) == {
+            8443: ["10.9.0.1/32"],
+            8080: ["10.0.0.0/16", "ns:prometheus ns:gmp-system"],
+        }
+        assert admitted(r, 8080, namespace="gmp-system") and admitted(r, 8080, ip="10.0.3.4")
+        assert not admitted(r, 8080, namespace="monitoring")
+        (render,) = [
+            line
+            for line in make_dry_run("manifests", "METRICS_NAMESPACES=a b", "HEALTH_CIDRS=10.1.0.0/16").splitlines()
+            if "render.py" in line
+        ]
+        assert "--metrics-namespace a --metrics-namespace b --health-cidr 10.1.0.0/16" in render
 
     def test_client_certificates_are_required_exactly_when_a_client_ca_is_given(
         self, rendering: Rendering, client_ca: Path, tmp_path: Path
