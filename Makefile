@@ -40,10 +40,13 @@ MANIFEST = build/gpupool-$(OVERLAY).yaml
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-$(STAMP): pyproject.toml
+# The runtime dependencies are installed at the versions of requirements.lock (what the image installs),
+# so the tests run on what ships; the lock's hashes are for the image, pip takes constraints without them.
+$(STAMP): pyproject.toml requirements.lock
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@mkdir -p build && sed -n 's/^\([A-Za-z0-9_.-]*==[^ ]*\).*/\1/p' requirements.lock > build/constraints.txt
+	$(BIN)/python -m pip install --quiet -c build/constraints.txt -e '.[dev]'
 	@touch $@
 
 install: $(STAMP) ## create the virtualenv and install gpupool with its development tools
@@ -108,7 +111,28 @@ undeploy: ## remove gpupool from the current kubectl context: the webhook config
 	kubectl delete namespace gpupool-system --ignore-not-found
 	kubectl delete clusterrolebinding,clusterrole gpupool-webhook --ignore-not-found
 
+# requirements.lock: every package the image installs, at an exact version with its hashes, resolved from
+# pyproject.toml's dependencies (and the build backend) for the image's Python. pip-compile keeps the pins
+# that still satisfy pyproject.toml; UPGRADE=1 takes the newest. tests/test_image.py fails when the two disagree.
+LOCK_VENV := build/lock-venv
+lock: ## re-resolve requirements.lock from pyproject.toml (exact versions and hashes; UPGRADE=1 for the newest; needs PyPI)
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "make lock: resolve with Python 3.11, the image'"'"'s (PYTHON=python3.11)")'
+	@test -x $(LOCK_VENV)/bin/pip-compile || { $(PYTHON) -m venv $(LOCK_VENV) && $(LOCK_VENV)/bin/pip install --quiet 'pip-tools>=7.4'; }
+	CUSTOM_COMPILE_COMMAND="make lock" $(LOCK_VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe \
+		--all-build-deps --strip-extras --no-emit-index-url --no-emit-find-links $(if $(UPGRADE),--upgrade) \
+		--output-file requirements.lock pyproject.toml
+
+# The Dockerfile's base images are pinned by digest (ARG BUILDER_IMAGE, RUNTIME_IMAGE = tag@sha256:...).
+pin-images: ## re-pin the Dockerfile's base images to their tags' current digests (needs docker buildx and the registries)
+	@for arg in BUILDER_IMAGE RUNTIME_IMAGE; do \
+		ref=$$(sed -n "s/^ARG $$arg=\([^@]*\)@sha256:.*/\1/p" Dockerfile); \
+		test -n "$$ref" || { echo "pin-images: no 'ARG $$arg=name:tag@sha256:...' in Dockerfile" >&2; exit 1; }; \
+		digest=$$(docker buildx imagetools inspect "$$ref" --format '{{json .Manifest}}' \
+			| $(PYTHON) -c 'import json, sys; print(json.load(sys.stdin)["digest"])') || exit 1; \
+		sed -i "s|^ARG $$arg=.*|ARG $$arg=$$ref@$$digest|" Dockerfile && echo "$$arg=$$ref@$$digest"; \
+	done
+
 clean: ## remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist *.egg-info
 
-.PHONY: help install run explain inventory certs test fuzz lint typecheck format bench manifests deploy undeploy clean
+.PHONY: help install run explain inventory certs test fuzz lint typecheck format bench manifests deploy undeploy lock pin-images clean
