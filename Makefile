@@ -43,7 +43,7 @@ inventory: $(STAMP) ## show the demo inventory's pools
 	$(BIN)/gpupool inventory --inventory examples/cluster.yaml --policy examples/policy.yaml
 
 quota: $(STAMP) ## show every quota gpupool checks on the demo inventory
-	$(BIN)/gpupool quota --inventory examples/cluster.yaml --policy examples/policy.yaml
+	$(BIN)/gpupool quota -A --inventory examples/cluster.yaml --policy examples/policy.yaml
 
 certs: $(STAMP) ## dev certificates for localhost, 127.0.0.1 and the in-cluster Service name, into certs/
 	$(BIN)/gpupool certs --out certs $(addprefix --host ,$(CERT_HOSTS))
