@@ -76,6 +76,8 @@ def test_a_job_is_explained_as_its_pods(capsys: pytest.CaptureFixture[str], tmp_
     assert section["group"]["name"] == "Job/train" == owner(section)
     assert labels(section)["batch.kubernetes.io/job-name"] == "train"
     assert section["patchedPod"]["metadata"]["namespace"] == "ml-train"
+    indexed = obj("batch/v1", "Job", "train", {"completionMode": "Indexed", "template": template()})
+    assert explain(capsys, tmp_path, indexed)[1][0]["name"] == "train-0-<generated>"
 
 
 def test_a_cronjobs_pods_are_those_of_the_job_of_one_run(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -146,6 +148,9 @@ def test_a_jobsets_replicated_jobs_are_one_group(capsys: pytest.CaptureFixture[s
     ]
     assert {s["group"]["name"] for s in sections} == {"JobSet/llama"}
     assert labels(sections[1])["jobset.sigs.k8s.io/replicatedjob-name"] == "workers"
+    # JobSet's Jobs are Indexed unless they say otherwise: Pods `<job>-<index>-<random>`
+    assert sections[1]["name"] == "llama-workers-0-0-<generated>"
+    assert labels(sections[1])["batch.kubernetes.io/job-completion-index"] == "0"
 
 
 def test_a_pytorchjob_joins_its_group_already_in_the_cluster(
@@ -274,7 +279,7 @@ def test_the_text_has_one_section_per_template(capsys: pytest.CaptureFixture[str
     assert len(sections) == 2
     assert sections[0].startswith(
         "JobSet ml-train/llama: driver (spec.replicatedJobs[0].template.spec.template), 1 Pod, "
-        "owned by Job/llama-driver-0\nPod ml-train/llama-driver-0-<generated>\nDecision: allowed unchanged"
+        "owned by Job/llama-driver-0\nPod ml-train/llama-driver-0-0-<generated>\nDecision: allowed unchanged"
     )
     assert sections[1].startswith(
         "JobSet ml-train/llama: workers (spec.replicatedJobs[1].template.spec.template), 2 Pods"

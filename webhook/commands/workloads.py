@@ -80,20 +80,28 @@ def _job_pods(
     labels: Mapping[str, str] | None = None,
     *,
     jobs: int = 1,
+    indexed: bool = False,
     **extra: Any,
 ) -> PodTemplate:
-    """The Pods of `jobs` batch/v1 Jobs like `job`, of the JobSpec `spec` at `path`: `<job>-<random>`,
-    labelled and owned by the Job, `parallelism` (capped by `completions`) at a time."""
+    """The Pods of `jobs` batch/v1 Jobs like `job`, of the JobSpec `spec` at `path`: `<job>-<random>`
+    (`<job>-<index>-<random>` with completionMode Indexed, or `indexed`), labelled and owned by the Job,
+    `parallelism` (capped by `completions`) at a time."""
     template, tpath = w.template(spec, path)
     parallelism = w.count(spec, "parallelism", path) or 0
     completions = w.count(spec, "completions", path, default=None)
     at_once = parallelism if completions is None else min(parallelism, completions)
     job_labels = {"batch.kubernetes.io/job-name": job, "job-name": job, **(labels or {})}
+    if indexed or spec.get("completionMode") == "Indexed":
+        job_labels["batch.kubernetes.io/job-completion-index"] = "0"
+        extra["annotations"] = {**extra.get("annotations", {}), "batch.kubernetes.io/job-completion-index": "0"}
+        generate_name = f"{job}-0-"
+    else:
+        generate_name = f"{job}-"
     return w.made(
         template,
         tpath,
         owner=("batch/v1", "Job", job),
-        generate_name=f"{job}-",
+        generate_name=generate_name,
         labels=job_labels,
         pods=jobs * at_once,
         **extra,
@@ -185,7 +193,15 @@ def _jobset(w: Workload) -> list[PodTemplate]:
         }
         templates.append(
             _job_pods(
-                w, spec, f"{path}.template.spec", job, labels, jobs=replicas, annotations=labels, role=rjob["name"]
+                w,
+                spec,
+                f"{path}.template.spec",
+                job,
+                labels,
+                jobs=replicas,
+                indexed=spec.get("completionMode") != "NonIndexed",  # JobSet's webhook defaults it to Indexed
+                annotations=labels,
+                role=rjob["name"],
             )
         )
     return templates
