@@ -62,7 +62,7 @@ inventory: $(STAMP) ## show the demo inventory's pools
 	$(BIN)/gpupool inventory --inventory examples/cluster.yaml --policy examples/policy.yaml
 
 quota: $(STAMP) ## show every quota gpupool checks on the demo inventory
-	$(BIN)/gpupool quota --inventory examples/cluster.yaml --policy examples/policy.yaml
+	$(BIN)/gpupool quota -A --inventory examples/cluster.yaml --policy examples/policy.yaml
 
 certs: $(STAMP) ## make run's certificates (localhost, 127.0.0.1) into certs/dev/; the cluster's are made by make manifests
 	$(BIN)/gpupool certs --out $(DEV_CERTS) $(addprefix --host ,$(DEV_CERT_HOSTS))
