@@ -2242,7 +2242,7 @@ class TestForgedReviews:
 
     def test_a_reservation_whose_pod_never_shows_is_released_soon_when_the_watch_is_current(self) -> None:
         """Finding 7: a forged review for team-a (4 GPUs) holds its quota only until the Pod would have
-        shown up in a current watch (reservationSettleSeconds, 15 s), not the full 60 s: the real Pod is
+        shown up in a current watch (reservationSettleSeconds, 5 s), not the full 60 s: the real Pod is
         then admitted."""
         clock = FakeClock()
         _, admit = self.review_of(clock, since=clock.now - 100)

@@ -161,7 +161,9 @@ class Ledger:
             memory_mib=gpus * self._memory_per_gpu(pool, node),
             group=group,
         )
-        token = self._reservations.add(claim, now)
+        token, crowded = self._reservations.add(claim, now)
+        for old in crowded:  # past maxReservationsPerNamespace: the namespace's oldest make room
+            self._apply(old, -1)
         self._apply(claim, +1)
         return token
 

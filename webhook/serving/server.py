@@ -43,6 +43,7 @@ from webhook.admission.core import Admitter
 from webhook.domain.errors import ConfigError
 from webhook.domain.policy import Policy
 from webhook.pools.inventory import Inventory
+from webhook.serving.certs import CertificateExpiry
 from webhook.serving.health import HealthServer, MetricsText, Readiness
 from webhook.serving.logs import logging_config
 from webhook.sources.live import LiveInventory
@@ -172,13 +173,13 @@ def serve(options: ServeOptions, load_app: LoadApp) -> int:
             states = {str(pid): ready.get(pid, False) for pid in workers}
             return Readiness(bool(states) and all(states.values()), {"workers": states})
 
+        certificate = metrics.CertificateExpiryGauge(CertificateExpiry(options.cert))
+
+        def metrics_text() -> MetricsText:
+            return MetricsText(metrics.multiprocess_exposition(multiproc_dir, certificate), metrics.CONTENT_TYPE)
+
         try:
-            health = HealthServer(
-                options.host,
-                options.health_port,
-                readiness,
-                lambda: MetricsText(metrics.multiprocess_exposition(multiproc_dir), metrics.CONTENT_TYPE),
-            )
+            health = HealthServer(options.host, options.health_port, readiness, metrics_text)
         except OSError as exc:
             raise ConfigError(f"--health-port {options.health_port} on {options.host}: {exc.strerror}") from None
 
