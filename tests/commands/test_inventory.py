@@ -134,6 +134,7 @@ def test_a_half_labelled_product_is_pooled_without_a_warning(
     out = inventory(capsys, str(path))
     assert "medium" in out and "high" in out
 
+
 # --- kubectl's output conventions ------------------------------------------------------------------------
 
 
