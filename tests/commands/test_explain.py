@@ -135,6 +135,7 @@ def test_json_output_is_one_object_with_the_documented_keys(capsys: pytest.Captu
         "product": "Tesla-T4",
         "resource": "nvidia.com/gpu",
         "device": "gpu",
+        "constraints": "gpu.accelerator/class=medium, nvidia.com/gpu.product=Tesla-T4",
     }
     patched = jsonpatch.apply_patch(load(pod_file), answer["patch"])
     assert patched["metadata"]["annotations"]["gpupool.io/pool"] == "nvidia/medium/Tesla-T4"

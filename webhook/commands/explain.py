@@ -160,6 +160,8 @@ def render_text(section: Section) -> str:
     else:
         p = result.placement
         lines.append(f"Decision: {result.outcome}: pool {p.pool}, {p.count} x {p.resource}")
+        if result.patch and (p.constraint.selector or p.constraint.expressions):
+            lines.append(f"Constraints: {p.constraint.text()}")
     if result.group is not None:
         g = result.group
         where = f"{g.pods} {'Pod' if g.pods == 1 else 'Pods'} on pool {g.pool}" if g.pool else "no Pod placed yet"

@@ -16,7 +16,7 @@ from webhook.commands.common import add_namespace_arguments, add_source_argument
 from webhook.commands.output import Column, add_output_arguments, print_listing
 from webhook.domain.policy import Policy
 from webhook.domain.quantity import format_mib
-from webhook.pools.index import PoolIndex, stray_reason
+from webhook.pools.index import PoolIndex
 from webhook.pools.inventory import PoolStats
 from webhook.pools.quotas import quota_warnings
 
@@ -75,10 +75,7 @@ def build_report(index: PoolIndex, policy: Policy) -> dict[str, Any]:
         "pools": [pool(s) for s in stats],
         "warnings": [
             *(f"node {u.node}: {u.vendor} GPUs not pooled: {u.reason}" for u in index.unclassified()),
-            *(
-                f"pool {key}: no Pod is placed with its {stray_reason(sel, strays)}"
-                for key, sel, strays in index.stray_selectors()
-            ),
+            *(f"pool {key}: no Pod is placed there: {found.reason}" for key, found in index.inseparable()),
             *quota_warnings(index, policy),
         ],
     }

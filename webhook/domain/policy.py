@@ -146,6 +146,12 @@ class Policy:
             label.endswith(".product") and any(label.startswith(p) for p in self.partition_prefixes)
         )
 
+    def hold_pins(self, node_selector: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+        """The entries of a nodeSelector that pin pools (`pins_pool`), sorted: which of a pool's node groups
+        the GPUs of a Pod not on a node yet are held on. Admission (for its reservation) and the ledger
+        (for the Pod once the watch shows it) both ask this."""
+        return tuple(sorted((k, v) for k, v in node_selector.items() if self.pins_pool(k)))
+
     def class_rank(self, gpu_class: str) -> int:
         return self.classes.index(gpu_class)
 
