@@ -10,8 +10,8 @@ PORT ?= 8443
 # Not 8080: that is kubectl's default server when there is no kubeconfig, so `make deploy` (or any
 # kubectl) would talk to a running `make run`.
 HEALTH_PORT ?= 8081
-# What `pip install` gets in the virtualenv.
-PIP_INSTALL ?= -e '.[dev]'
+# What `pip install` gets in the virtualenv: gpupool and its development tools, at the lock's versions.
+PIP_INSTALL ?= -c build/constraints.txt -e '.[dev]'
 KUBECTL ?= kubectl
 POD ?= examples/pods/class-medium.yaml
 OVERLAY ?= self-signed
@@ -21,23 +21,44 @@ IMAGE ?=
 # certificate, and the control plane's addresses for the NetworkPolicy (space-separated). Empty: off.
 CLIENT_CA ?=
 CONTROL_PLANE_CIDRS ?=
-# The names `make certs` puts in certs/tls.crt (besides the in-cluster Service names); `make manifests`
-# uses the same ones, or each would re-issue the other's serving certificate.
-CERT_HOSTS ?= localhost 127.0.0.1
+# Who may reach the health and metrics port 8080: Prometheus' namespaces (space-separated), and for a CNI
+# that applies NetworkPolicy to the kubelet's probes, the nodes' address ranges (docs/install.md).
+METRICS_NAMESPACES ?= monitoring
+HEALTH_CIDRS ?=
+# Namespaces never sent to gpupool, by name, besides kube-system, gpupool-system and gpu-operator
+# (space-separated); IGNORE_LABEL=false stops honouring gpupool.io/ignore=true (where tenants may label
+# their namespaces). docs/install.md, "Opting a namespace out".
+EXCLUDE_NAMESPACES ?=
+IGNORE_LABEL ?= true
+# SINGLE_NODE=true: both replicas may run on one node, for single-node test clusters only
+# (manifests/components/single-node); otherwise two replicas never share a node.
+SINGLE_NODE ?= false
+# Two certificates that never touch each other: the one installed in the cluster (certs/, made and renewed
+# by `make manifests`/`make deploy`) carries only the Service's names, plus CERT_HOSTS if you need more;
+# `make run`'s own (certs/dev/, `make certs`) is for localhost. Sharing one directory, each run would
+# re-issue the other's certificate, and the cluster's would name localhost.
+CERT_HOSTS ?=
+DEV_CERTS := certs/dev
+DEV_CERT_HOSTS ?= localhost 127.0.0.1
 MANIFEST = build/gpupool-$(OVERLAY).yaml
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 # One virtualenv however many makes ask for it at once (`make run & make test`): tools/ensure_venv.py makes it
-# under a lock and finds the work done when another make got there first.
-$(STAMP): pyproject.toml
-	@$(PYTHON) tools/ensure_venv.py $(VENV) --stamp $@ --after pyproject.toml -- --quiet $(PIP_INSTALL)
+# under a lock and finds the work done when another make got there first. The runtime dependencies are
+# installed at the versions of requirements.lock (what the image installs), so the tests run on what ships;
+# the lock's hashes are for the image, pip takes constraints without them. The constraints file is replaced
+# whole (mv), so a pip that another make started reads the old file or the new one, never half of one.
+$(STAMP): pyproject.toml requirements.lock
+	@mkdir -p build && sed -n 's/^\([A-Za-z0-9_.-]*==[^ ]*\).*/\1/p' requirements.lock > build/constraints.txt.$$$$ \
+		&& mv -f build/constraints.txt.$$$$ build/constraints.txt
+	@$(PYTHON) tools/ensure_venv.py $(VENV) --stamp $@ --after pyproject.toml --after requirements.lock -- --quiet $(PIP_INSTALL)
 
 install: $(STAMP) ## create the virtualenv and install gpupool with its development tools
 
 run: $(STAMP) certs ## serve the demo inventory over TLS on https://127.0.0.1:8443 (health and metrics on :8081)
-	$(BIN)/gpupool serve --cert certs/tls.crt --key certs/tls.key --inventory examples/cluster.yaml \
+	$(BIN)/gpupool serve --cert $(DEV_CERTS)/tls.crt --key $(DEV_CERTS)/tls.key --inventory examples/cluster.yaml \
 		--policy examples/policy.yaml --host 127.0.0.1 --port $(PORT) --health-port $(HEALTH_PORT)
 
 explain: $(STAMP) ## explain the decision for a Pod (POD=examples/pods/...) on the demo inventory
@@ -47,10 +68,10 @@ inventory: $(STAMP) ## show the demo inventory's pools
 	$(BIN)/gpupool inventory --inventory examples/cluster.yaml --policy examples/policy.yaml
 
 quota: $(STAMP) ## show every quota gpupool checks on the demo inventory
-	$(BIN)/gpupool quota --inventory examples/cluster.yaml --policy examples/policy.yaml
+	$(BIN)/gpupool quota -A --inventory examples/cluster.yaml --policy examples/policy.yaml
 
-certs: $(STAMP) ## dev certificates for localhost, 127.0.0.1 and the in-cluster Service name, into certs/
-	$(BIN)/gpupool certs --out certs $(addprefix --host ,$(CERT_HOSTS))
+certs: $(STAMP) ## make run's certificates (localhost, 127.0.0.1) into certs/dev/; the cluster's are made by make manifests
+	$(BIN)/gpupool certs --out $(DEV_CERTS) $(addprefix --host ,$(DEV_CERT_HOSTS))
 
 test: lint typecheck ## lint, type check and run the whole test suite
 	$(BIN)/pytest -q
@@ -78,9 +99,13 @@ bench: $(STAMP) ## run every benchmark in bench/ (minutes; not part of make test
 	$(BIN)/python bench/bench_server.py
 	$(BIN)/python bench/bench_slow_clients.py
 
-manifests: $(STAMP) ## render deployable YAML into build/gpupool-<overlay>.yaml (OVERLAY=self-signed|cert-manager FAILURE_POLICY=Fail|Ignore IMAGE=ref CLIENT_CA=file CONTROL_PLANE_CIDRS="cidr ...")
+manifests: $(STAMP) ## render deployable YAML into build/gpupool-<overlay>.yaml (OVERLAY=self-signed|cert-manager FAILURE_POLICY=Fail|Ignore IMAGE=ref CLIENT_CA=file CONTROL_PLANE_CIDRS="cidr ..." METRICS_NAMESPACES="ns ..." HEALTH_CIDRS="cidr ..." EXCLUDE_NAMESPACES="ns ..." IGNORE_LABEL=false SINGLE_NODE=true)
 	$(BIN)/python manifests/render.py --overlay $(OVERLAY) --failure-policy $(FAILURE_POLICY) $(if $(IMAGE),--image $(IMAGE)) $(addprefix --host ,$(CERT_HOSTS)) \
-		$(if $(CLIENT_CA),--client-ca $(CLIENT_CA)) $(addprefix --control-plane-cidr ,$(CONTROL_PLANE_CIDRS)) --out $(MANIFEST)
+		$(if $(CLIENT_CA),--client-ca $(CLIENT_CA)) $(addprefix --control-plane-cidr ,$(CONTROL_PLANE_CIDRS)) \
+		$(addprefix --metrics-namespace ,$(METRICS_NAMESPACES)) $(addprefix --health-cidr ,$(HEALTH_CIDRS)) \
+		$(addprefix --exclude-namespace ,$(EXCLUDE_NAMESPACES)) $(if $(filter false,$(IGNORE_LABEL)),--no-ignore-label) \
+		$(if $(filter true,$(SINGLE_NODE)),--single-node) \
+		--out $(MANIFEST)
 
 # The kubectl context deploy and undeploy act on, said first; without one they stop (kubectl would
 # otherwise fall back to http://localhost:8080). Every kubectl call then names it, so a context switched
@@ -110,7 +135,28 @@ release: ## write a release into dist/: gpupool-VERSION.yaml for kubectl apply -
 	@test -n "$(VERSION)" || { echo "make release: give the version, e.g. make release VERSION=0.1.0" >&2; exit 2; }
 	$(PYTHON) manifests/render.py --release $(VERSION) --out-dir dist
 
+# requirements.lock: every package the image installs, at an exact version with its hashes, resolved from
+# pyproject.toml's dependencies (and the build backend) for the image's Python. pip-compile keeps the pins
+# that still satisfy pyproject.toml; UPGRADE=1 takes the newest. tests/test_image.py fails when the two disagree.
+LOCK_VENV := build/lock-venv
+lock: ## re-resolve requirements.lock from pyproject.toml (exact versions and hashes; UPGRADE=1 for the newest; needs PyPI)
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "make lock: resolve with Python 3.11, the image'"'"'s (PYTHON=python3.11)")'
+	@test -x $(LOCK_VENV)/bin/pip-compile || { $(PYTHON) -m venv $(LOCK_VENV) && $(LOCK_VENV)/bin/pip install --quiet 'pip-tools>=7.4'; }
+	CUSTOM_COMPILE_COMMAND="make lock" $(LOCK_VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe \
+		--all-build-deps --strip-extras --no-emit-index-url --no-emit-find-links $(if $(UPGRADE),--upgrade) \
+		--output-file requirements.lock pyproject.toml
+
+# The Dockerfile's base images are pinned by digest (ARG BUILDER_IMAGE, RUNTIME_IMAGE = tag@sha256:...).
+pin-images: ## re-pin the Dockerfile's base images to their tags' current digests (needs docker buildx and the registries)
+	@for arg in BUILDER_IMAGE RUNTIME_IMAGE; do \
+		ref=$$(sed -n "s/^ARG $$arg=\([^@]*\)@sha256:.*/\1/p" Dockerfile); \
+		test -n "$$ref" || { echo "pin-images: no 'ARG $$arg=name:tag@sha256:...' in Dockerfile" >&2; exit 1; }; \
+		digest=$$(docker buildx imagetools inspect "$$ref" --format '{{json .Manifest}}' \
+			| $(PYTHON) -c 'import json, sys; print(json.load(sys.stdin)["digest"])') || exit 1; \
+		sed -i "s|^ARG $$arg=.*|ARG $$arg=$$ref@$$digest|" Dockerfile && echo "$$arg=$$ref@$$digest"; \
+	done
+
 clean: ## remove the virtualenv and caches
 	rm -rf $(VENV) $(VENV).lock .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist *.egg-info
 
-.PHONY: help install run explain inventory certs test fuzz lint typecheck format bench manifests deploy undeploy release clean
+.PHONY: help install run explain inventory certs test fuzz lint typecheck format bench manifests deploy undeploy release lock pin-images clean

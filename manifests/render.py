@@ -1,17 +1,22 @@
 """Render gpupool's manifests for one overlay into a single file that `kubectl apply -f` installs.
 
 `make manifests OVERLAY=self-signed|cert-manager [FAILURE_POLICY=Ignore] [IMAGE=ref] [CLIENT_CA=file]
-[CONTROL_PLANE_CIDRS="cidr ..."]` runs this:
+[CONTROL_PLANE_CIDRS="cidr ..."] [METRICS_NAMESPACES="ns ..."] [HEALTH_CIDRS="cidr ..."]
+[EXCLUDE_NAMESPACES="ns ..."] [IGNORE_LABEL=false] [SINGLE_NODE=true]` runs this:
 
 1. self-signed only: `gpupool certs` creates or renews the CA and the serving certificate in certs/
-   (it keeps a valid CA, so the caBundle stays stable).
+   (it keeps a valid CA, so the caBundle stays stable; the serving certificate is renewed once 30 days or
+   fewer are left, so re-running `make deploy` is how it is renewed) and names only the Service unless
+   --host is given. `make run`'s certificate lives in certs/dev/, so neither re-issues the other.
 2. manifests/ is copied to a scratch directory, and for self-signed ca.crt, tls.crt and tls.key go
    into the copy's overlay directory: kustomize reads files only from inside a kustomization's root,
    and rendering from a copy leaves no keys in the source tree.
-3. A scratch kustomization stacks the overlay, the failure-policy-ignore component if asked for, an
-   image override if given, the client-ca component with a ConfigMap made from --client-ca, and the
-   webhook-port-from-control-plane component with the --control-plane-cidr addresses; `kubectl
-   kustomize` renders it.
+3. A scratch kustomization stacks the overlay, the failure-policy-ignore and single-node components if
+   asked for, an image override if given, the client-ca component with a ConfigMap made from --client-ca, and the
+   webhook-port-from-control-plane component with the --control-plane-cidr addresses, a patch of the
+   NetworkPolicy's health-port rule for --metrics-namespace and --health-cidr, and a patch of the
+   webhook's namespaceSelector for --exclude-namespace and --no-ignore-label; `kubectl kustomize`
+   renders it.
 4. The output is checked for the one thing that breaks silently (a webhook without a CA source) and
    written to build/gpupool-<overlay>.yaml, mode 0600: the self-signed output holds the private key.
 
@@ -55,6 +60,12 @@ RELEASE_OVERLAY = "cert-manager"
 # The alerts' runbook_url points at docs/operations.md on main; a release points at its own tag's.
 RUNBOOKS = "https://github.com/gpupool/gpupool/blob/main/docs/"
 VERSION_FORMAT = re.compile(r"\d+\.\d+\.\d+(?:-[0-9A-Za-z.]+)?")
+# Who may reach the health port by default (manifests/base/networkpolicy.yaml): Prometheus' namespace.
+METRICS_NAMESPACES = ("monitoring",)
+# What the base's namespaceSelector leaves out by name (manifests/base/webhook.yaml), and its label.
+EXCLUDED_BY_DEFAULT = ("kube-system", NAMESPACE, "gpu-operator")
+IGNORE_LABEL = "gpupool.io/ignore"
+_NAMESPACE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 class RenderError(Exception):
@@ -89,6 +100,52 @@ def control_plane_cidr(value: str) -> str:
         ) from None
 
 
+def namespace_name(value: str) -> str:
+    """An --exclude-namespace value: a namespace name (an RFC 1123 label), as kubernetes.io/metadata.name holds it."""
+    if not _NAMESPACE_NAME.fullmatch(value):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a namespace name (lowercase letters, digits and '-', at most 63 characters)"
+        )
+    return value
+
+
+def namespace_selector_patch(exclude: Sequence[str], *, ignore_label: bool) -> list[str]:
+    """JSON patch lines (for the patch of the webhook configuration) that leave out the `exclude`
+    namespaces by name, besides the base's, and drop the gpupool.io/ignore label unless `ignore_label`.
+    The `test` ops make the render fail, rather than patch the wrong expression, if the base changes."""
+    selector = "/webhooks/0/namespaceSelector/matchExpressions"
+    ops = [f"- op: test\n  path: {selector}/0/key\n  value: kubernetes.io/metadata.name"]
+    for name in dict.fromkeys(exclude):
+        if name not in EXCLUDED_BY_DEFAULT:
+            ops.append(f"- op: add\n  path: {selector}/0/values/-\n  value: {json.dumps(name)}")
+    if not ignore_label:
+        ops.append(f"- op: test\n  path: {selector}/1/key\n  value: {IGNORE_LABEL}")
+        ops.append(f"- op: remove\n  path: {selector}/1")
+    return [] if len(ops) == 1 else [line for op in ops for line in op.split("\n")]
+
+
+def health_port_patch(metrics_namespaces: Sequence[str], health_cidrs: Sequence[str]) -> list[str]:
+    """JSON patch lines for the NetworkPolicy: the health port (8080) admits the `metrics_namespaces` by
+    name (instead of the base's), and the `health_cidrs` (the nodes, for a CNI that polices the kubelet's
+    probes). Empty when both are the base's."""
+    rule = "/spec/ingress/1"
+    ops = []
+    names = list(dict.fromkeys(metrics_namespaces))
+    if names and tuple(names) != METRICS_NAMESPACES:
+        ops += [
+            f"- op: test\n  path: {rule}/from/0/namespaceSelector/matchExpressions/0/key\n"
+            "  value: kubernetes.io/metadata.name",
+            f"- op: replace\n  path: {rule}/from/0/namespaceSelector/matchExpressions/0/values\n"
+            f"  value: {json.dumps(names)}",
+        ]
+    for cidr in dict.fromkeys(health_cidrs):
+        ops.append(f"- op: add\n  path: {rule}/from/-\n  value: {{ipBlock: {{cidr: {json.dumps(cidr)}}}}}")
+    if not ops:
+        return []
+    ops.insert(0, f"- op: test\n  path: {rule}/ports/0/port\n  value: 8080")
+    return [line for op in ops for line in op.split("\n")]
+
+
 def stacked_kustomization(
     overlay: str,
     failure_policy: str,
@@ -96,6 +153,11 @@ def stacked_kustomization(
     *,
     client_ca: bool = False,
     control_plane_cidrs: Sequence[str] = (),
+    exclude_namespaces: Sequence[str] = (),
+    ignore_label: bool = True,
+    single_node: bool = False,
+    metrics_namespaces: Sequence[str] = (),
+    health_cidrs: Sequence[str] = (),
 ) -> str:
     """A kustomization, placed next to the copy of manifests/, that renders `overlay` as asked.
 
@@ -107,6 +169,8 @@ def stacked_kustomization(
     components = []
     if failure_policy == "Ignore":
         components.append("failure-policy-ignore")
+    if single_node:
+        components.append("single-node")
     if client_ca:
         components.append("client-ca")
     if control_plane_cidrs:
@@ -126,16 +190,26 @@ def stacked_kustomization(
             "      disableNameSuffixHash: true",
             "      labels: {app.kubernetes.io/name: gpupool-webhook, app.kubernetes.io/part-of: gpupool}",
         ]
+    patches = []
+    policy_ops = health_port_patch(metrics_namespaces, health_cidrs)
     if control_plane_cidrs:
         blocks = ", ".join(f"{{ipBlock: {{cidr: {json.dumps(c)}}}}}" for c in control_plane_cidrs)
-        lines += [
-            "patches:",
+        policy_ops += ["- op: replace", "  path: /spec/ingress/0/from", f"  value: [{blocks}]"]
+    if policy_ops:
+        patches += [
             "  - target: {kind: NetworkPolicy, name: gpupool-webhook}",
             "    patch: |-",
-            "      - op: replace",
-            "        path: /spec/ingress/0/from",
-            f"        value: [{blocks}]",
+            *(f"      {line}" for line in policy_ops),
         ]
+    selector = namespace_selector_patch(exclude_namespaces, ignore_label=ignore_label)
+    if selector:
+        patches += [
+            "  - target: {kind: MutatingWebhookConfiguration, name: gpupool-webhook}",
+            "    patch: |-",
+            *(f"      {line}" for line in selector),
+        ]
+    if patches:
+        lines += ["patches:", *patches]
     return "\n".join(lines) + "\n"
 
 
@@ -153,8 +227,10 @@ def read_client_ca(path: Path) -> bytes:
     return data
 
 
-def ensure_certs(certs_dir: Path, hosts: Sequence[str]) -> None:
-    """Create the CA and serving certificate with `gpupool certs`, or renew what needs renewing."""
+def ensure_certs(certs_dir: Path, hosts: Sequence[str]) -> list[str]:
+    """Create the CA and serving certificate with `gpupool certs`, or renew what needs renewing (a serving
+    certificate with 30 days or fewer left, one whose names changed); returns its lines for what it
+    created or renewed. The serving certificate names the Service, plus `hosts` only if given."""
     command = [sys.executable, "-m", "webhook", "certs", "--out", str(certs_dir)]
     command += ["--service", SERVICE, "--namespace", NAMESPACE]
     for host in hosts:
@@ -162,6 +238,7 @@ def ensure_certs(certs_dir: Path, hosts: Sequence[str]) -> None:
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RenderError(f"`gpupool certs` failed: {done.stderr.strip() or done.stdout.strip()}")
+    return [line for line in done.stdout.splitlines() if line and not line.startswith("kept ")]
 
 
 def stage(scratch: Path, overlay: str, certs_dir: Path) -> None:
@@ -203,12 +280,18 @@ def render(
     kubectl: str,
     client_ca: Path | None = None,
     control_plane_cidrs: Sequence[str] = (),
+    exclude_namespaces: Sequence[str] = (),
+    ignore_label: bool = True,
+    single_node: bool = False,
+    metrics_namespaces: Sequence[str] = (),
+    health_cidrs: Sequence[str] = (),
 ) -> None:
     if shutil.which(kubectl) is None:
         raise RenderError(f"{kubectl!r} not found on PATH; kubectl (with kustomize) renders the manifests")
     client_ca_pem = None if client_ca is None else read_client_ca(client_ca)
     if overlay == "self-signed":
-        ensure_certs(certs_dir, hosts)
+        for line in ensure_certs(certs_dir, hosts):
+            print(line)  # the admin sees a new CA (a new caBundle) or a renewal happen
     with tempfile.TemporaryDirectory(prefix="gpupool-render-") as tmp:
         scratch = Path(tmp)
         stage(scratch, overlay, certs_dir)
@@ -221,6 +304,11 @@ def render(
             image,
             client_ca=client_ca_pem is not None,
             control_plane_cidrs=control_plane_cidrs,
+            exclude_namespaces=exclude_namespaces,
+            ignore_label=ignore_label,
+            single_node=single_node,
+            metrics_namespaces=metrics_namespaces,
+            health_cidrs=health_cidrs,
         )
         (scratch / "render" / "kustomization.yaml").write_text(kustomization)
         rendered = kustomize(kubectl, scratch / "render")
@@ -312,7 +400,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME_OR_IP",
         action="append",
         default=[],
-        help="one more name for the serving certificate, passed to `gpupool certs` (self-signed only)",
+        help="one more name for the serving certificate, passed to `gpupool certs` (self-signed only; by "
+        "default it names only the Service)",
     )
     parser.add_argument(
         "--client-ca",
@@ -328,7 +417,47 @@ def build_parser() -> argparse.ArgumentParser:
         type=control_plane_cidr,
         default=[],
         help="an address range kube-apiserver calls the webhook from; repeatable. The NetworkPolicy then "
-        "admits only these to port 8443 (components/webhook-port-from-control-plane); 8080 stays open",
+        "admits only these to port 8443 (components/webhook-port-from-control-plane)",
+    )
+    parser.add_argument(
+        "--metrics-namespace",
+        metavar="NAME",
+        action="append",
+        type=namespace_name,
+        default=[],
+        help="a namespace whose Pods (Prometheus) may reach the health and metrics port 8080; repeatable "
+        f"(default: {', '.join(METRICS_NAMESPACES)}). The kubelet's probes come from the node and need none",
+    )
+    parser.add_argument(
+        "--health-cidr",
+        metavar="CIDR",
+        action="append",
+        type=control_plane_cidr,
+        default=[],
+        help="an address range also admitted to port 8080, e.g. the nodes', for a CNI that applies "
+        "NetworkPolicy to the kubelet's probes; repeatable",
+    )
+    parser.add_argument(
+        "--exclude-namespace",
+        metavar="NAME",
+        action="append",
+        type=namespace_name,
+        default=[],
+        help="a namespace whose Pods are never sent to gpupool, by name; repeatable. Always left out: "
+        + ", ".join(EXCLUDED_BY_DEFAULT),
+    )
+    parser.add_argument(
+        "--no-ignore-label",
+        dest="ignore_label",
+        action="store_false",
+        help=f"namespaces labelled {IGNORE_LABEL}=true are sent too: only names leave a namespace out "
+        "(for clusters where tenants may label their namespaces)",
+    )
+    parser.add_argument(
+        "--single-node",
+        action="store_true",
+        help="for single-node test clusters: both replicas may run on one node (components/single-node); "
+        "never on a cluster with real GPU workloads",
     )
     parser.add_argument("--kubectl", default="kubectl", metavar="PATH")
     parser.add_argument(
@@ -364,6 +493,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             kubectl=args.kubectl,
             client_ca=args.client_ca,
             control_plane_cidrs=args.control_plane_cidr,
+            exclude_namespaces=args.exclude_namespace,
+            ignore_label=args.ignore_label,
+            single_node=args.single_node,
+            metrics_namespaces=args.metrics_namespace,
+            health_cidrs=args.health_cidr,
         )
     except RenderError as exc:
         print(f"render.py: error: {exc}", file=sys.stderr)
@@ -371,6 +505,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     extras = ", client certificates required" if args.client_ca else ""
     if args.control_plane_cidr:
         extras += f", port 8443 from {' '.join(args.control_plane_cidr)} only"
+    if args.metrics_namespace or args.health_cidr:
+        readers = [*dict.fromkeys(args.metrics_namespace or METRICS_NAMESPACES), *dict.fromkeys(args.health_cidr)]
+        extras += f", port 8080 from {' '.join(readers)} (and the node's probes)"
+    if added := [n for n in dict.fromkeys(args.exclude_namespace) if n not in EXCLUDED_BY_DEFAULT]:
+        extras += f", also leaving out {' '.join(added)}"
+    if not args.ignore_label:
+        extras += f", {IGNORE_LABEL} not honoured"
+    if args.single_node:
+        extras += ", both replicas may share a node (single-node test cluster)"
     print(f"wrote {out} ({args.overlay}, failurePolicy {args.failure_policy}{extras})")
     return 0
 

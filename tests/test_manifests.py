@@ -1,4 +1,4 @@
-"""Tests for what an admin installs: manifests/ (kustomize), manifests/render.py and the Dockerfile.
+"""Tests for what an admin installs: manifests/ (kustomize) and manifests/render.py (the image: tests/test_image.py).
 
 The manifests are rendered for real with `kubectl kustomize` (through render.py, as `make manifests`
 does), validated against the Kubernetes OpenAPI schemas, and their webhook filter (matchConditions)
@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import copy
 import hashlib
+import ipaddress
 import re
 import shutil
 import stat
@@ -18,6 +19,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +40,7 @@ from webhook.commands.cli import build_parser
 from webhook.commands.serve import SERVE_ENV, check_client_ca, resolve_options
 from webhook.domain.policy import Policy, default_policy_text, load_policy_text
 from webhook.domain.quantity import parse_bytes
-from webhook.serving.certs import ensure_certificates
+from webhook.serving.certs import dns_names, ensure_certificates
 from webhook.serving.server import ServeOptions
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,8 +62,16 @@ ENV_NAMES = ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "nvidia_vis
 # on by default (beta). Older API servers drop the field, which would send every Pod to gpupool.
 SCHEMA_VERSIONS = ("1.28", "1.30")
 # "+locked": only kube-apiserver is heard (render.py --client-ca and --control-plane-cidr).
-RENDERINGS = ("base", "self-signed", "self-signed+ignore", "cert-manager", "cert-manager+locked")
-DEPLOYABLE = ("self-signed", "self-signed+ignore", "cert-manager", "cert-manager+locked")
+# "+single-node": components/single-node, for test clusters with one node (render.py --single-node).
+RENDERINGS = (
+    "base",
+    "self-signed",
+    "self-signed+ignore",
+    "cert-manager",
+    "cert-manager+locked",
+    "cert-manager+single-node",
+)
+DEPLOYABLE = ("self-signed", "self-signed+ignore", "cert-manager", "cert-manager+locked", "cert-manager+single-node")
 # As given to render.py, and as the NetworkPolicy must hold them (a bare address is a /32).
 CONTROL_PLANE = {"10.0.0.10": "10.0.0.10/32", "192.0.2.0/28": "192.0.2.0/28", "fd00::5": "fd00::5/128"}
 COMPONENT = "app.kubernetes.io/component"
@@ -126,6 +136,15 @@ def run_render(*args: str | Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def make_dry_run(target: str, *assignments: str) -> str:
+    """The commands `make TARGET [VAR=value ...]` would run, as make prints them (-n: nothing is run)."""
+    done = subprocess.run(
+        ["make", "-n", "-s", target, *assignments], cwd=REPO, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.replace("\\\n", " ")
+
+
 def kustomize(directory: Path) -> str:
     assert KUBECTL is not None
     done = subprocess.run(
@@ -166,6 +185,7 @@ def rendered(certs_dir: Path, out_dir: Path, client_ca: Path) -> dict[str, Rende
         "self-signed+ignore": ["--overlay", "self-signed", "--failure-policy", "Ignore"],
         "cert-manager": ["--overlay", "cert-manager"],
         "cert-manager+locked": ["--overlay", "cert-manager", *locked],
+        "cert-manager+single-node": ["--overlay", "cert-manager", "--single-node"],
     }
     for name, args in options.items():
         out = out_dir / f"{name}.yaml"
@@ -209,14 +229,41 @@ def container_port(r: Rendering, name: str) -> int:
 
 
 def network_policy_sources(r: Rendering) -> dict[int, list[str] | None]:
-    """For each port the NetworkPolicy opens: the CIDRs allowed to reach it, or None for every source."""
+    """For each port the NetworkPolicy opens: who may reach it (CIDRs, and `ns:<name>` for namespaces
+    selected by name), or None for every source."""
     sources: dict[int, list[str] | None] = {}
     for rule in r.one("NetworkPolicy")["spec"]["ingress"]:
         peers = rule.get("from")
         for port in rule["ports"]:
             assert port["port"] not in sources, f"port {port['port']} in two rules"
-            sources[port["port"]] = None if peers is None else sorted(p["ipBlock"]["cidr"] for p in peers)
+            sources[port["port"]] = None if peers is None else sorted(peer_names(p) for p in peers)
     return sources
+
+
+def peer_names(peer: Obj) -> str:
+    if "ipBlock" in peer:
+        return str(peer["ipBlock"]["cidr"])
+    (expr,) = peer["namespaceSelector"]["matchExpressions"]
+    assert (expr["key"], expr["operator"], set(peer)) == ("kubernetes.io/metadata.name", "In", {"namespaceSelector"})
+    return " ".join(f"ns:{name}" for name in expr["values"])
+
+
+def admitted(r: Rendering, port: int, *, namespace: str | None = None, ip: str = "10.244.1.7") -> bool:
+    """Whether the NetworkPolicy lets a connection to the webhook Pods' `port` in: from a Pod of
+    `namespace` with address `ip`, or (namespace None) from an address outside the cluster's Pods."""
+    for rule in r.one("NetworkPolicy")["spec"]["ingress"]:
+        if port not in [p["port"] for p in rule["ports"]]:
+            continue
+        peers = rule.get("from")
+        if peers is None:
+            return True
+        for peer in peers:
+            if "ipBlock" in peer and ipaddress.ip_address(ip) in ipaddress.ip_network(peer["ipBlock"]["cidr"]):
+                return True
+            by_name = {"kubernetes.io/metadata.name": namespace or ""}
+            if namespace is not None and "namespaceSelector" in peer and selects(peer["namespaceSelector"], by_name):
+                return True
+    return False
 
 
 def selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
@@ -299,6 +346,49 @@ class TestRender:
         assert done.returncode == 0, done.stderr
         assert tree() == before
 
+    def test_the_cluster_certificate_names_the_service_only(self, rendered: dict[str, Rendering]) -> None:
+        """The serving certificate installed in the cluster names the Service's four in-cluster names and
+        nothing else: no localhost, no 127.0.0.1 (those are `make run`'s, in a certificate of its own)."""
+        for name in ("self-signed", "self-signed+ignore"):
+            serving = x509.load_pem_x509_certificate(base64.b64decode(rendered[name].one("Secret")["data"]["tls.crt"]))
+            names = serving.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+            assert names.get_values_for_type(x509.DNSName) == dns_names(SERVICE, NAMESPACE)
+            assert names.get_values_for_type(x509.IPAddress) == []
+
+    def test_make_run_and_make_deploy_never_share_a_certificate(self) -> None:
+        """`make run` serves its own certificate from certs/dev/ (made by `make certs` for localhost), and
+        `make manifests` (so `make deploy`) renders certs/ with no extra host: neither run re-issues the
+        other's certificate, and the cluster's never names localhost."""
+        run = make_dry_run("run")
+        (dev_certs,) = re.findall(r"gpupool certs --out (\S+)", run)
+        assert re.search(
+            rf"gpupool serve --cert {re.escape(dev_certs)}/tls\.crt --key {re.escape(dev_certs)}/tls\.key", run
+        )
+        assert "--host localhost" in run
+        (render,) = [line for line in make_dry_run("manifests").splitlines() if "render.py" in line]
+        assert "--host" not in render
+        assert "--certs-dir" not in render  # render.py's default, REPO/certs
+        assert (REPO / dev_certs).resolve() != (REPO / "certs").resolve()
+
+    def test_make_deploy_renews_a_serving_certificate_that_is_due(self, tmp_path: Path) -> None:
+        """Re-running `make deploy` (render.py) is how the self-signed certificate is renewed: with 30 days
+        or fewer left, the rendered Secret carries a new certificate for a year, signed by the same CA (the
+        caBundle does not change), and render.py says it renewed it."""
+        certs = tmp_path / "certs"
+        ensure_certificates(certs, SERVICE, NAMESPACE, days=40, now=datetime.now(UTC) - timedelta(days=15))
+        ca_before = (certs / "ca.crt").read_bytes()
+        out = tmp_path / "out.yaml"
+        done = run_render("--overlay", "self-signed", "--certs-dir", certs, "--out", out)
+        assert done.returncode == 0, done.stderr
+        assert re.search(r"^renewed .*tls\.crt: expires on \S+, within 30 days; valid until ", done.stdout, re.M)
+        r = parse_objects(out.read_text(), "renewed")
+        serving = x509.load_pem_x509_certificate(base64.b64decode(r.one("Secret")["data"]["tls.crt"]))
+        assert serving.not_valid_after_utc - datetime.now(UTC) > timedelta(days=360)
+        assert (certs / "ca.crt").read_bytes() == ca_before
+        assert base64.b64decode(re.sub(r"\s", "", r.webhook["clientConfig"]["caBundle"])) == ca_before
+        again = run_render("--overlay", "self-signed", "--certs-dir", certs, "--out", out)
+        assert again.stdout.splitlines() == [f"wrote {out} (self-signed, failurePolicy Fail)"]  # nothing due
+
     @pytest.mark.parametrize(
         ("ref", "image"),
         [
@@ -327,8 +417,9 @@ class TestRender:
             (["--client-ca", "{ca_dir}/ca.key"], 1, "holds a private key; give the CA certificate (ca.crt) alone"),
             (["--client-ca", "{policy}"], 1, "no PEM certificate in it"),
             (["--client-ca", "{ca_dir}/none.crt"], 1, "cannot read: No such file"),
+            (["--exclude-namespace", "Team_A"], 2, "'Team_A' is not a namespace name"),
         ],
-        ids=["host-bits", "not-an-address", "ca-key", "not-pem", "missing"],
+        ids=["host-bits", "not-an-address", "ca-key", "not-pem", "missing", "bad-namespace"],
     )
     def test_bad_lock_down_options_are_one_line_errors(
         self, client_ca: Path, tmp_path: Path, args: list[str], code: int, words: str
@@ -446,16 +537,59 @@ class TestWebhookConfiguration:
         [
             ({"kubernetes.io/metadata.name": "kube-system"}, False),
             ({"kubernetes.io/metadata.name": NAMESPACE}, False),
-            ({"kubernetes.io/metadata.name": "team-a", "gpupool.io/ignore": ""}, False),
+            ({"kubernetes.io/metadata.name": "gpu-operator"}, False),
             ({"kubernetes.io/metadata.name": "team-a", "gpupool.io/ignore": "true"}, False),
+            ({"kubernetes.io/metadata.name": "team-a", "gpupool.io/ignore": "false"}, True),
+            ({"kubernetes.io/metadata.name": "team-a", "gpupool.io/ignore": ""}, True),
+            ({"kubernetes.io/metadata.name": "team-a", "gpupool.io/ignore": "True"}, True),
             ({"kubernetes.io/metadata.name": "team-a"}, True),
             ({"kubernetes.io/metadata.name": "default", "team": "ml"}, True),
         ],
-        ids=["kube-system", "own-namespace", "ignore-label-empty", "ignore-label", "team-a", "default"],
+        ids=[
+            "kube-system",
+            "own-namespace",
+            "gpu-operator",
+            "ignore-true",
+            "ignore-false",
+            "ignore-empty",
+            "ignore-capitalised",
+            "team-a",
+            "default",
+        ],
     )
     def test_namespace_selector(self, rendering: Rendering, labels: dict[str, str], sent: bool) -> None:
-        """kube-system, gpupool's own namespace and namespaces labelled gpupool.io/ignore are never sent."""
+        """kube-system, gpupool's own namespace and the GPU Operator's are left out by name (a label only
+        the API server sets); a namespace labelled gpupool.io/ignore is left out only for the value
+        `true`: `false`, an empty value or `True` opt nothing out."""
         assert selects(rendering.webhook["namespaceSelector"], labels) is sent
+
+    def test_namespaces_excluded_at_install_time_and_the_label_dropped(self, tmp_path: Path) -> None:
+        """render.py --exclude-namespace (make manifests EXCLUDE_NAMESPACES=...) adds names to the ones
+        always left out; --no-ignore-label (IGNORE_LABEL=false) makes names the only way out, for clusters
+        where tenants may label their own namespaces."""
+        out = tmp_path / "out.yaml"
+        args = ["--exclude-namespace", "nvidia-gpu-operator", "--exclude-namespace", "kube-system"]
+        done = run_render("--overlay", "cert-manager", *args, "--no-ignore-label", "--out", out)
+        assert done.returncode == 0, done.stderr
+        selector = parse_objects(out.read_text(), "excluded").webhook["namespaceSelector"]
+        assert selector == {
+            "matchExpressions": [
+                {
+                    "key": "kubernetes.io/metadata.name",
+                    "operator": "NotIn",
+                    "values": ["kube-system", NAMESPACE, "gpu-operator", "nvidia-gpu-operator"],
+                }
+            ]
+        }
+        assert not selects(selector, {"kubernetes.io/metadata.name": "nvidia-gpu-operator"})
+        assert selects(selector, {"kubernetes.io/metadata.name": "team-a", "gpupool.io/ignore": "true"})
+        (render,) = [
+            line
+            for line in make_dry_run("manifests", "EXCLUDE_NAMESPACES=a b", "IGNORE_LABEL=false").splitlines()
+            if "render.py" in line
+        ]
+        assert "--exclude-namespace a --exclude-namespace b" in render
+        assert "--no-ignore-label" in render
 
     def test_calls_the_rendered_service(self, rendering: Rendering) -> None:
         """The webhook calls /mutate on the rendered Service, whose port leads to the server's TLS port."""
@@ -862,13 +996,52 @@ class TestDeployment:
         assert options.host in {"0.0.0.0", "::"}
 
     def test_network_policy_admits_the_control_plane_to_the_webhook_port(self, rendering: Rendering) -> None:
-        """The health port is open to every source (Prometheus); the webhook port only to the
-        --control-plane-cidr ranges when they are given, else to every source."""
+        """The webhook port is open to every source unless --control-plane-cidr ranges are given; then
+        only to those."""
         options = serve_options(rendering)
-        sources = network_policy_sources(rendering)
-        assert sources[options.health_port] is None
         expected = sorted(CONTROL_PLANE.values()) if rendering.name.endswith("+locked") else None
-        assert sources[options.port] == expected
+        assert network_policy_sources(rendering)[options.port] == expected
+        assert admitted(rendering, options.port, namespace="team-a") is (expected is None)
+        assert admitted(rendering, options.port, ip="10.0.0.10") is True
+
+    def test_the_health_and_metrics_port_admits_the_monitoring_namespace_only(self, rendering: Rendering) -> None:
+        """/metrics names quotas, usage and denials per namespace: port 8080 admits Pods of the
+        `monitoring` namespace (by name, a label only the API server sets) and nobody else; the kubelet's
+        probes come from the Pod's own node, which NetworkPolicy implementations always admit."""
+        options = serve_options(rendering)
+        assert network_policy_sources(rendering)[options.health_port] == ["ns:monitoring"]
+        assert admitted(rendering, options.health_port, namespace="monitoring")
+        for tenant in ("team-a", "default", "kube-system"):
+            assert not admitted(rendering, options.health_port, namespace=tenant), tenant
+        assert not admitted(rendering, options.health_port, ip="203.0.113.9")
+
+    def test_who_reaches_the_health_port_is_set_at_install_time(self, tmp_path: Path) -> None:
+        """render.py --metrics-namespace (make manifests METRICS_NAMESPACES=...) replaces the monitoring
+        namespace; --health-cidr (HEALTH_CIDRS=...) adds address ranges, for a CNI that polices probes."""
+        out = tmp_path / "out.yaml"
+        args = [
+            "--metrics-namespace",
+            "prometheus",
+            "--metrics-namespace",
+            "gmp-system",
+            "--health-cidr",
+            "10.0.0.0/16",
+        ]
+        done = run_render("--overlay", "cert-manager", *args, "--control-plane-cidr", "10.9.0.1", "--out", out)
+        assert done.returncode == 0, done.stderr
+        r = parse_objects(out.read_text(), "health")
+        assert network_policy_sources(r) == {
+            8443: ["10.9.0.1/32"],
+            8080: ["10.0.0.0/16", "ns:prometheus ns:gmp-system"],
+        }
+        assert admitted(r, 8080, namespace="gmp-system") and admitted(r, 8080, ip="10.0.3.4")
+        assert not admitted(r, 8080, namespace="monitoring")
+        (render,) = [
+            line
+            for line in make_dry_run("manifests", "METRICS_NAMESPACES=a b", "HEALTH_CIDRS=10.1.0.0/16").splitlines()
+            if "render.py" in line
+        ]
+        assert "--metrics-namespace a --metrics-namespace b --health-cidr 10.1.0.0/16" in render
 
     def test_client_certificates_are_required_exactly_when_a_client_ca_is_given(
         self, rendering: Rendering, client_ca: Path, tmp_path: Path
@@ -928,13 +1101,37 @@ class TestDeployment:
         assert rendering.one("Namespace")["metadata"]["name"] == NAMESPACE
 
     def test_highly_available(self, rendering: Rendering) -> None:
-        """Two replicas spread over nodes, rollouts never go below them, a drain leaves one running."""
+        """Two replicas, rollouts never go below them, a drain leaves one running."""
         deployment = rendering.one("Deployment")
         assert deployment["spec"]["replicas"] >= 2
         assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
-        keys = {c["topologyKey"] for c in rendering.pod_spec["topologySpreadConstraints"]}
-        assert "kubernetes.io/hostname" in keys
         assert rendering.one("PodDisruptionBudget")["spec"]["minAvailable"] == 1
+
+    @pytest.mark.parametrize("nodes", [2, 3, 50])
+    def test_two_replicas_never_share_a_node(self, rendering: Rendering, nodes: int) -> None:
+        """On a cluster of several nodes, kube-scheduler's topology-spread filter never lets the second
+        replica onto the first one's node, so one node failing cannot take both (under failurePolicy Fail
+        that would block every GPU Pod); only components/single-node relaxes it. The spread counts one
+        rollout's Pods only (pod-template-hash), so a rollout's surge Pod is not held up by old ones."""
+        names = [f"node-{i}" for i in range(nodes)]
+        constraints = rendering.pod_spec["topologySpreadConstraints"]
+        first = spread_filter(constraints, names, placed=[])[0]
+        second = spread_filter(constraints, names, placed=[first])
+        if rendering.name.endswith("+single-node"):
+            assert first in second
+        else:
+            assert second == [n for n in names if n != first]
+        (hostname,) = [c for c in constraints if c["topologyKey"] == "kubernetes.io/hostname"]
+        assert "pod-template-hash" in hostname["matchLabelKeys"]
+
+    def test_on_a_single_node_the_second_replica_waits_unless_the_component_says_otherwise(
+        self, rendering: Rendering
+    ) -> None:
+        """With one node, the base keeps the second replica Pending (minDomains 2) rather than next to the
+        first; components/single-node (render.py --single-node) lets both run there, for test clusters."""
+        constraints = rendering.pod_spec["topologySpreadConstraints"]
+        expected = ["only"] if rendering.name.endswith("+single-node") else []
+        assert spread_filter(constraints, ["only"], placed=["only"]) == expected
 
     def test_selectors_pick_the_webhook_pods(self, rendering: Rendering) -> None:
         """Service, PodDisruptionBudget, NetworkPolicy and spread constraints select the Deployment's Pods."""
@@ -956,118 +1153,23 @@ class TestDeployment:
         assert "cpu" in resources["requests"]
 
 
-# --- Dockerfile ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Instruction:
-    keyword: str
-    args: str
-
-
-def dockerfile_stages() -> list[list[Instruction]]:
-    """The Dockerfile's instructions per stage (FROM starts one); comments and continuations resolved."""
-    lines: list[str] = []
-    pending = ""
-    for raw in (REPO / "Dockerfile").read_text(encoding="utf-8").splitlines():
-        if raw.lstrip().startswith("#"):
-            continue  # a comment, also inside a continued instruction
-        if raw.rstrip().endswith("\\"):
-            pending += raw.rstrip()[:-1] + " "
-            continue
-        if (pending + raw).strip():
-            lines.append(pending + raw)
-        pending = ""
-    stages: list[list[Instruction]] = [[]]
-    for line in lines:
-        keyword, _, args = line.strip().partition(" ")
-        if keyword.upper() == "FROM":
-            stages.append([])
-        stages[-1].append(Instruction(keyword.upper(), args.strip()))
-    return stages
-
-
-def dockerfile_env(stage: list[Instruction]) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for ins in stage:
-        if ins.keyword == "ENV":
-            env.update(dict(re.findall(r"(\w+)=(\S+)", ins.args)))
-    return env
-
-
-def copy_sources(stage: list[Instruction]) -> list[str]:
-    sources: list[str] = []
-    for ins in stage:
-        if ins.keyword == "COPY" and not ins.args.startswith("--from"):
-            *srcs, _dest = ins.args.split()
-            sources += srcs
-    return sources
-
-
-class TestDockerfile:
-    def test_final_stage_runs_gpupool_serve_as_the_deployments_user(self, rendered: dict[str, Rendering]) -> None:
-        """ENTRYPOINT gpupool serve, numeric USER = the Deployment's runAsUser, the Deployment's ports."""
-        *_, final = dockerfile_stages()
-        by_keyword = {ins.keyword: ins.args for ins in final}
-        assert by_keyword["ENTRYPOINT"] == '["gpupool", "serve"]'
-        uid, _, gid = by_keyword["USER"].partition(":")
-        pod_security = rendered["base"].pod_spec["securityContext"]
-        assert (int(uid), int(gid)) == (pod_security["runAsUser"], pod_security["runAsGroup"])
-        options = serve_options(rendered["base"])
-        assert {int(p) for p in by_keyword["EXPOSE"].split()} == {options.port, options.health_port}
-        assert "HEALTHCHECK" not in by_keyword  # Kubernetes uses the probes
-
-    def test_final_stage_builds_nothing(self) -> None:
-        """Two stages; the final one only copies the builder's venv onto the slim base: no RUN, so no
-        compiler or package manager work ends up in the image."""
-        preamble, builder, final = dockerfile_stages()
-        assert [i.keyword for i in final].count("RUN") == 0
-        copies = [i.args for i in final if i.keyword == "COPY"]
-        assert copies == ["--from=builder /opt/gpupool /opt/gpupool"]
-        assert builder[0].args.endswith(" AS builder")
-        (base,) = [i.args for i in preamble if i.keyword == "ARG"]
-        assert re.fullmatch(r"PYTHON_IMAGE=python:3\.1[1-9]-slim(-\w+)?", base)
-
-    def test_environment_is_serve_options(self) -> None:
-        """Every GPUPOOL_* variable the image sets is one `gpupool serve` reads, with a valid value."""
-        *_, final = dockerfile_stages()
-        env = {k: v for k, v in dockerfile_env(final).items() if k.startswith("GPUPOOL_")}
-        assert set(env) <= set(SERVE_ENV)
-        resolve_options(build_parser(["serve"]).parse_args(["serve"]), env)
-
-    def test_build_context_has_what_the_builder_copies(self) -> None:
-        """Every COPY source exists and is let through by .dockerignore (which excludes all else)."""
-        ignore = (REPO / ".dockerignore").read_text(encoding="utf-8").splitlines()
-        assert "*" in ignore
-        allowed = {line[1:].rstrip("/") for line in ignore if line.startswith("!")}
-        for source in copy_sources(dockerfile_stages()[1]):
-            assert (REPO / source).exists(), source
-            assert source.rstrip("/") in allowed, source
-
-    def test_builder_context_packages_the_default_policy(self, tmp_path: Path) -> None:
-        """Built from exactly what the builder copies, the package holds the default policy as a regular
-        file (webhook/domain/default_policy.yaml is a symlink into manifests/base, which setuptools follows)."""
-        for source in copy_sources(dockerfile_stages()[1]):
-            target = tmp_path / "context" / source
-            if (REPO / source).is_dir():
-                shutil.copytree(REPO / source, target, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
-            elif (REPO / source).exists():
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(REPO / source, target)
-        assert (tmp_path / "context" / "webhook" / "domain" / "default_policy.yaml").is_symlink()
-        done = subprocess.run(
-            [sys.executable, "-c", "from setuptools import setup; setup()", "-q", "build_py", "--build-lib", "../lib"],
-            cwd=tmp_path / "context",
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr
-        packaged = tmp_path / "lib" / "webhook" / "domain" / "default_policy.yaml"
-        assert packaged.is_file()
-        assert not packaged.is_symlink()
-        assert packaged.read_text(encoding="utf-8") == (MANIFESTS / "base" / "policy.yaml").read_text(encoding="utf-8")
+def spread_filter(constraints: list[Obj], nodes: list[str], placed: list[str]) -> list[str]:
+    """The nodes kube-scheduler's PodTopologySpread filter lets the next replica onto, when the replicas
+    of its rollout are on `placed`: for each DoNotSchedule constraint on the hostname (the zone one only
+    scores), the node's count plus one, minus the least count over the nodes (0 when there are fewer than
+    minDomains nodes), must not exceed maxSkew. Nodes carry no taints here, so nodeTaintsPolicy is moot."""
+    allowed = []
+    for node in nodes:
+        fits = True
+        for c in constraints:
+            if c["topologyKey"] != "kubernetes.io/hostname" or c["whenUnsatisfiable"] != "DoNotSchedule":
+                continue
+            counts = {n: placed.count(n) for n in nodes}
+            least = 0 if len(nodes) < c.get("minDomains", 1) else min(counts.values())
+            fits = fits and counts[node] + 1 - least <= c["maxSkew"]
+        if fits:
+            allowed.append(node)
+    return allowed
 
 
 # --- the release: make release VERSION=... ------------------------------------------------------------

@@ -29,18 +29,19 @@ import yaml
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
+from tests import scheduling
 from tests.builders import GPU_TAINT, gpu_node, index_of, mig_mixed_node, pod, quota
 from tests.builders import policy as make_policy
 from webhook.admission.core import Admitter, evaluate
 from webhook.admission.pod import MAX_CONTAINERS, MAX_EXTENDED_RESOURCES, MAX_SELECTOR_ENTRIES, MAX_TOLERATIONS
 from webhook.admission.verdict import Verdict
-from webhook.domain.model import PoolKey, Taint, Toleration, Tolerations
+from webhook.domain.model import PoolKey
 from webhook.domain.policy import Policy, load_policy
 from webhook.domain.quantity import MIB, parse_bytes
 from webhook.pools.index import PoolIndex
 from webhook.pools.kubeobj import pod_from_obj, pod_gpu_requests
 from webhook.pools.memo import Memo
-from webhook.pools.nodes import NodeFacts, Unclassified
+from webhook.pools.nodes import NodeFacts
 from webhook.sources.snapshot import SnapshotInventory, build_index, parse_objects
 
 REPO = Path(__file__).resolve().parents[2]
@@ -125,50 +126,41 @@ def kubectl_patch(obj: Mapping[str, Any], patch: list[dict[str, Any]], workdir: 
     return out
 
 
-def _reaches(selector: Mapping[str, str], node: Mapping[str, Any]) -> bool:
-    labels = node["metadata"].get("labels") or {}
-    return all(labels.get(k) == v for k, v in selector.items())
-
-
-def _tolerated(pod_spec: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
-    tolerations = Tolerations(
-        tuple(
-            Toleration(t.get("key", ""), t.get("operator", "Equal"), t.get("value", ""), t.get("effect", ""))
-            for t in pod_spec.get("tolerations") or []
-        )
-    )
-    taints = [Taint(t["key"], t.get("value", ""), t["effect"]) for t in (node.get("spec") or {}).get("taints") or []]
-    return all(tolerations.tolerates(t) for t in taints if t.effect in ("NoSchedule", "NoExecute"))
-
-
 def assert_feasible(
-    result: Verdict, patched: Mapping[str, Any], policy: Policy, index: PoolIndex, objects: list[Mapping[str, Any]]
+    result: Verdict,
+    patched: Mapping[str, Any],
+    policy: Policy,
+    index: PoolIndex,
+    objects: list[Mapping[str, Any]],
+    *,
+    original: Mapping[str, Any] | None = None,
 ) -> None:
-    """Where the scheduler may put the patched Pod: every node its nodeSelector reaches offers the chosen
-    pool's device (its facts for the Pod's resource are that pool's, so no whole-GPU Pod reaches a MIG
-    instance or a replica, and no MIG Pod a whole GPU) or is one gpupool does not pool (a MIG layout
-    being applied: a nodeSelector cannot exclude it), and the nodes of the pool that could run it (enough
-    of the resource allocatable, every blocking taint tolerated) are not none."""
+    """Where the scheduler may put the patched Pod (tests/scheduling.py, Kubernetes' rules): among the
+    nodes that offer its device resource, exactly the chosen pool's nodes that the Pod itself (`original`,
+    before the patch) allowed — never a node of another pool, one gpupool does not pool (a MIG layout
+    being applied) or one the Pod's own constraints exclude — and among those some that could run it
+    (enough of the resource, every blocking taint tolerated)."""
     placement = result.placement
     assert placement is not None
-    selector = patched["spec"].get("nodeSelector") or {}
     requests = pod_gpu_requests(patched["spec"], policy.gpu_resources, policy.partition_prefixes)
     assert set(requests) == {placement.resource}, f"the Pod requests {requests}, its pool {placement.resource}"
-    nodes = [o for o in objects if o["kind"] == "Node" and _reaches(selector, o)]
-    assert nodes, f"the nodeSelector {selector} reaches no node"
-    for node in nodes:
-        facts = index.node_facts(node["metadata"]["name"], placement.resource)
-        assert isinstance(facts, Unclassified) or (isinstance(facts, NodeFacts) and facts.pool == placement.pool), (
-            f"{node['metadata']['name']} is reached by {selector} but is not in {placement.pool}: {facts}"
-        )
+    offering = [o for o in objects if o["kind"] == "Node" and scheduling.offers(o, placement.resource, 0)]
+    reached = scheduling.reachable(patched, offering)
+    members = {n.name for n in index.members(placement.pool)}
+    wanted = members & scheduling.reachable(original, offering) if original is not None else members
+    constraint = placement.constraint.text()
+    assert reached <= members, f"{sorted(reached - members)} are reached by {constraint} but not in {placement.pool}"
+    assert reached == wanted, (
+        f"{constraint} reaches {sorted(reached)}, the pool's nodes the Pod allows are {sorted(wanted)}"
+    )
     runnable = [
         n
-        for n in nodes
-        if isinstance(index.node_facts(n["metadata"]["name"], placement.resource), NodeFacts)
-        and pod_count(n, placement.resource) >= placement.pod_total
-        and _tolerated(patched["spec"], n)
+        for n in offering
+        if n["metadata"]["name"] in reached
+        and scheduling.offers(n, placement.resource, placement.pod_total)
+        and scheduling.tolerated(patched, n)
     ]
-    assert runnable, f"no node reached by {selector} can run {placement.pod_total} x {placement.resource}"
+    assert runnable, f"no node reached by {constraint} can run {placement.pod_total} x {placement.resource}"
 
 
 def pod_count(node: Mapping[str, Any], resource: str) -> int:
@@ -192,7 +184,8 @@ def check_placed(
     assert result.patch, "a placed Pod that did not carry the placement must get a patch"
     patched = apply(obj, result.patch)
     validate_pod(patched)
-    assert_feasible(result, patched, policy, index, objects if objects is not None else list(_demo_objects()))
+    fleet = objects if objects is not None else list(_demo_objects())
+    assert_feasible(result, patched, policy, index, fleet, original=original)
     assert patched["metadata"]["annotations"][POOL_KEY] == str(result.placement.pool)
     again = evaluate(patched, namespace, policy, index)
     assert again.allowed, again.message
@@ -1144,7 +1137,7 @@ def test_evaluate_never_raises_and_every_patch_applies_and_is_idempotent(obj: di
     # What the inventory holds for the Pod is what the patched Pod will really request, where it can run.
     requests = pod_gpu_requests(patched["spec"], policy.gpu_resources, policy.partition_prefixes)
     assert requests.get(result.placement.resource, 0) == result.placement.pod_total
-    assert_feasible(result, patched, policy, index, list(_demo_objects()))
+    assert_feasible(result, patched, policy, index, list(_demo_objects()), original=original)
     again = evaluate(patched, namespace, policy, index)
     assert again.allowed, again.message
     assert again.patch == ()
@@ -1446,7 +1439,7 @@ def test_a_pod_that_names_no_device_is_never_placed_on_a_mig_instance_or_a_share
     result, index, objects = placed
     assert result.placement is not None and result.placement.device == "gpu", str(result.placement)
     assert result.placement.resource in demo_policy().gpu_resources
-    assert_feasible(result, apply(obj, result.patch), demo_policy(), index, objects)
+    assert_feasible(result, apply(obj, result.patch), demo_policy(), index, objects, original=obj)
 
 
 NO_EDIT: NodeEdit = (False, None, None, None)
@@ -1504,12 +1497,12 @@ def test_the_chosen_devices_memory_is_never_below_min_memory(
     assert result.placement is not None
     event(result.placement.device)
     patched = apply(obj, result.patch)
-    selector = patched["spec"]["nodeSelector"]
     wanted = -(-parse_bytes(need) // MIB)
-    for node in (o for o in objects if o["kind"] == "Node" and _reaches(selector, o)):
-        facts = index.node_facts(node["metadata"]["name"], result.placement.resource)
-        if isinstance(facts, NodeFacts):
-            assert facts.memory_mib >= wanted, f"{facts.node}: {facts.memory_mib} MiB < {need}"
+    offering = [o for o in objects if o["kind"] == "Node" and scheduling.offers(o, result.placement.resource, 0)]
+    for name in scheduling.reachable(patched, offering):
+        facts = index.node_facts(name, result.placement.resource)
+        assert isinstance(facts, NodeFacts), f"{name} is reached but offers no {result.placement.resource} pool"
+        assert facts.memory_mib >= wanted, f"{facts.node}: {facts.memory_mib} MiB < {need}"
 
 
 def test_the_shape_memo_remembers_each_shape_once() -> None:
@@ -2249,7 +2242,7 @@ class TestForgedReviews:
 
     def test_a_reservation_whose_pod_never_shows_is_released_soon_when_the_watch_is_current(self) -> None:
         """Finding 7: a forged review for team-a (4 GPUs) holds its quota only until the Pod would have
-        shown up in a current watch (reservationSettleSeconds, 15 s), not the full 60 s: the real Pod is
+        shown up in a current watch (reservationSettleSeconds, 5 s), not the full 60 s: the real Pod is
         then admitted."""
         clock = FakeClock()
         _, admit = self.review_of(clock, since=clock.now - 100)

@@ -358,26 +358,28 @@ def test_requirements_hold_on_the_labelled_nodes_a_shorter_selector_reaches_too(
     assert d.chosen is None and "driver 525.60.13 < min-driver 545" in d.denial
 
 
-def test_a_selector_that_also_reaches_another_class_does_not_place_the_pod() -> None:
-    """Found by the device property test: T4 nodes the product table makes medium, beside a T4 node
-    labelled high. The medium pool's only nodeSelector is the product label, which reaches the high node
-    too: a students Pod placed "in medium" could run on the high node and count against medium. That
-    selector is not used; the Pod is denied saying why and how to fix the labels, and once every T4 node
-    carries its class the medium nodes are pinned by the class label and used again."""
+def test_a_half_labelled_product_is_placed_with_the_other_classes_left_out() -> None:
+    """T4 nodes the product table makes medium, beside a T4 node labelled high: the medium pool is
+    placed (not refused), its constraint the product label plus the class label `NotIn` every other
+    class, which the unlabelled nodes satisfy and the high node does not."""
     pol = policy("namespaces:\n  students:\n    allowedClasses: [low, medium]\n")
     mixed = [gpu_node("t4-a", gpu_class=None), gpu_node("t4-reserved", gpu_class="high")]
     d = run({"gpupool.io/gpu-class": "medium"}, mixed, pol, namespace="students")
-    assert d.chosen is None
-    assert "nodeSelector nvidia.com/gpu.product=Tesla-T4 also reaches the nodes of nvidia/high/Tesla-T4" in d.denial
+    assert d.chosen is not None and d.chosen.pool == T4
+    assert d.chosen.constraint.text() == ("nvidia.com/gpu.product=Tesla-T4, gpu.accelerator/class notin (high,low)")
     labelled = [gpu_node("t4-a", gpu_class="medium"), gpu_node("t4-reserved", gpu_class="high")]
     placed = run({"gpupool.io/gpu-class": "medium"}, labelled, pol, namespace="students")
     assert placed.chosen is not None and placed.chosen.pool == T4
-    assert dict(placed.chosen.selector)["gpu.accelerator/class"] == "medium"
+    assert placed.chosen.constraint.text() == "gpu.accelerator/class=medium, nvidia.com/gpu.product=Tesla-T4"
 
 
-def test_whole_gpus_are_not_pinned_by_a_label_that_also_reaches_replicas() -> None:
+def test_whole_gpus_beside_unsuffixed_replicas_leave_the_replicas_out() -> None:
     """Replicas labelled by hand (a replica count, no -SHARED product) beside whole T4s: the whole GPUs'
-    product label reaches the replicas too, so a Pod that asked for whole GPUs is not pinned by it."""
+    pool is the product label without the replica count, and the replicas' pool the product with it."""
     shared = gpu_node("t4-shared", gpus=8, gpu_class=None, labels={"nvidia.com/gpu.replicas": "2"})
     d = run({"gpupool.io/gpu-class": "medium"}, [gpu_node("t4-a", gpu_class=None), shared])
-    assert d.chosen is None and "also reaches the nodes of nvidia/medium/Tesla-T4-SHARED" in d.denial
+    assert d.chosen is not None and d.chosen.pool == PoolKey("nvidia", "medium", "Tesla-T4")
+    assert d.chosen.constraint.text() == "nvidia.com/gpu.product=Tesla-T4, !nvidia.com/gpu.replicas"
+    replica = run({"gpupool.io/device": "shared"}, [gpu_node("t4-a", gpu_class=None), shared])
+    assert replica.chosen is not None and replica.chosen.pool.product == "Tesla-T4-SHARED"
+    assert replica.chosen.constraint.text() == "nvidia.com/gpu.product=Tesla-T4, nvidia.com/gpu.replicas=2"

@@ -216,6 +216,6 @@ def test_room_for_pods_counts_whole_pods_per_node_after_reservations() -> None:
     req = parse_request(read_pod(job_pod(gpus=2), "ml").shape, index.policy)
     (candidate,) = decide(req, index, index.policy).candidates
     assert pods_at_once(candidate, 2) == 3
-    index.reserve("ml", L4, candidate.selector, 2, now=0.0)
+    index.reserve("ml", L4, candidate.constraint.selector, 2, now=0.0)
     (candidate,) = decide(req, index, index.policy).candidates
     assert pods_at_once(candidate, 2) == 2

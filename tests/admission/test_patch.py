@@ -2,24 +2,36 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import jsonpatch
 import pytest
 
+from tests import scheduling
 from tests.builders import pod
 from webhook.admission.patch import PatchSpec, build_patch, escape
 from webhook.admission.pod import read_pod
+from webhook.domain.affinity import DOES_NOT_EXIST, NOT_IN, PoolConstraint, Requirement
 from webhook.domain.model import Taint
 
 SELECTOR = {"gpu.accelerator/class": "high", "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}
 GPU_TAINT = Taint("nvidia.com/gpu", "present", "NoSchedule")
 
 
-def patch_of(obj: dict[str, Any], count: int = 2) -> list[dict[str, Any]]:
-    """The patch for the Pod as the core builds it: from the Pod's shape (so its own tolerations count)."""
+CLASSES = Requirement("gpu.accelerator/class", NOT_IN, ("high", "low"))
+UNSHARED = Requirement("nvidia.com/gpu.replicas", DOES_NOT_EXIST)
+
+
+T4_SELECTOR = {"nvidia.com/gpu.product": "Tesla-T4"}
+
+
+def patch_of(obj: dict[str, Any], count: int = 2, expressions: tuple[Requirement, ...] = ()) -> list[dict[str, Any]]:
+    """The patch for the Pod as the core builds it: from the Pod's shape (so its own tolerations count).
+    With `expressions` the pool is the T4s of a half-labelled fleet (product label, requirements)."""
+    selector = T4_SELECTOR if expressions else SELECTOR
     spec = PatchSpec(
-        selector=tuple(SELECTOR.items()),
+        constraint=PoolConstraint(tuple(selector.items()), expressions),
         gpu_taints=(GPU_TAINT,),
         container_index=0,
         resource="nvidia.com/gpu",
@@ -31,6 +43,77 @@ def patch_of(obj: dict[str, Any], count: int = 2) -> list[dict[str, Any]]:
 
 def applied(obj: dict[str, Any], **kw: Any) -> dict[str, Any]:
     return jsonpatch.apply_patch(obj, patch_of(obj, **kw))  # type: ignore[no-any-return]
+
+
+def node(name: str, **labels: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": labels}}
+
+
+def with_affinity(obj: dict[str, Any], affinity: dict[str, Any]) -> dict[str, Any]:
+    obj["spec"]["affinity"] = affinity
+    return obj
+
+
+TERMS = [
+    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["ws-rtx3060-01"]}]},
+    {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["eu-1a"]}]},
+]
+REQUIRED = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": TERMS}}}
+
+
+@pytest.mark.parametrize(
+    "affinity",
+    [
+        None,
+        {"podAntiAffinity": {}},
+        {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}},
+    ],
+    ids=["no-affinity", "affinity-without-node-affinity", "node-affinity-without-required"],
+)
+def test_requirements_are_one_new_term_when_the_pod_has_none(affinity: dict[str, Any] | None) -> None:
+    """A Pod without required node affinity gets one term of the pool's requirements, its missing parents
+    added whole and what it had (pod anti-affinity, preferred terms) kept."""
+    obj = pod() if affinity is None else with_affinity(pod(), affinity)
+    result = applied(obj, expressions=(CLASSES, UNSHARED))
+    node_affinity = result["spec"]["affinity"]["nodeAffinity"]
+    assert node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] == {
+        "nodeSelectorTerms": [{"matchExpressions": [CLASSES.as_json(), UNSHARED.as_json()]}]
+    }
+    for key, value in (affinity or {}).items():
+        if key != "nodeAffinity":
+            assert result["spec"]["affinity"][key] == value
+    if affinity and "nodeAffinity" in affinity:
+        assert node_affinity["preferredDuringSchedulingIgnoredDuringExecution"] == []
+    assert patch_of(result, expressions=(CLASSES, UNSHARED)) == []
+
+
+def test_requirements_are_anded_into_every_term_the_pod_has() -> None:
+    """The scheduler ORs terms: a term that names a node, or a zone, would otherwise reach nodes outside
+    the pool. Every term gets the requirements appended (a term without matchExpressions gets the list);
+    nothing the user wrote is dropped, and the patched Pod's nodes are its own terms' within the pool's."""
+    obj = with_affinity(pod(), copy.deepcopy(REQUIRED))
+    result = applied(obj, expressions=(CLASSES,))
+    terms = result["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert terms[0] == {**TERMS[0], "matchExpressions": [CLASSES.as_json()]}
+    assert terms[1]["matchExpressions"] == [*TERMS[1]["matchExpressions"], CLASSES.as_json()]
+    fleet = [
+        node("ws-rtx3060-01", **{"gpu.accelerator/class": "low"}, **T4_SELECTOR),
+        node("t4-eu", **{"topology.kubernetes.io/zone": "eu-1a", "gpu.accelerator/class": "high"}, **T4_SELECTOR),
+        node("t4-eu-unlabelled", **{"topology.kubernetes.io/zone": "eu-1a"}, **T4_SELECTOR),
+        node("t4-us", **{"topology.kubernetes.io/zone": "us-1a"}, **T4_SELECTOR),
+    ]
+    assert scheduling.reachable(obj, fleet) == {"ws-rtx3060-01", "t4-eu", "t4-eu-unlabelled", "t4-us"} - {"t4-us"}
+    assert scheduling.reachable(result, fleet) == {"t4-eu-unlabelled"}
+    assert patch_of(result, expressions=(CLASSES,)) == []
+
+
+def test_a_requirement_the_nodeselector_already_satisfies_is_not_added() -> None:
+    """A Pod that pins the class label itself needs no `NotIn` on it."""
+    obj = pod(node_selector={"gpu.accelerator/class": "medium"})
+    ops = patch_of(obj, expressions=(CLASSES,))
+    assert not any(op["path"].startswith("/spec/affinity") for op in ops)
 
 
 def test_escape_follows_rfc_6901() -> None:

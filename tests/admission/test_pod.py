@@ -7,6 +7,7 @@ checked on `evaluate` itself, in test_admission.)"""
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -204,8 +205,45 @@ def test_identity_is_read_beside_the_shape() -> None:
         "agent-",
         "gpu-1",
     )
-    assert (view.mirror, view.daemonset, view.affinity_node) == (True, True, "gpu-1")
+    assert (view.mirror, view.daemonset) == (True, True)
+    assert view.shape.requirements.named_nodes() == {"gpu-1"}
     assert view.shape.annotations == ()  # the mirror annotation is not gpupool's
+
+
+@pytest.mark.parametrize("controller", [None, False])
+def test_a_daemonset_reference_that_is_not_the_controller_is_no_daemonset(controller: bool | None) -> None:
+    """Only the controller places a Pod: a DaemonSet reference without `controller: true` grants nothing."""
+    obj = pod("p", "students", gpus=1)
+    owner: dict[str, Any] = {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent"}
+    if controller is not None:
+        owner["controller"] = controller
+    obj["metadata"]["ownerReferences"] = [owner]
+    assert read_pod(obj).daemonset is False
+
+
+AFFINITY_ERRORS = [
+    ({"nodeSelectorTerms": []}, "nodeSelectorTerms: expected a list of at least one term"),
+    ({"nodeSelectorTerms": [{"matchExpressions": [{"key": "k", "operator": "Near", "values": ["a"]}]}]},
+     "operator: expected one of In, NotIn, Exists, DoesNotExist, Gt, Lt"),
+    ({"nodeSelectorTerms": [{"matchExpressions": [{"key": "k", "operator": "In"}]}]}, "In needs at least one value"),
+    ({"nodeSelectorTerms": [{"matchExpressions": [{"key": "k", "operator": "Gt", "values": ["1_0"]}]}]},
+     "Gt takes exactly one whole number"),
+    ({"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.labels", "operator": "In", "values": ["a"]}]}]},
+     "matchFields may only name metadata.name"),
+    ({"nodeSelectorTerms": [{"matchExpressions": [{"key": "k", "operator": "Exists", "values": ["a"]}]}]},
+     "Exists takes no values"),
+    ({"nodeSelectorTerms": [{}] * 65}, "65 terms; gpupool reads at most 64"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("required", "message"), AFFINITY_ERRORS, ids=[m for _, m in AFFINITY_ERRORS])
+def test_a_malformed_node_affinity_is_refused_naming_the_field(required: dict[str, Any], message: str) -> None:
+    """Node affinity is read as kube-apiserver checks it, with bounds: what is wrong is named, never guessed."""
+    obj = pod("p", gpus=1)
+    obj["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
+    with pytest.raises(PodError, match=re.escape(message)) as caught:
+        read_pod(obj)
+    assert "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution" in str(caught.value)
 
 
 def test_the_workload_group_is_identity_not_shape() -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ipaddress
+import os
+import stat
 from datetime import timedelta
 from pathlib import Path
 
@@ -28,6 +30,7 @@ class TestCli:
         assert main(argv) == 0
         lines = capsys.readouterr().out.splitlines()
         assert [line.split(" ", 2)[:2] for line in lines] == [
+            ["created", f"{out}:"],
             ["created", f"{out / 'ca.key'}:"],
             ["created", f"{out / 'ca.crt'}:"],
             ["created", f"{out / 'tls.key'}:"],
@@ -114,6 +117,32 @@ class TestCli:
         (certs / "ca.key").write_text("oops\n")
         assert main(["certs", "--out", str(certs)]) == 2
         assert f"{certs / 'ca.key'}: not a PEM private key" in capsys.readouterr().err
+
+    def test_a_ca_key_that_does_not_match_ca_crt_exits_2_naming_both(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """Given another install's ca.key next to ca.crt, `gpupool certs` refuses (exit 2) naming both files
+        and leaves ca.crt as it was: whoever can write ca.key cannot get a CA of theirs issued."""
+        certs, other = tmp_path / "certs", tmp_path / "other"
+        assert main(["certs", "--out", str(certs)]) == 0
+        assert main(["certs", "--out", str(other)]) == 0
+        (certs / "ca.key").write_bytes((other / "ca.key").read_bytes())
+        ca_before = (certs / "ca.crt").read_bytes()
+        capsys.readouterr()
+        assert main(["certs", "--out", str(certs)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"gpupool certs: error: {certs / 'ca.key'} is not the key of {certs / 'ca.crt'}")
+        assert (certs / "ca.crt").read_bytes() == ca_before
+
+    def test_the_directory_is_created_0700_under_umask_000(self, tmp_path: Path) -> None:
+        """Under umask 000 the directory would be 0777 (anyone could plant a key); it is 0700."""
+        out = tmp_path / "certs"
+        old = os.umask(0)
+        try:
+            assert main(["certs", "--out", str(out)]) == 0
+        finally:
+            os.umask(old)
+        assert stat.S_IMODE(out.stat().st_mode) == 0o700
 
     def test_out_that_is_a_file_exits_2(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """--out pointing at a regular file is reported, not a traceback."""

@@ -2,7 +2,8 @@
 
 Run through `webhook.commands.cli.main` (as the console script does) and, for the exit status and the absence
 of tracebacks, as a real `python -m webhook` process. Exit status: 0 allowed, 1 denied, 2 for a bad
-file or argument, with `gpupool explain: error:` and the file or field named.
+file or argument, with `gpupool explain: error:` and the file or field named. Workloads are in
+test_workloads.py.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import jsonpatch
 import pytest
 import yaml
 
+from tests.commands.kubeconfigs import kubeconfig
 from webhook.commands.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,17 +28,26 @@ PODS = REPO / "examples" / "pods"
 INVENTORY = str(REPO / "examples" / "cluster.yaml")
 POLICY = str(REPO / "examples" / "policy.yaml")
 ERROR_PREFIX = "gpupool explain: error:"
-JSON_KEYS = {"allowed", "code", "message", "warnings", "pool", "patch", "group"}
+# What the text shows, each under its own key: the Pod, its workload, the decision, the reasons for it,
+# the patch and the patched Pod.
+JSON_KEYS = {
+    "namespace", "name", "workload", "note", "allowed", "outcome", "code", "reason", "message", "warnings", "pool",
+    "patch", "group", "poolsConsidered", "patchedPod",
+}  # fmt: skip
+DEFAULT_POLICY_NOTE = (
+    "gpupool explain: note: with gpupool's built-in default policy (a snapshot holds none); pass --policy FILE\n"
+)
 
 
 def explain(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """Run `gpupool explain ARGS` in-process against the demo inventory: (exit status, stdout, stderr)."""
+    """Run `gpupool explain ARGS` in-process against the demo inventory: (exit status, stdout, stderr
+    without the note that says which policy is used)."""
     argv = ["explain", *args]
     if "--inventory" not in args:
         argv += ["--inventory", INVENTORY]
     status = main(argv)
     out, err = capsys.readouterr()
-    return status, out, err
+    return status, out, err.replace(DEFAULT_POLICY_NOTE, "")
 
 
 def explain_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
@@ -115,7 +126,8 @@ def test_json_output_is_one_object_with_the_documented_keys(capsys: pytest.Captu
     status, answer = explain_json(capsys, str(pod_file))
     assert status == 0
     assert set(answer) == JSON_KEYS
-    assert answer["allowed"] is True and answer["code"] == 200
+    assert (answer["namespace"], answer["name"], answer["workload"]) == ("ml-train", "resnet50-train", None)
+    assert answer["allowed"] is True and answer["code"] == 200 and answer["outcome"] == "mutated"
     assert isinstance(answer["message"], str) and answer["warnings"] == []
     assert answer["pool"] == {
         "vendor": "nvidia",
@@ -123,6 +135,7 @@ def test_json_output_is_one_object_with_the_documented_keys(capsys: pytest.Captu
         "product": "Tesla-T4",
         "resource": "nvidia.com/gpu",
         "device": "gpu",
+        "constraints": "gpu.accelerator/class=medium, nvidia.com/gpu.product=Tesla-T4",
     }
     patched = jsonpatch.apply_patch(load(pod_file), answer["patch"])
     assert patched["metadata"]["annotations"]["gpupool.io/pool"] == "nvidia/medium/Tesla-T4"
@@ -134,8 +147,9 @@ def test_json_output_for_a_denied_pod(capsys: pytest.CaptureFixture[str]) -> Non
     assert status == 1
     assert set(answer) == JSON_KEYS
     assert answer["allowed"] is False and answer["code"] == 403
+    assert (answer["outcome"], answer["reason"]) == ("denied", "quota")
     assert "gpu-quota" in answer["message"]
-    assert answer["pool"] is None and answer["patch"] == []
+    assert answer["pool"] is None and answer["patch"] == [] and answer["patchedPod"] is None
 
 
 def test_json_output_for_a_bad_annotation_is_a_400(capsys: pytest.CaptureFixture[str]) -> None:
@@ -198,16 +212,90 @@ def test_dash_reads_the_pod_from_stdin(capsys: pytest.CaptureFixture[str], monke
     assert explain_json(capsys, "-") == from_file
 
 
-def test_namespace_option_overrides_the_manifest(capsys: pytest.CaptureFixture[str]) -> None:
-    """--namespace decides the namespace rules: the students Pod gets the students' default class low,
-    but in team-a it gets team-a's default class medium."""
+def test_json_and_yaml_carry_everything_the_text_shows(capsys: pytest.CaptureFixture[str]) -> None:
+    """`-o json` has the lines of "Pools considered", the warnings, the group and the patched Pod exactly
+    as the text shows them, and `-o yaml` is the same document."""
+    pod_file = str(PODS / "group-pytorchjob-worker.yaml")
+    _, text, _ = explain(capsys, pod_file)
+    _, answer = explain_json(capsys, pod_file)
+    considered = text.split("Pools considered:\n", 1)[1].split("Patch (RFC 6902):", 1)[0]
+    assert answer["poolsConsidered"] == [line.strip() for line in considered.splitlines()]
+    assert len(answer["poolsConsidered"]) > 3
+    assert answer["patchedPod"] == patched_pod_section(text)
+    assert f"Group: {answer['group']['name']}: 1 Pod on pool {answer['group']['pool']}" in text
+    status, out, err = explain(capsys, pod_file, "-o", "yaml")
+    assert (status, err) == (0, "")
+    assert yaml.safe_load(out) == answer
+
+
+def test_a_pod_of_another_namespace_than_n_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """-n is the namespace of the objects read, as for kubectl apply: the students Pod with -n team-a is
+    refused (exit 2, nothing on stdout) with the two ways out named; with -n students it is explained."""
+    pod_file = str(PODS / "students-default-class.yaml")
+    status, out, err = explain(capsys, pod_file, "--policy", POLICY, "-n", "team-a")
+    assert (status, out) == (2, "")
+    assert err == (
+        "gpupool explain: error: the namespace from the provided object 'students' (Pod homework-3) does not "
+        "match the namespace 'team-a'; pass --namespace=students, or --as-namespace=team-a to explain it as if "
+        "it were there\n"
+    )
+    status, answer = explain_json(capsys, pod_file, "--policy", POLICY, "--namespace", "students")
+    assert (status, answer["pool"]["class"]) == (0, "low")
+
+
+def test_as_namespace_explains_the_pod_as_if_it_were_there(capsys: pytest.CaptureFixture[str]) -> None:
+    """--as-namespace is the "what if": the students Pod gets the students' default class low as
+    written, and team-a's default class medium as if in team-a. With -n too, it is refused."""
     pod_file = str(PODS / "students-default-class.yaml")
     _, as_written = explain_json(capsys, pod_file, "--policy", POLICY)
     assert as_written["pool"]["class"] == "low"
-    _, overridden = explain_json(capsys, pod_file, "--policy", POLICY, "--namespace", "team-a")
-    assert overridden["pool"]["class"] == "medium"
-    _, out, _ = explain(capsys, pod_file, "--policy", POLICY, "-n", "team-a")
-    assert "team-a/homework-3" in out
+    _, what_if = explain_json(capsys, pod_file, "--policy", POLICY, "--as-namespace", "team-a")
+    assert (what_if["namespace"], what_if["pool"]["class"]) == ("team-a", "medium")
+    _, out, _ = explain(capsys, pod_file, "--policy", POLICY, "--as-namespace", "team-a")
+    assert "Pod team-a/homework-3" in out
+    status, out, err = explain(capsys, pod_file, "--as-namespace", "team-a", "-n", "team-a")
+    assert (status, out) == (2, "")
+    assert "--as-namespace" in err
+
+
+def test_a_pod_without_namespace_takes_n_else_the_contexts(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """As kubectl: a Pod that names no namespace is in -n's, else in the kubeconfig context's, for
+    `gpupool` as for `kubectl gpupool`."""
+    obj = load(PODS / "students-default-class.yaml")
+    del obj["metadata"]["namespace"]
+    pod_file = tmp_path / "bare.yaml"
+    pod_file.write_text(yaml.safe_dump(obj), "utf-8")
+    _, answer = explain_json(capsys, str(pod_file), "--policy", POLICY, "-n", "students")
+    assert (answer["namespace"], answer["pool"]["class"]) == ("students", "low")
+    kc = str(kubeconfig(tmp_path / "kubeconfig"))
+    _, answer = explain_json(capsys, str(pod_file), "--policy", POLICY, "--kubeconfig", kc)
+    assert (answer["namespace"], answer["pool"]["class"]) == ("team-a", "medium")
+
+
+def test_a_namespace_that_kubernetes_would_refuse_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["explain", str(PODS / "class-medium.yaml"), "-n", "Team_A"])
+    assert exc.value.code == 2
+    assert "'Team_A' is not a namespace name" in capsys.readouterr().err
+
+
+def test_several_documents_are_explained_one_section_each(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Two Pods in one file (and a third in another): a section each in the text, a List of them with
+    `-o json`; the exit status is 1 as one of them is denied."""
+    both = tmp_path / "both.yaml"
+    both.write_text(
+        (PODS / "class-medium.yaml").read_text("utf-8") + "\n---\n" + (PODS / "team-a-quota.yaml").read_text("utf-8")
+    )
+    status, out, _ = explain(capsys, str(both), str(PODS / "plain-cpu.yaml"), "--policy", POLICY)
+    assert status == 1
+    pods = [line for line in out.splitlines() if line.startswith("Pod ")]
+    assert pods == ["Pod ml-train/resnet50-train", "Pod team-a/whisper-finetune", "Pod ml-train/web"]
+    status, answer = explain_json(capsys, str(both), "--policy", POLICY)
+    assert (status, answer["kind"]) == (1, "List")
+    assert [(i["name"], i["allowed"]) for i in answer["items"]] == [
+        ("resnet50-train", True),
+        ("whisper-finetune", False),
+    ]
 
 
 def test_pod_without_namespace_is_in_default(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -224,9 +312,9 @@ def test_policy_option_is_applied(capsys: pytest.CaptureFixture[str]) -> None:
     """--policy brings the namespace rules: the A100 Pod is placed in students under the built-in
     policy (every class allowed) and denied under the demo policy (students may not use high)."""
     pod_file = str(PODS / "product-a100.yaml")
-    status, built_in = explain_json(capsys, pod_file, "--namespace", "students")
+    status, built_in = explain_json(capsys, pod_file, "--as-namespace", "students")
     assert status == 0 and built_in["pool"]["class"] == "high"
-    status, demo = explain_json(capsys, pod_file, "--namespace", "students", "--policy", POLICY)
+    status, demo = explain_json(capsys, pod_file, "--as-namespace", "students", "--policy", POLICY)
     assert status == 1 and demo["pool"] is None
     assert "students" in demo["message"]
 
@@ -263,9 +351,10 @@ POD = "@pod"  # stands for the text of examples/pods/class-medium.yaml
 BAD_FILES: dict[str, tuple[str | None, str | None, str | None, tuple[str, ...]]] = {
     "missing-pod": (None, None, None, ("pod.yaml",)),
     "pod-not-yaml": ("metadata: {name: [unclosed\n", None, None, ("pod.yaml", "YAML")),
-    "pod-two-documents": (POD + "\n---\n" + POD, None, None, ("pod.yaml", "2")),
     "pod-empty": ("", None, None, ("pod.yaml",)),
-    "pod-is-a-list": ("- a\n- b\n", None, None, ("pod.yaml",)),
+    "pod-is-a-list": ("- a\n- b\n", None, None, ("pod.yaml", "document 1", "a list")),
+    "second-document-not-an-object": (POD + "\n---\njust text\n", None, None, ("pod.yaml", "document 2")),
+    "list-items-not-a-list": ("apiVersion: v1\nkind: List\nitems: 3\n", None, None, ("pod.yaml", "items")),
     "service-not-pod": (SERVICE, None, None, ("pod.yaml", "Service")),
     "missing-inventory": (POD, "", None, ("inventory.yaml",)),
     "inventory-not-a-list": (POD, "apiVersion: v1\nkind: Status\nfoo: bar\n", None, ("inventory.yaml",)),
@@ -307,12 +396,12 @@ def test_bad_files_exit_2_with_a_clear_error(case: str, capsys: pytest.CaptureFi
 
 
 def test_unknown_output_format_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    """`-o yaml` is refused by the argument parser with status 2, naming the accepted choices."""
+    """`-o xml` is refused by the argument parser with status 2, naming the accepted choices."""
     with pytest.raises(SystemExit) as exc:
-        main(["explain", str(PODS / "class-medium.yaml"), "-o", "yaml"])
+        main(["explain", str(PODS / "class-medium.yaml"), "-o", "xml"])
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert "json" in err and "text" in err
+    assert "json" in err and "text" in err and "yaml" in err
 
 
 # --- as a real process -------------------------------------------------------------------------------------

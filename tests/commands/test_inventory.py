@@ -1,5 +1,6 @@
 """`gpupool inventory`: one row per pool of devices, with its kind and exact product, and the nodes that
-are not pooled with the reason. Run through `webhook.commands.cli.main`, as the console script does."""
+are not pooled with the reason, as warnings on stderr. Run through `webhook.commands.cli.main`, as the
+console script does."""
 
 from __future__ import annotations
 
@@ -28,15 +29,30 @@ def snapshot(tmp_path: Path) -> str:
     return str(path)
 
 
-def inventory(capsys: pytest.CaptureFixture[str], path: str, *args: str) -> str:
+NOTE = "gpupool inventory: note: with gpupool's built-in default policy (a snapshot holds none); pass --policy FILE"
+
+
+def run_inventory(capsys: pytest.CaptureFixture[str], path: str, *args: str) -> tuple[str, list[str]]:
+    """(stdout, the lines of stderr after the note that says which policy is used)."""
     assert main(["inventory", "--inventory", path, *args]) == 0
     out, err = capsys.readouterr()
-    assert err == ""
-    return out
+    note, *said = err.splitlines()
+    assert note == NOTE
+    return out, said
+
+
+def inventory(capsys: pytest.CaptureFixture[str], path: str, *args: str) -> str:
+    return run_inventory(capsys, path, *args)[0]
+
+
+def warnings(capsys: pytest.CaptureFixture[str], path: str, *args: str) -> list[str]:
+    said = run_inventory(capsys, path, *args)[1]
+    assert all(line.startswith("Warning: ") for line in said), said
+    return said
 
 
 def rows(text: str) -> list[list[str]]:
-    return [line.split() for line in text.splitlines() if not line.startswith("WARNING")]
+    return [line.split() for line in text.splitlines()]
 
 
 def test_the_table_has_one_row_per_device_pool(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -97,26 +113,73 @@ def test_nodes_that_must_not_be_used_are_listed_with_the_reason(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     """An invalid MIG layout and a MIG configuration being applied: not pooled, and the admin is told why."""
-    warnings = [line for line in inventory(capsys, snapshot(tmp_path)).splitlines() if line.startswith("WARNING")]
-    invalid = "WARNING: node bad-a: nvidia GPUs not pooled: GPU Feature Discovery reports an invalid MIG layout"
-    assert any(w.startswith(invalid) for w in warnings)
+    said = warnings(capsys, snapshot(tmp_path))
+    invalid = "Warning: node bad-a: nvidia GPUs not pooled: GPU Feature Discovery reports an invalid MIG layout"
+    assert any(w.startswith(invalid) for w in said)
     assert (
-        "WARNING: node busy-a: nvidia GPUs not pooled: its MIG configuration is not in place "
+        "Warning: node busy-a: nvidia GPUs not pooled: its MIG configuration is not in place "
         "(nvidia.com/mig.config.state=pending)"
-    ) in warnings
+    ) in said
 
 
-def test_a_pool_its_nodeselector_cannot_pin_is_named_with_the_fix(
+def test_a_half_labelled_product_is_pooled_without_a_warning(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    """T4 nodes classed by the product table beside one labelled high: the admin is told that gpupool
-    places no Pod with the medium pool's selector, and why."""
+    """T4 nodes classed by the product table beside one labelled high: both pools are listed and placed
+    (node affinity tells their nodes apart), so there is nothing to warn the admin about."""
     nodes = [gpu_node("t4-a", gpu_class=None), gpu_node("t4-reserved", gpu_class="high")]
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": nodes}), "utf-8")
-    warnings = [line for line in inventory(capsys, str(path)).splitlines() if line.startswith("WARNING")]
-    assert (
-        "WARNING: pool nvidia/medium/Tesla-T4: no Pod is placed with its nodeSelector nvidia.com/gpu.product=Tesla-T4 "
-        "also reaches the nodes of nvidia/high/Tesla-T4, and a nodeSelector cannot leave them out (label these "
-        "nodes with their class, or the others with a label that tells them apart)"
-    ) in warnings
+    assert not warnings(capsys, str(path))
+    out = inventory(capsys, str(path))
+    assert "medium" in out and "high" in out
+
+
+# --- kubectl's output conventions ------------------------------------------------------------------------
+
+
+def test_warnings_go_to_stderr_and_stdout_is_the_table_alone(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """What an admin should fix is said on stderr, as kubectl says the API server's warnings, so stdout
+    is only the table (and `-o json` only JSON), and the warnings are in the JSON document too."""
+    out, said = run_inventory(capsys, snapshot(tmp_path))
+    assert said and all(line.startswith("Warning: ") for line in said)
+    assert all("not pooled" not in line for line in out.splitlines())
+    report = json.loads(inventory(capsys, snapshot(tmp_path), "-o", "json"))
+    assert [f"Warning: {w}" for w in report["warnings"]] == said
+
+
+def test_name_output_is_one_pool_per_line_as_gpupool_io_pool_names_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    names = inventory(capsys, snapshot(tmp_path), "-o", "name").splitlines()
+    report = json.loads(inventory(capsys, snapshot(tmp_path), "-o", "json"))
+    assert names == [p["pool"] for p in report["pools"]]
+    assert "nvidia/high/NVIDIA-A100-SXM4-40GB-MIG-3g.20gb/nvidia.com/mig-3g.20gb" in names
+    assert "nvidia/medium/Tesla-T4-SHARED" in names
+
+
+def test_no_headers_leaves_out_the_header_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    for output in ("table", "wide"):
+        with_headers = inventory(capsys, snapshot(tmp_path), "-o", output).splitlines()
+        without = inventory(capsys, snapshot(tmp_path), "-o", output, "--no-headers").splitlines()
+        assert with_headers[0].startswith("VENDOR") and rows("\n".join(without)) == rows("\n".join(with_headers[1:]))
+
+
+def test_yaml_is_the_json_document(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    as_json = json.loads(inventory(capsys, snapshot(tmp_path), "-o", "json"))
+    assert yaml.safe_load(inventory(capsys, snapshot(tmp_path), "-o", "yaml")) == as_json
+
+
+def test_a_cluster_without_gpus_prints_nothing_and_says_so_on_stderr(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """As kubectl's "No resources found": nothing on stdout for a table or names, the JSON document still."""
+    path = tmp_path / "cpu.yaml"
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "cpu-a"}, "status": {"allocatable": {"cpu": "8"}}}
+    path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [node]}), "utf-8")
+    for output in ("table", "name"):
+        out, said = run_inventory(capsys, str(path), "-o", output)
+        assert (out, said) == ("", ["No GPU pools."])
+    assert json.loads(inventory(capsys, str(path), "-o", "json")) == {"pools": [], "warnings": []}

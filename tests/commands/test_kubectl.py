@@ -1,6 +1,7 @@
 """`kubectl gpupool`: the plugin applies kubectl's conventions (-n, -A, --context, --kubeconfig) and runs
-gpupool's explain, inventory and quota. In-process on the demo inventory for the conventions, and
-through the real kubectl binary (skipped where it is not installed) against the API simulator."""
+gpupool's explain, inventory and quota, with the policy the installed webhook runs with. In-process on
+the demo inventory for the conventions, against the API simulator for the installed policy, and through
+the real kubectl binary (skipped where it is not installed)."""
 
 from __future__ import annotations
 
@@ -9,39 +10,24 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-import orjson
 import pytest
 import yaml
 
 from tests.builders import gpu_node, pod, quota
+from tests.commands.kubeconfigs import kubeconfig
 from webhook.commands.kubectl import main
 from webhook.testing.kubesim import KubeSim
+
+KUBECTL = shutil.which("kubectl")
 
 REPO = Path(__file__).resolve().parents[2]
 INVENTORY = str(REPO / "examples" / "cluster.yaml")
 POLICY = str(REPO / "examples" / "policy.yaml")
 DEMO = ["--inventory", INVENTORY, "--policy", POLICY]
-
-
-def kubeconfig(path: Path, server: str = "http://127.0.0.1:1", token: str = "t") -> Path:
-    """Two contexts on one cluster: `a` (current, namespace team-a) and `b` (namespace team-b)."""
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "c", "cluster": {"server": server}}],
-        "users": [{"name": "u", "user": {"token": token}}],
-        "contexts": [
-            {"name": "a", "context": {"cluster": "c", "user": "u", "namespace": "team-a"}},
-            {"name": "b", "context": {"cluster": "c", "user": "u", "namespace": "team-b"}},
-            {"name": "plain", "context": {"cluster": "c", "user": "u"}},
-        ],
-        "current-context": "a",
-    }
-    path.write_bytes(orjson.dumps(config))
-    return path
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -62,8 +48,9 @@ def test_quota_shows_the_contexts_namespace_or_every_one(capsys: pytest.CaptureF
     assert namespaces_listed(run(capsys, "quota", *DEMO, "--kubeconfig", kc, "--context", "b")[1]) == {"team-b"}
     assert namespaces_listed(run(capsys, "quota", "-n", "team-b", *DEMO, "--kubeconfig", kc)[1]) == {"team-b"}
     assert namespaces_listed(run(capsys, "quota", *DEMO, "--kubeconfig", kc, "-A")[1]) == {"team-a", "team-b"}
-    assert run(capsys, "quota", *DEMO, "--kubeconfig", kc, "--context", "plain")[1] == (
-        "No GPU quotas in namespace default.\n"
+    assert run(capsys, "quota", *DEMO, "--kubeconfig", kc, "--context", "plain")[1:] == (
+        "",
+        "No GPU quotas in namespace default.\n",
     )
 
 
@@ -90,7 +77,10 @@ def test_explain_takes_the_pods_namespace_else_the_contexts(capsys: pytest.Captu
     assert status == 0 and json.loads(out)["pool"]["class"] == "low"  # students' default class
     status, out, err = run(capsys, "explain", str(own), "-n", "team-a", *DEMO, "--kubeconfig", kc)
     assert (status, out) == (2, "")
-    assert "the namespace from the provided object 'students' does not match the namespace 'team-a'" in err
+    assert (
+        "the namespace from the provided object 'students' (Pod homework-3) does not match the namespace 'team-a'"
+        in err
+    )
     assert run(capsys, "explain", str(own), "--namespace", "students", *DEMO, "--kubeconfig", kc)[0] == 0
 
 
@@ -139,16 +129,165 @@ def test_kubectl_runs_the_plugin_against_the_contexts_cluster(tmp_path: Path) ->
         assert sim.handler_errors == []
 
 
-def test_without_a_policy_file_the_plugin_says_it_is_not_the_installs(
+def test_with_a_snapshot_and_no_policy_file_the_plugin_says_it_uses_the_default(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    """The cluster comes from the context, the policy does not: a user who forgets --policy is told that
-    the answer follows gpupool's built-in default, which may not be what the webhook runs with."""
+    """A snapshot holds no policy: a user who forgets --policy is told that the answer follows gpupool's
+    built-in default, which may not be what the webhook runs with."""
     kc = str(kubeconfig(tmp_path / "config"))
     status, out, err = run(capsys, "inventory", "--inventory", INVENTORY, "--kubeconfig", kc)
     assert status == 0 and "Tesla-T4" in out
-    assert err == (
-        "kubectl gpupool inventory: note: with gpupool's built-in default policy; pass --policy FILE for the one "
-        "your install runs (the policy.yaml of its gpupool-policy-* ConfigMap)\n"
+    assert err.splitlines()[0] == (
+        "kubectl gpupool inventory: note: with gpupool's built-in default policy (a snapshot holds none); "
+        "pass --policy FILE"
     )
-    assert run(capsys, "inventory", *DEMO, "--kubeconfig", kc)[2] == ""
+    assert "note:" not in run(capsys, "inventory", *DEMO, "--kubeconfig", kc)[2]
+
+
+# --- the installed policy ---------------------------------------------------------------------------------
+
+
+def installed(configmap: str = "gpupool-policy-5c8m2k9g7t") -> list[dict[str, Any]]:
+    """The webhook's Deployment as manifests/base/deployment.yaml has it, in gpupool-system, its policy
+    volume naming `configmap` (kustomize's name with its hash), and that ConfigMap with the demo policy."""
+    deployment: dict[str, Any] = yaml.safe_load((REPO / "manifests" / "base" / "deployment.yaml").read_text())
+    deployment["metadata"]["namespace"] = "gpupool-system"
+    (volume,) = [v for v in deployment["spec"]["template"]["spec"]["volumes"] if "configMap" in v]
+    volume["configMap"]["name"] = configmap
+    data = {"policy.yaml": Path(POLICY).read_text()}
+    meta = {"name": configmap, "namespace": "gpupool-system"}
+    return [deployment, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}]
+
+
+class Cluster(NamedTuple):
+    sim: KubeSim
+    kubeconfig: str  # its current context's namespace is team-a
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """The API simulator with team-a's quota, and a kubeconfig for it."""
+    with KubeSim(bookmark_interval=0.2) as sim:
+        sim.load([gpu_node("t4-a", "Tesla-T4", 4), quota("enforced", "team-a", {"requests.nvidia.com/gpu": "2"})])
+        token = json.loads(sim.write_kubeconfig(tmp_path / "sim").read_text())["users"][0]["user"]["token"]
+        yield Cluster(sim, str(kubeconfig(tmp_path / "kc", sim.url, token)))
+        assert sim.handler_errors == []
+
+
+def quotas_listed(out: str) -> list[str]:
+    return [line.split()[1] for line in out.splitlines()[1:]]
+
+
+def test_the_plugin_answers_with_the_policy_the_installed_webhook_runs_with(
+    capsys: pytest.CaptureFixture[str], cluster: Cluster
+) -> None:
+    """Without --policy the plugin reads the webhook Deployment's policy volume, whatever its hash suffix,
+    and that ConfigMap's policy.yaml: team-a's classQuota and memoryQuota (the demo policy's) are listed,
+    and stderr says which ConfigMap was used. --policy FILE still wins, and says nothing."""
+    for obj in installed():
+        cluster.sim.serve_object(obj)
+    status, out, err = run(capsys, "quota", "--kubeconfig", cluster.kubeconfig)
+    assert status == 0
+    assert quotas_listed(out) == ["classQuota", "classQuota", "enforced", "memoryQuota"]
+    assert err == (
+        "kubectl gpupool quota: note: with the installed policy: ConfigMap gpupool-system/gpupool-policy-5c8m2k9g7t "
+        "(key policy.yaml), which Deployment gpupool-system/gpupool-webhook runs with\n"
+    )
+    default = Path(cluster.kubeconfig).parent / "default-policy.yaml"
+    default.write_text("{}\n")
+    status, out, err = run(capsys, "quota", "--kubeconfig", cluster.kubeconfig, "--policy", str(default))
+    assert (status, quotas_listed(out), err) == (0, ["enforced"], "")
+
+
+def test_explain_follows_the_installed_policy_too(capsys: pytest.CaptureFixture[str], cluster: Cluster) -> None:
+    """The demo policy lets students use no high class: with it installed, the A100 Pod is denied there,
+    as the webhook would deny it; the built-in default would have placed it."""
+    pod_file = str(REPO / "examples" / "pods" / "product-a100.yaml")
+    cluster.sim.load([gpu_node("a100-a", "NVIDIA-A100-SXM4-40GB", 8, gpu_class="high", memory_mib=40960)])
+    status, out, _ = run(capsys, "explain", pod_file, "--as-namespace", "students", "--kubeconfig", cluster.kubeconfig)
+    assert status == 0, out
+    for obj in installed():
+        cluster.sim.serve_object(obj)
+    status, out, err = run(
+        capsys, "explain", pod_file, "--as-namespace", "students", "--kubeconfig", cluster.kubeconfig
+    )
+    assert status == 1 and "DENIED" in out
+    assert "with the installed policy: ConfigMap gpupool-system/gpupool-policy-5c8m2k9g7t" in err
+
+
+@pytest.mark.parametrize(
+    "fault, why",
+    [
+        ("none installed", "no Deployment gpupool-system/gpupool-webhook"),
+        ("forbidden", "not allowed (403 Forbidden) to read Deployment gpupool-system/gpupool-webhook"),
+        ("configmap gone", "no ConfigMap gpupool-system/gpupool-policy-5c8m2k9g7t, which Deployment "
+                           "gpupool-system/gpupool-webhook mounts"),
+    ],
+)  # fmt: skip
+def test_without_the_installed_policy_the_default_is_used_and_the_reason_said(
+    capsys: pytest.CaptureFixture[str], cluster: Cluster, fault: str, why: str
+) -> None:
+    """No webhook installed, no right to read its Deployment, or its ConfigMap gone: the answer follows
+    the built-in default, and the note says why and what to pass instead."""
+    deployment, _ = installed()
+    if fault != "none installed":
+        cluster.sim.serve_object(deployment)
+    if fault == "forbidden":
+        cluster.sim.fail_next(1, 403, verb="get")
+    status, out, err = run(capsys, "quota", "--kubeconfig", cluster.kubeconfig)
+    assert (status, quotas_listed(out)) == (0, ["enforced"])
+    assert err == (
+        f"kubectl gpupool quota: note: with gpupool's built-in default policy: {why}; pass --policy FILE for the "
+        "one your install runs\n"
+    )
+
+
+def test_another_install_of_the_webhook_is_named_with_webhook(
+    capsys: pytest.CaptureFixture[str], cluster: Cluster
+) -> None:
+    """An install in another namespace or under another name: --webhook NAMESPACE/NAME finds it."""
+    for obj in installed():
+        obj["metadata"]["namespace"] = "platform"
+        cluster.sim.serve_object(obj)
+    status, out, err = run(capsys, "quota", "--kubeconfig", cluster.kubeconfig, "--webhook", "platform/gpupool-webhook")
+    assert (status, quotas_listed(out)) == (0, ["classQuota", "classQuota", "enforced", "memoryQuota"])
+    assert "ConfigMap platform/gpupool-policy-5c8m2k9g7t" in err
+
+
+def test_an_invalid_installed_policy_is_an_error_naming_the_configmap(
+    capsys: pytest.CaptureFixture[str], cluster: Cluster
+) -> None:
+    """A policy the webhook itself would refuse is not silently replaced by the default."""
+    deployment, configmap = installed()
+    configmap["data"]["policy.yaml"] = "defaults:\n  fallbak: true\n"
+    cluster.sim.serve_object(deployment)
+    cluster.sim.serve_object(configmap)
+    status, out, err = run(capsys, "quota", "--kubeconfig", cluster.kubeconfig)
+    assert (status, out) == (2, "")
+    assert "error: ConfigMap gpupool-system/gpupool-policy-5c8m2k9g7t (key policy.yaml):" in err
+    assert "fallbak" in err
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH: the base is rendered with `kubectl kustomize`")
+def test_the_policy_of_the_rendered_manifests_is_found(capsys: pytest.CaptureFixture[str], cluster: Cluster) -> None:
+    """The Deployment and the ConfigMap exactly as `kubectl kustomize manifests/base` renders them (the
+    ConfigMap under its fixed name, which the running Pods follow), the ConfigMap's policy replaced by the
+    demo's."""
+    assert KUBECTL is not None
+    done = subprocess.run(
+        [KUBECTL, "kustomize", str(REPO / "manifests" / "base")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    objects = [o for o in yaml.safe_load_all(done.stdout) if o and o["kind"] in ("Deployment", "ConfigMap")]
+    (configmap,) = [o for o in objects if o["kind"] == "ConfigMap" and "policy.yaml" in o.get("data", {})]
+    assert configmap["metadata"]["name"] == "gpupool-policy"
+    configmap["data"]["policy.yaml"] = Path(POLICY).read_text()
+    for obj in objects:
+        cluster.sim.serve_object(obj)
+    status, out, err = run(capsys, "quota", "--kubeconfig", cluster.kubeconfig)
+    assert (status, quotas_listed(out)) == (0, ["classQuota", "classQuota", "enforced", "memoryQuota"])
+    assert f"ConfigMap gpupool-system/{configmap['metadata']['name']} (key policy.yaml)" in err

@@ -1,4 +1,5 @@
-"""`gpupool quota`: every quota gpupool checks, per namespace, on the demo inventory and policy."""
+"""`gpupool quota`: every quota gpupool checks, per namespace, on the demo inventory and policy. Namespaces
+as `kubectl get resourcequotas`: -n, else the kubeconfig context's, else default; -A for all."""
 
 from __future__ import annotations
 
@@ -6,12 +7,21 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
+from tests.commands.kubeconfigs import kubeconfig
 from webhook.commands.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 INVENTORY = str(REPO / "examples" / "cluster.yaml")
 POLICY = str(REPO / "examples" / "policy.yaml")
+DEMO_ROWS = [
+    ["team-a", "classQuota", "high", "1", "0", "4", "gpupool", "only"],
+    ["team-a", "classQuota", "medium", "2", "0", "16", "gpupool", "only"],
+    ["team-a", "gpu-quota", "requests.nvidia.com/gpu", "3", "0", "4", "Kubernetes", "and", "gpupool"],
+    ["team-a", "memoryQuota", "gpu-memory", "70Gi", "0", "100Gi", "gpupool", "only"],
+    ["team-b", "compute-resources", "nvidia.com/gpu", "1", "0", "4", "gpupool", "only"],
+]
 
 
 def quota(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -21,19 +31,25 @@ def quota(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str
 
 
 def test_the_table_lists_every_quota_with_its_source_and_who_enforces_it(capsys: pytest.CaptureFixture[str]) -> None:
-    """The demo cluster: team-a's ResourceQuota (enforced by Kubernetes and gpupool), its class and
+    """The demo cluster, -A: team-a's ResourceQuota (enforced by Kubernetes and gpupool), its class and
     memory quotas from the policy, and team-b's tutorial-form quota, which only gpupool enforces."""
-    status, out, err = quota(capsys)
+    status, out, err = quota(capsys, "-A")
     assert (status, err) == (0, "")
     lines = [line.split() for line in out.splitlines()]
     assert lines[0] == ["NAMESPACE", "QUOTA", "RESOURCE", "USED", "PENDING", "HARD", "ENFORCED", "BY"]
-    assert lines[1:] == [
-        ["team-a", "classQuota", "high", "1", "0", "4", "gpupool", "only"],
-        ["team-a", "classQuota", "medium", "2", "0", "16", "gpupool", "only"],
-        ["team-a", "gpu-quota", "requests.nvidia.com/gpu", "3", "0", "4", "Kubernetes", "and", "gpupool"],
-        ["team-a", "memoryQuota", "gpu-memory", "70Gi", "0", "100Gi", "gpupool", "only"],
-        ["team-b", "compute-resources", "nvidia.com/gpu", "1", "0", "4", "gpupool", "only"],
-    ]
+    assert lines[1:] == DEMO_ROWS
+
+
+def test_the_namespace_is_n_else_the_contexts_else_default(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """As kubectl get: without -n or -A only one namespace is listed, the context's (here context b's, team-b), and
+    `default` without a kubeconfig; -A lists them all and wins over -n."""
+    assert quota(capsys)[1:] == ("", "No GPU quotas in namespace default.\n")
+    kc = str(kubeconfig(tmp_path / "kubeconfig"))
+    out = quota(capsys, "--kubeconfig", kc, "--context", "b")[1]
+    assert [line.split() for line in out.splitlines()[1:]] == DEMO_ROWS[4:]
+    out = quota(capsys, "--kubeconfig", kc, "-n", "team-a")[1]
+    assert {line.split()[0] for line in out.splitlines()[1:]} == {"team-a"}
+    assert quota(capsys, "-n", "team-a", "--all-namespaces")[1] == quota(capsys, "-A")[1]
 
 
 def test_one_namespace_as_json(capsys: pytest.CaptureFixture[str]) -> None:
@@ -49,8 +65,17 @@ def test_one_namespace_as_json(capsys: pytest.CaptureFixture[str]) -> None:
     _, out, _ = quota(capsys, "--namespace", "team-a", "-o", "json")
     memory = next(q for q in json.loads(out)["quotas"] if q["quota"] == "memoryQuota")
     assert (memory["used"], memory["hard"], memory["unit"]) == (70 * 1024, 100 * 1024, "MiB")
+    _, out_yaml, _ = quota(capsys, "--namespace", "team-a", "-o", "yaml")
+    assert yaml.safe_load(out_yaml) == json.loads(out)
 
 
-def test_a_namespace_without_quotas_says_so(capsys: pytest.CaptureFixture[str]) -> None:
-    status, out, _ = quota(capsys, "-n", "ml-train")
-    assert (status, out) == (0, "No GPU quotas in namespace ml-train.\n")
+def test_no_headers(capsys: pytest.CaptureFixture[str]) -> None:
+    out = quota(capsys, "-A", "--no-headers")[1]
+    assert [line.split() for line in out.splitlines()] == DEMO_ROWS
+
+
+def test_a_namespace_without_quotas_says_so_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    """kubectl's "No resources found" goes to stderr, so that stdout is empty for a script; JSON is still
+    a document."""
+    assert quota(capsys, "-n", "ml-train") == (0, "", "No GPU quotas in namespace ml-train.\n")
+    assert json.loads(quota(capsys, "-n", "ml-train", "-o", "json")[1]) == {"quotas": []}

@@ -137,6 +137,15 @@ def test_compute_and_cuda_labels_are_nvidias() -> None:
     assert (amd.compute_labels, amd.has_cuda) == ((), False)
 
 
+def test_reservations_of_forged_reviews_are_short_lived_and_bounded_by_default() -> None:
+    """A reservation whose Pod a current watch never shows stops counting within 5 s, and one namespace
+    holds at most 500 of them; both can be set."""
+    defaults = load_policy(None).defaults
+    assert (defaults.reservation_settle_seconds, defaults.max_reservations_per_namespace) == (5.0, 500)
+    changed = load_policy_text("defaults: {reservationSettleSeconds: 12, maxReservationsPerNamespace: 2000}").defaults
+    assert (changed.reservation_settle_seconds, changed.max_reservations_per_namespace) == (12.0, 2000)
+
+
 def test_empty_user_file_is_the_default() -> None:
     """An empty ConfigMap entry is valid and means the default."""
     assert load_policy_text("") == load_policy(None)
@@ -151,6 +160,12 @@ def test_empty_user_file_is_the_default() -> None:
         ("defaults: {onNoCapacity: maybe}", "defaults.onNoCapacity: 'maybe' is not one of warn, deny"),
         ("defaults: {fallback: yes please}", "defaults.fallback: expected true or false"),
         ("defaults: {staleAfterSeconds: -1}", "defaults.staleAfterSeconds"),
+        (
+            "defaults: {maxReservationsPerNamespace: 0}",
+            "defaults.maxReservationsPerNamespace: expected a whole number from 1 to 1000000, got 0",
+        ),
+        ("defaults: {maxReservationsPerNamespace: 2.5}", "defaults.maxReservationsPerNamespace: expected a whole"),
+        ("defaults: {maxReservationsPerNamespace: true}", "defaults.maxReservationsPerNamespace: expected a whole"),
         ("defaultVendor: intel", "defaultVendor: 'intel' is not a vendor"),
         ("vendors: {nvidia: {resource: nvidia.com/gpu}}", "vendors.nvidia.productLabel"),
         ("vendors: {nvidia: {resource: x, productLabel: y, memoryUnit: KB}}", "vendors.nvidia.memoryUnit"),

@@ -12,6 +12,8 @@ from webhook.pools.capacity import Capacity
 from webhook.pools.claims import Claim, bound_claim, node_classes, node_memory, unbound_claim
 from webhook.pools.kubeobj import node_from_obj, pod_from_obj
 
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
 # --- through the index ----------------------------------------------------------------------------------
 
 
@@ -25,6 +27,7 @@ def test_removing_the_pool_annotation_changes_no_usage() -> None:
     placed = {"gpupool.io/pool": str(A100)}
     bound = pod("b", namespace="train", gpus=8, node="a100-a", phase="Running", annotations=placed)
     waiting = pod("w", namespace="train", gpus=4, annotations=placed, node_selector=dict(A100_SELECTOR))
+    waiting["spec"]["tolerations"] = [GPU_TOLERATION]
     index = index_of([a100("a100-a"), a100("a100-b"), bound, waiting], TRAIN)
     before = (index.class_used("train", "high"), stats(index, A100).pending, stats(index, A100).gpus_free)
     assert before == (12, 4, 4)
@@ -48,6 +51,9 @@ def test_removing_the_pool_annotation_changes_no_usage() -> None:
         (str(A100), {"gpu.accelerator/class": "low", "nvidia.com/gpu.product": "Tesla-T4"}, {}),
         # The reachable pools share one class: that class, but no pool to hold GPUs in.
         (None, {"gpu.accelerator/class": "high"}, {"high": 4}),
+        # Pinned to the A100s, but no node can ever take it (a label no node has): the quota counts it,
+        # the pool holds nothing for it.
+        (str(A100), {**dict(A100_SELECTOR), "zone": "nowhere"}, {"high": 4}),
         # Nothing says where it goes, and the pools it could go to differ in class.
         (None, None, {}),
     ],
@@ -64,6 +70,7 @@ def test_unbound_pod_counts_against_the_pool_it_is_pinned_to(
         gpus=4,
         annotations={"gpupool.io/pool": annotation} if annotation else None,
         node_selector=selector,
+        tolerations=[GPU_TOLERATION],  # as gpupool's patch tolerates the GPU taint
     )
     index.upsert_pod(pod_from_obj(waiting, RES))
     counted = {c: index.class_used("train", c) for c in POLICY.classes}
@@ -99,12 +106,16 @@ def test_a_bound_claim_uses_the_pods_requests_on_its_node_and_counts_its_class()
 
 
 def test_an_unbound_claim_holds_in_the_one_pool_its_node_selector_reaches() -> None:
-    """Unbound and pinned to one pool by its nodeSelector: held there, only on the groups its pins
-    reach, and counted against that pool's class."""
-    capacity = capacity_of(fleet())
+    """Unbound and pinned to one pool by its nodeSelector (and by a label only the T4s have): held there,
+    only on the groups its pins reach, and counted against that pool's class."""
+    nodes = fleet()
+    for node in nodes:
+        if node["metadata"]["labels"].get("nvidia.com/gpu.product") == "Tesla-T4":
+            node["metadata"]["labels"]["other"] = "label"
+    capacity = capacity_of(nodes)
     waiting = pod_from_obj(pod("w", gpus=3, node_selector={**dict(T4_SELECTOR), "other": "label"}), RES)
-    claim = unbound_claim(waiting, capacity.all_pools(), POLICY, capacity.pool_memory_mib)
-    assert claim == Claim(
+    claim = unbound_claim(waiting, capacity.all_pools(), POLICY, capacity.pool_memory_mib, capacity.runnable)
+    assert claim._replace(watched=()) == Claim(
         "ml",
         holds=((T4, 3),),
         pins=T4_SELECTOR,
@@ -126,9 +137,13 @@ def test_a_placed_pod_of_a_group_is_a_member_on_its_annotated_pool() -> None:
     unplaced = pod("u", gpus=1)
     unplaced["metadata"]["ownerReferences"] = job
     claims = [
-        unbound_claim(pod_from_obj(placed, RES), capacity.all_pools(), POLICY, capacity.pool_memory_mib),
+        unbound_claim(
+            pod_from_obj(placed, RES), capacity.all_pools(), POLICY, capacity.pool_memory_mib, capacity.runnable
+        ),
         bound_claim(pod_from_obj(bound, RES), capacity.facts("t4-a")),
-        unbound_claim(pod_from_obj(unplaced, RES), capacity.all_pools(), POLICY, capacity.pool_memory_mib),
+        unbound_claim(
+            pod_from_obj(unplaced, RES), capacity.all_pools(), POLICY, capacity.pool_memory_mib, capacity.runnable
+        ),
     ]
     assert [c.group for c in claims] == [("Job/train", T4), ("Job/train", T4), None]
 

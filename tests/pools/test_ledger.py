@@ -191,7 +191,8 @@ def test_the_ledger_follows_the_nodes_only_when_told() -> None:
     waiting = pod_from_obj(pod("w", gpus=1, node_selector=zone), RES)
     ledger.upsert_pod(waiting, waiting.key)
     assert ledger.class_used("ml", "medium") == 0  # no L40S pool yet: not counted
-    capacity.upsert_node(node_from_obj(gpu_node("l40s-a", "NVIDIA-L40S"), RES), None)
+    l40s = gpu_node("l40s-a", "NVIDIA-L40S", labels={"topology.kubernetes.io/zone": "z"})
+    capacity.upsert_node(node_from_obj(l40s, RES), None)
     assert capacity.take_reshaped()
     ledger.place_unbound_again()
     assert ledger.class_used("ml", "medium") == 1

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import gc
 
-from tests.builders import fleet, index_of, pod
-from tests.pools.probes import POLICY, RES, T4, T4_SELECTOR, free_per_node
+from tests.builders import fleet, index_of, pod, policy
+from tests.pools.probes import POLICY, RES, T4, T4_SELECTOR, free, free_per_node
 from webhook.domain.model import PoolKey
 from webhook.pools.kubeobj import pod_from_obj
 from webhook.pools.reservations import Reservations
@@ -61,12 +61,58 @@ def test_a_reinvocation_takes_back_only_its_own_unmatched_reservation() -> None:
     assert not index.take_echo("ml", "infer", "", pool=T4, node="", gpus=1)
 
 
+def test_past_the_bound_a_namespaces_oldest_reservation_stops_counting() -> None:
+    """maxReservationsPerNamespace 3: a fourth reservation in team-q pushes out team-q's oldest, whose
+    GPUs are free again at once (pool and quota); team-a's reservation is not touched."""
+    index = index_of(fleet(), policy("defaults: {maxReservationsPerNamespace: 3}"))
+    index.reserve("team-a", T4, T4_SELECTOR, 1, now=0.0, name="a-0")
+    for i in range(3):
+        index.reserve("team-q", T4, T4_SELECTOR, 2, now=1.0 + i, name=f"forged-{i}")
+    assert (index.reserved("team-q", "nvidia.com/gpu"), free(index, T4)) == (6, 1)
+    index.reserve("team-q", T4, T4_SELECTOR, 1, now=5.0, name="real")
+    assert (index.reserved("team-q", "nvidia.com/gpu"), free(index, T4)) == (5, 2)
+    assert index.reserved("team-a", "nvidia.com/gpu") == 1
+    assert index.reservations == 4
+    shown = pod("forged-0", namespace="team-q", gpus=2, node="t4-a", phase="Running")
+    index.upsert_pod(pod_from_obj(shown, RES))  # the pushed-out one is not matched any more
+    assert index.reservations == 4
+
+
+def test_a_real_burst_stays_exact_under_a_stream_of_forged_reviews() -> None:
+    """A forger keeps team-q at its bound; a burst of real Pods reserved in between is counted exactly
+    as long as the watch shows each Pod before the bound's worth of newer reservations come in (what
+    pushes a reservation out is age in its namespace, and the watch takes a real one within a second)."""
+    bound = 50
+    index = index_of(fleet(), policy(f"defaults: {{maxReservationsPerNamespace: {bound}}}"))
+    now = 0.0
+    for i in range(bound):
+        index.reserve("team-q", T4, T4_SELECTOR, 1, now=now, name=f"forged-{i}")
+    for i in range(4):  # each real Pod is followed by 10 forged reviews before the watch shows it
+        index.reserve("team-q", T4, T4_SELECTOR, 1, now=now, name=f"real-{i}")
+        for j in range(10):
+            index.reserve("team-q", T4, T4_SELECTOR, 1, now=now, name=f"forged-{i}-{j}")
+        before = index.reservations
+        index.upsert_pod(pod_from_obj(pod(f"real-{i}", namespace="team-q", gpus=1, node="t4-a"), RES))
+        assert index.reservations == before - 1, f"real-{i} was pushed out before the watch showed it"
+    assert (index.requested("team-q", "nvidia.com/gpu"), index.reserved("team-q", "nvidia.com/gpu")) == (4, bound - 1)
+
+
 # --- the reservations alone -----------------------------------------------------------------------------
 
 
-def add(reservations: Reservations, now: float, *, name: str = "", node: str = "", gpus: int = 1) -> int:
-    claim = reservations.make("ml", T4, T4_SELECTOR, gpus, name=name, generate_name="", node=node, echoed=False)
-    return reservations.add(claim, now)
+def add(
+    reservations: Reservations,
+    now: float,
+    *,
+    name: str = "",
+    node: str = "",
+    gpus: int = 1,
+    namespace: str = "ml",
+) -> int:
+    claim = reservations.make(namespace, T4, T4_SELECTOR, gpus, name=name, generate_name="", node=node, echoed=False)
+    token, crowded = reservations.add(claim, now)
+    assert crowded == []
+    return token
 
 
 def test_a_reservation_holds_in_its_pool_or_on_the_node_it_names() -> None:
@@ -109,6 +155,49 @@ def test_with_a_current_watch_a_reservation_expires_once_it_is_settle_seconds_ol
     assert len(reservations.expire(5.0 + defaults.reservation_seconds, current_since=10.0)) == 1
 
 
+def test_one_made_before_the_watch_came_back_does_not_hold_up_younger_ones() -> None:
+    """A reservation made while the watch was down waits its full reservationSeconds, and one made after
+    the watch came back still goes after reservationSettleSeconds, although it is queued behind it."""
+    defaults = POLICY.defaults
+    reservations = Reservations(POLICY)
+    old = add(reservations, 0.0, name="during-outage")
+    young = add(reservations, 12.0, name="forged")
+    assert reservations.expire(12.0 + defaults.reservation_settle_seconds, current_since=10.0) == [
+        reservations.make("ml", T4, T4_SELECTOR, 1, name="forged", generate_name="", node="", echoed=False)
+    ]
+    assert (reservations.pop(young), len(reservations)) == (None, 1)
+    assert len(reservations.expire(defaults.reservation_seconds - 0.5, current_since=10.0)) == 0
+    assert len(reservations.expire(defaults.reservation_seconds, current_since=10.0)) == 1
+    assert reservations.pop(old) is None
+
+
+def test_settled_reservations_go_within_five_seconds_by_default() -> None:
+    """The default settle time is at most 5 s, so a forged review holds a namespace's quota that long
+    once it stops (and a real Pod, shown by a current watch within about a second, is long counted)."""
+    reservations = Reservations(POLICY)
+    add(reservations, 20.0)
+    assert POLICY.defaults.reservation_settle_seconds <= 5
+    assert len(reservations.expire(25.0, current_since=10.0)) == 1
+
+
+def test_the_bound_pushes_out_the_oldest_of_the_namespace_and_returns_it() -> None:
+    """Past maxReservationsPerNamespace, `add` drops the namespace's oldest (by when it was made, a
+    re-invocation counting as new) and hands it back; other namespaces and their counts are untouched."""
+    reservations = Reservations(policy("defaults: {maxReservationsPerNamespace: 2}"))
+    first, second = add(reservations, 0.0, name="p-0"), add(reservations, 1.0, name="p-1")
+    add(reservations, 2.0, name="other", namespace="team-a")
+    claim = reservations.make("ml", T4, T4_SELECTOR, 1, name="p-2", generate_name="", node="", echoed=False)
+    third, crowded = reservations.add(claim, 3.0)
+    assert [c.who for c in crowded] == [("ml", "p-0", "")]
+    assert (reservations.pop(first), reservations.in_namespace("ml"), reservations.in_namespace("team-a")) == (
+        None,
+        2,
+        1,
+    )
+    assert reservations.pop(second) is not None and reservations.pop(third) is not None
+    assert (reservations.in_namespace("ml"), len(reservations)) == (0, 1)
+
+
 def test_a_pod_shown_takes_over_its_own_reservation_else_the_oldest_of_its_pool_and_size() -> None:
     """By name first; a Pod whose admission named nobody takes the oldest reservation of its namespace,
     pool annotation and GPUs."""
@@ -141,7 +230,7 @@ def test_a_reinvocation_matches_the_newest_unmatched_reservation_of_its_pod() ->
 def test_each_reservation_is_one_object_for_the_garbage_collector() -> None:
     """A burst of reservations of one pool and size adds one tracked object each (its Claim): what they
     share is built once, so a full collection under 60,000 waiting reservations walks 60,000 objects."""
-    reservations = Reservations(POLICY)
+    reservations = Reservations(policy("defaults: {maxReservationsPerNamespace: 10000}"))
     add(reservations, 0.0)  # builds what reservations of this pool and size share
     gc.collect()
     before = len(gc.get_objects())

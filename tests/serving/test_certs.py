@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 import shutil
 import socket
 import ssl
@@ -20,6 +21,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from webhook.serving.certs import (
     Action,
     CertError,
+    CertificateExpiry,
     CertReport,
     check_days,
     check_namespace,
@@ -364,14 +366,16 @@ class TestRerun:
         assert cert_public_der(cert(certs, "tls.crt")) == public_der(certs, "tls.key")
         handshake(certs, SNI)
 
-    def test_mismatched_ca_key_re_issues_the_ca_and_the_serving_certificate(self, certs: Path, other: Path) -> None:
-        """If ca.key is not the key of ca.crt, ca.crt is re-issued for ca.key and tls.crt re-signed."""
+    def test_a_ca_key_that_is_not_the_key_of_ca_crt_is_refused_naming_both(self, certs: Path, other: Path) -> None:
+        """A ca.key that does not belong to ca.crt (planted, or copied from another install) stops the run
+        with an error naming both files, and nothing is written: no CA is ever issued from it."""
         shutil.copy2(other / "ca.key", certs / "ca.key")
-        report = ensure(certs)
-        assert report.ca_cert.reason.startswith("does not match ca.key")
-        assert report.tls_cert.reason.startswith("the CA was renewed")
-        assert cert_public_der(cert(certs, "ca.crt")) == public_der(certs, "ca.key")
-        handshake(certs, SNI)
+        before = contents(certs)
+        with pytest.raises(CertError) as refused:
+            ensure(certs)
+        assert str(refused.value).startswith(f"{certs / 'ca.key'} is not the key of {certs / 'ca.crt'}")
+        assert "remove both to make a new CA" in str(refused.value)
+        assert contents(certs) == before
 
     def test_serving_certificate_from_another_ca_is_replaced(self, certs: Path, other: Path) -> None:
         """A tls.crt/tls.key pair signed by some other CA is re-signed by ours (keeping tls.key)."""
@@ -446,6 +450,33 @@ class TestRerun:
         assert stat.S_IMODE((certs / "ca.key").stat().st_mode) == 0o600
         assert report.ca_key.reason.endswith("permissions tightened to 0600")
 
+    @pytest.mark.parametrize("umask", [0o000, 0o022, 0o277], ids=["umask-000", "umask-022", "umask-277"])
+    def test_a_new_directory_is_0700_whatever_the_umask(self, tmp_path: Path, umask: int) -> None:
+        """The directory is created for its owner alone, even under umask 000 (which would make it 0777) or a
+        umask that would leave the owner unable to write; the report says it was created."""
+        directory = tmp_path / "certs"
+        old = os.umask(umask)
+        try:
+            report = ensure(directory)
+        finally:
+            os.umask(old)
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+        assert report.directory is not None
+        assert (report.directory.action, report.directory.reason) == (Action.CREATED, "new directory, mode 0700")
+        assert report.lines[0] == f"created {directory}: new directory, mode 0700"
+
+    def test_an_existing_directory_others_may_write_to_is_tightened(self, certs: Path) -> None:
+        """An existing directory keeps its mode unless group or others may write to it: those bits go, and
+        the report says so; one already private is left alone and not reported."""
+        certs.chmod(0o777)
+        report = ensure(certs)
+        assert stat.S_IMODE(certs.stat().st_mode) == 0o755
+        assert report.directory is not None
+        assert report.directory.reason == "others could write to it: permissions tightened to 0755"
+        again = ensure(certs)
+        assert again.directory is None
+        assert len(again.lines) == 4
+
     def test_existing_rsa_serving_key_is_kept_and_allowed_key_encipherment(self, certs: Path) -> None:
         """An RSA tls.key is accepted; its certificate has keyUsage digitalSignature + keyEncipherment."""
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
@@ -463,6 +494,32 @@ class TestRerun:
         """`now` must carry a time zone; a naive datetime would silently mean local time."""
         with pytest.raises(ValueError, match="timezone-aware"):
             ensure(certs, now=datetime(2030, 1, 1))
+
+
+# --- the serving certificate's expiry (the gauge) -------------------------------------------------
+
+
+class TestExpiry:
+    def test_not_after_follows_the_file_through_a_renewal(self, certs: Path) -> None:
+        """notAfter of tls.crt; after `gpupool certs` renews it (one rename), the renewed one's."""
+        expiry = CertificateExpiry(str(certs / "tls.crt"))
+        assert expiry.not_after() == cert(certs, "tls.crt").not_valid_after_utc
+        later = datetime.now(UTC) + timedelta(days=340)  # within 30 days of the end: renewal is due
+        report = ensure_certificates(certs, SVC, NS, HOSTS, 90, now=later)
+        assert report.tls_cert.action is Action.RENEWED
+        assert expiry.not_after() == report.not_after == cert(certs, "tls.crt").not_valid_after_utc
+
+    def test_a_missing_or_half_written_file_keeps_the_last_value(self, certs: Path) -> None:
+        """Mid-rotation (file gone, or not PEM yet) the last notAfter read stands, as the server keeps
+        serving the certificate it had; a file never read gives None."""
+        path = certs / "tls.crt"
+        expiry = CertificateExpiry(str(path))
+        first = expiry.not_after()
+        path.write_bytes(b"-----BEGIN CERT")
+        assert expiry.not_after() == first
+        path.unlink()
+        assert expiry.not_after() == first
+        assert CertificateExpiry(str(path)).not_after() is None
 
 
 # --- a client CA file (serve --client-ca) ----------------------------------------------------------

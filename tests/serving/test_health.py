@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import http.client
+import logging
+import re
 import socket
 import struct
 import subprocess
@@ -15,8 +17,11 @@ from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import REPO, health_get, wait_until
+from tests.serving.health_load import Load, probe
 from webhook.serving.health import HealthServer, MetricsText, Readiness
 
 # Generous: how long a test waits for the server to act on a deadline it was given in tenths of a second.
@@ -29,14 +34,20 @@ class State:
     fail: bool = False
 
 
-def make_server(state: State, **tuning: float) -> HealthServer:
+def make_server(state: State, metrics: Callable[[], MetricsText] | None = None, **tuning: float) -> HealthServer:
     def readiness() -> Readiness:
         if state.fail:
             raise RuntimeError("cannot read the metrics directory")
         return Readiness(state.ready, {"workers": {"123": state.ready}})
 
     text = MetricsText(b"gpupool_up 1\n", "text/plain; version=0.0.4")
-    return HealthServer("127.0.0.1", 0, readiness, lambda: text, **tuning)  # type: ignore[arg-type]
+    return HealthServer("127.0.0.1", 0, readiness, metrics or (lambda: text), **tuning)  # type: ignore[arg-type]
+
+
+def exposition() -> MetricsText:
+    """A /metrics answer the size of a busy cluster's (about 300 KB), rendered afresh on each call."""
+    lines = [f'gpupool_pool_free_gpus{{pool="nvidia/medium/NVIDIA-L4-{i}"}} {i % 8}\n' for i in range(6000)]
+    return MetricsText("".join(lines).encode(), "text/plain; version=0.0.4")
 
 
 @pytest.fixture
@@ -168,7 +179,7 @@ def test_keep_alive_answers_many_requests_on_one_connection(served: tuple[Health
 
 def test_connection_close_and_http10_are_honoured(served: tuple[HealthServer, State]) -> None:
     """`Connection: close` and a plain HTTP/1.0 request get one answer, then the server closes."""
-    for request in (b"GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n", b"GET /healthz HTTP/1.0\r\n\r\n"):
+    for request in (b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", b"GET /healthz HTTP/1.0\r\n\r\n"):
         with socket.create_connection(("127.0.0.1", served[0].port), timeout=10) as raw:
             raw.sendall(request)
             data = b""
@@ -250,7 +261,7 @@ def test_kept_alive_connection_is_closed_when_idle_too_long(tuned: Callable[...,
 
 
 def test_connections_over_the_limit_close_the_longest_idle(tuned: Callable[..., HealthServer]) -> None:
-    """Past max_connections a new client is still served; the connection idle the longest makes room."""
+    """Past max_connections a new client is still served; the oldest connection waiting for its client makes room."""
     server = tuned(max_connections=4)
     with ExitStack() as stack:
         idle = [stack.enter_context(socket.create_connection(("127.0.0.1", server.port))) for _ in range(4)]
@@ -288,7 +299,7 @@ def test_clients_that_vanish_leave_only_json_debug_lines(tmp_path: Path) -> None
         port = int(proc.stdout.readline())
         for request, read_first in (
             (b"GET /metrics HTTP/1.1\r\nHost: x\r\n", False),
-            (b"GET /metrics HTTP/1.1\r\n\r\n", True),
+            (b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", True),
         ):
             sock = socket.create_connection(("127.0.0.1", port), timeout=10)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RST)
@@ -310,3 +321,297 @@ def test_clients_that_vanish_leave_only_json_debug_lines(tmp_path: Path) -> None
         assert proc.wait(PATIENCE) == 0
         assert {e["level"] for e in disconnects()} == {"debug"}
         assert all(isinstance(e, dict) for e in lines())  # every line parsed as a JSON object
+
+
+def probes_answered(port: int, rounds: int) -> list[tuple[str, int]]:
+    """`rounds` liveness and readiness probes, one after the other: (path, status) of each that failed."""
+    failed = []
+    for _ in range(rounds):
+        for path in ("/healthz", "/readyz"):
+            if (status := probe(port, path)) != 200:
+                failed.append((path, status))
+    return failed
+
+
+@pytest.fixture
+def busy() -> Iterator[HealthServer]:
+    """A started server with the shipped limits and a /metrics answer the size of a busy cluster's."""
+    server = make_server(State(), exposition)
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_probes_get_in_while_64_clients_pipeline_scrapes(busy: HealthServer) -> None:
+    """With 64 clients pipelining GET /metrics (as many connections as the port holds), every liveness
+    and readiness probe is answered within the kubelet's timeoutSeconds."""
+    with Load(busy.port).add("pipeline", 64) as load:
+        wait_until(lambda: load.answered_bytes > 10_000_000, 60, "the clients to get their scrapes")
+        assert probes_answered(busy.port, 10) == []
+
+
+@pytest.mark.parametrize(
+    "clients",
+    [
+        pytest.param({"no-read": 64}, id="slow-readers-of-scrapes"),
+        pytest.param({"drip": 64}, id="slow-senders"),
+        pytest.param({"flood": 256}, id="connection-flood"),
+        pytest.param({"pipeline": 32, "no-read": 32, "drip": 32, "flood": 128}, id="all-at-once"),
+    ],
+)
+def test_probes_get_in_under_every_load(busy: HealthServer, clients: dict[str, int]) -> None:
+    """Whatever mix of clients holds the port (readers that never read a scrape's answer, heads sent a byte
+    at a time, more connections than it holds, reopened as soon as they are closed), every probe is answered
+    within the kubelet's timeoutSeconds."""
+    load = Load(busy.port)
+    for kind, count in clients.items():
+        load.add(kind, count)
+    with load:
+        load.settle()
+        assert probes_answered(busy.port, 5) == []
+
+
+def test_a_scrape_that_hangs_never_holds_up_readiness() -> None:
+    """/readyz is answered while /metrics renderings hang, however many scrapes wait for them."""
+    release = threading.Event()
+
+    def stuck() -> MetricsText:
+        release.wait(PATIENCE)
+        return MetricsText(b"late 1\n", "text/plain")
+
+    server = make_server(State(), stuck)
+    server.start()
+    try:
+        with ExitStack() as stack:
+            for _ in range(8):
+                sock = stack.enter_context(socket.create_connection(("127.0.0.1", server.port), timeout=10))
+                sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert probes_answered(server.port, 3) == []
+    finally:
+        release.set()
+        server.stop()
+
+
+def test_room_is_made_from_scrapes_before_probes() -> None:
+    """When every connection waits for an answer, a new one closes the oldest holding a scrape, not an older
+    one waiting for readiness: the probe's connection is the last to go."""
+    release = threading.Event()
+
+    def hang_readiness() -> Readiness:
+        release.wait(PATIENCE)
+        return Readiness(True)
+
+    def hang_metrics() -> MetricsText:
+        release.wait(PATIENCE)
+        return MetricsText(b"", "text/plain")
+
+    server = HealthServer("127.0.0.1", 0, hang_readiness, hang_metrics, max_connections=3)
+    server.start()
+    try:
+        with ExitStack() as stack:
+            socks = [
+                stack.enter_context(socket.create_connection(("127.0.0.1", server.port), timeout=10)) for _ in range(3)
+            ]
+            for sock, path in zip(socks, ("/readyz", "/metrics", "/metrics"), strict=True):
+                sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            assert probe(server.port, "/healthz") == 200
+            assert closed_by_server(socks[1])
+            release.set()
+            assert [read_answers(sock, 1)[0][0] for sock in (socks[0], socks[2])] == [200, 200]
+    finally:
+        release.set()
+        server.stop()
+
+
+def get(sock: socket.socket, path: str, count: int = 1) -> list[tuple[int, bytes]]:
+    """Send `count` pipelined GETs of `path` on `sock` and read their answers."""
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode() * count)
+    return read_answers(sock, count)
+
+
+def test_scrapes_past_the_limit_get_503_with_retry_after() -> None:
+    """Past `max_scrapes` scrapes in progress, a scrape is answered 503 at once, with Retry-After and a JSON
+    error naming the limit; the scrapes in progress still get their answer, and the connection stays usable."""
+    release = threading.Event()
+
+    def slow() -> MetricsText:
+        release.wait(PATIENCE)
+        return MetricsText(b"gpupool_up 1\n", "text/plain")
+
+    server = make_server(State(), slow, max_scrapes=2)
+    server.start()
+    try:
+        with ExitStack() as stack:
+            first, second, third = (
+                stack.enter_context(socket.create_connection(("127.0.0.1", server.port), timeout=10)) for _ in range(3)
+            )
+            for sock in (first, second):
+                sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert health_get(server.port, "/healthz")[0] == 200  # both scrapes have been read by now
+            third.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            resp = http.client.HTTPResponse(third)
+            resp.begin()
+            assert (resp.status, resp.getheader("Retry-After")) == (503, "1")
+            assert "2 scrapes are in progress" in orjson.loads(resp.read())["error"]
+            release.set()
+            assert [status for sock in (first, second) for status, _ in read_answers(sock, 1)] == [200, 200]
+            assert get(third, "/metrics") == [(200, b"gpupool_up 1\n")]
+    finally:
+        release.set()
+        server.stop()
+
+
+def test_scrapes_waiting_together_share_one_rendering() -> None:
+    """Scrapes that arrive while a rendering runs are all answered by the next one: one rendering at a time,
+    however many scrape, and each answer rendered after its request arrived."""
+    release, lock = threading.Event(), threading.Lock()
+    calls, running, most = [0], [0], [0]
+
+    def counted() -> MetricsText:
+        with lock:
+            calls[0] += 1
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        release.wait(PATIENCE)
+        with lock:
+            running[0] -= 1
+            return MetricsText(f"rendering {calls[0]}\n".encode(), "text/plain")
+
+    server = make_server(State(), counted, max_scrapes=64)
+    server.start()
+    try:
+        with ExitStack() as stack:
+            socks = [
+                stack.enter_context(socket.create_connection(("127.0.0.1", server.port), timeout=10)) for _ in range(20)
+            ]
+            socks[0].sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            wait_until(lambda: calls[0] == 1, PATIENCE, "the first rendering to start")
+            for sock in socks[1:]:
+                sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert health_get(server.port, "/healthz")[0] == 200  # every scrape has been read by now
+            release.set()
+            bodies = [read_answers(sock, 1)[0] for sock in socks]
+        assert bodies == [(200, b"rendering 1\n")] + [(200, b"rendering 2\n")] * 19
+        assert (calls[0], most[0]) == (2, 1)
+    finally:
+        release.set()
+        server.stop()
+
+
+def test_calls_that_never_return_are_answered_503_at_the_deadline() -> None:
+    """A readiness or metrics call that hangs does not hold its connection: at the request deadline the probe
+    is told not ready (503) and the scrape to retry (503 with Retry-After)."""
+    release = threading.Event()
+
+    def hang() -> Readiness:
+        release.wait(PATIENCE)
+        return Readiness(True)
+
+    def hang_metrics() -> MetricsText:
+        release.wait(PATIENCE)
+        return MetricsText(b"", "text/plain")
+
+    server = HealthServer("127.0.0.1", 0, hang, hang_metrics, request_timeout=0.3)
+    server.start()
+    try:
+        with (
+            socket.create_connection(("127.0.0.1", server.port), timeout=PATIENCE) as probe_sock,
+            socket.create_connection(("127.0.0.1", server.port), timeout=PATIENCE) as scrape_sock,
+        ):
+            scrape_sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            ((status, body),) = get(probe_sock, "/readyz")
+            assert (status, orjson.loads(body)["ready"]) == (503, False)
+            resp = http.client.HTTPResponse(scrape_sock)
+            resp.begin()
+            assert (resp.status, resp.getheader("Retry-After")) == (503, "1")
+            assert "not rendered within 0.3 s" in orjson.loads(resp.read())["error"]
+    finally:
+        release.set()
+        server.stop()
+
+
+def test_a_deep_pipeline_is_answered_in_order(served: tuple[HealthServer, State]) -> None:
+    """Thousands of requests pipelined in one write are all answered, in order, on the same connection."""
+    with socket.create_connection(("127.0.0.1", served[0].port), timeout=PATIENCE) as raw:
+        raw.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /nope HTTP/1.1\r\nHost: x\r\n\r\n" * 2000)
+        answers = read_answers(raw, 4000)
+    assert [status for status, _ in answers] == [200, 404] * 2000
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "code"),
+    [
+        pytest.param(b"GET /healthz HTTP/1.1\r\n\r\n", 400, id="http11-without-host"),
+        pytest.param(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX: " + b"y" * 100_000, 431, id="head-unfinished-past-16k"),
+        pytest.param(b"GET /healthz HTTP/1.1\r\nHost: x\r\nbad header\r\n\r\n", 400, id="header-without-colon"),
+        pytest.param(
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", 400, id="two-lengths"
+        ),
+    ],
+)
+def test_malformed_requests_get_a_json_error_and_the_connection_closes(
+    served: tuple[HealthServer, State], request_bytes: bytes, code: int
+) -> None:
+    """A request HTTP/1.1 does not allow is answered with its 4xx and a JSON error, then the connection closes."""
+    with socket.create_connection(("127.0.0.1", served[0].port), timeout=PATIENCE) as raw:
+        raw.sendall(request_bytes)
+        resp = http.client.HTTPResponse(raw)
+        resp.begin()
+        assert resp.status == code and "error" in orjson.loads(resp.read())
+        assert closed_by_server(raw)
+
+
+# Pieces a hostile client strings together: request lines, headers that change framing, stray line ends.
+PIECES = [
+    *(
+        f"{m} {p} HTTP/{v}\r\n".encode()
+        for m in ("GET", "HEAD", "POST", "CONNECT", "OPTIONS")
+        for p in ("/healthz", "/readyz", "/metrics", "*", "http://h/healthz")
+        for v in ("1.1", "1.0", "2", "1.1x")
+    ),
+    b"Host: x\r\n",
+    b"Host: a\r\nHost: b\r\n",
+    b"Content-Length: 0\r\n",
+    b"Content-Length: 5\r\n",
+    b"Content-Length: -1\r\n",
+    b"Content-Length: 9999999999999999999999\r\n",
+    b"Transfer-Encoding: chunked\r\n",
+    b"Transfer-Encoding: gzip\r\n",
+    b"Expect: 100-continue\r\n",
+    b"Connection: close\r\n",
+    b"Connection: keep-alive, upgrade\r\nUpgrade: h2c\r\n",
+    b" folded\r\n",
+    b"\r\n",
+    b"\n",
+    b"\r",
+    b"\x00",
+    b"\xff\xfe",
+    b"5\r\nhello\r\n0\r\n\r\n",
+    b"zz\r\n",
+]
+STATUS = re.compile(rb"HTTP/1\.1 (\d{3}) ")
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.sampled_from(PIECES) | st.binary(max_size=24), max_size=14).map(b"".join))
+def test_any_bytes_get_http_answers_or_a_close_never_a_500(
+    served: tuple[HealthServer, State], caplog: pytest.LogCaptureFixture, data: bytes
+) -> None:
+    """Whatever bytes a client sends, it gets well-formed answers (no 500) and the connection ends once the
+    client's side has; nothing is logged at error, and the port still answers probes."""
+    server, _ = served
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="gpupool.health"):
+        with socket.create_connection(("127.0.0.1", server.port), timeout=PATIENCE) as raw:
+            raw.sendall(data)
+            raw.shutdown(socket.SHUT_WR)
+            reply = b""
+            try:
+                while chunk := raw.recv(65536):
+                    reply += chunk
+            except ConnectionResetError:
+                pass
+        assert reply == b"" or STATUS.match(reply), reply[:100]
+        assert b"HTTP/1.1 500 " not in reply
+        assert health_get(server.port, "/healthz")[0] == 200
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []

@@ -7,20 +7,41 @@ import platform
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 import webhook
 from tests.builders import gpu_node, index_of, mig_single_node, pod, quota, shared_node
-from tests.conftest import REPO, wait_until
+from tests.conftest import (
+    DEMO_INVENTORY,
+    NAMESPACE,
+    REPO,
+    SERVICE,
+    ServerProcess,
+    free_port,
+    health_get,
+    serve_argv,
+    wait_until,
+)
 from webhook.domain.model import PoolKey, QuotaInfo
 from webhook.domain.policy import Policy, load_policy, load_policy_text
 from webhook.pools.inventory import PoolStats
-from webhook.serving.metrics import GaugeRefresher, Metrics, multiprocess_exposition, worker_readiness
+from webhook.serving.certs import CertificateExpiry, ensure_certificates
+from webhook.serving.metrics import (
+    CERT_EXPIRY_METRIC,
+    CertificateExpiryGauge,
+    GaugeRefresher,
+    Metrics,
+    multiprocess_exposition,
+    worker_readiness,
+)
 from webhook.sources.snapshot import SnapshotInventory, build_index
 
 L4 = PoolKey("nvidia", "medium", "NVIDIA-L4")
@@ -307,3 +328,55 @@ class TestMultiprocess:
     def test_empty_directory_has_no_ready_worker(self, tmp_path: Path) -> None:
         """Before any worker writes, no worker is ready."""
         assert worker_readiness(str(tmp_path)) == {}
+
+
+class TestCertificateExpiry:
+    def test_seconds_until_not_after_at_each_scrape(self, cert_dir: Path) -> None:
+        """The gauge is notAfter minus the time of the scrape, so it counts down between rotations."""
+        expiry = CertificateExpiry(str(cert_dir / "tls.crt"))
+        not_after = expiry.not_after()
+        assert not_after is not None
+        now = [not_after.timestamp() - 86400 * 20]
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(CertificateExpiryGauge(expiry, clock=lambda: now[0]))
+        assert registry.get_sample_value(CERT_EXPIRY_METRIC) == 86400 * 20
+        now[0] += 86400 * 21
+        assert registry.get_sample_value(CERT_EXPIRY_METRIC) == -86400
+
+    def test_absent_until_a_certificate_was_read(self, tmp_path: Path) -> None:
+        """No file, no sample (rather than a made-up number an alert would take for the truth)."""
+        gauge = CertificateExpiryGauge(CertificateExpiry(str(tmp_path / "tls.crt")))
+        text = multiprocess_exposition(str(tmp_path), gauge).decode()
+        assert CERT_EXPIRY_METRIC not in text
+
+    @pytest.mark.slow
+    def test_the_server_exports_it_and_follows_a_rotation(
+        self, tmp_path: Path, start_server: Callable[..., ServerProcess]
+    ) -> None:
+        """`gpupool serve`'s /metrics carries the seconds until its certificate expires; once the file is
+        renewed in place (as a rotated Secret or `make deploy` does), the next scrape shows the new one."""
+        certs = tmp_path / "certs"
+        ensure_certificates(certs, SERVICE, NAMESPACE, ["127.0.0.1"], 365)
+        port, health_port = free_port(), free_port()
+        argv = serve_argv(certs, port, health_port, "--inventory", str(DEMO_INVENTORY), "--workers", "1")
+        server = start_server(argv, health_port)
+        try:
+            left = scraped(health_port)
+            assert 364 * 86400 < left <= 365 * 86400
+            later = datetime.now(UTC) + timedelta(days=340)  # renewal due: 25 days left then
+            renewed = ensure_certificates(certs, SERVICE, NAMESPACE, ["127.0.0.1"], 90, now=later)
+            wait_until(
+                lambda: abs(scraped(health_port) - (renewed.not_after.timestamp() - time.time())) < 60,
+                20,
+                "the renewed certificate's expiry on /metrics",
+            )
+        finally:
+            server.stop()
+
+
+def scraped(health_port: int) -> float:
+    """gpupool_serving_certificate_expiry_seconds as /metrics shows it."""
+    status, body, _ = health_get(health_port, "/metrics")
+    assert status == 200
+    (line,) = [ln for ln in body.decode().splitlines() if ln.startswith(CERT_EXPIRY_METRIC + " ")]
+    return float(line.split()[1])

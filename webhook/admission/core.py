@@ -15,11 +15,12 @@ from dataclasses import replace
 from typing import Any, NamedTuple
 
 from webhook.admission import verdict
-from webhook.admission.decision import bound_problem, class_quota_problem, decide
+from webhook.admission.bound import check_bound, reachable, single_named_node
+from webhook.admission.decision import decide
 from webhook.admission.groups import decide_for_group
 from webhook.admission.patch import PatchSpec, build_patch
 from webhook.admission.pod import PodError, PodShape, PodView, read_pod
-from webhook.admission.quotas import check_quotas, memory_quota_problem
+from webhook.admission.quotas import check_quotas
 from webhook.admission.request import (
     GpuRequest,
     RequestError,
@@ -66,8 +67,13 @@ class Prepared(NamedTuple):
 
     pod: PodView
     request: GpuRequest
-    node: str  # the node the Pod names (spec.nodeName, or a DaemonSet's node affinity); "" for none
-    devices: int  # the GPUs it takes: the request's for a Pod gpupool places, its own if it names a node
+    node: str  # the one node a Pod that bypasses placement names (nodeName, or a DaemonSet's); "" for none
+    devices: int  # the GPUs it takes: the request's for a Pod gpupool places, its own if it bypasses placement
+
+    @property
+    def bypasses(self) -> bool:
+        """Placed by someone else: it names its node, or its controller is a DaemonSet (webhook.admission.bound)."""
+        return bool(self.pod.node_name or self.pod.daemonset)
 
 
 def prepare(pod: Any, namespace: str, policy: Policy, shapes: Memo = NO_MEMO) -> Prepared | Verdict:
@@ -83,9 +89,10 @@ def prepare(pod: Any, namespace: str, policy: Policy, shapes: Memo = NO_MEMO) ->
     if isinstance(req, Verdict):
         return req
     # A DaemonSet's Pod is placed by the DaemonSet controller's node affinity; pinning it to a pool could
-    # only strand it, but like a Pod that names its node it is checked against its node's pool.
-    node = view.node_name or (view.affinity_node if view.daemonset else "")
-    devices = pod_devices(view.shape, {req.vendor.resource, *req.partitions}) if node else req.pod_total
+    # only strand it, but like a Pod that names its node it is checked on the nodes it can reach.
+    bypasses = bool(view.node_name or view.daemonset)
+    node = view.node_name or (single_named_node(view.shape.requirements) if view.daemonset else "")
+    devices = pod_devices(view.shape, {req.vendor.resource, *req.partitions}) if bypasses else req.pod_total
     return Prepared(view, req, node, devices)
 
 
@@ -94,10 +101,14 @@ def place(
 ) -> Verdict:
     """The pool for a prepared Pod, read from the index now, and the patch that pins it there (or, for a
     Pod that names its node, the check of that node's pool)."""
-    view, req, node, devices = prepared
-    if node or (req.partitions and not req.resource):
-        # A Pod that names its node, or requests several device resources no one pool offers together.
-        result = _bound(req, node, devices, policy, index) if node else _partitions(req, policy)
+    view, req, _, devices = prepared
+    if prepared.bypasses or (req.partitions and not req.resource):
+        # A Pod placed by someone else, or one that requests several device resources no one pool offers.
+        if prepared.bypasses:
+            nodes = reachable(view.shape.requirements, view.node_name, index)
+            result = check_bound(req, nodes, devices, policy, index)
+        else:
+            result = _partitions(req, policy)
         return replace(result, group=GroupNote(view.group, None, 0)) if view.group else result
     # The group is read from the ledger now, after the (memoised) plan: it is identity, not shape.
     decision, group = decide_for_group(decide(req, index, policy), req, view.group, index, policy)
@@ -113,57 +124,18 @@ def place(
         resource=chosen.resource,
         count=req.count,
         pod_total=req.pod_total,
-        selector=chosen.selector,
+        selector=policy.hold_pins({**dict(req.node_selector), **dict(chosen.constraint.selector)}),
         has_capacity=chosen.fits,
         fallback=chosen.fallback,
         device=chosen.kind,
+        constraint=chosen.constraint,
     )
     spec = PatchSpec(
-        chosen.selector, chosen.gpu_taints, req.container_index, chosen.resource, req.count, str(chosen.pool)
+        chosen.constraint, chosen.gpu_taints, req.container_index, chosen.resource, req.count, str(chosen.pool)
     )
     # The key is the patch's whole input, so nothing it reads can be left out of it.
     patch = shapes.get((view.shape, spec), lambda: build_patch(view.shape, spec))
     return verdict.place(placement, patch, warnings=decision.warnings, reasons=reasons, group=group)
-
-
-def _bound(req: GpuRequest, node: str, devices: int, policy: Policy, index: PoolIndex) -> Verdict:
-    """A Pod that names its node gets no patch, but is held to its namespace's rules there: the class of
-    the node's pool must be allowed, its per-class quota and ResourceQuotas must have room."""
-    if not devices:
-        return verdict.allow(f"already bound to node {node}; requests no {req.vendor.name} GPUs")
-    resource = req.resource or req.vendor.resource  # the devices the Pod requests: a node may offer several
-    facts = index.node_facts(node, resource)
-    rule = policy.namespace(req.namespace)
-    if not isinstance(facts, NodeFacts):
-        why = f" ({facts.reason})" if facts is not None else ""
-        what = f"{req.vendor.name} GPUs" if resource == req.vendor.resource else f"{resource} devices"
-        if rule.restricted:
-            return verdict.deny(
-                f"the Pod names node {node}, which has no {what} gpupool can class{why}; namespace "
-                f"{req.namespace} may only use some GPU classes, so the Pod must leave the node to gpupool",
-                reason="bound-node",
-            )
-        note = f"gpupool: node {node} has no {what} gpupool knows of{why}; not checked"
-        return verdict.allow(f"already bound to node {node}").with_warnings((note,))
-    problem = bound_problem(req, facts)
-    if problem:
-        return verdict.deny(problem, reason="bound-node")
-    over = class_quota_problem(req.namespace, facts.pool.gpu_class, devices, index, policy)
-    if over:
-        return verdict.deny(over, reason="class-quota")
-    # node_facts gave the node's facts for the very resource the Pod requests: its quotas apply.
-    memory = memory_quota_problem(req.namespace, devices, facts.memory_mib, index, policy, where=f"node {node}")
-    if memory:
-        return verdict.deny(memory, reason="memory-quota")
-    quota_problem = check_quotas(req, index, policy, facts.resource, devices)
-    if quota_problem:
-        return verdict.deny(quota_problem, reason="quota")
-    free = index.node_free(facts)
-    warnings = () if free >= devices else (f"gpupool: node {node} has {free} free {facts.resource} now",)
-    placement = Placement(
-        facts.pool, facts.resource, devices, devices, facts.selector, free >= devices, False, facts.kind
-    )
-    return verdict.place(placement, [], warnings=warnings, message=f"already bound to node {node} in pool {facts.pool}")
 
 
 def _partitions(req: GpuRequest, policy: Policy) -> Verdict:
@@ -284,7 +256,7 @@ class Admitter:
             # own re-invocation, recognised above, is not counted twice).
             reserve = placement if not dry_run else None
             if reserve is not None:
-                _reserve(index, view, reserve, node, now, echoed=echoed)
+                _reserve(index, view, reserve, now, echoed=echoed)
             if self._successor is not None and not dry_run:
                 _mirror(self._successor, prepared, reserve, now, echo=echo)
         if placement is not None and stale:
@@ -302,7 +274,7 @@ class Admitter:
         return age if age > bound.policy.defaults.stale_after_seconds else 0.0
 
 
-def _reserve(index: PoolIndex, view: PodView, placement: Placement, node: str, now: float, *, echoed: bool) -> None:
+def _reserve(index: PoolIndex, view: PodView, placement: Placement, now: float, *, echoed: bool) -> None:
     index.reserve(
         view.namespace,
         placement.pool,
@@ -311,11 +283,11 @@ def _reserve(index: PoolIndex, view: PodView, placement: Placement, node: str, n
         now,
         name=view.name,
         generate_name=view.generate_name,
-        node=node,
+        node=placement.node,
         echoed=echoed,
         # A member of its group on the pool, as the Pod will be once the watch shows it carrying
-        # gpupool.io/pool (a Pod that names its node gets no pool written).
-        group="" if node else view.group,
+        # gpupool.io/pool (a Pod that bypasses placement gets no pool written).
+        group="" if placement.node else view.group,
     )
 
 
@@ -330,17 +302,17 @@ def _mirror(successor: Inventory, prepared: Prepared, placement: Placement | Non
         echoed = echo and index.take_echo(
             view.namespace, view.name, view.generate_name, pool=req.pool_pin, node=node, gpus=devices
         )
-        pool = None if placement is None else _pool_in(index, placement, node)
+        pool = None if placement is None else _pool_in(index, placement)
         if placement is not None and pool is not None:
-            _reserve(index, view, replace(placement, pool=pool), node, now, echoed=echoed)
+            _reserve(index, view, replace(placement, pool=pool), now, echoed=echoed)
 
 
-def _pool_in(index: PoolIndex, placement: Placement, node: str) -> PoolKey | None:
+def _pool_in(index: PoolIndex, placement: Placement) -> PoolKey | None:
     """The pool of another index (built for another policy) that holds what `placement` places: the pool
-    of the named node's devices, or the one pool its nodeSelector reaches, as the ledger will count the Pod
-    once the watch shows it (webhook.pools.claims)."""
-    if node:
-        facts = index.node_facts(node, placement.resource)
+    of the devices of the one node a Pod that bypasses placement lands on, or the one pool its nodeSelector
+    reaches, as the ledger will count the Pod once the watch shows it (webhook.pools.claims)."""
+    if placement.node:
+        facts = index.node_facts(placement.node, placement.resource)
         return facts.pool if isinstance(facts, NodeFacts) else None
     pins = tuple(sorted((k, v) for k, v in placement.selector if index.policy.pins_pool(k)))
     reached = [p.key for p in index.pools(placement.pool.vendor) if p.resource == placement.resource and p.reach(pins)]

@@ -13,22 +13,23 @@ from typing import NamedTuple
 from webhook.admission.quotas import memory_quota_problem
 from webhook.admission.request import GpuRequest
 from webhook.admission.verdict import Reason
+from webhook.domain.affinity import PoolConstraint
 from webhook.domain.devices import GPU, KINDS, NOUNS, SHARED
-from webhook.domain.model import PREFIX, PoolKey, Selector, Taint
+from webhook.domain.model import PREFIX, PoolKey, Taint
 from webhook.domain.policy import Policy
 from webhook.domain.products import format_version, matches, tokens, version_at_least
 from webhook.domain.quantity import format_mib
-from webhook.pools.index import Group, Pool, PoolIndex, stray_reason
+from webhook.pools.index import Group, Inseparable, Pool, PoolIndex
 from webhook.pools.nodes import NodeFacts
 
 
 class Candidate(NamedTuple):
-    """A pool the Pod may go to, through one selector of it. (A NamedTuple: one is built per matching
-    pool for every decision, and a frozen dataclass costs several times more to build.)"""
+    """A pool the Pod may go to. (A NamedTuple: one is built per matching pool for every decision, and a
+    frozen dataclass costs several times more to build.)"""
 
     pool: PoolKey
     resource: str
-    selector: Selector
+    constraint: PoolConstraint  # what sends the Pod to exactly the pool's nodes
     gpu_taints: tuple[Taint, ...]  # to tolerate on the Pod's behalf
     memory_mib: int
     max_free: int  # most free GPUs on one usable node the Pod tolerates
@@ -36,7 +37,7 @@ class Candidate(NamedTuple):
     fits: bool
     fallback: bool  # of a class the Pod did not ask for
     kind: str = GPU  # the pool's devices: gpu, mig or shared
-    groups: tuple[Group, ...] = ()  # the node groups its selector reaches that the Pod tolerates
+    groups: tuple[Group, ...] = ()  # the pool's node groups the Pod can reach and tolerates
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,11 +80,11 @@ class Decision(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class _Option:
-    """One way to pin the Pod to a pool: a selector and the node groups it reaches that the Pod tolerates."""
+    """A pool the Pod can go to: its constraint, and the node groups the Pod can reach there and tolerates."""
 
     pool: PoolKey
     resource: str
-    selector: Selector
+    constraint: PoolConstraint
     groups: tuple[Group, ...]
     gpu_taints: tuple[Taint, ...]
     memory_mib: int
@@ -93,10 +94,10 @@ class _Option:
 
 @dataclass(frozen=True, slots=True)
 class _Plan:
-    """What does not change while the index's nodes stay as they are: per matching pool, its workable
-    selectors; and every rejection with its reasons. Only free GPUs are read per decision."""
+    """What does not change while the index's nodes stay as they are: every matching pool, and every
+    rejection with its reasons. Only free GPUs are read per decision."""
 
-    options: tuple[tuple[_Option, ...], ...]
+    options: tuple[_Option, ...]
     rejections: tuple[Rejection, ...]
 
 
@@ -104,7 +105,7 @@ def decide(req: GpuRequest, index: PoolIndex, policy: Policy) -> Decision:
     requested = req.classes or req.allowed_classes
     # Keyed by the whole request, the plan's only input besides the nodes: nothing it reads is left out.
     plan = index.memo(req, lambda: _plan(req, index, policy))
-    candidates = [_best(req, options) for options in plan.options]
+    candidates = [_candidate(req, option) for option in plan.options]
     rejections = list(plan.rejections)
 
     order = {c: i for i, c in enumerate(req.classes)} if req.classes else {c: policy.class_rank(c) for c in requested}
@@ -159,7 +160,7 @@ def _plan(req: GpuRequest, index: PoolIndex, policy: Policy) -> _Plan:
     requested = req.classes or req.allowed_classes
     top = max(policy.class_rank(c) for c in requested)
     fallback_classes = tuple(c for c in req.allowed_classes if policy.class_rank(c) > top) if req.fallback else ()
-    options: list[tuple[_Option, ...]] = []
+    options: list[_Option] = []
     rejections: list[Rejection] = []
     for pool in index.pools(req.vendor.name):
         reasons = _pool_reasons(req, pool.key, pool.kind, requested, fallback_classes, devices=req.devices)
@@ -169,11 +170,11 @@ def _plan(req: GpuRequest, index: PoolIndex, policy: Policy) -> _Plan:
             other = pool.kind not in req.devices or bool(req.resource and pool.resource != req.resource)
             rejections.append(Rejection(pool.key, tuple(reasons), other))
             continue
-        workable, why = _selectors(req, pool, pool.key.gpu_class in fallback_classes, index)
-        if workable:
-            options.append(workable)
+        option = _option(req, pool, pool.key.gpu_class in fallback_classes, index)
+        if isinstance(option, _Option):
+            options.append(option)
         else:
-            rejections.append(Rejection(pool.key, tuple(why) or ("no nodes",)))
+            rejections.append(Rejection(pool.key, (option,)))
     # PoolKey's own ordering, spelt out: comparing strings is far cheaper than comparing dataclasses
     rejections.sort(
         key=lambda r: (r.other_device, len(r.reasons), r.pool.vendor, r.pool.gpu_class, r.pool.product, r.pool.resource)
@@ -210,80 +211,99 @@ def _pool_reasons(
     return reasons
 
 
-def _selectors(req: GpuRequest, pool: Pool, fallback: bool, index: PoolIndex) -> tuple[tuple[_Option, ...], list[str]]:
-    """The pool's workable ways to pin the Pod (its selector groups), or why none works."""
-    workable: list[_Option] = []
-    why: list[str] = []
-    pins = dict(req.pins)
-    for selector, groups in pool.by_selector().items():
-        labels = dict(selector)
-        clash = [f"nodeSelector {k}={v}" for k, v in pins.items() if labels.get(k) != v]
-        # A label the selector would write over (a MIG profile's product, a replica count) clashes too.
-        clash.extend(f"nodeSelector {k}={v}" for k, v in req.node_selector if k not in pins and labels.get(k, v) != v)
-        if clash:
-            why.append(f"{', '.join(clash)} excludes it")
-            continue
-        strays = index.strays(pool.key, selector)
-        if strays:  # the Pod could land there: another class's nodes, or replicas for a whole GPU
-            why.append(stray_reason(selector, strays))
-            continue
-        tolerated = [g for g in groups if all(req.tolerations.tolerates(t) for t in g.other_taints)]
-        if not tolerated:
-            taints = {
-                f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
-                for g in groups
-                for t in g.other_taints
-            }
-            why.append(f"every node has taints the Pod does not tolerate: {', '.join(sorted(taints))}")
-            continue
-        # The selector also reaches nodes of the pool whose selector has more labels (a class label some
-        # nodes carry): the scheduler may pick any of them the Pod tolerates, so each must hold too.
-        ordered = pool.ordered()
-        reached = [ordered[i] for i in pool.reach(selector)]
-        checked = [g for g in reached if all(req.tolerations.tolerates(t) for t in g.other_taints)] or tolerated
-        problem = _group_problem(req, checked)
-        if problem:
-            why.append(problem)
-            continue
-        largest = max(g.largest_node() for g in tolerated)
-        if largest < req.pod_total:
-            why.append(f"no node has {req.pod_total} GPUs (the largest has {largest})")
-            continue
-        workable.append(
-            _Option(
-                pool=pool.key,
-                resource=pool.resource,
-                selector=selector,
-                groups=tuple(tolerated),
-                gpu_taints=tuple(sorted({t for g in tolerated for t in g.gpu_taints}, key=lambda t: (t.key, t.effect))),
-                memory_mib=min(g.min_memory_mib() for g in checked),
-                fallback=fallback,
-                kind=pool.kind,
-            )
-        )
-    return tuple(workable), sorted(set(why))
+def _option(req: GpuRequest, pool: Pool, fallback: bool, index: PoolIndex) -> _Option | str:
+    """The pool as the Pod can use it (its constraint and the node groups the Pod reaches and tolerates),
+    or why it cannot."""
+    constraint = index.constraint(pool.key)
+    if isinstance(constraint, Inseparable):
+        return constraint.reason
+    # The Pod's own nodeSelector pins those labels on every node it reaches: they must satisfy the pool's.
+    pinned = dict(req.node_selector)
+    clash = [f"nodeSelector {k}={pinned[k]}" for k, v in constraint.selector if k in pinned and pinned[k] != v]
+    clash += [
+        f"nodeSelector {r.key}={pinned[r.key]}"
+        for r in constraint.expressions
+        if r.key in pinned and not r.matches(pinned)
+    ]
+    if clash:
+        return f"{', '.join(clash)} excludes it"
+    groups = pool.ordered()
+    if req.requirements.terms is not None or len(req.requirements.selector) > len(_pinned(req, constraint)):
+        reached = _reached(req, pool, index)
+        if not reached:
+            return _unreached(req, pool, index)
+        groups = tuple(g for g in groups if g in reached)
+    if not groups:
+        return "no nodes"
+    tolerated = [g for g in groups if all(req.tolerations.tolerates(t) for t in g.other_taints)]
+    if not tolerated:
+        taints = {
+            f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
+            for g in groups
+            for t in g.other_taints
+        }
+        return f"every node has taints the Pod does not tolerate: {', '.join(sorted(taints))}"
+    # The scheduler may pick any node the constraint reaches that the Pod tolerates: each must hold.
+    problem = _group_problem(req, tolerated)
+    if problem:
+        return problem
+    largest = max(g.largest_node() for g in tolerated)
+    if largest < req.pod_total:
+        return f"no node has {req.pod_total} GPUs (the largest has {largest})"
+    return _Option(
+        pool=pool.key,
+        resource=pool.resource,
+        constraint=constraint,
+        groups=tuple(tolerated),
+        gpu_taints=tuple(sorted({t for g in tolerated for t in g.gpu_taints}, key=lambda t: (t.key, t.effect))),
+        memory_mib=min(g.min_memory_mib() for g in tolerated),
+        fallback=fallback,
+        kind=pool.kind,
+    )
 
 
-def _best(req: GpuRequest, options: tuple[_Option, ...]) -> Candidate:
-    """Of a pool's workable selectors, the one that fits, with the most free GPUs (read now)."""
-    best: tuple[bool, int, int, _Option] | None = None
-    for o in options:
-        max_free = max(g.max_free() for g in o.groups)
-        free_total = sum(g.free_total for g in o.groups)
-        fits = max_free >= req.pod_total
-        if best is None or (fits, free_total) > best[:2]:
-            best = (fits, free_total, max_free, o)
-    assert best is not None  # a pool is only planned with at least one workable selector
-    fits, free_total, max_free, o = best
+def _pinned(req: GpuRequest, constraint: PoolConstraint) -> list[tuple[str, str]]:
+    """The Pod's nodeSelector entries the pool's constraint already says (they narrow nothing)."""
+    return [(k, v) for k, v in req.node_selector if (k, v) in constraint.selector]
+
+
+def _reached(req: GpuRequest, pool: Pool, index: PoolIndex) -> set[Group]:
+    """The pool's node groups with a node the Pod's own nodeSelector and node affinity let it run on."""
+    requirements = req.requirements
+    reached: set[Group] = set()
+    for group in pool.ordered():
+        for name in group.nodes:
+            node = index.node(name)
+            if node is not None and requirements.matches(name, node.labels):
+                reached.add(group)
+                break
+    return reached
+
+
+def _unreached(req: GpuRequest, pool: Pool, index: PoolIndex) -> str:
+    """Why the Pod's own constraints reach no node of the pool: the nodeSelector entries no node of it
+    has, else its node affinity."""
+    labels = [node.labels for g in pool.ordered() for name in g.nodes if (node := index.node(name)) is not None]
+    missing = [f"nodeSelector {k}={v}" for k, v in req.node_selector if all(n.get(k) != v for n in labels)]
+    if missing:
+        return f"{', '.join(missing)} excludes it"
+    if not any(all(n.get(k) == v for k, v in req.node_selector) for n in labels):
+        return "the Pod's nodeSelector excludes every node of the pool"
+    return "the Pod's required node affinity excludes every node of the pool"
+
+
+def _candidate(req: GpuRequest, o: _Option) -> Candidate:
+    """The pool's candidacy with its free GPUs read now."""
+    max_free = max(g.max_free() for g in o.groups)
     return Candidate(
         o.pool,
         o.resource,
-        o.selector,
+        o.constraint,
         o.gpu_taints,
         o.memory_mib,
         max_free,
-        free_total,
-        fits,
+        sum(g.free_total for g in o.groups),
+        max_free >= req.pod_total,
         o.fallback,
         o.kind,
         o.groups,

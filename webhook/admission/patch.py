@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from webhook.admission.pod import ContainerView, PodShape
-from webhook.domain.model import POOL_ANNOTATION, Selector, Taint, Tolerations
+from webhook.domain.affinity import AFFINITY, NODE_AFFINITY, AffinityView, PoolConstraint, Requirement
+from webhook.domain.model import POOL_ANNOTATION, Taint, Tolerations
 from webhook.domain.quantity import parse_count
 
 Op = dict[str, Any]
@@ -23,7 +24,7 @@ class PatchSpec(NamedTuple):
     """Everything of a placement the patch depends on; with the shape, the whole input of build_patch
     (and so the key it is remembered by)."""
 
-    selector: Selector
+    constraint: PoolConstraint  # nodeSelector entries, and requirements for every node-affinity term
     gpu_taints: tuple[Taint, ...]  # to tolerate on the Pod's behalf
     container_index: int
     resource: str
@@ -60,7 +61,8 @@ def _add_entries(
 
 def build_patch(shape: PodShape, spec: PatchSpec) -> list[Op]:
     ops: list[Op] = []
-    _add_entries(ops, "/spec/nodeSelector", shape.node_selector, dict(spec.selector))
+    _add_entries(ops, "/spec/nodeSelector", shape.node_selector, dict(spec.constraint.selector))
+    _affinity_ops(ops, shape.affinity, spec.constraint.expressions, dict(shape.node_selector or ()))
 
     tolerations = Tolerations(shape.tolerations or ())
     needed = [toleration_for(t) for t in spec.gpu_taints if not tolerations.tolerates(t)]
@@ -74,6 +76,41 @@ def build_patch(shape: PodShape, spec: PatchSpec) -> list[Op]:
         _limit_ops(ops, shape.containers[spec.container_index], spec.container_index, spec.resource, spec.gpus)
     _add_entries(ops, "/metadata/annotations", shape.annotations, {POOL_ANNOTATION: spec.pool})
     return ops
+
+
+_REQUIRED = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def _affinity_ops(
+    ops: list[Op], affinity: AffinityView, expressions: tuple[Requirement, ...], selector: dict[str, str]
+) -> None:
+    """The pool's requirements ANDed into every required node-affinity term the Pod has (the scheduler
+    ORs terms: one left without them would reach other nodes), or its one term when it has none. Only
+    what a term lacks is added, and nothing its nodeSelector already satisfies, so a patched Pod gets no
+    op (webhook.domain.affinity.NodeRequirements.within says the same in values)."""
+    needed = [r for r in expressions if not (r.key in selector and r.matches(selector))]
+    if not needed:
+        return
+    if affinity.required is None:
+        value: Any = {"nodeSelectorTerms": [{"matchExpressions": [r.as_json() for r in needed]}]}
+        path = _REQUIRED
+        if affinity.level < NODE_AFFINITY:  # the parents the Pod lacks are added whole
+            value, path = {"requiredDuringSchedulingIgnoredDuringExecution": value}, "/spec/affinity/nodeAffinity"
+        if affinity.level < AFFINITY:
+            value, path = {"nodeAffinity": value}, "/spec/affinity"
+        ops.append({"op": "add", "path": path, "value": value})
+        return
+    for i, (term, listed) in enumerate(zip(affinity.required, affinity.listed, strict=True)):
+        if not term:
+            continue  # a term with no requirement matches no node; requirements would make it match
+        missing = [r.as_json() for r in needed if r not in term.expressions]
+        base = f"{_REQUIRED}/nodeSelectorTerms/{i}/matchExpressions"
+        if not missing:
+            continue
+        if listed:
+            ops.extend({"op": "add", "path": f"{base}/-", "value": r} for r in missing)
+        else:
+            ops.append({"op": "add", "path": base, "value": missing})
 
 
 def _limit_ops(ops: list[Op], container: ContainerView, index: int, resource: str, count: int) -> None:

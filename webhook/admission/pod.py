@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from webhook.domain.affinity import AffinityError, AffinityView, NodeRequirements, read_affinity
 from webhook.domain.groups import GROUP_ANNOTATION, MAX_OWNERS, WORKLOAD_LABELS, controller_of, workload_group
 from webhook.domain.model import PREFIX, Toleration
 from webhook.domain.quantity import shown
@@ -59,6 +60,12 @@ class PodShape(NamedTuple):
     tolerations: tuple[Toleration, ...] | None  # None when the Pod has no tolerations list
     containers: tuple[ContainerView, ...]
     init_containers: tuple[ContainerView, ...] | None
+    affinity: AffinityView  # its required node affinity, and how much of the path to it exists
+
+    @property
+    def requirements(self) -> NodeRequirements:
+        """What the Pod requires of its node: its nodeSelector and its required node-affinity terms."""
+        return NodeRequirements(tuple(sorted(self.node_selector or ())), self.affinity.required)
 
 
 class PodView(NamedTuple):
@@ -69,8 +76,7 @@ class PodView(NamedTuple):
     generate_name: str
     node_name: str
     mirror: bool  # created by the kubelet for a static Pod
-    daemonset: bool  # a DaemonSet owns it
-    affinity_node: str  # the one node its required node affinity names by metadata.name ("" if none)
+    daemonset: bool  # its controller owner (controller: true) is a DaemonSet, which places it itself
     shape: PodShape
     group: str = ""  # its workload group (webhook.domain.groups), "" when it has none
 
@@ -115,11 +121,13 @@ def read_pod(obj: Any, namespace: str = "") -> PodView:
             raise PodError(
                 f"metadata.ownerReferences[{i}]: expected an owner reference (an object), got {shown(owner)}"
             )
-        daemonset = daemonset or _text(owner, "kind", f"metadata.ownerReferences[{i}].kind") == "DaemonSet"
+        kind = _text(owner, "kind", f"metadata.ownerReferences[{i}].kind")
         _text(owner, "name", f"metadata.ownerReferences[{i}].name")
         controller = owner.get("controller")
         if controller not in (None, True, False):
             raise PodError(f"metadata.ownerReferences[{i}].controller: expected true or false, got {shown(controller)}")
+        # Only the controller places the Pod: a reference that is not the controller's grants nothing.
+        daemonset = daemonset or (kind == "DaemonSet" and controller is True)
     labels = _workload_labels(meta)
     containers = _containers(spec, "containers")
     inits = _containers(spec, "initContainers") if spec.get("initContainers") is not None else None
@@ -130,6 +138,7 @@ def read_pod(obj: Any, namespace: str = "") -> PodView:
         tolerations=_tolerations(spec),
         containers=containers or (),
         init_containers=inits,
+        affinity=_affinity(spec),
     )
     return PodView(
         namespace=namespace,
@@ -138,7 +147,6 @@ def read_pod(obj: Any, namespace: str = "") -> PodView:
         node_name=_text(spec, "nodeName", "spec.nodeName"),
         mirror=mirror,
         daemonset=daemonset,
-        affinity_node=_affinity_node(spec),
         shape=shape,
         group=workload_group(annotations.get(GROUP_ANNOTATION) if annotations else None, labels, controller_of(owners)),
     )
@@ -295,19 +303,8 @@ def _visible_devices(c: dict[str, Any], path: str) -> tuple[str | None, str]:
     return value, source
 
 
-def _affinity_node(spec: dict[str, Any]) -> str:
-    """The node a required node affinity pins by `metadata.name` (how the DaemonSet controller places
-    its Pods); "" when it names no single node. Only read, never checked: gpupool writes no affinity,
-    and kube-apiserver validates it."""
+def _affinity(spec: dict[str, Any]) -> AffinityView:
     try:
-        terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-        names = {
-            value
-            for term in terms
-            for field in term.get("matchFields") or []
-            if field.get("key") == "metadata.name" and field.get("operator") == "In"
-            for value in field.get("values") or []
-        }
-    except (KeyError, TypeError, AttributeError):
-        return ""
-    return next(iter(names)) if len(names) == 1 and isinstance(next(iter(names)), str) else ""
+        return read_affinity(spec)
+    except AffinityError as exc:
+        raise PodError(str(exc)) from None

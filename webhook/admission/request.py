@@ -20,6 +20,7 @@ from typing import TypeVar
 from webhook.admission import devices
 from webhook.admission.devices import DeviceError, device_resource, parse_device_request
 from webhook.admission.pod import ContainerView, PodShape
+from webhook.domain.affinity import NO_REQUIREMENTS, NodeRequirements
 from webhook.domain.groups import GROUP_POLICIES, MAX_GROUP_SIZE, NO_GROUP_RULE, GroupRule, valid_name
 from webhook.domain.groups import MAX_NAME_CHARS as MAX_GROUP_NAME
 from webhook.domain.model import POOL_ANNOTATION, PREFIX, PoolKey, Tolerations, effective_gpus
@@ -75,6 +76,7 @@ class GpuRequest:
     min_compute: tuple[int, ...] | None = None  # compute capability
     min_cuda: tuple[int, ...] | None = None  # the CUDA version the node's driver must support
     node_selector: tuple[tuple[str, str], ...] = ()  # the Pod's whole nodeSelector (pins are its pool labels)
+    requirements: NodeRequirements = NO_REQUIREMENTS  # its nodeSelector and required node affinity
 
 
 def gpupool_annotations(shape: PodShape) -> dict[str, str]:
@@ -244,7 +246,7 @@ def parse_request(shape: PodShape, policy: Policy) -> GpuRequest:
         min_driver=driver,
         container_index=index,
         fallback=fallback,
-        pins=tuple(sorted((k, v) for k, v in shape.node_selector or () if policy.pins_pool(k))),
+        pins=policy.hold_pins(dict(shape.node_selector or ())),
         pool_pin=pool,
         tolerations=Tolerations(shape.tolerations or ()),
         partitions=tuple(sorted(r for r in owned if r != vendor.resource)),
@@ -255,6 +257,7 @@ def parse_request(shape: PodShape, policy: Policy) -> GpuRequest:
         min_compute=device.min_compute,
         min_cuda=device.min_cuda,
         node_selector=tuple(sorted(shape.node_selector or ())),
+        requirements=shape.requirements,
     )
 
 

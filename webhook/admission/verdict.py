@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, NamedTuple
 
+from webhook.domain.affinity import NO_CONSTRAINT, PoolConstraint
 from webhook.domain.model import PoolKey
 
 Outcome = Literal["mutated", "unchanged", "denied"]
@@ -33,18 +34,22 @@ class Placement:
     resource: str  # e.g. nvidia.com/gpu
     count: int  # GPUs of the target container, as the patch sets them
     pod_total: int  # GPUs of the whole Pod (what a node must have free)
-    selector: tuple[tuple[str, str], ...]  # the nodeSelector labels that pin the pool
+    selector: tuple[tuple[str, str], ...]  # the pool labels its nodeSelector pins once patched (its hold's reach)
     has_capacity: bool  # False when admitted under on-no-capacity=warn
     fallback: bool  # True when the pool is of a class the Pod did not ask for
     device: str = "gpu"  # the kind of device: gpu, mig or shared
+    constraint: PoolConstraint = NO_CONSTRAINT  # what the patch adds to send it to the pool's nodes
+    node: str = ""  # the one node a Pod that bypasses placement lands on ("" for a Pod gpupool places)
 
     def as_json(self) -> dict[str, str]:
+        """The pool, for `gpupool explain -o json`; `constraints` in kubectl's words."""
         return {
             "vendor": self.pool.vendor,
             "class": self.pool.gpu_class,
             "product": self.pool.product,
             "resource": self.resource,
             "device": self.device,
+            "constraints": self.constraint.text(),
         }
 
 

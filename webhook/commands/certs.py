@@ -78,8 +78,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"{days_label}: {days_text!r} is not a whole number of days") from None
     _checked(days, days_label, check_days)
     report = ensure_certificates(Path(out), service, namespace, hosts, days)  # CertError: a ConfigError
-    for entry in report.files:
-        print(entry.line())
+    for line in report.lines:
+        print(line)
     return 0
 
 

@@ -1,12 +1,26 @@
-"""Arguments the commands that read an inventory share (`explain`, `inventory`), and opening it."""
+"""What the commands that read a cluster share (`explain`, `inventory`, `quota`): where the inventory and
+the policy come from, the namespace as kubectl means it, and opening them.
+
+The same arguments mean the same in `gpupool` and `kubectl gpupool`: `-n` is the namespace of the
+objects read (else the kubeconfig context's, else `default`), `--context` and `--kubeconfig` pick the
+cluster, and without `--policy FILE` a live cluster's answers follow the policy its webhook runs with.
+"""
 
 from __future__ import annotations
 
 import argparse
+import re
 
-from webhook.domain.policy import Policy, load_policy
+from webhook.commands.output import say
+from webhook.domain.policy import Policy, load_policy, load_policy_text
 from webhook.pools.inventory import Inventory
+from webhook.sources.installed import WEBHOOK_DEPLOYMENT, read_installed_policy
+from webhook.sources.live import InventoryConnectError, api_client, context_namespace
 from webhook.sources.open import open_inventory
+
+# Kubernetes' name rules (linear patterns, on values argparse has already bounded to one argument).
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
 
 def add_source_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,12 +47,43 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
         default=60.0,
         help="live cluster: how long to wait for the first full list (default 60)",
     )
-    parser.add_argument("--policy", metavar="FILE", help="policy file merged over the built-in default")
+    parser.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="policy file merged over the built-in default (default: on a live cluster, the policy the webhook "
+        "Deployment runs with; with --inventory, the built-in default)",
+    )
+    parser.add_argument(
+        "--webhook",
+        metavar="NAMESPACE/NAME",
+        default=WEBHOOK_DEPLOYMENT,
+        type=_deployment,
+        help=f"the webhook's Deployment, whose policy is used without --policy (default {WEBHOOK_DEPLOYMENT})",
+    )
+
+
+def add_namespace_arguments(parser: argparse.ArgumentParser, meaning: str, *, all_namespaces: bool = False) -> None:
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        metavar="NS",
+        type=namespace_type,
+        help=f"{meaning} (default: the kubeconfig context's namespace, else default)",
+    )
+    if all_namespaces:
+        parser.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace (-n is ignored)")
+
+
+def namespace_of(args: argparse.Namespace) -> str:
+    """`-n`, else the namespace of the kubeconfig context (`--context`, else the current one), else
+    `default`: kubectl's rule. A kubeconfig that cannot be read means `default`, as in kubectl."""
+    namespace: str | None = args.namespace
+    return namespace or context_namespace(args.kubeconfig, args.context)
 
 
 def open_from_args(args: argparse.Namespace) -> tuple[Policy, Inventory]:
-    """The --policy and the inventory the arguments name, listed and watching."""
-    policy = load_policy(args.policy)
+    """The policy and the inventory the arguments name, listed and watching."""
+    policy = policy_from_args(args)
     return policy, open_inventory(
         policy,
         snapshot=args.inventory,
@@ -46,3 +91,37 @@ def open_from_args(args: argparse.Namespace) -> tuple[Policy, Inventory]:
         sync_timeout=args.sync_timeout,
         context=args.context,
     )
+
+
+def policy_from_args(args: argparse.Namespace) -> Policy:
+    """`--policy FILE`; else, on a live cluster, the policy its webhook runs with; else the built-in
+    default. Which one is said on stderr unless it was given."""
+    if args.policy is not None:
+        return load_policy(args.policy)
+    if args.inventory is not None:
+        say(args, "note", "with gpupool's built-in default policy (a snapshot holds none); pass --policy FILE")
+        return load_policy(None)
+    try:
+        api = api_client(args.kubeconfig, args.context)
+    except InventoryConnectError as exc:  # as open_inventory says it, since the inventory is next
+        raise InventoryConnectError(f"{exc} (or give --inventory FILE for a snapshot)") from None
+    installed = read_installed_policy(api, args.webhook)
+    say(args, "note", installed.note)
+    return load_policy_text(installed.text, installed.source)
+
+
+def namespace_type(value: str) -> str:
+    """A namespace name as Kubernetes accepts it (a DNS label), or a usage error that says so."""
+    if _DNS_LABEL.fullmatch(value) is None:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a namespace name: 1 to 63 lowercase letters, digits and '-', starting and "
+            "ending with a letter or digit"
+        )
+    return value
+
+
+def _deployment(value: str) -> str:
+    namespace, slash, name = value.partition("/")
+    if not slash or _DNS_LABEL.fullmatch(namespace) is None or _DNS_SUBDOMAIN.fullmatch(name) is None:
+        raise argparse.ArgumentTypeError(f"{value!r} is not NAMESPACE/NAME of a Deployment")
+    return value

@@ -1,12 +1,23 @@
-"""`gpupool explain POD.yaml`: the decision for one Pod, why, and the patched Pod.
+"""`gpupool explain FILE...`: the decision for each Pod a manifest will create, why, and the patched Pod.
 
-Exit status: 0 when the Pod would be allowed, 1 when denied, 2 for a bad file or argument.
+A file holds Pods, workloads (each Pod template explained as the Pods its controller will create, with
+the owner and workload group they will have: webhook.commands.workloads), several YAML documents or a
+`List`; one section per Pod template. Nothing is reserved: each template is decided on the inventory as
+it is, as the first of its Pods.
+
+Namespaces as kubectl's: an object is explained in its own `metadata.namespace`, else in `-n`'s, else in
+the kubeconfig context's, else in `default`; an object whose namespace is not `-n`'s is refused.
+`--as-namespace NS` explains every object as if it were in NS.
+
+Exit status: 0 when every Pod would be allowed, 1 when one is denied, 2 for a bad file or argument.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,46 +27,107 @@ import yaml
 
 from webhook.admission.core import evaluate
 from webhook.admission.verdict import Verdict
-from webhook.commands.common import add_source_arguments, open_from_args
+from webhook.commands.common import (
+    add_namespace_arguments,
+    add_source_arguments,
+    namespace_of,
+    namespace_type,
+    open_from_args,
+)
+from webhook.commands.manifest import PodTemplate, objects_in
+from webhook.commands.output import add_output_arguments, print_document
+from webhook.commands.workloads import MAX_TEMPLATES, pod_templates
 from webhook.domain.errors import ConfigError, yaml_problem
 from webhook.pools.kubeobj import as_map
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("pod", metavar="POD.yaml", help="the Pod manifest (YAML or JSON; - for standard input)")
-    add_source_arguments(parser)
     parser.add_argument(
-        "--namespace", "-n", metavar="NS", help="namespace of the Pod (default: its metadata.namespace, else default)"
+        "files",
+        metavar="FILE",
+        nargs="+",
+        help="manifests (YAML or JSON; - for standard input): Pods, workloads with Pod templates, Lists",
     )
-    parser.add_argument("-o", "--output", choices=("text", "json"), default="text", help="output format")
+    add_source_arguments(parser)
+    add_namespace_arguments(parser, "the namespace of the objects read; an object of another one is refused")
+    parser.add_argument(
+        "--as-namespace",
+        metavar="NS",
+        type=namespace_type,
+        help="explain every object as if it were in NS, whatever its own namespace (not with -n)",
+    )
+    add_output_arguments(parser, ("text", "json", "yaml"), "text")
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """One Pod template, the namespace it is decided in, and the verdict (None: not decided here)."""
+
+    template: PodTemplate
+    namespace: str
+    verdict: Verdict | None
+
+    @property
+    def denied(self) -> bool:
+        return self.verdict is not None and not self.verdict.allowed
 
 
 def run(args: argparse.Namespace) -> int:
-    pod = load_pod(args.pod)
-    own = as_map(pod.get("metadata")).get("namespace")
-    own = own if isinstance(own, str) else ""
-    if getattr(args, "namespace_must_match", False) and args.namespace and own and own != args.namespace:
-        # `kubectl gpupool explain`: as kubectl apply, a Pod of one namespace is not explained in another.
-        raise ConfigError(
-            f"the namespace from the provided object {own!r} does not match the namespace {args.namespace!r}; "
-            f"pass --namespace={own} to explain it"
-        )
-    namespace = args.namespace or own or getattr(args, "default_namespace", "default")
-    # Opened once the arguments are known to be good: a live inventory lists the cluster first.
+    if args.namespace and args.as_namespace:
+        raise ConfigError("-n/--namespace and --as-namespace: give one (--as-namespace explains every object in it)")
+    templates = [t for path in args.files for t in load_templates(path)]
+    if len(templates) > MAX_TEMPLATES:
+        raise ConfigError(f"{len(templates)} Pod templates: explain at most {MAX_TEMPLATES} at a time")
+    # Every namespace is settled before the inventory is opened: a live one lists the cluster first.
+    placed = place_in_namespaces(templates, args, lambda: namespace_of(args))
     policy, inventory = open_from_args(args)
     try:
         with inventory.read() as index:
-            result = evaluate(pod, namespace, policy, index)
+            sections = [Section(t, ns, evaluate(t.pod, ns, policy, index) if t.decided else None) for t, ns in placed]
     finally:
         inventory.close()
-    if args.output == "json":
-        sys.stdout.write(orjson.dumps(result.as_json(), option=orjson.OPT_INDENT_2).decode() + "\n")
+    if args.output == "text":
+        sys.stdout.write("\n".join(render_text(s) for s in sections))
     else:
-        sys.stdout.write(render_text(pod, namespace, result))
-    return 0 if result.allowed else 1
+        items = [section_json(s) for s in sections]
+        print_document(
+            items[0] if len(items) == 1 else {"apiVersion": "v1", "kind": "List", "items": items}, args.output
+        )
+    return 1 if any(s.denied for s in sections) else 0
 
 
-def load_pod(path: str) -> dict[str, Any]:
+def place_in_namespaces(
+    templates: list[PodTemplate], args: argparse.Namespace, default: Callable[[], str]
+) -> list[tuple[PodTemplate, str]]:
+    """Each template with the namespace it is explained in; ConfigError for an object whose own namespace
+    is not `-n`'s (as `kubectl apply -n` refuses it)."""
+    fallback: list[str] = []  # the context's namespace, read once and only when needed
+
+    def namespace(t: PodTemplate) -> str:
+        if args.as_namespace:
+            return str(args.as_namespace)
+        if args.namespace:
+            if t.namespace and t.namespace != args.namespace:
+                raise ConfigError(
+                    f"the namespace from the provided object {t.namespace!r} ({t.kind} {t.name}) does not match "
+                    f"the namespace {args.namespace!r}; pass --namespace={t.namespace}, or "
+                    f"--as-namespace={args.namespace} to explain it as if it were there"
+                )
+            return str(args.namespace)
+        if t.namespace:
+            return t.namespace
+        if not fallback:
+            fallback.append(default())
+        return fallback[0]
+
+    placed = [(t, namespace(t)) for t in templates]
+    # A controller creates its Pods in the workload's namespace; a Pod read as written keeps its own.
+    return [(t if t.kind == "Pod" else t.in_namespace(ns), ns) for t, ns in placed]
+
+
+def load_templates(path: str) -> list[PodTemplate]:
+    """Every Pod template in the file (`-`: standard input), in order; ConfigError naming the file and
+    the document for anything that is not a Kubernetes object with Pods."""
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -64,20 +136,23 @@ def load_pod(path: str) -> dict[str, Any]:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML or JSON: {yaml_problem(exc)}") from None
-    if len(docs) != 1:
-        raise ConfigError(f"{path}: expected exactly one Pod manifest, found {len(docs)} YAML documents")
-    if not isinstance(docs[0], dict):
-        raise ConfigError(f"{path}: expected a Pod manifest (a mapping), found a {type(docs[0]).__name__}")
-    pod = docs[0]
-    if pod.get("kind") not in (None, "Pod"):
-        raise ConfigError(f"{path}: kind {pod.get('kind')!r} is not Pod")
-    return pod
+    if not docs:
+        raise ConfigError(f"{path}: no manifest in it (expected a Pod, a workload or a List of them)")
+    return [t for obj in objects_in(docs, path) for t in pod_templates(obj, path)]
 
 
-def render_text(pod: dict[str, Any], namespace: str, result: Verdict) -> str:
-    meta = as_map(pod.get("metadata"))
-    name = meta.get("name") or f"{meta.get('generateName', '')}<generated>"
-    lines = [f"Pod {namespace}/{name}"]
+# --- text ------------------------------------------------------------------------------------------------
+
+
+def render_text(section: Section) -> str:
+    t, result = section.template, section.verdict
+    lines = [] if t.kind == "Pod" else [_workload_line(section)]
+    if t.note:
+        lines.append(f"Note: {t.note}")
+    lines.append(f"Pod {section.namespace}/{_pod_name(t.pod)}")
+    if result is None:
+        lines.append("Decision: not decided here")
+        return "\n".join(lines) + "\n"
     if not result.allowed:
         lines.append(f"Decision: DENIED ({result.code}): {result.message}")
     elif result.placement is None:
@@ -85,6 +160,8 @@ def render_text(pod: dict[str, Any], namespace: str, result: Verdict) -> str:
     else:
         p = result.placement
         lines.append(f"Decision: {result.outcome}: pool {p.pool}, {p.count} x {p.resource}")
+        if result.patch and (p.constraint.selector or p.constraint.expressions):
+            lines.append(f"Constraints: {p.constraint.text()}")
     if result.group is not None:
         g = result.group
         where = f"{g.pods} {'Pod' if g.pods == 1 else 'Pods'} on pool {g.pool}" if g.pool else "no Pod placed yet"
@@ -98,7 +175,61 @@ def render_text(pod: dict[str, Any], namespace: str, result: Verdict) -> str:
     if result.patch:
         lines.append("Patch (RFC 6902):")
         lines.extend(f"  {orjson.dumps(op).decode()}" for op in result.patch)
-        patched = jsonpatch.apply_patch(pod, list(result.patch))
         lines.append("Patched Pod:")
+        patched = _patched(t.pod, result)
         lines.extend("  " + line for line in yaml.safe_dump(patched, sort_keys=False).splitlines())
     return "\n".join(lines) + "\n"
+
+
+def _workload_line(section: Section) -> str:
+    """`Job ml-train/train: spec.template, 4 Pods at a time, owned by Job/train`."""
+    t = section.template
+    what = f"{t.role} ({t.path})" if t.role else t.path
+    parts = [what]
+    if t.pods is not None:
+        parts.append(f"{t.pods} {'Pod' if t.pods == 1 else 'Pods'}")
+    if t.owner:
+        parts.append(f"owned by {t.owner}")
+    return f"{t.kind} {section.namespace}/{t.name}: {', '.join(parts)}"
+
+
+def _pod_name(pod: dict[str, Any]) -> str:
+    meta = as_map(pod.get("metadata"))
+    return str(meta.get("name") or f"{meta.get('generateName', '')}<generated>")
+
+
+def _patched(pod: dict[str, Any], result: Verdict) -> dict[str, Any] | None:
+    if not result.patch:
+        return None
+    patched: dict[str, Any] = jsonpatch.apply_patch(pod, list(result.patch))
+    return patched
+
+
+# --- JSON and YAML ---------------------------------------------------------------------------------------
+
+
+def section_json(section: Section) -> dict[str, Any]:
+    """Everything the text shows, as data: `-o json` and `-o yaml` of one section."""
+    t, result = section.template, section.verdict
+    workload = None
+    if t.kind != "Pod":
+        workload = {"kind": t.kind, "name": t.name, "template": t.path, "role": t.role, "pods": t.pods,
+                    "owner": t.owner or None}  # fmt: skip
+    head: dict[str, Any] = {
+        "namespace": section.namespace,
+        "name": _pod_name(t.pod),
+        "workload": workload,
+        "note": t.note or None,
+    }
+    if result is None:
+        undecided: dict[str, Any] = {"allowed": None, "outcome": "undecided", "code": None, "reason": None}
+        empty: dict[str, Any] = {"warnings": [], "pool": None, "patch": [], "group": None}
+        return {**head, **undecided, "message": t.note, **empty, "poolsConsidered": [], "patchedPod": None}
+    return {
+        **head,
+        **result.as_json(),
+        "outcome": result.outcome,
+        "reason": result.reason or None,
+        "poolsConsidered": list(result.reasons),
+        "patchedPod": _patched(t.pod, result),
+    }

@@ -3,28 +3,30 @@
 One row per pool of devices: its kind (a whole GPU, a MIG instance, a shared replica), its exact device
 product, memory per device and counts of devices. Warnings cover GPU nodes gpupool does not pool (it
 cannot class them, their MIG layout is invalid or changing), and quotas written as `nvidia.com/gpu`
-instead of `requests.nvidia.com/gpu`, which Kubernetes stores but never enforces.
+instead of `requests.nvidia.com/gpu`, which Kubernetes stores but never enforces. The inventory is
+cluster-wide: `-n` is accepted, as `kubectl get nodes -n x` accepts it, and changes nothing.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
-import orjson
-
-from webhook.commands.common import add_source_arguments, open_from_args
+from webhook.commands.common import add_namespace_arguments, add_source_arguments, open_from_args
+from webhook.commands.output import Column, add_output_arguments, print_listing
 from webhook.domain.policy import Policy
 from webhook.domain.quantity import format_mib
-from webhook.pools.index import PoolIndex, stray_reason
+from webhook.pools.index import PoolIndex
 from webhook.pools.inventory import PoolStats
 from webhook.pools.quotas import quota_warnings
+
+Pool = dict[str, Any]  # one entry of the report's `pools`
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     add_source_arguments(parser)
-    parser.add_argument("-o", "--output", choices=("table", "wide", "json"), default="table", help="output format")
+    add_namespace_arguments(parser, "accepted and ignored: the pools are cluster-wide, as kubectl get nodes")
+    add_output_arguments(parser, ("table", "wide", "json", "yaml", "name"), "table")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -34,16 +36,22 @@ def run(args: argparse.Namespace) -> int:
             report = build_report(index, policy)
     finally:
         inventory.close()
-    if args.output == "json":
-        sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
-    else:
-        sys.stdout.write(render_table(report, wide=args.output == "wide"))
+    print_listing(
+        args,
+        report["pools"],
+        COLUMNS,
+        document=lambda: report,
+        name=lambda p: str(p["pool"]),
+        empty="No GPU pools.",
+        warnings=report["warnings"],
+    )
     return 0
 
 
 def build_report(index: PoolIndex, policy: Policy) -> dict[str, Any]:
-    def pool(s: PoolStats) -> dict[str, Any]:
+    def pool(s: PoolStats) -> Pool:
         return {
+            "pool": str(s.pool),  # as gpupool.io/pool names it
             "vendor": s.pool.vendor,
             "class": s.pool.gpu_class,
             "device": s.kind,
@@ -67,50 +75,34 @@ def build_report(index: PoolIndex, policy: Policy) -> dict[str, Any]:
         "pools": [pool(s) for s in stats],
         "warnings": [
             *(f"node {u.node}: {u.vendor} GPUs not pooled: {u.reason}" for u in index.unclassified()),
-            *(
-                f"pool {key}: no Pod is placed with its {stray_reason(sel, strays)}"
-                for key, sel, strays in index.stray_selectors()
-            ),
+            *(f"pool {key}: no Pod is placed there: {found.reason}" for key, found in index.inseparable()),
             *quota_warnings(index, policy),
         ],
     }
 
 
-def render_table(report: dict[str, Any], wide: bool) -> str:
-    head = ["VENDOR", "CLASS", "DEVICE", "PRODUCT", "MEMORY", "NODES", "GPUS", "ALLOCATED", "FREE", "PENDING"]
-    if wide:
-        head[5:6] = ["NODES", "USABLE"]
-        head += ["RESOURCE", "PARTITION"]
-    rows = [head]
-    for p in report["pools"]:
-        row = [
-            p["vendor"],
-            p["class"],
-            p["device"],
-            p["product"] + (f"/{p['resource']}" if p["ownResource"] else ""),  # as gpupool.io/pool names it
-            format_mib(p["memoryMiB"]) if p["memoryMiB"] else "?",
-            str(p["nodes"]),
-            str(p["gpus"]["total"]),
-            str(p["gpus"]["allocated"]),
-            str(p["gpus"]["free"]),
-            str(p["pending"]),
-        ]
-        if wide:
-            row[5:6] = [str(p["nodes"]), str(p["usableNodes"])]
-            row += [p["resource"], _partition(p)]
-        rows.append(row)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    lines = ["   ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-    if not report["pools"]:
-        lines.append("(no GPU pools)")
-    lines.extend(f"WARNING: {w}" for w in report["warnings"])
-    return "\n".join(lines) + "\n"
-
-
-def _partition(pool: dict[str, Any]) -> str:
+def _partition(pool: Pool) -> str:
     """How a GPU is divided: the MIG profile (`3g.20gb`), the replicas per GPU (`4 replicas`), or `-`."""
     replicas = "/".join(str(r) for r in pool["replicas"])
     if pool["device"] == "shared":
         shared = f"{replicas} replicas" if replicas else "? replicas"
         return f"{pool['profile']} {shared}" if pool["profile"] else shared
     return pool["profile"] or "-"
+
+
+COLUMNS: tuple[Column[Pool], ...] = (
+    Column("VENDOR", lambda p: p["vendor"]),
+    Column("CLASS", lambda p: p["class"]),
+    Column("DEVICE", lambda p: p["device"]),
+    # as gpupool.io/pool names it: a mixed-strategy MIG profile with its resource
+    Column("PRODUCT", lambda p: p["product"] + (f"/{p['resource']}" if p["ownResource"] else "")),
+    Column("MEMORY", lambda p: format_mib(p["memoryMiB"]) if p["memoryMiB"] else "?"),
+    Column("NODES", lambda p: str(p["nodes"])),
+    Column("USABLE", lambda p: str(p["usableNodes"]), wide=True),
+    Column("GPUS", lambda p: str(p["gpus"]["total"])),
+    Column("ALLOCATED", lambda p: str(p["gpus"]["allocated"])),
+    Column("FREE", lambda p: str(p["gpus"]["free"])),
+    Column("PENDING", lambda p: str(p["pending"])),
+    Column("RESOURCE", lambda p: p["resource"], wide=True),
+    Column("PARTITION", _partition, wide=True),
+)

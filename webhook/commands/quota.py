@@ -3,42 +3,42 @@
 Where each comes from (a ResourceQuota's name, or the policy's classQuota / memoryQuota), the resource or
 class it limits, used, pending (admissions the watch has not shown yet), hard, and who enforces it:
 Kubernetes and gpupool (`requests.nvidia.com/gpu`), or gpupool only (the forms Kubernetes ignores, and
-the policy's quotas).
+the policy's quotas). Namespaces as `kubectl get resourcequotas`: `-n`, else the kubeconfig context's,
+else `default`; `-A` for all of them.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
-import orjson
-
-from webhook.commands.common import add_source_arguments, open_from_args
+from webhook.commands.common import add_namespace_arguments, add_source_arguments, namespace_of, open_from_args
+from webhook.commands.output import Column, add_output_arguments, print_listing
 from webhook.domain.quantity import format_mib
 from webhook.pools.quotas import QuotaRow, quota_rows
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     add_source_arguments(parser)
-    parser.add_argument(
-        "--namespace", "-n", metavar="NS", help="only this namespace's quotas (default: every namespace)"
-    )
-    parser.add_argument("-o", "--output", choices=("table", "json"), default="table", help="output format")
+    add_namespace_arguments(parser, "the namespace whose quotas are listed", all_namespaces=True)
+    add_output_arguments(parser, ("table", "json", "yaml"), "table")
 
 
 def run(args: argparse.Namespace) -> int:
+    namespace = None if args.all_namespaces else namespace_of(args)
     policy, inventory = open_from_args(args)
     try:
         with inventory.read() as index:
-            rows = quota_rows(index, policy, args.namespace)
+            rows = quota_rows(index, policy, namespace)
     finally:
         inventory.close()
-    if args.output == "json":
-        report = {"quotas": [row_json(r) for r in rows]}
-        sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
-    else:
-        sys.stdout.write(render_table(rows, args.namespace))
+    print_listing(
+        args,
+        rows,
+        COLUMNS,
+        document=lambda: {"quotas": [row_json(r) for r in rows]},
+        empty=f"No GPU quotas in namespace {namespace}." if namespace else "No GPU quotas.",
+    )
     return 0
 
 
@@ -55,17 +55,16 @@ def row_json(row: QuotaRow) -> dict[str, Any]:
     }
 
 
-def render_table(rows: list[QuotaRow], namespace: str | None = None) -> str:
-    def amount(row: QuotaRow, value: int) -> str:
-        return format_mib(value) if row.unit == "MiB" and value else str(value)
+def _amount(value: int, row: QuotaRow) -> str:
+    return format_mib(value) if row.unit == "MiB" and value else str(value)
 
-    table = [["NAMESPACE", "QUOTA", "RESOURCE", "USED", "PENDING", "HARD", "ENFORCED BY"]]
-    table += [
-        [r.namespace, r.quota, r.resource, amount(r, r.used), amount(r, r.pending), amount(r, r.hard), r.enforced_by]
-        for r in rows
-    ]
-    if not rows:
-        where = f" in namespace {namespace}" if namespace else ""
-        return f"No GPU quotas{where}.\n"
-    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
-    return "\n".join("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table) + "\n"
+
+COLUMNS: tuple[Column[QuotaRow], ...] = (
+    Column("NAMESPACE", lambda r: r.namespace),
+    Column("QUOTA", lambda r: r.quota),
+    Column("RESOURCE", lambda r: r.resource),
+    Column("USED", lambda r: _amount(r.used, r)),
+    Column("PENDING", lambda r: _amount(r.pending, r)),
+    Column("HARD", lambda r: _amount(r.hard, r)),
+    Column("ENFORCED BY", lambda r: r.enforced_by),
+)

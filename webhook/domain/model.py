@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from webhook.domain.affinity import NO_REQUIREMENTS, NodeRequirements
+
 PREFIX = "gpupool.io/"  # every annotation gpupool reads or writes
 POOL_ANNOTATION = f"{PREFIX}pool"  # where gpupool records the pool it placed a Pod in
 
@@ -84,6 +86,9 @@ class Tolerations:
         return f"Tolerations({self.items!r})"
 
 
+NO_TOLERATIONS = Tolerations()
+
+
 @dataclass(frozen=True, slots=True)
 class NodeInfo:
     """A node as the decision sees it."""
@@ -94,6 +99,8 @@ class NodeInfo:
     allocatable: dict[str, int] = field(default_factory=dict, hash=False)  # extended resources only
     unschedulable: bool = False
     ready: bool = True
+    cpu_milli: int | None = None  # allocatable CPU in millicores; None when not known
+    memory_bytes: int | None = None  # allocatable memory; None when not known
 
 
 PodKey = tuple[str, str]  # (namespace, name)
@@ -113,6 +120,11 @@ class PodInfo:
     node_selector: dict[str, str] = field(default_factory=dict, hash=False)
     generate_name: str = ""  # what its name was made from, if it was (to find its admission's reservation)
     group: str = ""  # its workload group (webhook.domain.groups), "" when it has none
+    # What it needs of a node, read only for a Pod not on a node yet (`could_run`); the defaults ask nothing.
+    requirements: NodeRequirements = field(default=NO_REQUIREMENTS, hash=False)
+    tolerations: Tolerations | None = field(default=None, hash=False)  # None: read as none
+    cpu_milli: int = 0  # its effective CPU request
+    memory_bytes: int = 0  # its effective memory request
 
     @property
     def key(self) -> PodKey:
@@ -160,6 +172,32 @@ class PoolKey:
         if len(parts) == 4 and not all(parts[3].split("/")):
             return None
         return cls(*parts)
+
+
+# Taints the node lifecycle controller sets for a node's conditions (not-ready, unreachable, pressure,
+# cordoned): they come and go with the node's state, not with what the node is.
+CONDITION_TAINT_PREFIX = "node.kubernetes.io/"
+_BLOCKING = ("NoSchedule", "NoExecute")
+
+
+def could_run(pod: PodInfo, node: NodeInfo) -> bool:
+    """Could the scheduler ever put the Pod on the node, as the node is: its nodeSelector and required
+    node affinity match, it tolerates the node's NoSchedule and NoExecute taints (other than the ones that
+    follow the node's conditions, which pass), and its GPU, CPU and memory requests are within the node's
+    allocatable. Readiness is not asked: a Pod waits out a node's restart, not its labels."""
+    if not pod.requirements.matches(node.name, node.labels):
+        return False
+    tolerations = pod.tolerations or NO_TOLERATIONS
+    for taint in node.taints:
+        blocking = taint.effect in _BLOCKING and not taint.key.startswith(CONDITION_TAINT_PREFIX)
+        if blocking and not tolerations.tolerates(taint):
+            return False
+    for resource, n in pod.gpu_requests.items():
+        if node.allocatable.get(resource, 0) < n:
+            return False
+    if node.cpu_milli is not None and pod.cpu_milli > node.cpu_milli:
+        return False
+    return node.memory_bytes is None or pod.memory_bytes <= node.memory_bytes
 
 
 def effective_gpus(containers: list[int], inits: list[tuple[int, bool]]) -> int:

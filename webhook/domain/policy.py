@@ -107,7 +107,8 @@ class Defaults:
     stale_after_seconds: float = 120.0
     on_stale: OnStale = "warn"
     reservation_seconds: float = 60.0
-    reservation_settle_seconds: float = 15.0  # with a current watch, a reservation's Pod shows up by then
+    reservation_settle_seconds: float = 5.0  # with a current watch, a reservation's Pod shows up by then
+    max_reservations_per_namespace: int = 500  # past it, the namespace's oldest reservation is dropped
     check_visible_devices: bool = True  # refuse NVIDIA_VISIBLE_DEVICES in containers without a GPU resource
     # Enforce ResourceQuotas that limit a GPU as `nvidia.com/gpu` or `limits.nvidia.com/gpu` (forms Kubernetes
     # stores but never enforces for extended resources), counting the namespace's Pods itself.
@@ -144,6 +145,12 @@ class Policy:
         return label in self.pool_labels or (
             label.endswith(".product") and any(label.startswith(p) for p in self.partition_prefixes)
         )
+
+    def hold_pins(self, node_selector: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+        """The entries of a nodeSelector that pin pools (`pins_pool`), sorted: which of a pool's node groups
+        the GPUs of a Pod not on a node yet are held on. Admission (for its reservation) and the ledger
+        (for the Pod once the watch shows it) both ask this."""
+        return tuple(sorted((k, v) for k, v in node_selector.items() if self.pins_pool(k)))
 
     def class_rank(self, gpu_class: str) -> int:
         return self.classes.index(gpu_class)
@@ -280,6 +287,12 @@ class _Fields:
             raise PolicyError(f"{self.path}.{key}: expected a positive number of seconds, got {_show(value)}")
         return float(value)
 
+    def count(self, key: str, default: int, *, most: int) -> int:
+        value = self.data.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+            raise PolicyError(f"{self.path}.{key}: expected a whole number from 1 to {most}, got {_show(value)}")
+        return value
+
     def devices(self, key: str) -> tuple[str, ...]:
         """A device preference (`[mig, gpu]` or `mig,gpu`); () when absent."""
         value = self.data.get(key)
@@ -341,6 +354,7 @@ def _build(data: dict[str, Any]) -> Policy:
             "onStale",
             "reservationSeconds",
             "reservationSettleSeconds",
+            "maxReservationsPerNamespace",
             "checkVisibleDevices",
             "enforceAllGpuQuotaForms",
             "device",
@@ -352,7 +366,8 @@ def _build(data: dict[str, Any]) -> Policy:
         stale_after_seconds=d.seconds("staleAfterSeconds", 120.0),
         on_stale="deny" if d.choice("onStale", "warn", ("warn", "deny")) == "deny" else "warn",
         reservation_seconds=d.seconds("reservationSeconds", 60.0),
-        reservation_settle_seconds=d.seconds("reservationSettleSeconds", 15.0),
+        reservation_settle_seconds=d.seconds("reservationSettleSeconds", 5.0),
+        max_reservations_per_namespace=d.count("maxReservationsPerNamespace", 500, most=1_000_000),
         check_visible_devices=d.flag("checkVisibleDevices", True),
         enforce_all_gpu_quota_forms=d.flag("enforceAllGpuQuotaForms", True),
         device=d.devices("device") or (GPU,),

@@ -115,6 +115,20 @@ def parse_count(text: object) -> int:
     return math.floor(value) if 0 <= value <= MAX_COUNT else 0
 
 
+def parse_milli(text: object) -> int | None:
+    """A CPU quantity (`2`, `500m`, `1.5`) in millicores, rounded up as Kubernetes rounds them; None for
+    anything that is not a quantity or is negative."""
+    if isinstance(text, bool):
+        return None
+    if isinstance(text, int):
+        return text * 1000 if 0 <= text <= MAX_BYTES // 1000 else None
+    try:
+        value = parse_quantity(text)
+    except QuantityError:
+        return None
+    return math.ceil(value * 1000) if 0 <= value * 1000 <= MAX_BYTES else None
+
+
 def format_mib(mib: int) -> str:
     """Memory for people: `40Gi`, `23034Mi`."""
     if mib and mib % 1024 == 0:

@@ -23,10 +23,13 @@ from collections.abc import Callable, Collection, Hashable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from webhook.domain.model import NodeInfo, PoolKey
+from webhook.domain.affinity import PoolConstraint
+from webhook.domain.model import NodeInfo, PodInfo, PoolKey, Selector, could_run
 from webhook.domain.policy import Policy
+from webhook.pools.constraints import Inseparable, Keys, Member, pool_constraint
+from webhook.pools.devices import MIG_CHANGING, MIG_STATE_LABEL, SHARING_STRATEGIES
 from webhook.pools.memo import Memo
-from webhook.pools.nodes import NodeFacts, Selector, Unclassified, node_facts
+from webhook.pools.nodes import NodeFacts, Unclassified, node_facts
 from webhook.pools.pool import Group, Pool, decrement, group_key, pack
 
 T = TypeVar("T")
@@ -50,16 +53,6 @@ class PoolStats:
     replicas: tuple[int, ...] = ()  # a shared pool's replicas per GPU, each number its nodes have
 
 
-def stray_reason(selector: Selector, strays: tuple[PoolKey, ...]) -> str:
-    """Why a pool's nodeSelector cannot pin it (`Capacity.strays`), and what the admin can do."""
-    pins = ", ".join(f"{k}={v}" for k, v in selector)
-    others = ", ".join(str(k) for k in strays)
-    return (
-        f"nodeSelector {pins} also reaches the nodes of {others}, and a nodeSelector cannot leave them out "
-        "(label these nodes with their class, or the others with a label that tells them apart)"
-    )
-
-
 class Capacity:
     """GPU pools and free GPUs per node, from nodes and what the ledger says is used and held."""
 
@@ -68,6 +61,11 @@ class Capacity:
         self._pools: dict[PoolKey, Pool] = {}
         self._facts: dict[str, list[NodeFacts]] = {}
         self._unclassified: dict[str, list[Unclassified]] = {}
+        self._nodes: dict[str, NodeInfo] = {}  # every node that offers a GPU resource, as last seen
+        self._offering: dict[str, set[str]] = {}  # resource -> the nodes that offer it
+        # Nodes that changed in what a Pod may require of them (labels, taints, allocatable) since the last
+        # `take_changed`, with the pools and resources they were or are in.
+        self._changed: tuple[set[str], set[PoolKey]] = (set(), set())
         self._unpacked: set[PoolKey] = set()  # pools whose holds must be packed again
         self._reshaped: set[tuple[PoolKey, Selector]] = set()  # selectors that came or went (toggled)
         self._remeasured = False  # a pool's memory per GPU changed
@@ -80,10 +78,14 @@ class Capacity:
         `used_on`), which may have been counted before the node was seen. True when the node's pools or
         memory changed (it came, went from a class, moved to another, or was relabelled with other memory):
         the ledger must count its Pods again."""
+        if self._nodes.get(node.name) == node:
+            return False  # a status heartbeat: nothing a decision reads changed
+        self._keep_node(node)
         facts, problems = node_facts(node, self.policy)
+        self._changed[1].update(f.pool for f in facts)
         old = self._facts.get(node.name, [])
         if facts == old and problems == self._unclassified.get(node.name, []):
-            return False  # a status heartbeat, or a CPU node: nothing a decision reads changed
+            return False  # a CPU node, or labels no pool reads (the memo is dropped: a Pod may require them)
         before = self._memories(old, facts)
         self._drop_facts(node.name)
         if problems:
@@ -100,8 +102,46 @@ class Capacity:
         """Forget a node. Its pools changed: the ledger counts its Pods again (against no class now)."""
         old = self._facts.get(name, [])
         before = self._memories(old, [])
+        self._forget_node(name)
         self._drop_facts(name)
         self._remeasured |= before != self._memories(old, [])
+
+    def _keep_node(self, node: NodeInfo) -> None:
+        """Remember the node as it is now, if it offers a GPU resource (what constraints and `could_run`
+        read); whatever it changed, decisions derived from the nodes are worked out again."""
+        old = self._nodes.get(node.name)
+        self._memo.clear()
+        if old is not None and _requirable(old) == _requirable(node):
+            self._nodes[node.name] = node  # readiness or a cordon: no Pod requires those of a node
+            return
+        self._forget_node(node.name)
+        if node.allocatable:
+            self._touched(node)
+            self._nodes[node.name] = node
+            for resource in node.allocatable:
+                self._offering.setdefault(resource, set()).add(node.name)
+
+    def _touched(self, node: NodeInfo) -> None:
+        nodes, pools = self._changed
+        nodes.add(node.name)
+        pools.update(f.pool for f in self._facts.get(node.name, ()))
+
+    def take_changed(self) -> tuple[set[str], set[PoolKey]]:
+        """The nodes that changed in what a Pod may require of them since the last call, and the pools they
+        were in before or are in now."""
+        changed, self._changed = self._changed, (set(), set())
+        return changed
+
+    def _forget_node(self, name: str) -> None:
+        old = self._nodes.pop(name, None)
+        if old is None:
+            return
+        self._touched(old)
+        for resource in old.allocatable:
+            offering = self._offering[resource]
+            offering.discard(name)
+            if not offering:
+                del self._offering[resource]
 
     def _memories(self, *facts: list[NodeFacts]) -> list[int]:
         """The memory per GPU of the pools these facts are in (to tell whether a change moved it)."""
@@ -177,7 +217,8 @@ class Capacity:
     def take_reshaped(self) -> bool:
         """Whether a selector came to or went from a pool, or a pool's memory per GPU changed, since the
         last call: which pools a nodeSelector reaches, or the memory a Pod holds there, may have changed,
-        so the ledger places unbound Pods again."""
+        so the ledger places unbound Pods again (a node that changed only in what a Pod may require of it
+        is `take_changed`'s)."""
         if not self._reshaped and not self._remeasured:
             return False
         self._reshaped.clear()
@@ -213,34 +254,72 @@ class Capacity:
         computed once per key until a node changes. Decisions use it for what does not depend on free GPUs."""
         return self._memo.get(key, compute)
 
-    def strays(self, key: PoolKey, selector: Selector) -> tuple[PoolKey, ...]:
-        """The other pools of pool `key`'s resource with nodes that `selector`, one of the pool's
-        nodeSelectors, also reaches: a product some nodes label with a class and others leave to the policy,
-        or replicas labelled with a replica count but no -SHARED product. A nodeSelector cannot exclude a
-        label, so the scheduler may put a Pod pinned by it on those nodes: the selector does not pin the
-        pool. Empty when it does (the usual case)."""
+    def node(self, name: str) -> NodeInfo | None:
+        """A node that offers a GPU resource, as last seen; None for any other."""
+        return self._nodes.get(name)
 
-        def compute() -> tuple[PoolKey, ...]:
-            resource = self._pools[key].resource
-            return tuple(
-                sorted(
-                    p.key
-                    for p in self._pools.values()
-                    if p.key != key
-                    and p.resource == resource
-                    and any(g.reached_by(selector) for g in p.groups.values())
-                )
-            )
+    def gpu_nodes(self) -> Collection[NodeInfo]:
+        """Every node that offers a GPU resource, as a live view (no copy)."""
+        return self._nodes.values()
 
-        return self._memo.get(("strays", key, selector), compute)
+    def runnable(self, pool: Pool, pod: PodInfo, pins: Selector) -> str:
+        """A node of the pool that could ever take the Pod (webhook.domain.model.could_run); "" for none.
+        Only the node groups its nodeSelector's pool labels `pins` reach are looked at."""
+        groups = pool.ordered()
+        for i in pool.reach(pins):
+            for name in groups[i].nodes:
+                node = self._nodes.get(name)
+                if node is not None and could_run(pod, node):
+                    return name
+        return ""
 
-    def stray_selectors(self) -> list[tuple[PoolKey, Selector, tuple[PoolKey, ...]]]:
-        """Every nodeSelector of a pool that also reaches other pools' nodes (`strays`), for warnings."""
+    def members(self, key: PoolKey) -> list[NodeInfo]:
+        """The nodes of a pool, usable or not, in a fixed order (by name)."""
+        pool = self._pools.get(key)
+        if pool is None:
+            return []
+        return [self._nodes[name] for name in sorted(n for g in pool.groups.values() for n in g.nodes)]
+
+    def constraint(self, key: PoolKey) -> PoolConstraint | Inseparable:
+        """What sends a Pod to exactly this pool's nodes among every node that offers its resource
+        (webhook.pools.constraints), worked out once until a node changes."""
+        return self._memo.get(("constraint", key), lambda: self._constraint(key))
+
+    def _constraint(self, key: PoolKey) -> PoolConstraint | Inseparable:
+        pool = self._pools[key]
+        members = [
+            Member(name, self._nodes[name].labels, group.selector)
+            for group in pool.ordered()
+            for name in sorted(group.nodes)
+        ]
+        names = {m.name for m in members}
+        others = [(n, self._nodes[n].labels) for n in sorted(self._offering.get(pool.resource, ())) if n not in names]
+        return pool_constraint(members, others, self._keys(key, pool.resource))
+
+    def _keys(self, key: PoolKey, resource: str) -> Keys:
+        vendor = self.policy.vendors[key.vendor]
+        order = [
+            *([MIG_STATE_LABEL] if vendor.partition_prefix else []),
+            f"{resource}.replicas",
+            f"{resource}.sharing-strategy",
+            f"{resource}.count",
+            vendor.product_label,
+            f"{resource}.product",
+        ]
+        return Keys(
+            class_label=self.policy.class_label,
+            classes=self.policy.classes,
+            gpu_class=key.gpu_class,
+            order=tuple(dict.fromkeys(order)),
+            exclusive={MIG_STATE_LABEL: MIG_CHANGING, f"{resource}.sharing-strategy": SHARING_STRATEGIES},
+        )
+
+    def inseparable(self) -> list[tuple[PoolKey, Inseparable]]:
+        """Every pool no constraint can reach exactly (`constraint`), for warnings."""
         return [
-            (pool.key, selector, strays)
+            (pool.key, found)
             for pool in sorted(self._pools.values(), key=lambda p: p.key)
-            for selector in sorted(pool.by_selector())
-            if (strays := self.strays(pool.key, selector))
+            if pool.groups and isinstance(found := self.constraint(pool.key), Inseparable)
         ]
 
     def unclassified(self) -> list[Unclassified]:
@@ -298,6 +377,11 @@ class Capacity:
                 )
             )
         return stats
+
+
+def _requirable(node: NodeInfo) -> tuple[object, ...]:
+    """What a Pod may require of a node (webhook.domain.model.could_run), to tell when it changed."""
+    return (node.labels, node.taints, node.allocatable, node.cpu_milli, node.memory_bytes)
 
 
 def _classes_of(facts: list[NodeFacts]) -> dict[str, tuple[PoolKey, int]]:

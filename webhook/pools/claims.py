@@ -41,9 +41,13 @@ class Claim(NamedTuple):
     counted: Counts = ()  # a Pod's GPU requests, counted against its namespace by gpupool itself
     memory_mib: int = 0  # GPU memory held: devices x memory per device of the node or pool
     group: tuple[str, PoolKey] | None = None  # (workload group, the pool it holds a member of the group in)
+    # Unbound: each pool its pins reach, with a node of it that could take the Pod ("" for none), so that
+    # only a change of those nodes or pools works it out again (webhook.pools.unbound).
+    watched: tuple[tuple[PoolKey, str], ...] = ()
 
 
 MemoryOf = Callable[[PoolKey], int]  # memory per GPU of a pool (MiB), 0 when not known
+Runnable = Callable[[Pool, PodInfo, Selector], str]  # a node of the pool that could ever take the Pod, or ""
 
 
 def bound_claim(pod: PodInfo, node_facts: list[NodeFacts]) -> Claim:
@@ -83,41 +87,61 @@ def node_classes(node_facts: list[NodeFacts], requests: Counts) -> Counts:
     return tuple((f.pool.gpu_class, n) for resource, n in requests for f in node_facts if f.resource == resource)
 
 
-def unbound_claim(pod: PodInfo, pools: Collection[Pool], policy: Policy, memory_of: MemoryOf) -> Claim:
-    """Where an unbound Pod's devices count: per device resource (a vendor's GPUs, or a MIG profile of
-    its own), the one pool of that resource that its nodeSelector reaches (gpupool writes the pool's
-    labels into it); else the pool of its gpupool.io/pool annotation, unless the nodeSelector contradicts
-    it; else, without a pool to hold devices in, the class every reachable pool shares; else nowhere
-    until it is bound. The GPU memory it holds is that of the pools it holds devices in."""
-    pins = tuple(sorted((k, v) for k, v in pod.node_selector.items() if policy.pins_pool(k)))
+def unbound_claim(
+    pod: PodInfo, pools: Collection[Pool], policy: Policy, memory_of: MemoryOf, runnable: Runnable
+) -> Claim:
+    """Where an unbound Pod's devices count, per device resource (a vendor's GPUs, or a MIG profile of its
+    own). The pools that matter are those its nodeSelector's pool labels reach; of those, the ones with a
+    node that could ever take it (`runnable`: labels, affinity, taints, its requests within the node's
+    allocatable) are where it can run. It counts in its gpupool.io/pool annotation's pool when it can run
+    there; else in the one pool it can run in; else, when it can run nowhere, in the annotated pool if
+    its nodeSelector does not contradict it; else, when the pools it can run in share a class, against that
+    class; else nowhere until it is bound. Its devices are held in the pool (taking room from other Pods)
+    only where it can run: a Pod that can never be scheduled holds no GPUs, though its namespace's quotas
+    still count what it was granted. The GPU memory it holds is that of the pool it counts in."""
+    pins = policy.hold_pins(pod.node_selector)
     annotated = PoolKey.parse(pod.pool) if pod.pool else None
     holds: list[tuple[PoolKey, int]] = []
     classes: list[tuple[str, int]] = []
+    memory = 0
+    watched: dict[PoolKey, str] = {}
     for resource, gpus in pod.gpu_requests.items():
         vendor = policy.vendor_of(resource)
         if vendor is None:
             continue
-        reached = [p.key for p in pools if p.resource == resource and p.reach(pins)]
-        if len(reached) == 1:
-            holds.append((reached[0], gpus))
-        elif annotated is not None and _may_hold(annotated, resource, pins, policy):
-            holds.append((annotated, gpus))
-        elif len({p.gpu_class for p in reached}) == 1:
-            classes.append((reached[0].gpu_class, gpus))
-    classes.extend((pool.gpu_class, gpus) for pool, gpus in holds)
+        relevant = [p for p in pools if p.resource == resource and p.reach(pins)]
+        witnesses = {p.key: runnable(p, pod, pins) for p in relevant}
+        watched.update(witnesses)
+        can_run = [p.key for p in relevant if witnesses[p.key]]
+        pool: PoolKey | None = None
+        if annotated is not None and witnesses.get(annotated):
+            pool = annotated
+        elif len(can_run) == 1:
+            pool = can_run[0]
+        elif not can_run and annotated is not None and _may_hold(annotated, resource, pins, policy):
+            pool = annotated
+        elif can_run and len({p.gpu_class for p in can_run}) == 1:
+            classes.append((can_run[0].gpu_class, gpus))
+        if pool is None:
+            continue
+        classes.append((pool.gpu_class, gpus))
+        memory += gpus * memory_of(pool)
+        if pool in can_run:
+            holds.append((pool, gpus))
     return Claim(
         pod.namespace,
         holds=tuple(holds),
         pins=pins,
         classes=tuple(classes),
         counted=tuple(pod.gpu_requests.items()),
-        memory_mib=sum(gpus * memory_of(pool) for pool, gpus in holds),
+        memory_mib=memory,
         group=group_member(pod),
+        watched=tuple(sorted(watched.items())),
     )
 
 
 def _may_hold(pool: PoolKey, resource: str, pins: Selector, policy: Policy) -> bool:
-    """Whether an annotated pool can hold the Pod's devices of `resource`: one this policy knows, on that
+    """Whether an annotated pool can count the Pod's devices of `resource`: one this policy knows, on that
     resource, and not contradicted by the nodeSelector's class or product label."""
     vendor = policy.vendors.get(pool.vendor)
     if vendor is None or (pool.resource or vendor.resource) != resource or pool.gpu_class not in policy.classes:

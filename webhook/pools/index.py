@@ -23,18 +23,20 @@ Not thread-safe: the inventory that owns it serialises access.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Collection, Hashable, Iterator
 from dataclasses import replace
 from typing import TypeVar
 
+from webhook.domain.affinity import PoolConstraint
 from webhook.domain.model import NodeInfo, PodInfo, PodKey, PoolKey, QuotaInfo
 from webhook.domain.policy import Defaults, Policy
-from webhook.pools.capacity import Capacity, PoolStats, stray_reason
+from webhook.pools.capacity import Capacity, PoolStats
+from webhook.pools.constraints import Inseparable
 from webhook.pools.ledger import Ledger
 from webhook.pools.nodes import NodeFacts, Selector, Unclassified
 from webhook.pools.pool import Group, Pool
 
-__all__ = ["Group", "Pool", "PoolIndex", "PoolStats", "pooling", "stray_reason"]
+__all__ = ["Group", "Inseparable", "Pool", "PoolIndex", "PoolStats", "pooling"]
 
 T = TypeVar("T")
 
@@ -72,10 +74,15 @@ class PoolIndex:
         self._quotas: dict[str, dict[str, QuotaInfo]] = {}
 
     def _settle(self) -> None:
-        """End of one change: place unbound Pods again if a selector came or went, then pack the holds
-        of every pool whose nodes or holds changed."""
+        """End of one change: place unbound Pods again if a selector came or went (or those a changed node
+        may let run or stop), then pack the holds of every pool whose nodes or holds changed."""
         if self._capacity.take_reshaped():
+            self._capacity.take_changed()
             self._ledger.place_unbound_again()
+        else:
+            nodes, pools = self._capacity.take_changed()
+            if nodes:
+                self._ledger.refit(nodes, pools)
         self._capacity.pack()
 
     # --- nodes ---------------------------------------------------------------------------------------
@@ -249,11 +256,25 @@ class PoolIndex:
         Succeeded or Failed, and its admissions the watch has not shown yet. One lookup."""
         return self._ledger.group_pools(namespace, group)
 
-    def strays(self, key: PoolKey, selector: Selector) -> tuple[PoolKey, ...]:
-        return self._capacity.strays(key, selector)
+    def constraint(self, key: PoolKey) -> PoolConstraint | Inseparable:
+        """What sends a Pod to exactly the pool's nodes (webhook.pools.constraints), or why nothing can."""
+        return self._capacity.constraint(key)
 
-    def stray_selectors(self) -> list[tuple[PoolKey, Selector, tuple[PoolKey, ...]]]:
-        return self._capacity.stray_selectors()
+    def inseparable(self) -> list[tuple[PoolKey, Inseparable]]:
+        """Every pool no constraint can reach exactly, for warnings."""
+        return self._capacity.inseparable()
+
+    def node(self, name: str) -> NodeInfo | None:
+        """A node that offers a GPU resource, as last seen; None for any other (or one not seen)."""
+        return self._capacity.node(name)
+
+    def gpu_nodes(self) -> Collection[NodeInfo]:
+        """Every node that offers a GPU resource (a live view: do not hold it across changes)."""
+        return self._capacity.gpu_nodes()
+
+    def members(self, key: PoolKey) -> list[NodeInfo]:
+        """The nodes of a pool, usable or not, by name."""
+        return self._capacity.members(key)
 
     def unclassified(self) -> list[Unclassified]:
         return self._capacity.unclassified()

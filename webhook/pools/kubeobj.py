@@ -8,12 +8,23 @@ cluster's Pods.
 from __future__ import annotations
 
 import sys
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import replace
 from typing import Any
 
+from webhook.domain.affinity import AffinityError, NodeRequirements, read_affinity
 from webhook.domain.groups import GROUP_ANNOTATION, controller_of, workload_group
-from webhook.domain.model import POOL_ANNOTATION, NodeInfo, PodInfo, QuotaInfo, Taint, effective_gpus
-from webhook.domain.quantity import parse_count
+from webhook.domain.model import (
+    POOL_ANNOTATION,
+    NodeInfo,
+    PodInfo,
+    QuotaInfo,
+    Taint,
+    Toleration,
+    Tolerations,
+    effective_gpus,
+)
+from webhook.domain.quantity import QuantityError, parse_bytes, parse_count, parse_milli
 
 _EMPTY: Mapping[str, Any] = {}
 
@@ -52,7 +63,16 @@ def node_from_obj(obj: Mapping[str, Any], resources: Collection[str], prefixes: 
         },
         unschedulable=bool(spec.get("unschedulable", False)),
         ready=ready,
+        cpu_milli=parse_milli(allocatable["cpu"]) if "cpu" in allocatable else None,
+        memory_bytes=_bytes(allocatable["memory"]) if "memory" in allocatable else None,
     )
+
+
+def _bytes(value: Any) -> int | None:
+    try:
+        return parse_bytes(value)
+    except QuantityError:
+        return None
 
 
 def container_gpus(container: Mapping[str, Any], resource: str) -> int:
@@ -106,16 +126,61 @@ def pod_from_obj(obj: Mapping[str, Any], resources: Collection[str], prefixes: t
     group = workload_group(
         annotations.get(GROUP_ANNOTATION), as_map(meta.get("labels")), controller_of(meta.get("ownerReferences"))
     )
-    return PodInfo(
+    node = str(spec.get("nodeName", "") or "")
+    node_selector = {str(k): str(v) for k, v in as_map(spec.get("nodeSelector")).items()}
+    pod = PodInfo(
         namespace=str(meta.get("namespace", "")),
         name=str(meta.get("name", "")),
         generate_name=str(meta.get("generateName", "") or ""),
-        node=str(spec.get("nodeName", "") or ""),
+        node=node,
         phase=str(status.get("phase", "Pending") or "Pending"),
         gpu_requests=requests,
         pool=pool,
-        node_selector={str(k): str(v) for k, v in as_map(spec.get("nodeSelector")).items()},
+        node_selector=node_selector,
         group=sys.intern(group) if group else "",  # shared by the group's Pods: one string, not one each
+    )
+    return pod if node else _with_needs(pod, spec, node_selector)
+
+
+def _with_needs(pod: PodInfo, spec: Mapping[str, Any], node_selector: dict[str, str]) -> PodInfo:
+    """An unbound Pod with what it needs of a node (`could_run`): only such Pods are asked, and few Pods
+    wait for a node at any one time, so bound Pods never pay for reading it."""
+    try:
+        terms = read_affinity(spec).required
+    except AffinityError:
+        terms = None  # kube-apiserver stores only valid Pods; anything else asks nothing rather than too much
+    containers = [as_map(c) for c in as_list(spec.get("containers"))]
+    inits = [as_map(c) for c in as_list(spec.get("initContainers"))]
+    return replace(
+        pod,
+        requirements=NodeRequirements(tuple(sorted(node_selector.items())), terms),
+        tolerations=Tolerations(
+            tuple(
+                Toleration(
+                    str(t.get("key") or ""),
+                    str(t.get("operator") or "Equal"),
+                    str(t.get("value") or ""),
+                    str(t.get("effect") or ""),
+                )
+                for t in (as_map(x) for x in as_list(spec.get("tolerations")))
+            )
+        ),
+        cpu_milli=_effective(containers, inits, "cpu", lambda v: parse_milli(v) or 0),
+        memory_bytes=_effective(containers, inits, "memory", lambda v: _bytes(v) or 0),
+    )
+
+
+def _effective(
+    containers: list[Mapping[str, Any]], inits: list[Mapping[str, Any]], resource: str, parse: Callable[[Any], int]
+) -> int:
+    """A Pod's effective request of cpu or memory, as the scheduler sums it (sidecars included)."""
+
+    def request(c: Mapping[str, Any]) -> int:
+        value = as_map(as_map(c.get("resources")).get("requests")).get(resource)
+        return parse(value) if value is not None else 0
+
+    return effective_gpus(
+        [request(c) for c in containers], [(request(c), c.get("restartPolicy") == "Always") for c in inits]
     )
 
 

@@ -24,6 +24,7 @@ once per change. Not thread-safe: the inventory that owns the index serialises a
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection
 
 from webhook.domain.model import PodInfo, PodKey, PoolKey
 from webhook.domain.policy import Policy
@@ -31,6 +32,7 @@ from webhook.pools.capacity import Capacity
 from webhook.pools.claims import Claim, Counts, bound_claim, node_classes, node_memory, unbound_claim
 from webhook.pools.nodes import Selector
 from webhook.pools.reservations import Reservations
+from webhook.pools.unbound import Unbound
 
 
 class Ledger:
@@ -42,7 +44,7 @@ class Ledger:
         self._used: dict[str, Counter[str]] = {}  # node -> resource -> GPUs requested by Pods bound to it
         self._pods: dict[PodKey, Claim] = {}
         self._on_node: dict[str, set[PodKey]] = {}  # node -> Pods bound to it (known or not yet)
-        self._unbound: dict[PodKey, PodInfo] = {}  # to place again when pools change
+        self._unbound = Unbound()  # to place again when pools or nodes change
         self._class_used: dict[str, Counter[str]] = {}
         self._class_pending: Counter[tuple[str, str]] = Counter()  # (namespace, class) -> GPUs reserved
         self._reserved: Counter[tuple[str, str]] = Counter()  # (namespace, resource) -> GPUs
@@ -77,17 +79,21 @@ class Ledger:
             if not on_node:
                 del self._on_node[claim.node]
         else:
-            del self._unbound[key]
+            self._unbound.remove(key)
 
     def _add_pod(self, key: PodKey, pod: PodInfo) -> None:
         if pod.node:
             claim = bound_claim(pod, self._capacity.facts(pod.node))
             self._on_node.setdefault(pod.node, set()).add(key)
         else:
-            claim = unbound_claim(pod, self._capacity.all_pools(), self.policy, self._capacity.pool_memory_mib)
-            self._unbound[key] = pod
+            claim = self._unbound_claim(pod)
+            self._unbound.add(key, pod, claim)
         self._pods[key] = claim
         self._apply(claim, +1)
+
+    def _unbound_claim(self, pod: PodInfo) -> Claim:
+        capacity = self._capacity
+        return unbound_claim(pod, capacity.all_pools(), self.policy, capacity.pool_memory_mib, capacity.runnable)
 
     # --- following the nodes -------------------------------------------------------------------------
 
@@ -105,16 +111,25 @@ class Ledger:
                 self._memory[claim.namespace] += memory - claim.memory_mib
                 self._pods[key] = claim._replace(classes=classes, memory_mib=memory)
 
-    def place_unbound_again(self) -> None:
+    def place_unbound_again(self, only: Collection[PodKey] | None = None) -> None:
         """A selector came to or went from a pool, or a pool's memory changed: unbound Pods may be pinned
-        to other pools, or hold other memory, now."""
-        pools, memory_of = self._capacity.all_pools(), self._capacity.pool_memory_mib
-        for key, pod in self._unbound.items():
-            old, new = self._pods[key], unbound_claim(pod, pools, self.policy, memory_of)
+        to other pools, or hold other memory, now. With `only`: those Pods, whose nodes changed in what a
+        Pod may require of them (webhook.pools.unbound), so they may be able or unable to run there now."""
+        for key in list(self._unbound.pods) if only is None else only:
+            pod = self._unbound.pods[key]
+            old, new = self._pods[key], self._unbound_claim(pod)
             if new != old:
                 self._apply(old, -1)
                 self._pods[key] = new
                 self._apply(new, +1)
+                self._unbound.add(key, pod, new)
+
+    def refit(self, nodes: Collection[str], pools: Collection[PoolKey]) -> None:
+        """These nodes (in these pools, before or after) changed in what a Pod may require of them: place
+        again the unbound Pods that may be able or unable to run in their pools now."""
+        affected = self._unbound.affected(nodes, pools)
+        if affected:
+            self.place_unbound_again(affected)
 
     # --- reservations --------------------------------------------------------------------------------
 
@@ -146,7 +161,9 @@ class Ledger:
             memory_mib=gpus * self._memory_per_gpu(pool, node),
             group=group,
         )
-        token = self._reservations.add(claim, now)
+        token, crowded = self._reservations.add(claim, now)
+        for old in crowded:  # past maxReservationsPerNamespace: the namespace's oldest make room
+            self._apply(old, -1)
         self._apply(claim, +1)
         return token
 

@@ -8,12 +8,21 @@ callers that name no Pod, its namespace, pool and GPUs; and by age, for expiry. 
 pool and size share is built once, so each is one new object for the garbage collector to walk (60,000
 of them can wait out their time under a burst). Every operation costs the same however many Pods the
 cluster has: the admission path makes, matches and expires reservations.
+
+Reservations whose Pod never shows up (its creation failed later in admission, or the review was not
+kube-apiserver's) cost little. With a Pod watch current since before a reservation was made, it is gone
+once `reservationSettleSeconds` old; made before that (the watch down or still listing, when its Pod may
+have been missed), after `reservationSeconds`, in a queue of their own so they never hold the others up.
+And at most `maxReservationsPerNamespace` wait in one namespace: the next one pushes out that namespace's
+oldest. A real Pod's reservation is taken over by the watch within about a second, so the oldest are the
+ones whose Pods are not coming; pushing them out keeps a real burst exact, where refusing the namespace's
+admissions or admitting them uncounted would let a stream of forged reviews block or overbook it.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Hashable
 from typing import Any
 
@@ -31,6 +40,8 @@ class Reservations:
         self._claims: dict[int, Claim] = {}  # token -> what the admitted Pod holds
         self._waiting: dict[Hashable, deque[int]] = {}  # `_waiting_key` -> tokens, oldest first
         self._expiry: deque[tuple[float, int]] = deque()  # (made at, token), oldest first
+        self._unsettled: deque[tuple[float, int]] = deque()  # made before the watch was current, oldest first
+        self._by_namespace: dict[str, OrderedDict[int, None]] = {}  # namespace -> tokens, oldest first
         self._parts: dict[tuple[PoolKey, int], tuple[Any, Any, tuple[str, int]]] = {}
         self._tokens = itertools.count(1)
 
@@ -66,13 +77,22 @@ class Reservations:
             return Claim(namespace, node, (reserved,), (), (), classes, reserved, who, echoed, (), memory_mib, member)
         return Claim(namespace, "", (), holds, selector, classes, reserved, who, echoed, (), memory_mib, member)
 
-    def add(self, claim: Claim, now: float) -> int:
-        """Keep a reservation made at `now`; returns its token."""
+    def add(self, claim: Claim, now: float) -> tuple[int, list[Claim]]:
+        """Keep a reservation made at `now`; returns its token, and the reservations of its namespace it
+        pushed out (the oldest, past `maxReservationsPerNamespace`), which the caller takes back."""
+        crowded = []
+        waiting = self._by_namespace.get(claim.namespace)
+        while waiting and len(waiting) >= self.policy.defaults.max_reservations_per_namespace:
+            oldest = self.pop(next(iter(waiting)))
+            if oldest is not None:
+                crowded.append(oldest)
+            waiting = self._by_namespace.get(claim.namespace)  # pop drops the namespace's entry once empty
         token = next(self._tokens)
         self._claims[token] = claim
         self._waiting.setdefault(_waiting_key(claim), deque()).append(token)
         self._expiry.append((now, token))
-        return token
+        self._by_namespace.setdefault(claim.namespace, OrderedDict())[token] = None
+        return token, crowded
 
     def pop(self, token: int) -> Claim | None:
         """Forget a reservation; None when it is gone already. (Its place in the expiry queue is left,
@@ -86,7 +106,15 @@ class Reservations:
             queue.remove(token)
             if not queue:
                 del self._waiting[key]
+        namespace = self._by_namespace[claim.namespace]
+        del namespace[token]
+        if not namespace:
+            del self._by_namespace[claim.namespace]
         return claim
+
+    def in_namespace(self, namespace: str) -> int:
+        """How many reservations wait in `namespace`."""
+        return len(self._by_namespace.get(namespace, ()))
 
     def echo(
         self, namespace: str, name: str, generate_name: str, *, pool: PoolKey | None, node: str, gpus: int
@@ -124,19 +152,28 @@ class Reservations:
         """Forget the reservations whose Pod never showed up, and return them: after
         `reservationSeconds`, or, when the watch has been current without a break since `current_since`,
         once a reservation made in that time is `reservationSettleSeconds` old (the Pod would have shown
-        up by then)."""
+        up by then). One made before `current_since` waits its full time in `_unsettled`, never in the
+        way of the younger ones behind it."""
         defaults = self.policy.defaults
         dropped = []
         while self._expiry:
             made, token = self._expiry[0]
-            settled = (
+            if token not in self._claims:  # shown, echoed or pushed out already
+                self._expiry.popleft()
+            elif made + defaults.reservation_seconds <= now or (
                 current_since is not None
                 and made >= current_since
                 and made + defaults.reservation_settle_seconds <= now
-            )
-            if not (settled or made + defaults.reservation_seconds <= now):
+            ):
+                self._expiry.popleft()
+                dropped.append(self._claims[token])
+                self.pop(token)
+            elif current_since is not None and made < current_since:
+                self._unsettled.append(self._expiry.popleft())
+            else:
                 break
-            self._expiry.popleft()
+        while self._unsettled and self._unsettled[0][0] + defaults.reservation_seconds <= now:
+            _, token = self._unsettled.popleft()
             claim = self.pop(token)
             if claim is not None:
                 dropped.append(claim)

@@ -18,9 +18,11 @@ import logging
 import os
 import platform
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
@@ -29,6 +31,7 @@ from webhook.domain.policy import Policy
 from webhook.domain.quantity import MIB
 from webhook.pools.inventory import Inventory
 from webhook.pools.quotas import QuotaRow, quota_rows, unenforced
+from webhook.serving.certs import CertificateExpiry
 
 # Admission latency as the webhook sees it (decode to encode): sub-millisecond normally. 2.5 s is half
 # and 5 s all of the shipped webhook's timeoutSeconds (manifests/base/webhook.yaml), so the alert on
@@ -294,10 +297,38 @@ def _platform() -> str:
     return f"{platform.system().lower()}/{platform.machine()}"
 
 
-def multiprocess_exposition(path: str) -> bytes:
-    """The Prometheus text of every worker's metrics in the multiprocess directory `path`."""
+CERT_EXPIRY_METRIC = "gpupool_serving_certificate_expiry_seconds"
+
+
+class CertificateExpiryGauge:
+    """gpupool_serving_certificate_expiry_seconds: the seconds until the serving certificate's notAfter,
+    worked out at every scrape (a value that counts down by itself cannot be stored in a gauge), from the
+    `--cert` file as the master reads it again after each rotation. Absent until a certificate was read."""
+
+    def __init__(self, expiry: CertificateExpiry, clock: Callable[[], float] = time.time) -> None:
+        self._expiry = expiry
+        self._clock = clock
+
+    def collect(self) -> Iterator[Metric]:
+        not_after = self._expiry.not_after()
+        if not_after is None:
+            return
+        family = GaugeMetricFamily(
+            CERT_EXPIRY_METRIC,
+            "Seconds until the serving certificate (the --cert file) expires; negative once it has. Renewal is "
+            "due 30 days before: make deploy (self-signed) or cert-manager renews it",
+        )
+        family.add_metric([], not_after.timestamp() - self._clock())
+        yield family
+
+
+def multiprocess_exposition(path: str, certificate: CertificateExpiryGauge | None = None) -> bytes:
+    """The Prometheus text of every worker's metrics in the multiprocess directory `path`, and of the
+    master's own certificate gauge when there is one."""
     registry = CollectorRegistry(auto_describe=False)
     MultiProcessCollector(registry, path=path)  # type: ignore[no-untyped-call]
+    if certificate is not None:
+        registry.register(certificate)
     return generate_latest(registry)
 
 

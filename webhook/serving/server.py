@@ -46,6 +46,7 @@ from webhook.admission.core import Admitter
 from webhook.domain.errors import ConfigError
 from webhook.domain.policy import Policy
 from webhook.pools.inventory import Inventory
+from webhook.serving.certs import CertificateExpiry
 from webhook.serving.health import HealthServer, MetricsText, Readiness
 from webhook.serving.logs import logging_config
 from webhook.serving.policyfile import PolicyFile, PolicyReloader, PolicyVersion
@@ -203,13 +204,13 @@ def serve(options: ServeOptions, load_app: LoadApp, policy: PolicyDetail | None 
                 detail["policy"] = policy()  # shown, never a reason to be unready: the old policy serves on
             return Readiness(bool(states) and all(states.values()), detail)
 
+        certificate = metrics.CertificateExpiryGauge(CertificateExpiry(options.cert))
+
+        def metrics_text() -> MetricsText:
+            return MetricsText(metrics.multiprocess_exposition(multiproc_dir, certificate), metrics.CONTENT_TYPE)
+
         try:
-            health = HealthServer(
-                options.host,
-                options.health_port,
-                readiness,
-                lambda: MetricsText(metrics.multiprocess_exposition(multiproc_dir), metrics.CONTENT_TYPE),
-            )
+            health = HealthServer(options.host, options.health_port, readiness, metrics_text)
         except OSError as exc:
             raise ConfigError(f"--health-port {options.health_port} on {options.host}: {exc.strerror}") from None
 

@@ -68,18 +68,8 @@ class LiveInventory(LockedIndex):
         config: ReflectorConfig | None = None,
         context: str | None = None,
     ) -> LiveInventory:
-        """In-cluster config when running in a Pod, else KUBECONFIG / ~/.kube/config (or `kubeconfig`), at
-        its current context (or `context`, as kubectl's --context)."""
-        try:
-            in_cluster = kube_config.incluster_config.SERVICE_HOST_ENV_NAME in os.environ
-            if kubeconfig is None and context is None and in_cluster:
-                kube_config.load_incluster_config()  # type: ignore[no-untyped-call]  # client is untyped
-                api_client = client.ApiClient()
-            else:
-                api_client = kube_config.new_client_from_config(config_file=kubeconfig, context=context)  # type: ignore[no-untyped-call]
-        except (kube_config.ConfigException, OSError, TypeError, ValueError) as exc:
-            raise InventoryConnectError(f"cannot load Kubernetes configuration: {exc}") from None
-        return cls(policy, client.CoreV1Api(api_client), config)
+        """The cluster `api_client(kubeconfig, context)` reaches."""
+        return cls(policy, client.CoreV1Api(api_client(kubeconfig, context)), config)
 
     def for_policy(self, policy: Policy) -> LiveInventory:
         """A new inventory of the same cluster for another policy (not started): its own index, its own
@@ -182,6 +172,19 @@ class LiveInventory(LockedIndex):
 
 class InventoryConnectError(ConfigError):
     """No usable Kubernetes configuration."""
+
+
+def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any:
+    """A `kubernetes.client.ApiClient`: the in-cluster config when running in a Pod, else KUBECONFIG /
+    ~/.kube/config (or `kubeconfig`), at its current context (or `context`, as kubectl's --context)."""
+    try:
+        in_cluster = kube_config.incluster_config.SERVICE_HOST_ENV_NAME in os.environ
+        if kubeconfig is None and context is None and in_cluster:
+            kube_config.load_incluster_config()  # type: ignore[no-untyped-call]  # client is untyped
+            return client.ApiClient()
+        return kube_config.new_client_from_config(config_file=kubeconfig, context=context)  # type: ignore[no-untyped-call]
+    except (kube_config.ConfigException, OSError, TypeError, ValueError) as exc:
+        raise InventoryConnectError(f"cannot load Kubernetes configuration: {exc}") from None
 
 
 def context_namespace(kubeconfig: str | None = None, context: str | None = None) -> str:

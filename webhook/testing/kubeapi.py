@@ -25,6 +25,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import orjson
 
+from webhook.testing.kubeobjects import StaticObjects
 from webhook.testing.kubeproto import (
     CONTINUE_EXPIRED,
     ApiError,
@@ -98,6 +99,7 @@ class ApiState:
         self.streams: set[WatchStream] = set()
         self.connections: dict[socket.socket, threading.Thread] = {}
         self.errors: list[BaseException] = []
+        self.objects = StaticObjects()  # served by GET only (webhook.testing.kubeobjects)
 
     def take_failure(self, verb: str) -> int | None:
         with self.lock:
@@ -235,6 +237,10 @@ class Handler(BaseHTTPRequestHandler):
                 self._watch(state, kind, namespace, query)
             else:
                 self._list(state, kind, namespace, query)
+        elif (body := state.objects.get(urlsplit(self.path).path)) is not None:
+            if (failure := state.take_failure("get")) is not None:
+                raise ApiError(failure, f"kubesim: injected failure {failure}")
+            self.send_json(200, body)
         else:
             raise ApiError(404, "the server could not find the requested resource")
 

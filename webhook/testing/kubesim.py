@@ -135,6 +135,11 @@ class KubeSim:
         body = self._store.get(k, namespace or "", name)
         return None if body is None else _decode(body, {"kind": k.kind})
 
+    def serve_object(self, obj: Mapping[str, Any], *, remove: bool = False) -> None:
+        """Serve (or stop serving) an object of a kind the store does not hold, such as an apps/v1
+        Deployment or a ConfigMap, by GET at its path only: no list, watch or events."""
+        (self._state.objects.remove if remove else self._state.objects.put)(obj)
+
     def load(self, objects: Iterable[Mapping[str, Any]]) -> str:
         """Add or replace many objects fast (one write each, so watches see them); returns the
         resourceVersion after the last. Accepts a generator, so a big cluster never sits in memory

@@ -1,0 +1,134 @@
+"""Hostile load on the health port, and probes that time themselves like the kubelet's (tests only).
+
+`Load` drives many connections from one thread, each of one kind, the shapes a Pod on the network could
+aim at the port (the shipped NetworkPolicy lets every Pod in):
+- `pipeline`: sends `GET /metrics` over and over without waiting for answers, and reads them all;
+- `no-read`: sends pipelined `GET /metrics` and never reads an answer (a slow reader of a large one);
+- `drip`: sends a request head one byte per turn, never finishing it (a slow sender);
+- `flood`: connects and sends nothing.
+Each connection the server closes is opened again, so the count stays up while the load runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import selectors
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+
+KINDS = ("pipeline", "no-read", "drip", "flood")
+SCRAPE = b"GET /metrics HTTP/1.1\r\nHost: health\r\n\r\n"
+DRIP = b"GET /metrics HTTP/1.1\r\nHost: health\r\nX-Padding: " + b"x" * 200
+KUBELET_TIMEOUT = 3.0  # timeoutSeconds of the Deployment's liveness and readiness probes
+
+
+def probe(port: int, path: str, timeout: float = KUBELET_TIMEOUT) -> int:
+    """A kubelet HTTP probe: a new connection, one GET, the whole answer within `timeout` seconds.
+
+    The status code, or 0 if the probe failed (refused, reset, or not answered in time)."""
+    deadline = time.monotonic() + timeout
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("GET", path, headers={"User-Agent": "kube-probe/1.30", "Connection": "close"})
+        resp = conn.getresponse()
+        resp.read()
+    except OSError:
+        return 0
+    finally:
+        conn.close()
+    return resp.status if time.monotonic() <= deadline else 0
+
+
+@dataclass(eq=False)
+class _Client:
+    kind: str
+    sock: socket.socket
+    sent: int = 0
+
+
+@dataclass
+class Load:
+    port: int
+    opened: int = 0
+    answered_bytes: int = 0
+    turns: int = 0  # turns of the load's loop
+    _clients: list[_Client] = field(default_factory=list)
+    _wanted: dict[str, int] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def add(self, kind: str, count: int) -> Load:
+        assert kind in KINDS, kind
+        self._wanted[kind] = self._wanted.get(kind, 0) + count
+        return self
+
+    def __enter__(self) -> Load:
+        self._thread = threading.Thread(target=self._run, name="health-load", daemon=True)
+        self._thread.start()
+        return self
+
+    def settle(self, turns: int = 20, timeout: float = 60.0) -> Load:
+        """Wait until every connection has been opened and the load has run `turns` turns."""
+        deadline = time.monotonic() + timeout
+        while self.turns < turns or self.opened < sum(self._wanted.values()):
+            assert time.monotonic() < deadline, f"the load did not settle: {self.opened} connections opened"
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+
+    def _open(self, kind: str, selector: selectors.BaseSelector) -> None:
+        try:
+            sock = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+        except OSError:
+            return
+        sock.setblocking(False)
+        client = _Client(kind, sock)
+        self._clients.append(client)
+        self.opened += 1
+        events = {"pipeline": selectors.EVENT_READ | selectors.EVENT_WRITE, "no-read": selectors.EVENT_WRITE}
+        selector.register(sock, events.get(kind, selectors.EVENT_READ), client)
+
+    def _run(self) -> None:
+        with selectors.DefaultSelector() as selector:
+            try:
+                while not self._stop.is_set():
+                    self.turns += 1
+                    for kind, count in self._wanted.items():
+                        for _ in range(count - sum(c.kind == kind for c in self._clients)):
+                            self._open(kind, selector)
+                    for key, mask in selector.select(0.02):
+                        if not self._step(key.data, mask):
+                            selector.unregister(key.fileobj)
+                            self._clients.remove(key.data)
+                            key.data.sock.close()
+                    for client in self._clients:
+                        if client.kind == "drip":
+                            with contextlib.suppress(OSError):
+                                client.sock.send(DRIP[client.sent % len(DRIP) : client.sent % len(DRIP) + 1])
+                                client.sent += 1
+            finally:
+                for client in self._clients:
+                    client.sock.close()
+
+    def _step(self, client: _Client, mask: int) -> bool:
+        """One turn of one client; False once the server has closed it."""
+        try:
+            if mask & selectors.EVENT_WRITE:
+                client.sent += client.sock.send(SCRAPE * 16)
+            if mask & selectors.EVENT_READ:
+                data = client.sock.recv(1 << 20)
+                if not data:
+                    return False
+                self.answered_bytes += len(data)
+        except BlockingIOError:
+            pass
+        except OSError:
+            return False
+        return True
