@@ -99,12 +99,14 @@ bench: $(STAMP) ## run every benchmark in bench/ (minutes; not part of make test
 	$(BIN)/python bench/bench_server.py
 	$(BIN)/python bench/bench_slow_clients.py
 
+# Who may reach the two ports and which namespaces are left out: the same for `make manifests` and `make release`.
+ACCESS_OPTIONS = $(addprefix --control-plane-cidr ,$(CONTROL_PLANE_CIDRS)) \
+	$(addprefix --metrics-namespace ,$(METRICS_NAMESPACES)) $(addprefix --health-cidr ,$(HEALTH_CIDRS)) \
+	$(addprefix --exclude-namespace ,$(EXCLUDE_NAMESPACES)) $(if $(filter false,$(IGNORE_LABEL)),--no-ignore-label)
+
 manifests: $(STAMP) ## render deployable YAML into build/gpupool-<overlay>.yaml (OVERLAY=self-signed|cert-manager FAILURE_POLICY=Fail|Ignore IMAGE=ref CLIENT_CA=file CONTROL_PLANE_CIDRS="cidr ..." METRICS_NAMESPACES="ns ..." HEALTH_CIDRS="cidr ..." EXCLUDE_NAMESPACES="ns ..." IGNORE_LABEL=false SINGLE_NODE=true)
 	$(BIN)/python manifests/render.py --overlay $(OVERLAY) --failure-policy $(FAILURE_POLICY) $(if $(IMAGE),--image $(IMAGE)) $(addprefix --host ,$(CERT_HOSTS)) \
-		$(if $(CLIENT_CA),--client-ca $(CLIENT_CA)) $(addprefix --control-plane-cidr ,$(CONTROL_PLANE_CIDRS)) \
-		$(addprefix --metrics-namespace ,$(METRICS_NAMESPACES)) $(addprefix --health-cidr ,$(HEALTH_CIDRS)) \
-		$(addprefix --exclude-namespace ,$(EXCLUDE_NAMESPACES)) $(if $(filter false,$(IGNORE_LABEL)),--no-ignore-label) \
-		$(if $(filter true,$(SINGLE_NODE)),--single-node) \
+		$(if $(CLIENT_CA),--client-ca $(CLIENT_CA)) $(ACCESS_OPTIONS) $(if $(filter true,$(SINGLE_NODE)),--single-node) \
 		--out $(MANIFEST)
 
 # The kubectl context deploy and undeploy act on, said first; without one they stop (kubectl would
@@ -131,9 +133,12 @@ undeploy: ## remove gpupool from the current kubectl context (says which; stops 
 	"$${kubectl[@]}" delete namespace gpupool-system --ignore-not-found; \
 	"$${kubectl[@]}" delete clusterrolebinding,clusterrole gpupool-webhook --ignore-not-found
 
-release: ## write a release into dist/: gpupool-VERSION.yaml for kubectl apply -f (image tag VERSION), gpupool-monitoring-VERSION.yaml, SHA256SUMS (VERSION=x.y.z)
+# What a release decides itself: given on the command line, refused rather than silently dropped.
+RELEASE_FIXED = $(strip $(foreach v,OVERLAY FAILURE_POLICY IMAGE CLIENT_CA SINGLE_NODE,$(if $(filter command line,$(origin $(v))),$(v))))
+release: ## write a release into dist/: gpupool-VERSION.yaml for kubectl apply -f (image tag VERSION), gpupool-monitoring-VERSION.yaml, SHA256SUMS (VERSION=x.y.z; METRICS_NAMESPACES, CONTROL_PLANE_CIDRS, HEALTH_CIDRS, EXCLUDE_NAMESPACES, IGNORE_LABEL as for manifests)
 	@test -n "$(VERSION)" || { echo "make release: give the version, e.g. make release VERSION=0.1.0" >&2; exit 2; }
-	$(PYTHON) manifests/render.py --release $(VERSION) --out-dir dist
+	@test -z "$(RELEASE_FIXED)" || { echo "make release: a release is the cert-manager overlay, failurePolicy Fail, the image tagged VERSION and no file of this machine; $(RELEASE_FIXED) cannot be given" >&2; exit 2; }
+	$(PYTHON) manifests/render.py --release $(VERSION) $(ACCESS_OPTIONS) --out-dir dist
 
 # requirements.lock: every package the image installs, at an exact version with its hashes, resolved from
 # pyproject.toml's dependencies (and the build backend) for the image's Python. pip-compile keeps the pins

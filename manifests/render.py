@@ -23,7 +23,10 @@
 `make release VERSION=x.y.z` (`--release x.y.z`) writes what a release ships instead, into dist/: one file
 for `kubectl apply -f` (the cert-manager overlay, failurePolicy Fail, the image tag pinned to the
 version), the monitoring component on its own, and their SHA-256 sums. It refuses a version that the
-package, pyproject.toml or the CHANGELOG do not name.
+package, pyproject.toml or the CHANGELOG do not name. The NetworkPolicy's and the namespace opt-out's
+options apply to it as to `make manifests` (CONTROL_PLANE_CIDRS, METRICS_NAMESPACES, HEALTH_CIDRS,
+EXCLUDE_NAMESPACES, IGNORE_LABEL), so a release can be made for one cluster; what the release fixes itself
+(overlay, failure policy, image, a client CA file, single-node) it refuses.
 
 Standard library only, so it runs before anything else is installed; `gpupool certs` runs with the
 same interpreter (`python -m webhook certs`).
@@ -66,6 +69,16 @@ METRICS_NAMESPACES = ("monitoring",)
 EXCLUDED_BY_DEFAULT = ("kube-system", NAMESPACE, "gpu-operator")
 IGNORE_LABEL = "gpupool.io/ignore"
 _NAMESPACE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+# What a release fixes itself (or would take from this machine): the options --release refuses, by flag.
+RELEASE_REFUSES = {
+    "--overlay": "overlay",
+    "--failure-policy": "failure_policy",
+    "--image": "image",
+    "--out": "out",
+    "--host": "host",
+    "--client-ca": "client_ca",
+    "--single-node": "single_node",
+}
 
 
 class RenderError(Exception):
@@ -348,8 +361,22 @@ def release_version_problems(version: str, changelog: Path) -> list[str]:
     return problems
 
 
-def release(version: str, *, out_dir: Path, kubectl: str, changelog: Path) -> list[Path]:
-    """Write the release's files into `out_dir`; returns them. RenderError when the tree cannot be released."""
+def release(
+    version: str,
+    *,
+    out_dir: Path,
+    kubectl: str,
+    changelog: Path,
+    control_plane_cidrs: Sequence[str] = (),
+    exclude_namespaces: Sequence[str] = (),
+    ignore_label: bool = True,
+    metrics_namespaces: Sequence[str] = (),
+    health_cidrs: Sequence[str] = (),
+) -> list[Path]:
+    """Write the release's files into `out_dir`; returns them. RenderError when the tree cannot be released.
+
+    Who may reach the two ports and which namespaces are left out are the cluster's to say, as for
+    `render`: a release built for one cluster passes them (the defaults are the base's)."""
     problems = release_version_problems(version, changelog)
     if problems:
         raise RenderError("; ".join(problems))
@@ -363,7 +390,16 @@ def release(version: str, *, out_dir: Path, kubectl: str, changelog: Path) -> li
         scratch = Path(tmp)
         stage(scratch, RELEASE_OVERLAY, scratch)
         (scratch / "render").mkdir()
-        kustomization = stacked_kustomization(RELEASE_OVERLAY, "Fail", f"{IMAGE_NAME}:{version}")
+        kustomization = stacked_kustomization(
+            RELEASE_OVERLAY,
+            "Fail",
+            f"{IMAGE_NAME}:{version}",
+            control_plane_cidrs=control_plane_cidrs,
+            exclude_namespaces=exclude_namespaces,
+            ignore_label=ignore_label,
+            metrics_namespaces=metrics_namespaces,
+            health_cidrs=health_cidrs,
+        )
         (scratch / "render" / "kustomization.yaml").write_text(kustomization)
         rendered = kustomize(kubectl, scratch / "render")
         check_ca_source(rendered, RELEASE_OVERLAY)
@@ -385,11 +421,11 @@ def release(version: str, *, out_dir: Path, kubectl: str, changelog: Path) -> li
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="render.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--overlay", choices=OVERLAYS, default="self-signed")
+    # No argparse defaults for these two: --release refuses them when given (`RELEASE_REFUSES`).
+    parser.add_argument("--overlay", choices=OVERLAYS, help="default: self-signed")
     parser.add_argument(
         "--failure-policy",
         choices=FAILURE_POLICIES,
-        default="Fail",
         help="Ignore adds the failure-policy-ignore component, for a first rollout (default: Fail)",
     )
     parser.add_argument("--image", metavar="REF", help="image for the Deployment (default: the base's)")
@@ -464,7 +500,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--release",
         metavar="VERSION",
         help="write the release's files into --out-dir instead: the cert-manager install with the image tag "
-        "VERSION, the monitoring component, SHA256SUMS (the other options are ignored)",
+        "VERSION, the monitoring component, SHA256SUMS; takes the options of the NetworkPolicy and of the "
+        "namespaces left out, and refuses the others",
     )
     parser.add_argument("--out-dir", metavar="DIR", type=Path, default=REPO / "dist", help="for --release")
     parser.add_argument("--changelog", metavar="FILE", type=Path, default=REPO / "CHANGELOG.md", help=argparse.SUPPRESS)
@@ -472,20 +509,39 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.release is not None:
+        given = [flag for flag, dest in RELEASE_REFUSES.items() if getattr(args, dest) not in (None, False, [])]
+        if given:
+            parser.error(
+                f"--release renders the cert-manager overlay, failurePolicy Fail, the image tagged VERSION and no "
+                f"file of this machine; {', '.join(given)} cannot be given with it"
+            )
         try:
-            files = release(args.release, out_dir=args.out_dir, kubectl=args.kubectl, changelog=args.changelog)
+            files = release(
+                args.release,
+                out_dir=args.out_dir,
+                kubectl=args.kubectl,
+                changelog=args.changelog,
+                control_plane_cidrs=args.control_plane_cidr,
+                exclude_namespaces=args.exclude_namespace,
+                ignore_label=args.ignore_label,
+                metrics_namespaces=args.metrics_namespace,
+                health_cidrs=args.health_cidr,
+            )
         except RenderError as exc:
             print(f"render.py: error: {exc}", file=sys.stderr)
             return 1
         print(f"wrote {', '.join(str(f) for f in files)} (release {args.release})")
         return 0
-    out: Path = args.out or REPO / "build" / f"gpupool-{args.overlay}.yaml"
+    overlay: str = args.overlay or "self-signed"
+    failure_policy: str = args.failure_policy or "Fail"
+    out: Path = args.out or REPO / "build" / f"gpupool-{overlay}.yaml"
     try:
         render(
-            args.overlay,
-            failure_policy=args.failure_policy,
+            overlay,
+            failure_policy=failure_policy,
             image=args.image,
             out=out,
             certs_dir=args.certs_dir,
@@ -514,7 +570,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         extras += f", {IGNORE_LABEL} not honoured"
     if args.single_node:
         extras += ", both replicas may share a node (single-node test cluster)"
-    print(f"wrote {out} ({args.overlay}, failurePolicy {args.failure_policy}{extras})")
+    print(f"wrote {out} ({overlay}, failurePolicy {failure_policy}{extras})")
     return 0
 
 

@@ -1235,6 +1235,71 @@ class TestRelease:
                 for r in g["rules"] if "alert" in r]  # fmt: skip
         assert urls and all(u.startswith(f"https://github.com/gpupool/gpupool/blob/v{version}/docs/") for u in urls)
 
+    def test_the_release_takes_the_networkpolicy_and_namespace_options(self, tmp_path: Path) -> None:
+        """A release made for one cluster (make release METRICS_NAMESPACES=... CONTROL_PLANE_CIDRS=...
+        EXCLUDE_NAMESPACES=... IGNORE_LABEL=false) carries those choices, as make manifests does, and is
+        otherwise the release: the image tag pinned, failurePolicy Fail."""
+        version = webhook.__version__
+        args = ["--metrics-namespace", "gmp-system", "--control-plane-cidr", "10.9.0.1"]
+        args += ["--exclude-namespace", "nvidia-gpu-operator", "--no-ignore-label"]
+        done = run_render("--release", version, *args, "--out-dir", tmp_path)
+        assert done.returncode == 0, done.stderr
+        r = parse_objects((tmp_path / f"gpupool-{version}.yaml").read_text(), "release for a cluster")
+        assert network_policy_sources(r) == {8443: ["10.9.0.1/32"], 8080: ["ns:gmp-system"]}
+        assert r.webhook["namespaceSelector"] == {
+            "matchExpressions": [
+                {
+                    "key": "kubernetes.io/metadata.name",
+                    "operator": "NotIn",
+                    "values": ["kube-system", NAMESPACE, "gpu-operator", "nvidia-gpu-operator"],
+                }
+            ]
+        }
+        assert r.container["image"] == f"ghcr.io/gpupool/gpupool-webhook:{version}"
+        assert r.webhook["failurePolicy"] == "Fail"
+        (render,) = [
+            line
+            for line in make_dry_run(
+                "release", f"VERSION={version}", "METRICS_NAMESPACES=a b", "EXCLUDE_NAMESPACES=c", "IGNORE_LABEL=false"
+            ).splitlines()
+            if "render.py" in line
+        ]
+        for option in ("--metrics-namespace a --metrics-namespace b", "--exclude-namespace c", "--no-ignore-label"):
+            assert option in render, render
+
+    def test_the_release_of_the_base_admits_what_the_base_does(self, release: tuple[str, Path]) -> None:
+        """Without options, the release's NetworkPolicy is the base's: 8443 from anywhere, 8080 from the
+        monitoring namespace (where the monitoring component's Prometheus must run)."""
+        version, out = release
+        r = parse_objects((out / f"gpupool-{version}.yaml").read_text(), "release")
+        assert network_policy_sources(r) == {8443: None, 8080: ["ns:monitoring"]}
+
+    @pytest.mark.parametrize(
+        "given",
+        [["--image", "registry.example/gpupool:1"], ["--single-node"], ["--overlay", "self-signed"],
+         ["--failure-policy", "Ignore"], ["--client-ca", "ca.crt"], ["--host", "localhost"]],
+        ids=lambda g: g[0],
+    )  # fmt: skip
+    def test_what_a_release_decides_itself_is_refused(self, tmp_path: Path, given: list[str]) -> None:
+        """An option the release fixes (or a file of this machine) is refused naming it, not dropped."""
+        done = run_render("--release", webhook.__version__, *given, "--out-dir", tmp_path / "dist")
+        assert done.returncode == 2
+        assert f"{given[0]} cannot be given with it" in done.stderr
+        assert not (tmp_path / "dist").exists()
+
+    def test_make_release_refuses_them_too(self) -> None:
+        """Given to make on the command line, they stop it before anything is rendered."""
+        done = subprocess.run(
+            ["make", "-s", "release", f"VERSION={webhook.__version__}", "IMAGE=x", "SINGLE_NODE=true"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 2
+        assert "IMAGE SINGLE_NODE cannot be given" in done.stderr
+
     def test_the_checksums_are_of_the_files(self, release: tuple[str, Path]) -> None:
         version, out = release
         sums = dict(reversed(line.split("  ")) for line in (out / "SHA256SUMS").read_text().splitlines())
