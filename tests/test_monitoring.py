@@ -31,7 +31,7 @@ from tests.conftest import (
     serve_argv,
 )
 from tests.test_docs import anchors
-from tests.test_manifests import parse_objects
+from tests.test_manifests import admitted, network_policy_sources, parse_objects
 
 COMPONENT = REPO / "manifests" / "components" / "monitoring"
 RULES = COMPONENT / "prometheusrule.yaml"
@@ -248,6 +248,21 @@ def test_the_podmonitor_scrapes_the_health_port_of_every_gpupool_pod(tmp_path: P
     rule = rendering.one("PrometheusRule")
     assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     assert rule["spec"]["groups"] == rule_groups()
+
+
+@needs_kubectl
+def test_prometheus_in_the_monitoring_namespace_may_reach_the_scraped_port(tmp_path: Path) -> None:
+    """The port the PodMonitor scrapes is the one the NetworkPolicy opens to the metrics namespaces
+    (`monitoring` unless METRICS_NAMESPACES says otherwise), and to nothing else: a Prometheus elsewhere
+    scrapes nothing, which the monitoring docs say, with the variable that changes it."""
+    rendering = render_with_component(tmp_path)
+    (endpoint,) = rendering.one("PodMonitor")["spec"]["podMetricsEndpoints"]
+    (port,) = [p["containerPort"] for p in rendering.container["ports"] if p["name"] == endpoint["port"]]
+    assert network_policy_sources(rendering)[port] == ["ns:monitoring"]
+    assert admitted(rendering, port, namespace="monitoring")
+    assert not admitted(rendering, port, namespace="prometheus")
+    monitoring = OPERATIONS.read_text(encoding="utf-8").split("## Monitoring", 1)[1].split("\n## ", 1)[0]
+    assert "`METRICS_NAMESPACES`" in monitoring and "`monitoring`" in monitoring
 
 
 @needs_kubectl
