@@ -32,6 +32,7 @@ from webhook.admission.core import Admitter
 from webhook.domain.errors import ConfigError
 from webhook.domain.policy import Policy
 from webhook.pools.inventory import Inventory
+from webhook.pools.nodes import NodeFacts
 from webhook.serving.policyfile import PolicyFile, PolicyReloader, read_policy_file
 from webhook.sources.open import reopen_inventory
 from webhook.sources.snapshot import SnapshotInventory
@@ -227,6 +228,39 @@ class TestReloader:
         # and now "after": 2 of the 8 T4s.
         assert s.reservations() == 2
         assert s.pending() == {"nvidia/high/Tesla-T4": 2}
+
+    @pytest.mark.parametrize("how", ["nodeName", "daemonset"])
+    def test_a_pod_that_bypasses_placement_is_held_on_its_node_in_the_new_inventory(
+        self, tmp_path: Path, how: str
+    ) -> None:
+        """A Pod placed by someone else (its nodeName, or a DaemonSet's Pod whose nodeSelector reaches one
+        node), admitted while the new inventory is built, holds its GPUs on that very node in both
+        inventories, as the watch will count it: after the switch the node has as few free GPUs as before."""
+        s = Setup(tmp_path, ONLY_MEDIUM)
+        assert s.admit("before", "medium") == "nvidia/medium/Tesla-T4"  # holds the switch back
+        s.volume.update(T4_IS_HIGH)
+        s.reloader.step()
+        if how == "nodeName":
+            bound = pod("bound", "ml", gpus=4, node="t4-0")
+        else:
+            bound = pod("bound", "ml", gpus=4, node_selector={"kubernetes.io/hostname": "t4-0"})
+            owner = {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "dcgm", "uid": "u-1", "controller": True}
+            bound["metadata"]["ownerReferences"] = [owner]
+        verdict = s.admitter.admit(bound, namespace="ml")
+        assert verdict.placement is not None and verdict.placement.node == "t4-0", verdict.message
+
+        def free() -> dict[str, int]:
+            with s.admitter.inventory.read() as index:
+                facts = {n: index.node_facts(n, "nvidia.com/gpu") for n in ("t4-0", "t4-1")}
+                return {n: index.node_free(f) for n, f in facts.items() if isinstance(f, NodeFacts)}
+
+        assert free() == {"t4-0": 0, "t4-1": 4}
+        assert s.pending() == {"nvidia/medium/Tesla-T4": 1}  # "before", held in the pool
+        s.clock.now += s.admitter.policy.defaults.reservation_seconds
+        s.reloader.step()
+        assert s.admitter.inventory is not s.inventory and s.results == [True]
+        assert free() == {"t4-0": 0, "t4-1": 4}
+        assert s.pending() == {"nvidia/high/Tesla-T4": 0}  # "before" was never in the new one, and expired
 
     def test_with_no_reservations_left_the_switch_is_immediate(self, tmp_path: Path) -> None:
         """Nothing admitted before the change is outstanding: the new inventory is used as soon as it is
