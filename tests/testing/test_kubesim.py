@@ -5,7 +5,7 @@ Every behaviour a list+watch cache relies on is pinned here as the installed cli
 consistent at one resourceVersion, watch events and bookmarks, resume, 410 Expired (and how the
 client's Watch turns it into an ApiException), each injected fault, and the KubeSim Python API.
 The store underneath is tested in test_kubestore.py, the generator in test_synthetic.py and
-`python -m webhook.testing` in test_testing_cli.py.
+`python -m webhook.testing` in test_cli.py; writes in test_kubewrite.py.
 """
 
 from __future__ import annotations
@@ -542,11 +542,18 @@ class TestWritesOverHttp:
         assert err.value.status == 500
         assert api.create_namespaced_pod("team-a", pod("x"), _request_timeout=TIMEOUT).metadata.name == "x"
 
-    def test_replace_and_patch_are_not_served(self, sim: KubeSim, api: kubernetes.client.CoreV1Api) -> None:
+    def test_methods_the_api_does_not_serve_are_405(self, sim: KubeSim) -> None:
+        """PUT and PATCH are served (test_kubewrite.py); OPTIONS and HEAD are not."""
         sim.add(pod("p"))
-        with pytest.raises(kubernetes.client.ApiException) as err:
-            api.replace_namespaced_pod("p", "team-a", pod("p"), _request_timeout=TIMEOUT)
-        assert err.value.status == 405
+        conn = http.client.HTTPConnection("127.0.0.1", sim.port, timeout=TIMEOUT)
+        try:
+            conn.request(
+                "OPTIONS", "/api/v1/namespaces/team-a/pods/p", headers={"Authorization": "Bearer kubesim-token"}
+            )
+            response = conn.getresponse()
+            assert (response.status, orjson.loads(response.read())["code"]) == (405, 405)
+        finally:
+            conn.close()
 
 
 class TestPythonApi:
