@@ -4,8 +4,9 @@ It serves nodes, Pods, ResourceQuotas and Events (core/v1), Leases (coordination
 events.k8s.io/v1 Events over plain HTTP on 127.0.0.1, so the real `kubernetes` client runs unmodified
 against it through a generated kubeconfig: list and watch, and writes (create, update, the three patch
 types, delete) with kube-apiserver's rules. Tests change the cluster through the Python API (each change
-is a watch event) and inject the faults a client must survive: dropped watch connections, a stalled
-server, error statuses, compaction (410 Gone) and an API that is down.
+is a watch event), run a scheduler and kubelet stand-in (`scheduler()`), and inject the faults a client
+must survive: dropped watch connections, a stalled server, error statuses, compaction (410 Gone) and
+an API that is down.
 
     with KubeSim() as sim:
         sim.load(synthetic_cluster(nodes=10, pods=100))
@@ -22,7 +23,7 @@ import copy
 import os
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -33,6 +34,7 @@ from webhook.testing.kubeapi import ApiState, Server, new_server, shutdown_quiet
 from webhook.testing.kubechurn import Churn
 from webhook.testing.kubehttp import VERBS
 from webhook.testing.kubepods import apply_defaults, has_defaults
+from webhook.testing.kubescheduler import Scheduler
 from webhook.testing.kubestore import Store, kind_of
 
 
@@ -63,6 +65,7 @@ class KubeSim:
         self._server: Server | None = None
         self._thread: threading.Thread | None = None
         self._churn: Churn | None = None
+        self._scheduler: Scheduler | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -74,10 +77,12 @@ class KubeSim:
         return self
 
     def stop(self) -> None:
-        """Stop any churn, close the listener and every connection (watch streams end abruptly);
-        idempotent."""
+        """Stop any churn and scheduler, close the listener and every connection (watch streams end
+        abruptly); idempotent."""
         if self._churn is not None:
             self._churn.stop()
+        if self._scheduler is not None:
+            self._scheduler.stop()
         with self._state.lock:
             self._state.closing = True
             self._state.lock.notify_all()
@@ -180,8 +185,31 @@ class KubeSim:
         Returns the running Churn, whose `stats()` count what it wrote."""
         if self._churn is not None:
             raise RuntimeError("KubeSim already churns")
-        self._churn = Churn(self._store, rate, seed=seed, gpu_share=gpu_share, bind_delay=bind_delay).start()
-        return self._churn
+        churn = Churn(self._store, rate, seed=seed, gpu_share=gpu_share, bind_delay=bind_delay)
+        churn.binds = self._scheduler is None  # the scheduler binds, when there is one
+        self._churn = churn.start()
+        return churn
+
+    def scheduler(
+        self,
+        *,
+        run_seconds: float | None = None,
+        finish_rate: float = 0.0,
+        finish_filter: Callable[[dict[str, Any]], bool] | None = None,
+        seed: int = 0,
+    ) -> Scheduler:
+        """Run a kube-scheduler and kubelet stand-in until `stop()` (webhook.testing.kubescheduler):
+        Pods that may be scheduled are bound to a node that fits them and started; running Pods finish
+        after their `kubesim.io/run-seconds` annotation or `run_seconds`, and `finish_rate` of them a
+        second at random (those `finish_filter` accepts). Returns the running Scheduler."""
+        if self._scheduler is not None:
+            raise RuntimeError("KubeSim already schedules")
+        self._scheduler = Scheduler(
+            self._store, run_seconds=run_seconds, finish_rate=finish_rate, finish_filter=finish_filter, seed=seed
+        ).start()
+        if self._churn is not None:
+            self._churn.binds = False
+        return self._scheduler
 
     # -- faults ---------------------------------------------------------------------------------
 
