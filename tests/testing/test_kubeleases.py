@@ -252,6 +252,9 @@ class TestEvents:
         ]
         assert [e["reason"] for e in sim.events("team-a", about="q")] == ["Queued"]
         assert sim.events("other") == []
+        on_pod = api.list_namespaced_event("team-a", field_selector="involvedObject.name=q,reason=Queued").items
+        assert [e.metadata.name for e in on_pod] == [created.metadata.name]
+        assert api.list_namespaced_event("team-a", field_selector="involvedObject.name=other").items == []
 
     def test_an_events_k8s_io_event_is_the_same_event_in_core(
         self, sim: KubeSim, client: kubernetes.client.ApiClient

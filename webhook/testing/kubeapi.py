@@ -57,6 +57,10 @@ class Handler(BaseHandler):
             route(state)
         except ApiError as err:
             self.send_error_status(err)
+        except RecursionError:
+            # A body nested deeper than Python recurses (orjson decodes 1,024 levels): refused, as Go's
+            # decoder refuses what it cannot hold, rather than an error inside the simulator.
+            self.send_status(400, "the request body is nested too deeply")
 
     # -- reads ----------------------------------------------------------------------------------
 

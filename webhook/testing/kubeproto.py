@@ -123,14 +123,6 @@ def unsupported_media_type(accepted: Sequence[str]) -> ApiError:
     )
 
 
-def reject_selectors(query: dict[str, str]) -> None:
-    """400 for label and field selectors, which the simulator does not implement."""
-    # Silently ignoring a selector would return more than the client asked for.
-    for name in ("labelSelector", "fieldSelector"):
-        if query.get(name):
-            raise ApiError(400, f"kubesim does not support {name}")
-
-
 def int_param(query: dict[str, str], name: str) -> int:
     """A non-negative integer parameter (0 when absent); 400 otherwise."""
     text = query.get(name, "")

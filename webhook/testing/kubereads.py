@@ -13,8 +13,9 @@ from typing import Any
 import orjson
 
 from webhook.testing.kubehttp import ApiState, BaseHandler
-from webhook.testing.kubeproto import CONTINUE_EXPIRED, ApiError, int_param, list_rv, not_found, reject_selectors
+from webhook.testing.kubeproto import CONTINUE_EXPIRED, ApiError, int_param, list_rv, not_found
 from webhook.testing.kuberesources import Resource
+from webhook.testing.kubeselect import Selector, selector_of
 from webhook.testing.kubestore import Expired, TooLarge, decode_continue, encode_continue
 
 
@@ -29,7 +30,7 @@ def serve_get(handler: BaseHandler, state: ApiState, res: Resource, namespace: s
 def serve_list(
     handler: BaseHandler, state: ApiState, res: Resource, namespace: str | None, query: dict[str, str]
 ) -> None:
-    begin(state, "list", state.lists, res, query)
+    selector = begin(state, "list", state.lists, res, query)
     limit = int_param(query, "limit")
     token = query.get("continue", "")
     start = ""
@@ -53,12 +54,18 @@ def serve_list(
         raise ApiError(504, str(exc)) from None
     lo, hi = snap.bounds(namespace)
     first = bisect_left(snap.keys, start, lo, hi) if start else lo
-    end = hi if limit <= 0 else min(hi, first + limit)
     meta: dict[str, Any] = {"resourceVersion": str(snap.rv)}
-    if end < hi:
-        meta["continue"] = encode_continue(snap.rv, snap.keys[end - 1])
-        meta["remainingItemCount"] = hi - end
-    items = snap.bodies[first:end] if res.to_view is None else [res.render_item(b) for b in snap.bodies[first:end]]
+    if selector is None:
+        end = hi if limit <= 0 else min(hi, first + limit)
+        if end < hi:
+            meta["continue"] = encode_continue(snap.rv, snap.keys[end - 1])
+            meta["remainingItemCount"] = hi - end
+        chosen = snap.bodies[first:end]
+    else:
+        chosen, last = _select(snap.bodies, first, hi, limit, selector)
+        if last is not None:  # a full page: the rest may hold more (kube-apiserver gives no count)
+            meta["continue"] = encode_continue(snap.rv, snap.keys[last])
+    items = chosen if res.to_view is None else [res.render_item(b) for b in chosen]
     body = b"".join(
         (
             b'{"kind":"%bList","apiVersion":"%b","metadata":' % (res.kind.kind.encode(), res.api_version.encode()),
@@ -71,9 +78,21 @@ def serve_list(
     handler.send_json(200, body)
 
 
-def begin(state: ApiState, verb: str, counter: dict[str, int], res: Resource, query: dict[str, str]) -> None:
-    """What every list and watch does first: count it, answer an injected failure, refuse selectors."""
+def _select(bodies: list[bytes], first: int, hi: int, limit: int, selector: Selector) -> tuple[list[bytes], int | None]:
+    """The matching bodies from `first`, up to `limit`; and the index of the last one when the page is full
+    and more remain to be examined (where the next page continues)."""
+    chosen: list[bytes] = []
+    for i in range(first, hi):
+        if selector.matches(orjson.loads(bodies[i])):
+            chosen.append(bodies[i])
+            if 0 < limit == len(chosen):
+                return chosen, (i if i + 1 < hi else None)
+    return chosen, None
+
+
+def begin(state: ApiState, verb: str, counter: dict[str, int], res: Resource, query: dict[str, str]) -> Selector | None:
+    """What every list and watch does first: count it, answer an injected failure, read the selectors."""
     with state.lock:
         counter[res.plural] += 1
     state.take_failure(verb)
-    reject_selectors(query)
+    return selector_of(query, res.kind.kind)

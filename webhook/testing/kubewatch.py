@@ -16,7 +16,8 @@ from webhook.testing.kubehttp import ApiState, BaseHandler, WatchStream, error_l
 from webhook.testing.kubeproto import ApiError, int_param, parse_rv
 from webhook.testing.kubereads import begin
 from webhook.testing.kuberesources import Resource
-from webhook.testing.kubestore import Expired
+from webhook.testing.kubeselect import Selector
+from webhook.testing.kubestore import Event, Expired
 
 _WATCH_BATCH = 500  # events per chunk: big replays go out in a few large writes
 
@@ -24,7 +25,7 @@ _WATCH_BATCH = 500  # events per chunk: big replays go out in a few large writes
 def serve_watch(
     handler: BaseHandler, state: ApiState, res: Resource, namespace: str | None, query: dict[str, str]
 ) -> None:
-    begin(state, "watch", state.watches, res, query)
+    selector = begin(state, "watch", state.watches, res, query)
     if query.get("sendInitialEvents") in ("1", "true"):
         raise ApiError(400, "kubesim does not support sendInitialEvents")
     rv_text = query.get("resourceVersion", "")
@@ -50,6 +51,7 @@ def serve_watch(
             resume=resume,
             bookmarks=bookmarks,
             deadline=time.monotonic() + timeout,
+            selector=selector,
         )
     except OSError:
         clean = False  # the client went away
@@ -77,6 +79,7 @@ def _stream(
     resume: int | None,
     bookmarks: bool,
     deadline: float,
+    selector: Selector | None = None,
 ) -> bool:
     """Send events until the deadline (True: end the stream cleanly) or a fault (False)."""
     kind = res.kind
@@ -85,8 +88,12 @@ def _stream(
         snap = state.store.snapshot(kind)
         lo, hi = snap.bounds(namespace)
         for i in range(lo, hi, _WATCH_BATCH):
-            lines = [_event_line(b"ADDED", res, b) for b in snap.bodies[i : min(hi, i + _WATCH_BATCH)]]
-            handler.write_chunk(b"".join(lines))
+            batch = snap.bodies[i : min(hi, i + _WATCH_BATCH)]
+            if selector is not None:
+                batch = [b for b in batch if selector.matches(orjson.loads(b))]
+            lines = [_event_line(b"ADDED", res, b) for b in batch]
+            if lines:
+                handler.write_chunk(b"".join(lines))
         position = snap.rv
     else:
         position = resume
@@ -114,11 +121,12 @@ def _stream(
         if expired is not None:
             handler.write_chunk(error_line(410, str(expired), "Expired"))
             return True  # kube-apiserver ends the stream normally after the error
-        lines = [
-            _event_line(e.type.encode(), res, e.body)
-            for e in events
-            if e.kind is kind and (namespace is None or e.namespace == namespace)
-        ]
+        ours = [e for e in events if e.kind is kind and (namespace is None or e.namespace == namespace)]
+        lines = (
+            [_event_line(e.type.encode(), res, e.body) for e in ours]
+            if selector is None
+            else _selected(ours, res, selector)
+        )
         position = reached
         if lines:
             handler.write_chunk(b"".join(lines))
@@ -126,6 +134,23 @@ def _stream(
             mark = {"kind": kind.kind, "apiVersion": res.api_version, "metadata": {"resourceVersion": str(position)}}
             handler.write_chunk(b'{"type":"BOOKMARK","object":%b}\n' % orjson.dumps(mark))
             next_bookmark = now + state.bookmark_interval
+
+
+def _selected(events: list[Event], res: Resource, selector: Selector) -> list[bytes]:
+    """The watch cache's view of a selection: an object entering it is ADDED, one leaving it DELETED."""
+    lines = []
+    for event in events:
+        now = event.type != "DELETED" and selector.matches(orjson.loads(event.body))
+        before = event.prev is not None and selector.matches(orjson.loads(event.prev))
+        if event.type == "DELETED":
+            kind = b"DELETED" if before else None
+        elif now:
+            kind = b"MODIFIED" if before else b"ADDED"
+        else:
+            kind = b"DELETED" if before else None
+        if kind is not None:
+            lines.append(_event_line(kind, res, event.body))
+    return lines
 
 
 def _event_line(event_type: bytes, res: Resource, body: bytes) -> bytes:
