@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging.config
 import os
+import socket
 import ssl
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,6 +20,7 @@ from webhook.domain.errors import ConfigError
 from webhook.domain.policy import load_policy
 from webhook.serving.certs import CertError, read_ca_bundle
 from webhook.serving.logs import LEVELS, logging_config
+from webhook.serving.queueing import QueueSettings
 from webhook.serving.server import Core, ServeOptions, real_app_loader, serve
 from webhook.sources.open import open_inventory
 
@@ -131,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     check_tls_files(options.cert, options.key)
     if options.client_ca is not None:
         check_client_ca(options.client_ca)
-    return serve(options, real_app_loader(load_core(options)))
+    return serve(options, real_app_loader(load_core(options, os.environ)))
 
 
 def check_tls_files(cert: str, key: str) -> None:
@@ -160,9 +162,16 @@ def check_client_ca(path: str) -> None:
         raise ConfigError(f"--client-ca {path}: not a usable CA file: {exc}") from None
 
 
-def load_core(options: ServeOptions) -> Core:
+def load_core(options: ServeOptions, environ: Mapping[str, str] | None = None) -> Core:
     """Read the policy and the inventory source, the only time `serve` reads them (the workers start
-    from the master's copy); a ConfigError naming the bad file, before anything starts."""
+    from the master's copy); a ConfigError naming the bad file, before anything starts. The queue's Lease
+    lives in `POD_NAMESPACE` and this replica is `POD_NAME` (the Deployment sets both through the
+    downward API; outside a Pod: `gpupool-system` and the host's name)."""
     policy = load_policy(options.policy)
     inventory = open_inventory(policy, snapshot=options.inventory, kubeconfig=options.kubeconfig, start=False)
-    return Core(policy, inventory)
+    environ = environ if environ is not None else {}
+    queue = QueueSettings(
+        namespace=environ.get("POD_NAMESPACE") or "gpupool-system",
+        pod_name=environ.get("POD_NAME") or socket.gethostname(),
+    )
+    return Core(policy, inventory, queue)
