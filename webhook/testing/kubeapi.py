@@ -58,9 +58,12 @@ class Handler(BaseHandler):
             route(state)
         except ApiError as err:
             self.send_error_status(err)
-        except RecursionError:
-            # A body nested deeper than Python recurses (orjson decodes 1,024 levels): refused, as Go's
-            # decoder refuses what it cannot hold, rather than an error inside the simulator.
+        except (RecursionError, TypeError) as exc:
+            # A body nested deeper than Python recurses, or than orjson encodes (it decodes 1,024 levels
+            # but encodes 254, raising TypeError when storing): refused, as Go's decoder refuses what it
+            # cannot hold, rather than an error inside the simulator.
+            if isinstance(exc, TypeError) and "Recursion limit" not in str(exc):
+                raise
             self.send_status(400, "the request body is nested too deeply")
 
     # -- reads ----------------------------------------------------------------------------------
