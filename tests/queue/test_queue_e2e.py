@@ -90,7 +90,7 @@ def pod(name: str, namespace: str, *, gpus: int = 1, cls: str = "medium", priori
             "containers": [{"name": "main", "image": "cuda"}],
             "priority": priority,
             "tolerations": [GPU_TOLERATION],
-        },  # fmt: skip
+        },
     }
 
 
@@ -167,8 +167,10 @@ def test_a_burst_through_both_replicas_never_exceeds_a_quota(cluster: Cluster) -
     """team-u's tutorial quota (`nvidia.com/gpu: 2`, which only gpupool enforces) and team-v's
     classQuota (medium: 4): ten Pods each, created through both replicas at once, room for all. Exactly 2
     and 4 are released; the rest wait."""
-    cluster.sim.add({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "tutorial", "namespace": "team-u"},
-                     "spec": {"hard": {"nvidia.com/gpu": "2"}}, "status": {"hard": {"nvidia.com/gpu": "2"}}})  # fmt: skip
+    hard = {"nvidia.com/gpu": "2"}
+    meta = {"name": "tutorial", "namespace": "team-u"}
+    cluster.sim.add({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": meta, "spec": {"hard": hard},
+                     "status": {"hard": hard}})  # fmt: skip
     time.sleep(1.0)  # both replicas' watches have the quota
     for i in range(10):
         cluster.create(f"u-{i}", "team-u", run=600)
@@ -225,8 +227,8 @@ def test_after_the_leader_is_killed_the_other_replica_releases(cluster: Cluster)
     pid = int(leader.rsplit("-", 1)[1])
     os.kill(pid, signal.SIGKILL)
     killed_at = time.monotonic()
-    cluster.create("after", "team-q", replica=[i for i, r in enumerate(("replica-a", "replica-b"))
-                                               if not leader.startswith(r)][0] if leader else None)  # fmt: skip
+    survivor = next(i for i, name in enumerate(("replica-a", "replica-b")) if not leader.startswith(name))
+    cluster.create("after", "team-q", replica=survivor)
     wait_until(lambda: cluster.released("team-q", "after"), 45.0, "a release by the new leader")
     took = time.monotonic() - killed_at
     assert cluster.leader() != leader

@@ -82,7 +82,7 @@ def test_a_pod_that_cannot_go_does_not_block_a_later_one_that_wants_other_room()
                 index,
                 annotations={"gpupool.io/gpu-count": "4", "gpupool.io/gpu-class": "medium"},
                 created="2026-12-01T09:00:00Z",
-            ),  # fmt: skip
+            ),
             queued_pod("small", "q", index.policy, index, created="2026-12-01T10:00:00Z"),
             queued_pod(
                 "high",
@@ -91,7 +91,7 @@ def test_a_pod_that_cannot_go_does_not_block_a_later_one_that_wants_other_room()
                 index,
                 annotations={"gpupool.io/gpu-class": "high"},
                 created="2026-12-01T11:00:00Z",
-            ),  # fmt: skip
+            ),
         ],
         index,
         waiting,
