@@ -39,6 +39,9 @@ SERVE_ENV: dict[str, str] = {
     "GPUPOOL_THREADS": "--threads",
     "GPUPOOL_LOG_LEVEL": "--log-level",
 }
+# Set by the Deployment through the downward API (the field each holds), read for the queue's leader
+# election: who this replica is, and the namespace of its Lease.
+DOWNWARD_ENV: dict[str, str] = {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
 DEFAULTS: dict[str, str] = {
     "--host": "0.0.0.0",  # in a Pod the kubelet and kube-apiserver reach the Pod IP
     "--port": "8443",
