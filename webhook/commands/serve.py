@@ -38,6 +38,8 @@ SERVE_ENV: dict[str, str] = {
     "GPUPOOL_WORKERS": "--workers",
     "GPUPOOL_THREADS": "--threads",
     "GPUPOOL_LOG_LEVEL": "--log-level",
+    "GPUPOOL_API_QPS": "--api-qps",
+    "GPUPOOL_API_BURST": "--api-burst",
 }
 # Set by the Deployment through the downward API (the field each holds), read for the queue's leader
 # election: who this replica is, and the namespace of its Lease.
@@ -49,6 +51,8 @@ DEFAULTS: dict[str, str] = {
     "--workers": "1",  # see README: one watch cache and one set of reservations per worker
     "--threads": "4",
     "--log-level": "info",
+    "--api-qps": "300",  # Kueue's: a queue releases in bursts when room frees (client-go's default is 5)
+    "--api-burst": "500",
 }
 
 
@@ -81,6 +85,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add("--workers", "N", "gunicorn worker processes")
     add("--threads", "N", "threads per worker (concurrent admissions per worker)")
     add("--log-level", "LEVEL", f"one of {', '.join(LEVELS)}", type=str.lower)
+    add("--api-qps", "N", "the queue leader's API writes (releases, Events) per second, sustained")
+    add("--api-burst", "N", "and at once, after a quiet spell")
 
 
 def resolve_options(args: argparse.Namespace, environ: Mapping[str, str]) -> ServeOptions:
@@ -119,6 +125,8 @@ def resolve_options(args: argparse.Namespace, environ: Mapping[str, str]) -> Ser
         workers=number("--workers", 1, 64),
         threads=number("--threads", 1, 256),
         log_level=level,
+        api_qps=number("--api-qps", 1, 100_000),
+        api_burst=number("--api-burst", 1, 100_000),
     )
     if options.port == options.health_port:
         raise ConfigError(f"--port and --health-port must differ (both {options.port})")
@@ -176,5 +184,7 @@ def load_core(options: ServeOptions, environ: Mapping[str, str] | None = None) -
     queue = QueueSettings(
         namespace=environ.get("POD_NAMESPACE") or "gpupool-system",
         pod_name=environ.get("POD_NAME") or socket.gethostname(),
+        qps=options.api_qps,
+        burst=options.api_burst,
     )
     return Core(policy, inventory, queue)

@@ -88,6 +88,27 @@ class NoMetrics:
         return None
 
 
+class TokenBucket:
+    """A client-side rate limit, as client-go's: `qps` a second sustained, `burst` at once."""
+
+    def __init__(self, qps: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.qps, self.burst = qps, burst
+        self._clock = clock
+        self._tokens = float(burst)
+        self._at = clock()
+
+    def delay(self) -> float:
+        """Take a token: the seconds to wait before the write it is for (0 when one is there)."""
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.qps)
+        self._at = now
+        self._tokens -= 1
+        return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
+
+
+UNLIMITED = TokenBucket(1e9, 10**9)
+
+
 class PassResult(NamedTuple):
     released: int
     waiting: list[Wait]
@@ -103,12 +124,14 @@ class Runner:
         *,
         events: Events,
         metrics: QueueMetrics | None = None,
+        limiter: TokenBucket = UNLIMITED,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.inventory, self.waiting, self.elector = inventory, waiting, elector
         self._releaser, self._events = releaser, events
         self._metrics = metrics or NoMetrics()
         self._clock = clock
+        self._limiter = limiter
         self._stop = threading.Event()
         self._shapes = Memo()
         self._told: dict[PodKey, str] = {}  # Pods told they are queued, by uid
@@ -188,6 +211,9 @@ class Runner:
 
     def _write(self, release: Release) -> int:
         namespace, name = release.queued.key
+        wait = self._limiter.delay()
+        if wait:
+            self._stop.wait(wait)
         result = self._releaser.release(namespace, name, release.patch)
         if isinstance(result, Released):
             self._settle(release, result.obj)

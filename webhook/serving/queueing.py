@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 from webhook.domain.policy import Policy
 from webhook.queue.leader import Elector
-from webhook.queue.runner import QueueMetrics, Runner
+from webhook.queue.runner import QueueMetrics, Runner, TokenBucket
 from webhook.queue.waiting import Waiting
 from webhook.sources.live import LiveInventory
 from webhook.sources.writes import EventRecorder, LeaseStore, PodReleaser
@@ -23,6 +23,8 @@ class QueueSettings(NamedTuple):
 
     namespace: str
     pod_name: str
+    qps: int = 300  # the leader's writes per second (releases and Events), and at once
+    burst: int = 500
 
 
 def start_queue(policy: Policy, inventory: LiveInventory, settings: QueueSettings, metrics: QueueMetrics) -> Runner:
@@ -35,4 +37,5 @@ def start_queue(policy: Policy, inventory: LiveInventory, settings: QueueSetting
     api = inventory.api_client
     elector = Elector(LeaseStore(api, settings.namespace, LEASE_NAME), identity, on_change=metrics.queue_leading)
     events = EventRecorder(api, identity).start()
-    return Runner(inventory, waiting, elector, PodReleaser(api), events=events, metrics=metrics)
+    limiter = TokenBucket(settings.qps, settings.burst)
+    return Runner(inventory, waiting, elector, PodReleaser(api), events=events, metrics=metrics, limiter=limiter)

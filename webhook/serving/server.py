@@ -92,6 +92,8 @@ class ServeOptions:
     workers: int = 1
     threads: int = 4
     log_level: str = "info"
+    api_qps: int = 300  # the queue's writes (releases, Events) per second, per worker process
+    api_burst: int = 500
 
 
 @dataclass(frozen=True, slots=True)
