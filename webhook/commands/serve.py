@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging.config
 import os
+import socket
 import ssl
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,6 +20,7 @@ from webhook.domain.errors import ConfigError
 from webhook.domain.policy import load_policy
 from webhook.serving.certs import CertError, read_ca_bundle
 from webhook.serving.logs import LEVELS, logging_config
+from webhook.serving.queueing import QueueSettings
 from webhook.serving.server import Core, ServeOptions, real_app_loader, serve
 from webhook.sources.open import open_inventory
 
@@ -36,7 +38,12 @@ SERVE_ENV: dict[str, str] = {
     "GPUPOOL_WORKERS": "--workers",
     "GPUPOOL_THREADS": "--threads",
     "GPUPOOL_LOG_LEVEL": "--log-level",
+    "GPUPOOL_API_QPS": "--api-qps",
+    "GPUPOOL_API_BURST": "--api-burst",
 }
+# Set by the Deployment through the downward API (the field each holds), read for the queue's leader
+# election: who this replica is, and the namespace of its Lease.
+DOWNWARD_ENV: dict[str, str] = {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
 DEFAULTS: dict[str, str] = {
     "--host": "0.0.0.0",  # in a Pod the kubelet and kube-apiserver reach the Pod IP
     "--port": "8443",
@@ -44,6 +51,8 @@ DEFAULTS: dict[str, str] = {
     "--workers": "1",  # see README: one watch cache and one set of reservations per worker
     "--threads": "4",
     "--log-level": "info",
+    "--api-qps": "300",  # Kueue's: a queue releases in bursts when room frees (client-go's default is 5)
+    "--api-burst": "500",
 }
 
 
@@ -76,6 +85,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add("--workers", "N", "gunicorn worker processes")
     add("--threads", "N", "threads per worker (concurrent admissions per worker)")
     add("--log-level", "LEVEL", f"one of {', '.join(LEVELS)}", type=str.lower)
+    add("--api-qps", "N", "the queue leader's API writes (releases, Events) per second, sustained")
+    add("--api-burst", "N", "and at once, after a quiet spell")
 
 
 def resolve_options(args: argparse.Namespace, environ: Mapping[str, str]) -> ServeOptions:
@@ -114,6 +125,8 @@ def resolve_options(args: argparse.Namespace, environ: Mapping[str, str]) -> Ser
         workers=number("--workers", 1, 64),
         threads=number("--threads", 1, 256),
         log_level=level,
+        api_qps=number("--api-qps", 1, 100_000),
+        api_burst=number("--api-burst", 1, 100_000),
     )
     if options.port == options.health_port:
         raise ConfigError(f"--port and --health-port must differ (both {options.port})")
@@ -131,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     check_tls_files(options.cert, options.key)
     if options.client_ca is not None:
         check_client_ca(options.client_ca)
-    return serve(options, real_app_loader(load_core(options)))
+    return serve(options, real_app_loader(load_core(options, os.environ)))
 
 
 def check_tls_files(cert: str, key: str) -> None:
@@ -160,9 +173,18 @@ def check_client_ca(path: str) -> None:
         raise ConfigError(f"--client-ca {path}: not a usable CA file: {exc}") from None
 
 
-def load_core(options: ServeOptions) -> Core:
+def load_core(options: ServeOptions, environ: Mapping[str, str] | None = None) -> Core:
     """Read the policy and the inventory source, the only time `serve` reads them (the workers start
-    from the master's copy); a ConfigError naming the bad file, before anything starts."""
+    from the master's copy); a ConfigError naming the bad file, before anything starts. The queue's Lease
+    lives in `POD_NAMESPACE` and this replica is `POD_NAME` (the Deployment sets both through the
+    downward API; outside a Pod: `gpupool-system` and the host's name)."""
     policy = load_policy(options.policy)
     inventory = open_inventory(policy, snapshot=options.inventory, kubeconfig=options.kubeconfig, start=False)
-    return Core(policy, inventory)
+    environ = environ if environ is not None else {}
+    queue = QueueSettings(
+        namespace=environ.get("POD_NAMESPACE") or "gpupool-system",
+        pod_name=environ.get("POD_NAME") or socket.gethostname(),
+        qps=options.api_qps,
+        burst=options.api_burst,
+    )
+    return Core(policy, inventory, queue)

@@ -46,6 +46,7 @@ from webhook.pools.inventory import Inventory
 from webhook.serving.certs import CertificateExpiry
 from webhook.serving.health import HealthServer, MetricsText, Readiness
 from webhook.serving.logs import logging_config
+from webhook.serving.queueing import QueueSettings, start_queue
 from webhook.sources.live import LiveInventory
 
 if TYPE_CHECKING:
@@ -91,6 +92,8 @@ class ServeOptions:
     workers: int = 1
     threads: int = 4
     log_level: str = "info"
+    api_qps: int = 300  # the queue's writes (releases, Events) per second, per worker process
+    api_burst: int = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +103,7 @@ class Core:
     policy: Policy
     # A snapshot: the whole index, loaded. The live cluster: the client configuration, not yet watching.
     inventory: Inventory
+    queue: QueueSettings | None = None  # where the queue's Lease lives and who this replica is
 
 
 def real_app_loader(core: Core) -> LoadApp:
@@ -112,16 +116,23 @@ def real_app_loader(core: Core) -> LoadApp:
         from webhook.serving.metrics import GaugeRefresher, Metrics  # noqa: PLC0415 (see top)
 
         policy, inventory = core.policy, core.inventory
+        metrics = Metrics.private()
+        runner = None
         if isinstance(inventory, LiveInventory):
+            if policy.queues and core.queue is not None:
+                runner = start_queue(policy, inventory, core.queue, metrics)
             # The master never starts the watches: threads do not survive a fork, so each worker starts
             # them on its own copy. Not waited for: /readyz stays false until the first full list, so no
             # admission is routed to this worker before then.
             inventory.start()
-        metrics = Metrics.private()
+            if runner is not None:
+                runner.start()
         metrics.refresh(inventory, policy.defaults.stale_after_seconds)  # gauges before the first request
         refresher = GaugeRefresher(metrics, inventory, policy.defaults.stale_after_seconds).start()
 
         def close() -> None:
+            if runner is not None:
+                runner.stop()  # hands the Lease back: a rolling update's next leader takes over at once
             refresher.stop()
             inventory.close()
 
