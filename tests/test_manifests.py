@@ -37,7 +37,7 @@ import webhook
 from webhook.admission.pod import read_pod
 from webhook.admission.request import wants_gpus
 from webhook.commands.cli import build_parser
-from webhook.commands.serve import SERVE_ENV, check_client_ca, resolve_options
+from webhook.commands.serve import DOWNWARD_ENV, SERVE_ENV, check_client_ca, resolve_options
 from webhook.domain.policy import Policy, default_policy_text, load_policy_text
 from webhook.domain.quantity import parse_bytes
 from webhook.serving.certs import dns_names, ensure_certificates
@@ -208,7 +208,7 @@ def deployable(request: pytest.FixtureRequest, rendered: dict[str, Rendering]) -
 def serve_options(r: Rendering) -> ServeOptions:
     """The options `gpupool serve` resolves from the Deployment's args and environment."""
     container = r.container
-    env = {e["name"]: e["value"] for e in container.get("env", [])}
+    env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
     args = build_parser(["serve"]).parse_args(["serve", *container.get("args", [])])
     return resolve_options(args, env)
 
@@ -940,15 +940,33 @@ class TestMatchConditions:
 
 
 class TestRbac:
-    def test_reads_nodes_pods_and_quotas_only(self, rendering: Rendering) -> None:
-        """The only permissions: get, list and watch on nodes, pods and resourcequotas."""
-        assert rendering.all("Role") == []
-        assert rendering.all("RoleBinding") == []
+    def test_reads_nodes_pods_and_quotas_and_writes_only_what_the_queue_needs(self, rendering: Rendering) -> None:
+        """Cluster-wide: get, list and watch on nodes, pods and resourcequotas; patch of pods (the queue's
+        release) and create of events (telling the Pod). In its own namespace only: the Lease."""
         granted = set()
         for rule in rendering.one("ClusterRole")["rules"]:
             assert set(rule) == {"apiGroups", "resources", "verbs"}  # no resourceNames, no nonResourceURLs
             granted |= {(g, r, v) for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
-        assert granted == {("", r, v) for r in ("nodes", "pods", "resourcequotas") for v in ("get", "list", "watch")}
+        reads = {("", r, v) for r in ("nodes", "pods", "resourcequotas") for v in ("get", "list", "watch")}
+        assert granted == reads | {("", "pods", "patch"), ("", "events", "create")}
+        (role,) = rendering.all("Role")
+        assert role["metadata"]["namespace"] == rendering.one("Deployment")["metadata"]["namespace"]
+        assert role["rules"] == [
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}
+        ]
+        (binding,) = rendering.all("RoleBinding")
+        assert binding["roleRef"]["name"] == role["metadata"]["name"]
+        account = rendering.one("ServiceAccount")["metadata"]
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": account["name"], "namespace": account["namespace"]}
+        ]
+
+    def test_the_replicas_know_who_they_are_for_leader_election(self, rendering: Rendering) -> None:
+        """POD_NAME and POD_NAMESPACE come from the downward API: the election's identity and the Lease's
+        namespace."""
+        (container,) = rendering.pod_spec["containers"]
+        env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in container["env"]}
+        assert (env["POD_NAME"], env["POD_NAMESPACE"]) == ("metadata.name", "metadata.namespace")
 
     def test_bound_to_the_deployments_service_account(self, rendering: Rendering) -> None:
         """The ClusterRoleBinding grants that role to the ServiceAccount the Pods run as, and no one else."""
@@ -978,8 +996,12 @@ class TestDeployment:
         container = rendering.container
         assert "command" not in container  # the image's entrypoint: gpupool serve
         names = [e["name"] for e in container["env"]]
-        assert set(names) <= set(SERVE_ENV), set(names) - set(SERVE_ENV)
-        assert all("valueFrom" not in e for e in container["env"])
+        assert set(names) <= set(SERVE_ENV) | set(DOWNWARD_ENV), set(names) - set(SERVE_ENV) - set(DOWNWARD_ENV)
+        for e in container["env"]:
+            if e["name"] in DOWNWARD_ENV:
+                assert e["valueFrom"] == {"fieldRef": {"fieldPath": DOWNWARD_ENV[e["name"]]}}
+            else:
+                assert "valueFrom" not in e
         options = serve_options(rendering)
         assert options.inventory is None  # the live cluster, through the ServiceAccount
 

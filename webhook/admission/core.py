@@ -20,6 +20,7 @@ from webhook.admission.decision import decide
 from webhook.admission.groups import decide_for_group
 from webhook.admission.patch import PatchSpec, build_patch
 from webhook.admission.pod import PodError, PodShape, PodView, read_pod
+from webhook.admission.queueing import queue_verdict
 from webhook.admission.quotas import check_quotas
 from webhook.admission.request import (
     GpuRequest,
@@ -31,7 +32,7 @@ from webhook.admission.request import (
     wants_gpus,
 )
 from webhook.admission.verdict import GroupNote, Placement, Verdict
-from webhook.domain.model import PoolKey
+from webhook.domain.model import QUEUE_GATE, PoolKey
 from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
 from webhook.pools.inventory import Inventory
@@ -96,6 +97,14 @@ def prepare(pod: Any, namespace: str, policy: Policy, shapes: Memo = NO_MEMO) ->
     return Prepared(view, req, node, devices)
 
 
+def prepare_view(view: PodView, policy: Policy, shapes: Memo = NO_MEMO) -> Prepared | Verdict:
+    """`prepare` for a Pod already read (the queue keeps the views of the Pods it holds)."""
+    req = shapes.get(view.shape, lambda: _request(view.shape, policy))
+    if isinstance(req, Verdict):
+        return req
+    return Prepared(view, req, "", req.pod_total)
+
+
 def place(
     prepared: Prepared, policy: Policy, index: PoolIndex, *, explain: bool = True, shapes: Memo = NO_MEMO
 ) -> Verdict:
@@ -110,6 +119,8 @@ def place(
         else:
             result = _partitions(req, policy)
         return replace(result, group=GroupNote(view.group, None, 0)) if view.group else result
+    if policy.placement(req.namespace) == "queue":
+        return queue_verdict(view, req, decide(req, index, policy, quotas=False), policy, index)
     # The group is read from the ledger now, after the (memoised) plan: it is identity, not shape.
     decision, group = decide_for_group(decide(req, index, policy), req, view.group, index, policy)
     reasons = decision.explain() if explain else ()
@@ -156,6 +167,13 @@ def _partitions(req: GpuRequest, policy: Policy) -> Verdict:
 def _request(shape: PodShape, policy: Policy) -> GpuRequest | Verdict:
     """What the Pod's shape alone decides: not gpupool's business, against the rules, malformed, or this
     request."""
+    if QUEUE_GATE in (shape.gates or ()) and policy.placement(shape.namespace) != "queue":
+        return verdict.deny(
+            f"spec.schedulingGates: {QUEUE_GATE} is gpupool's own gate, for namespaces whose policy queues their "
+            f"Pods; namespace {shape.namespace} places them at admission: remove the gate",
+            code=verdict.CODE_INVALID,
+            reason="invalid",
+        )
     if not wants_gpus(shape, policy):
         return verdict.allow("no gpupool.io/ annotation and no GPU resource")
     problem = visible_devices_problem(shape, policy)

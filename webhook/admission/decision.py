@@ -101,7 +101,9 @@ class _Plan:
     rejections: tuple[Rejection, ...]
 
 
-def decide(req: GpuRequest, index: PoolIndex, policy: Policy) -> Decision:
+def decide(req: GpuRequest, index: PoolIndex, policy: Policy, *, quotas: bool = True) -> Decision:
+    """The pool for the request, or why none. Without `quotas`, pools are not passed over for the class
+    and GPU-memory quotas the namespace uses now (a Pod queued at admission holds nothing yet)."""
     requested = req.classes or req.allowed_classes
     # Keyed by the whole request, the plan's only input besides the nodes: nothing it reads is left out.
     plan = index.memo(req, lambda: _plan(req, index, policy))
@@ -120,7 +122,9 @@ def decide(req: GpuRequest, index: PoolIndex, policy: Policy) -> Decision:
         return (int(c.fallback), first, second, c.memory_mib, -c.free_total, c.pool.product)
 
     candidates.sort(key=rank)
-    (quota_note, quota_reason), candidates = _class_quota(req, index, policy, candidates, rejections)
+    (quota_note, quota_reason), candidates = (
+        _class_quota(req, index, policy, candidates, rejections) if quotas else (("", ""), candidates)
+    )
     primary = [c for c in candidates if not c.fallback]
     chosen = next((c for c in candidates if c.fits), None)
     warnings: list[str] = []

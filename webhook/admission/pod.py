@@ -32,6 +32,7 @@ MAX_TOLERATIONS = 1024
 MAX_SELECTOR_ENTRIES = 256  # nodeSelector labels
 MAX_OWN_ANNOTATIONS = 64  # gpupool.io/ annotations (gpupool knows nine)
 MAX_EXTENDED_RESOURCES = 64  # vendor.example/name entries in one container's limits or requests
+MAX_GATES = 64  # scheduling gates (a Pod waits for one or two controllers)
 
 Entries = tuple[tuple[str, str], ...]
 Quantities = tuple[tuple[str, str | int], ...]  # as the Pod wrote them: kube-apiserver sends strings
@@ -61,6 +62,7 @@ class PodShape(NamedTuple):
     containers: tuple[ContainerView, ...]
     init_containers: tuple[ContainerView, ...] | None
     affinity: AffinityView  # its required node affinity, and how much of the path to it exists
+    gates: tuple[str, ...] | None = None  # the names of its scheduling gates; None when it has no list
 
     @property
     def requirements(self) -> NodeRequirements:
@@ -139,6 +141,7 @@ def read_pod(obj: Any, namespace: str = "") -> PodView:
         containers=containers or (),
         init_containers=inits,
         affinity=_affinity(spec),
+        gates=_gates(spec),
     )
     return PodView(
         namespace=namespace,
@@ -301,6 +304,18 @@ def _visible_devices(c: dict[str, Any], path: str) -> tuple[str | None, str]:
         else:
             value, source = _text(e, "value", f"{path}.env[{i}].value"), ""
     return value, source
+
+
+def _gates(spec: dict[str, Any]) -> tuple[str, ...] | None:
+    items = _bounded(spec, "schedulingGates", "spec.schedulingGates", "scheduling gates", MAX_GATES)
+    if items is None:
+        return None
+    names = []
+    for i, gate in enumerate(items):
+        if not isinstance(gate, dict):
+            raise PodError(f"spec.schedulingGates[{i}]: expected a scheduling gate (an object), got {shown(gate)}")
+        names.append(_text(gate, "name", f"spec.schedulingGates[{i}].name"))
+    return tuple(names)
 
 
 def _affinity(spec: dict[str, Any]) -> AffinityView:

@@ -10,15 +10,26 @@ own count of the namespace's Pods (policy `defaults.enforceAllGpuQuotaForms`, on
 
 from __future__ import annotations
 
+from typing import Literal
+
 from webhook.admission.request import GpuRequest
 from webhook.domain.policy import Policy
 from webhook.domain.quantity import format_mib
 from webhook.pools.index import PoolIndex
 
+QuotaUse = Literal["now", "charged", "hard"]
 
-def check_quotas(req: GpuRequest, index: PoolIndex, policy: Policy, resource: str, count: int | None = None) -> str:
+
+def check_quotas(
+    req: GpuRequest, index: PoolIndex, policy: Policy, resource: str, count: int | None = None, *, use: QuotaUse = "now"
+) -> str:
     """The namespace's ResourceQuotas on `resource` for `count` devices (default: the request's GPUs): a
-    denial message, or "". Whether the forms Kubernetes ignores are enforced is the policy's call."""
+    denial message, or "". Whether the forms Kubernetes ignores are enforced is the policy's call.
+
+    `use` says what the Pod's devices are held against: "now", what is used (an admission); "charged",
+    what is used, for a Pod Kubernetes has counted already in the `requests.` form since it was created
+    (the queue's release: that form is not checked again); "hard", the hard limits alone (a Pod queued at
+    admission, which holds nothing until released)."""
     count = req.pod_total if count is None else count
     enforce_all = policy.defaults.enforce_all_gpu_quota_forms
     pending = index.reserved(req.namespace, resource)
@@ -30,12 +41,16 @@ def check_quotas(req: GpuRequest, index: PoolIndex, policy: Policy, resource: st
             if key not in quota.hard:
                 continue
             hard = quota.hard[key]
-            if key == enforced:
-                used = quota.used.get(key, 0) + pending
-            elif enforce_all:
-                used = index.requested(req.namespace, resource) + pending
-            else:
+            if key != enforced and not enforce_all:
                 continue
+            if use == "hard":
+                used = 0
+            elif key == enforced:
+                if use == "charged":
+                    continue
+                used = quota.used.get(key, 0) + pending
+            else:
+                used = index.requested(req.namespace, resource) + pending
             if used + count > hard:
                 problem = (
                     f"exceeded quota {quota.name} in namespace {req.namespace}: {key} used {used} + requested "

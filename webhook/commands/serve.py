@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging.config
 import os
+import socket
 import ssl
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,6 +21,7 @@ from webhook.domain.policy import load_policy
 from webhook.serving.certs import CertError, read_ca_bundle
 from webhook.serving.logs import LEVELS, logging_config
 from webhook.serving.policyfile import read_policy_file
+from webhook.serving.queueing import QueueSettings
 from webhook.serving.server import Core, ServeOptions, policy_detail, real_app_loader, serve
 from webhook.sources.open import open_inventory
 
@@ -37,7 +39,12 @@ SERVE_ENV: dict[str, str] = {
     "GPUPOOL_WORKERS": "--workers",
     "GPUPOOL_THREADS": "--threads",
     "GPUPOOL_LOG_LEVEL": "--log-level",
+    "GPUPOOL_API_QPS": "--api-qps",
+    "GPUPOOL_API_BURST": "--api-burst",
 }
+# Set by the Deployment through the downward API (the field each holds), read for the queue's leader
+# election: who this replica is, and the namespace of its Lease.
+DOWNWARD_ENV: dict[str, str] = {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
 DEFAULTS: dict[str, str] = {
     "--host": "0.0.0.0",  # in a Pod the kubelet and kube-apiserver reach the Pod IP
     "--port": "8443",
@@ -45,6 +52,8 @@ DEFAULTS: dict[str, str] = {
     "--workers": "1",  # see README: one watch cache and one set of reservations per worker
     "--threads": "4",
     "--log-level": "info",
+    "--api-qps": "300",  # Kueue's: a queue releases in bursts when room frees (client-go's default is 5)
+    "--api-burst": "500",
 }
 
 
@@ -77,6 +86,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add("--workers", "N", "gunicorn worker processes")
     add("--threads", "N", "threads per worker (concurrent admissions per worker)")
     add("--log-level", "LEVEL", f"one of {', '.join(LEVELS)}", type=str.lower)
+    add("--api-qps", "N", "the queue leader's API writes (releases, Events) per second, sustained")
+    add("--api-burst", "N", "and at once, after a quiet spell")
 
 
 def resolve_options(args: argparse.Namespace, environ: Mapping[str, str]) -> ServeOptions:
@@ -115,6 +126,8 @@ def resolve_options(args: argparse.Namespace, environ: Mapping[str, str]) -> Ser
         workers=number("--workers", 1, 64),
         threads=number("--threads", 1, 256),
         log_level=level,
+        api_qps=number("--api-qps", 1, 100_000),
+        api_burst=number("--api-burst", 1, 100_000),
     )
     if options.port == options.health_port:
         raise ConfigError(f"--port and --health-port must differ (both {options.port})")
@@ -132,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     check_tls_files(options.cert, options.key)
     if options.client_ca is not None:
         check_client_ca(options.client_ca)
-    core = load_core(options)
+    core = load_core(options, os.environ)
     return serve(options, real_app_loader(core), policy_detail(core))
 
 
@@ -162,11 +175,20 @@ def check_client_ca(path: str) -> None:
         raise ConfigError(f"--client-ca {path}: not a usable CA file: {exc}") from None
 
 
-def load_core(options: ServeOptions) -> Core:
+def load_core(options: ServeOptions, environ: Mapping[str, str] | None = None) -> Core:
     """Read the policy and the inventory source, the only time `serve` reads them before the workers
     start from the master's copy (they follow the policy file afterwards); a ConfigError naming the bad
-    file, before anything starts."""
+    file, before anything starts. The queue's Lease lives in `POD_NAMESPACE` and this replica is
+    `POD_NAME` (the Deployment sets both through the downward API; outside a Pod: `gpupool-system` and
+    the host's name)."""
     source = read_policy_file(options.policy) if options.policy is not None else None
     policy = source.policy if source is not None else load_policy(None)
     inventory = open_inventory(policy, snapshot=options.inventory, kubeconfig=options.kubeconfig, start=False)
-    return Core(policy, inventory, source)
+    environ = environ if environ is not None else {}
+    queue = QueueSettings(
+        namespace=environ.get("POD_NAMESPACE") or "gpupool-system",
+        pod_name=environ.get("POD_NAME") or socket.gethostname(),
+        qps=options.api_qps,
+        burst=options.api_burst,
+    )
+    return Core(policy, inventory, source, queue)

@@ -23,6 +23,8 @@ from webhook.domain.quantity import MIB, QuantityError, parse_bytes
 
 OnNoCapacity = Literal["warn", "deny"]  # admit with a warning that the Pod will wait, or refuse
 OnStale = Literal["warn", "deny"]  # answer from the last view with a warning, or refuse until re-synced
+Placement = Literal["now", "queue"]  # place at admission, or gate the Pod until the queue releases it
+PLACEMENTS: tuple[Placement, ...] = ("now", "queue")
 
 _MEMORY_UNITS = {"Mi": 1, "Gi": 1024}
 
@@ -93,6 +95,7 @@ class NamespaceRule:
     allow_visible_devices: bool = False  # opt out of the NVIDIA_VISIBLE_DEVICES rule
     memory_quota_mib: int | None = None  # GPU memory the namespace may hold (devices x memory per device)
     device: tuple[str, ...] = ()  # the default of gpupool.io/device here; empty: the policy's defaults.device
+    placement: Placement | None = None  # now or queue; None: the policy's defaults.placement
 
     @property
     def restricted(self) -> bool:
@@ -114,6 +117,8 @@ class Defaults:
     # stores but never enforces for extended resources), counting the namespace's Pods itself.
     enforce_all_gpu_quota_forms: bool = True
     device: tuple[str, ...] = (GPU,)  # the default of gpupool.io/device: whole GPUs only
+    # now: a Pod is placed at admission; queue: it waits gated until the leader releases it to a pool with room
+    placement: Placement = "now"
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +187,15 @@ class Policy:
         """The compute capability the product table gives (most specific entry); None when none does."""
         rule = _most_specific(r for r in self.products if r.compute and matches(r.tokens, product))
         return rule.compute if rule else None
+
+    def placement(self, namespace: str) -> Placement:
+        """When the namespace's Pods get their pool: at admission (now), or when the queue releases them."""
+        return self.namespace(namespace).placement or self.defaults.placement
+
+    @property
+    def queues(self) -> bool:
+        """Does any namespace (or the default) send Pods to the queue?"""
+        return self.defaults.placement == "queue" or any(r.placement == "queue" for r in self.namespaces.values())
 
     def device_default(self, namespace: str) -> tuple[str, ...]:
         """The devices a Pod of the namespace gets when it names none: the namespace's, else the policy's."""
@@ -358,6 +372,7 @@ def _build(data: dict[str, Any]) -> Policy:
             "checkVisibleDevices",
             "enforceAllGpuQuotaForms",
             "device",
+            "placement",
         ),
     )
     defaults = Defaults(
@@ -371,6 +386,7 @@ def _build(data: dict[str, Any]) -> Policy:
         check_visible_devices=d.flag("checkVisibleDevices", True),
         enforce_all_gpu_quota_forms=d.flag("enforceAllGpuQuotaForms", True),
         device=d.devices("device") or (GPU,),
+        placement="queue" if d.choice("placement", "now", PLACEMENTS) == "queue" else "now",
     )
     vendors_data = data.get("vendors")
     if not isinstance(vendors_data, dict) or not vendors_data:
@@ -488,7 +504,7 @@ def _namespace(name: str, data: Any, classes: tuple[str, ...]) -> NamespaceRule:
     f = _Fields(
         data or {},
         path,
-        ("allowedClasses", "defaultClass", "classQuota", "memoryQuota", "allowVisibleDevices", "device"),
+        ("allowedClasses", "defaultClass", "classQuota", "memoryQuota", "allowVisibleDevices", "device", "placement"),
     )
     allowed = f.texts("allowedClasses")
     for cls in allowed:
@@ -516,7 +532,14 @@ def _namespace(name: str, data: Any, classes: tuple[str, ...]) -> NamespaceRule:
         allow_visible_devices=f.flag("allowVisibleDevices", False),
         memory_quota_mib=_memory_quota(path, (data or {}).get("memoryQuota")),
         device=f.devices("device"),
+        placement=_placement(f),
     )
+
+
+def _placement(f: _Fields) -> Placement | None:
+    if "placement" not in f.data:
+        return None
+    return "queue" if f.choice("placement", "now", PLACEMENTS) == "queue" else "now"
 
 
 def _memory_quota(path: str, value: Any) -> int | None:

@@ -107,6 +107,14 @@ class PoolIndex:
         self._ledger.upsert_pod(pod, key)
         self._settle()
 
+    def pod_info(self, key: PodKey) -> PodInfo | None:
+        """An unbound Pod as the index counts it; None for a bound Pod or one it does not hold."""
+        return self._ledger.pod_info(key)
+
+    def is_queued(self, key: PodKey) -> bool:
+        """Is the Pod known, unbound and still waiting in gpupool's queue (webhook.queue)?"""
+        return self._ledger.is_queued(key)
+
     def remove_pod(self, key: PodKey) -> None:
         self._ledger.remove_pod(key)
         self._settle()

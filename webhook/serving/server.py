@@ -50,6 +50,7 @@ from webhook.serving.certs import CertificateExpiry
 from webhook.serving.health import HealthServer, MetricsText, Readiness
 from webhook.serving.logs import logging_config
 from webhook.serving.policyfile import PolicyFile, PolicyReloader, PolicyVersion
+from webhook.serving.queueing import QueueSettings, start_queue
 from webhook.sources.live import LiveInventory
 
 if TYPE_CHECKING:
@@ -95,6 +96,8 @@ class ServeOptions:
     workers: int = 1
     threads: int = 4
     log_level: str = "info"
+    api_qps: int = 300  # the queue's writes (releases, Events) per second, per worker process
+    api_burst: int = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +109,7 @@ class Core:
     inventory: Inventory
     # The --policy file the policy was read from, followed for changes; None for the built-in policy.
     source: PolicyVersion | None = None
+    queue: QueueSettings | None = None  # where the queue's Lease lives and who this replica is
 
 
 PolicyDetail = Callable[[], Mapping[str, Any]]
@@ -129,13 +133,18 @@ def real_app_loader(core: Core) -> LoadApp:
         from webhook.serving.metrics import GaugeRefresher, Metrics  # noqa: PLC0415 (see top)
 
         policy, inventory = core.policy, core.inventory
+        metrics = Metrics.private()
+        runner = None
         if isinstance(inventory, LiveInventory):
+            if policy.queues and core.queue is not None:
+                runner = start_queue(policy, inventory, core.queue, metrics)
             # The master never starts the watches: threads do not survive a fork, so each worker starts
             # them on its own copy. Not waited for: /readyz stays false until the first full list, so no
             # admission is routed to this worker before then.
             inventory.start()
+            if runner is not None:
+                runner.start()
         admitter = Admitter(policy, inventory)
-        metrics = Metrics.private()
 
         def current() -> tuple[Inventory, Policy]:
             bound = admitter.bound  # one read: the policy and the inventory built for it
@@ -150,6 +159,8 @@ def real_app_loader(core: Core) -> LoadApp:
         def close() -> None:
             if reloader is not None:
                 reloader.stop()
+            if runner is not None:
+                runner.stop()  # hands the Lease back: a rolling update's next leader takes over at once
             refresher.stop()
             admitter.inventory.close()
 
