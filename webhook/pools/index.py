@@ -52,6 +52,7 @@ ADMISSION_ONLY_DEFAULTS = (
     "check_visible_devices",
     "enforce_all_gpu_quota_forms",  # read by webhook.pools.quotas from the policy it is given
     "device",
+    "placement",  # read by admission and the queue (webhook.queue.release), each from the policy it is given
 )
 
 

@@ -18,6 +18,10 @@ What a new policy costs depends on what it changes (webhook.pools.index.pooling)
   ready and every reservation made before it began is gone (none left, or `reservationSeconds` passed),
   so the new one holds every admission the watch has not shown yet.
 
+The server adds what else a worker runs on its inventory (the queue, webhook.serving.queueing): `reopen`
+opens the new inventory, `needs_inventory` asks for one although the pools are the same, and
+`switched` is told of the new inventory once the Admitter uses it, before the old one is closed.
+
 A file that does not load keeps the policy in use (and a new inventory being built for an earlier
 change goes on), logs the error naming the field, counts it (`gpupool_policy_reloads_total{result=
 "failure"}`, `gpupool_policy_last_reload_successful`) and shows in /readyz's details (`status`), which the
@@ -129,6 +133,8 @@ class PolicyReloader:
         *,
         interval: float = POLL_SECONDS,
         reopen: Callable[[Inventory, Policy], Inventory] = reopen_inventory,
+        needs_inventory: Callable[[Policy], bool] = lambda policy: False,
+        switched: Callable[[Inventory], None] = lambda inventory: None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._file = file
@@ -136,6 +142,8 @@ class PolicyReloader:
         self._reloaded = reloaded
         self._interval = interval
         self._reopen = reopen
+        self._needs_inventory = needs_inventory
+        self._switched = switched
         self._clock = clock
         self._used = file.current.sha256  # the version the Admitter decides by (the file may be ahead)
         self._pending: _Pending | None = None
@@ -172,7 +180,7 @@ class PolicyReloader:
     def _begin(self, version: PolicyVersion) -> None:
         self._abandon()  # a newer file wins over a change still waiting for its inventory
         admitter = self._admitter
-        if pooling(version.policy) == pooling(admitter.policy):
+        if pooling(version.policy) == pooling(admitter.policy) and not self._needs_inventory(version.policy):
             admitter.use(version.policy)
             self._in_use(version, "the pools are unchanged, the inventory is kept")
             return
@@ -203,6 +211,7 @@ class PolicyReloader:
                     return  # some may predate the mirroring: wait until they are matched or expire
         self._pending = None
         self._admitter.use(pending.version.policy, pending.inventory)
+        self._switched(pending.inventory)
         current.close()
         self._in_use(pending.version, "with the inventory read again for it")
 

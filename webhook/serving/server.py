@@ -50,7 +50,7 @@ from webhook.serving.certs import CertificateExpiry
 from webhook.serving.health import HealthServer, MetricsText, Readiness
 from webhook.serving.logs import logging_config
 from webhook.serving.policyfile import PolicyFile, PolicyReloader, PolicyVersion
-from webhook.serving.queueing import QueueSettings, start_queue
+from webhook.serving.queueing import QueueSettings, WorkerQueue
 from webhook.sources.live import LiveInventory
 
 if TYPE_CHECKING:
@@ -134,17 +134,18 @@ def real_app_loader(core: Core) -> LoadApp:
 
         policy, inventory = core.policy, core.inventory
         metrics = Metrics.private()
-        runner = None
+        admitter = Admitter(policy, inventory)
+        queue = None
         if isinstance(inventory, LiveInventory):
-            if policy.queues and core.queue is not None:
-                runner = start_queue(policy, inventory, core.queue, metrics)
+            if core.queue is not None:
+                queue = WorkerQueue(core.queue, metrics, admitter)
+                queue.attach(inventory, policy)  # before the first list, which fills the queue
             # The master never starts the watches: threads do not survive a fork, so each worker starts
             # them on its own copy. Not waited for: /readyz stays false until the first full list, so no
             # admission is routed to this worker before then.
             inventory.start()
-            if runner is not None:
-                runner.start()
-        admitter = Admitter(policy, inventory)
+            if queue is not None:
+                queue.use(inventory)
 
         def current() -> tuple[Inventory, Policy]:
             bound = admitter.bound  # one read: the policy and the inventory built for it
@@ -154,13 +155,25 @@ def real_app_loader(core: Core) -> LoadApp:
         refresher = GaugeRefresher(metrics, current).start()
         reloader = None
         if core.source is not None:
-            reloader = PolicyReloader(PolicyFile(core.source), admitter, metrics.policy_reloaded).start()
+            file = PolicyFile(core.source)
+            if queue is None:
+                reloader = PolicyReloader(file, admitter, metrics.policy_reloaded)
+            else:  # the queue follows the policy and the inventory (webhook.serving.queueing)
+                reloader = PolicyReloader(
+                    file,
+                    admitter,
+                    metrics.policy_reloaded,
+                    reopen=queue.reopen,
+                    needs_inventory=queue.needs_inventory,
+                    switched=queue.use,
+                )
+            reloader.start()
 
         def close() -> None:
             if reloader is not None:
                 reloader.stop()
-            if runner is not None:
-                runner.stop()  # hands the Lease back: a rolling update's next leader takes over at once
+            if queue is not None:
+                queue.stop()  # hands the Lease back: a rolling update's next leader takes over at once
             refresher.stop()
             admitter.inventory.close()
 

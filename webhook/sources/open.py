@@ -6,6 +6,8 @@ Errors are ConfigErrors naming the file or the connection, with what to do inste
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from webhook.domain.policy import Policy
 from webhook.pools.inventory import Inventory
 from webhook.sources.live import InventoryConnectError, LiveInventory
@@ -44,11 +46,17 @@ def open_inventory(
     return live
 
 
-def reopen_inventory(inventory: Inventory, policy: Policy) -> Inventory:
+def reopen_inventory(
+    inventory: Inventory, policy: Policy, prepare: Callable[[LiveInventory], None] | None = None
+) -> Inventory:
     """The same source, read again for another policy: the snapshot file re-read (a ConfigError naming it
-    when it no longer loads), or the live cluster listed and watched anew (started, not yet ready)."""
+    when it no longer loads), or the live cluster listed and watched anew (started, not yet ready).
+    `prepare` is given a new live inventory before it starts, to add observers that must see its first list."""
     if isinstance(inventory, SnapshotInventory):
         return SnapshotInventory.from_file(inventory.source, policy)
     if isinstance(inventory, LiveInventory):
-        return inventory.for_policy(policy).start()
+        successor = inventory.for_policy(policy)
+        if prepare is not None:
+            prepare(successor)
+        return successor.start()
     raise TypeError(f"cannot open {type(inventory).__name__} again")
