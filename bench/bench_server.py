@@ -1,9 +1,12 @@
 """Benchmark: POST /mutate with a full decision against a no-op handler on identical Flask + gunicorn.
 
-Starts four servers on the same gunicorn settings (`webhook.serving.server.serve`, TLS, gpupool's worker, keep-alive):
+Starts six servers on the same gunicorn settings (`webhook.serving.server.serve`, TLS, keep-alive), all
+but one on gpupool's worker:
 - a no-op: the same Flask app setup whose /mutate route only reads the body and returns a constant
   AdmissionReview (the issue's baseline);
 - the same no-op answered by a thin WSGI entry in front of Flask, the shortcut gpupool's /mutate takes;
+- a raw WSGI no-op (no Flask at all), on gpupool's worker and on gunicorn's stock gthread worker: the
+  difference is what gpupool's HTTP layer (webhook.serving.worker and its parser) costs;
 - gpupool's app with the core's answer computed once (what gpupool's HTTP layer costs alone);
 - the real `gpupool serve` on the demo inventory, measured twice: sending one Pod again and again (its
   shape is remembered after the first), and cycling through 5,000 Pods of distinct shapes (nothing is
@@ -62,6 +65,8 @@ P50_LIMIT, THROUGHPUT_LIMIT = 1.3, 0.75  # the issue's targets: mutate vs no-op
 SERVERS = {  # measured in this order in every round
     "noop": "no-op handler",
     "noop_thin": "no-op behind a thin WSGI entry, like gpupool's",
+    "noop_raw": "raw WSGI no-op, gpupool's worker",
+    "noop_gthread": "raw WSGI no-op, stock gunicorn gthread",
     "layer": "gpupool app, core answer precomputed",
     "mutate": "/mutate, full decision (demo inventory)",
     "mutate_new": "/mutate, full decision, every Pod a new shape",
@@ -108,9 +113,17 @@ def noop_server(args: argparse.Namespace) -> int:
         {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {"uid": "", "allowed": True}}
     ).encode()
 
+    def raw(environ: dict[str, Any], start_response: Any) -> Any:
+        environ["wsgi.input"].read()
+        start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(answer)))])
+        return [answer]
+
     def load() -> WorkerApp:
         from webhook.serving.metrics import Metrics
 
+        Metrics.private().inventory_ready.set(1)
+        if args.raw:
+            return WorkerApp(raw)
         app = Flask("noop")
 
         @app.post("/mutate")
@@ -132,12 +145,12 @@ def noop_server(args: argparse.Namespace) -> int:
                 return flask_app(environ, start_response)
 
             app.wsgi_app = thin  # type: ignore[method-assign]
-        Metrics.private().inventory_ready.set(1)
         return WorkerApp(app)
 
     options = ServeOptions(
         cert=args.cert, key=args.key, inventory=None, policy=None, host="127.0.0.1", port=args.port,
         health_port=args.health_port, workers=args.workers, threads=args.threads, log_level="warning",
+        **({"worker_class": "gthread"} if args.gthread else {}),
     )  # fmt: skip
     return serve(options, load)
 
@@ -358,6 +371,11 @@ def bench(args: argparse.Namespace) -> int:
                      "--port", str(ports["noop"][0]), "--health-port", str(ports["noop"][1])],
             "noop_thin": [sys.executable, str(Path(__file__).resolve()), "noop-server", "--thin", *common,
                           "--port", str(ports["noop_thin"][0]), "--health-port", str(ports["noop_thin"][1])],
+            "noop_raw": [sys.executable, str(Path(__file__).resolve()), "noop-server", "--raw", *common,
+                         "--port", str(ports["noop_raw"][0]), "--health-port", str(ports["noop_raw"][1])],
+            "noop_gthread": [sys.executable, str(Path(__file__).resolve()), "noop-server", "--raw", "--gthread",
+                             *common, "--port", str(ports["noop_gthread"][0]),
+                             "--health-port", str(ports["noop_gthread"][1])],
             "layer": [sys.executable, str(Path(__file__).resolve()), "stub-server", *common,
                       "--port", str(ports["layer"][0]), "--health-port", str(ports["layer"][1]),
                       "--body", str(body_file), "--log-level", args.log_level],
@@ -369,6 +387,8 @@ def bench(args: argparse.Namespace) -> int:
         with running(argv["mutate"], ports["mutate"][1], tmp / "mutate.log"), \
                 running(argv["noop"], ports["noop"][1], tmp / "noop.log"), \
                 running(argv["noop_thin"], ports["noop_thin"][1], tmp / "noop_thin.log"), \
+                running(argv["noop_raw"], ports["noop_raw"][1], tmp / "noop_raw.log"), \
+                running(argv["noop_gthread"], ports["noop_gthread"][1], tmp / "noop_gthread.log"), \
                 running(argv["layer"], ports["layer"][1], tmp / "layer.log"):  # fmt: skip
             for round_no in range(1, args.rounds + 1):
                 for name in SERVERS:
@@ -406,6 +426,12 @@ def bench(args: argparse.Namespace) -> int:
         f"every Pod a new shape: {new.p50_ms / noop.p50_ms:.2f}x, {new.rps_4 / noop.rps_4:.2f}x against the "
         f"Flask-routed no-op; {new.p50_ms / thin.p50_ms:.2f}x, {new.rps_4 / thin.rps_4:.2f}x against the thin one"
     )
+    raw, gthread = result["noop_raw"], result["noop_gthread"]
+    print(
+        f"gpupool's worker against stock gthread, raw WSGI no-op: {raw.p50_ms / gthread.p50_ms:.2f}x the p50, "
+        f"{raw.rps_4 / gthread.rps_4:.2f}x the throughput; /mutate against the raw no-op on stock gthread: "
+        f"{result['mutate'].p50_ms / gthread.p50_ms:.2f}x, {result['mutate'].rps_4 / gthread.rps_4:.2f}x"
+    )
     print(f"\noutcomes of the real server's admissions: {outcomes}")
     ok = p50_ratio <= P50_LIMIT and rps_ratio >= THROUGHPUT_LIMIT
     print("targets met" if ok else "TARGETS MISSED")
@@ -420,6 +446,7 @@ def bench(args: argparse.Namespace) -> int:
         "rounds": {k: [asdict(m) for m in v] for k, v in samples.items()},
         "p50_ratio": p50_ratio, "throughput_ratio": rps_ratio, "targets_met": ok, "outcomes": outcomes,
         "thin_p50_ratio": thin_p50, "thin_throughput_ratio": thin_rps,
+        "worker_vs_gthread": {"p50": raw.p50_ms / gthread.p50_ms, "throughput": raw.rps_4 / gthread.rps_4},
         "new_shapes": NEW_SHAPES,
     }, indent=2))  # fmt: skip
     print(f"written to {out.relative_to(REPO)}")
@@ -433,6 +460,8 @@ def main() -> int:
     stub = sub.add_parser("stub-server", help=argparse.SUPPRESS)
     stub.add_argument("--body", required=True)
     noop.add_argument("--thin", action="store_true")
+    noop.add_argument("--raw", action="store_true", help="a WSGI callable, no Flask")
+    noop.add_argument("--gthread", action="store_true", help="gunicorn's own gthread worker")
     for p in (parser, noop, stub):
         p.add_argument("--workers", type=int, default=1)
         p.add_argument("--threads", type=int, default=4)
