@@ -375,7 +375,7 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
         self.fresh.pop(conn, None)
         self.idle.pop(conn, None)
         conn.request = request
-        if self.running < self.cfg.threads:
+        if self.running < self.cfg.threads and not self.queued:
             self.run_request(conn)
         elif len(self.queued) >= MAX_QUEUED:
             self.refuse(conn, ProtocolError(503, f"{MAX_QUEUED} requests wait for a thread already: gpupool is busy"))
@@ -384,6 +384,7 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
             conn.deadline = time.monotonic() + QUEUE_SECONDS
             self.queued[conn] = None
             self.account(conn, conn.http.held + len(request.body))
+            self.next_queued()  # a thread may be free: only the order was kept
 
     def run_request(self, conn: Connection) -> None:
         request = conn.request
@@ -411,11 +412,11 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
         keep = not future.cancelled() and future.exception() is None and future.result()
         if not future.cancelled() and future.exception() is not None:
             self.log.error("answering %s failed", conn.client, exc_info=future.exception())
+        self.next_queued()  # first: a request pipelined on this connection comes after those waiting
         if conn in self.conns:
             conn.request = None
             self.account(conn, 0)
             self.answered(conn, keep=keep)
-        self.next_queued()
 
     def answered(self, conn: Connection, *, keep: bool) -> None:
         conn.keep = keep
