@@ -26,6 +26,7 @@ Results are printed as a table and written to bench/results/server-<time>.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import multiprocessing
@@ -72,6 +73,7 @@ SERVERS = {  # measured in this order in every round
     "mutate_new": "/mutate, full decision, every Pod a new shape",
 }
 SAME_SERVER = {"mutate_new": "mutate"}  # measured on another server, with other request bodies
+AGAINST = ("noop_raw", "mutate")  # measured on another checkout's code too with --against
 NEW_SHAPES = 5000  # distinct Pod shapes, cycled: more than the shape memo holds, so every request misses
 
 # Used when examples/admissionreview.json is not there: a Pod asking for 20Gi per GPU.
@@ -195,11 +197,13 @@ def free_port() -> int:
 
 @contextmanager
 def running(
-    argv: list[str], health_port: int, log: Path, ready_timeout: float = 60.0
+    argv: list[str], health_port: int, log: Path, ready_timeout: float = 60.0, tree: Path = REPO
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """Start a server, wait for its /readyz, yield its process; SIGTERM (then SIGKILL) at the end."""
+    """Start a server (gpupool's code from `tree`), wait for its /readyz, yield its process; SIGTERM (then
+    SIGKILL) at the end."""
+    env = {**os.environ, "PYTHONPATH": str(tree)} if tree != REPO else None
     with open(log, "wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=tree, env=env)
     try:
         deadline = time.monotonic() + ready_timeout
         while True:
@@ -358,40 +362,43 @@ def bench(args: argparse.Namespace) -> int:
             body_file.write_text(json.dumps(FALLBACK_REVIEW))
         new_shapes = tmp / "new-shapes.jsonl"
         new_shapes.write_bytes(b"\n".join(json.dumps(b).encode() for b in shape_variants(body_file, NEW_SHAPES)))
-        bodies = {name: new_shapes if name == "mutate_new" else body_file for name in SERVERS}
-        ports = {name: (free_port(), free_port()) for name in SERVERS if name not in SAME_SERVER}
+        servers = dict(SERVERS)
+        if args.against:  # the same two servers on the code of another checkout, in the same rounds
+            servers.update({f"{name}_before": f"{servers[name]}, {args.against}" for name in AGAINST})
+        bodies = {name: new_shapes if name == "mutate_new" else body_file for name in servers}
+        ports = {name: (free_port(), free_port()) for name in servers if name not in SAME_SERVER}
         ports.update({name: ports[other] for name, other in SAME_SERVER.items()})
         common = ["--cert", str(tmp / "tls.crt"), "--key", str(tmp / "tls.key"),
                   "--workers", str(args.workers), "--threads", str(args.threads)]  # fmt: skip
-        argv = {
-            "mutate": [sys.executable, "-m", "webhook", "serve", *common, "--inventory", str(DEMO_INVENTORY),
-                       "--host", "127.0.0.1", "--port", str(ports["mutate"][0]),
-                       "--health-port", str(ports["mutate"][1]), "--log-level", args.log_level],
-            "noop": [sys.executable, str(Path(__file__).resolve()), "noop-server", *common,
-                     "--port", str(ports["noop"][0]), "--health-port", str(ports["noop"][1])],
-            "noop_thin": [sys.executable, str(Path(__file__).resolve()), "noop-server", "--thin", *common,
-                          "--port", str(ports["noop_thin"][0]), "--health-port", str(ports["noop_thin"][1])],
-            "noop_raw": [sys.executable, str(Path(__file__).resolve()), "noop-server", "--raw", *common,
-                         "--port", str(ports["noop_raw"][0]), "--health-port", str(ports["noop_raw"][1])],
-            "noop_gthread": [sys.executable, str(Path(__file__).resolve()), "noop-server", "--raw", "--gthread",
-                             *common, "--port", str(ports["noop_gthread"][0]),
-                             "--health-port", str(ports["noop_gthread"][1])],
-            "layer": [sys.executable, str(Path(__file__).resolve()), "stub-server", *common,
-                      "--port", str(ports["layer"][0]), "--health-port", str(ports["layer"][1]),
-                      "--body", str(body_file), "--log-level", args.log_level],
-        }  # fmt: skip
-        samples: dict[str, list[Measure]] = {name: [] for name in SERVERS}
+        this = str(Path(__file__).resolve())
+
+        def server_argv(kind: str, port: int, health_port: int) -> list[str]:
+            listen = ["--port", str(port), "--health-port", str(health_port)]
+            return {
+                "mutate": [sys.executable, "-m", "webhook", "serve", *common, "--inventory", str(DEMO_INVENTORY),
+                           "--host", "127.0.0.1", *listen, "--log-level", args.log_level],
+                "noop": [sys.executable, this, "noop-server", *common, *listen],
+                "noop_thin": [sys.executable, this, "noop-server", "--thin", *common, *listen],
+                "noop_raw": [sys.executable, this, "noop-server", "--raw", *common, *listen],
+                "noop_gthread": [sys.executable, this, "noop-server", "--raw", "--gthread", *common, *listen],
+                "layer": [sys.executable, this, "stub-server", *common, *listen, "--body", str(body_file),
+                          "--log-level", args.log_level],
+            }[kind]  # fmt: skip
+
+        argv = {name: server_argv(name, *ports[name]) for name in SERVERS if name not in SAME_SERVER}
+        trees = dict.fromkeys(argv, REPO)
+        for name in AGAINST if args.against else ():
+            argv[f"{name}_before"] = server_argv(name, *ports[f"{name}_before"])
+            trees[f"{name}_before"] = Path(args.against).resolve()
+        samples: dict[str, list[Measure]] = {name: [] for name in servers}
         env_note = f"{platform.python_version()}, {os.cpu_count()} CPUs, client {client}"
         print(f"gpupool server benchmark: {args.rounds} rounds x {args.duration:g} s, workers {args.workers}, "
               f"threads {args.threads}, {env_note}", flush=True)  # fmt: skip
-        with running(argv["mutate"], ports["mutate"][1], tmp / "mutate.log"), \
-                running(argv["noop"], ports["noop"][1], tmp / "noop.log"), \
-                running(argv["noop_thin"], ports["noop_thin"][1], tmp / "noop_thin.log"), \
-                running(argv["noop_raw"], ports["noop_raw"][1], tmp / "noop_raw.log"), \
-                running(argv["noop_gthread"], ports["noop_gthread"][1], tmp / "noop_gthread.log"), \
-                running(argv["layer"], ports["layer"][1], tmp / "layer.log"):  # fmt: skip
+        with contextlib.ExitStack() as stack:
+            for name, command in argv.items():
+                stack.enter_context(running(command, ports[name][1], tmp / f"{name}.log", tree=trees[name]))
             for round_no in range(1, args.rounds + 1):
-                for name in SERVERS:
+                for name in servers:
                     m = measure(client, ports[name][0], tmp / "ca.crt", bodies[name], args.duration)
                     samples[name].append(m)
                     print(f"  round {round_no} {name:6} p50 {m.p50_ms:.3f} ms  p99 {m.p99_ms:.3f} ms  "
@@ -410,7 +417,7 @@ def bench(args: argparse.Namespace) -> int:
     noop, thin = result["noop"], result["noop_thin"]
     for name, m in result.items():
         print(
-            f"| {SERVERS[name]} | {m.p50_ms:.3f} ms | {m.p99_ms:.3f} ms | {m.rps_1:,.0f} | {m.rps_4:,.0f} | "
+            f"| {servers[name]} | {m.p50_ms:.3f} ms | {m.p99_ms:.3f} ms | {m.rps_1:,.0f} | {m.rps_4:,.0f} | "
             f"{m.p50_ms / noop.p50_ms:.2f}x | {m.rps_4 / noop.rps_4:.2f}x | "
             f"{m.p50_ms / thin.p50_ms:.2f}x | {m.rps_4 / thin.rps_4:.2f}x |"
         )
@@ -432,6 +439,13 @@ def bench(args: argparse.Namespace) -> int:
         f"{raw.rps_4 / gthread.rps_4:.2f}x the throughput; /mutate against the raw no-op on stock gthread: "
         f"{result['mutate'].p50_ms / gthread.p50_ms:.2f}x, {result['mutate'].rps_4 / gthread.rps_4:.2f}x"
     )
+    if args.against:
+        for name in AGAINST:
+            now, then = result[name], result[f"{name}_before"]
+            print(
+                f"{servers[name]}: {now.p50_ms / then.p50_ms:.2f}x the p50, {now.rps_4 / then.rps_4:.2f}x the "
+                f"throughput of the same on {args.against}"
+            )
     print(f"\noutcomes of the real server's admissions: {outcomes}")
     ok = p50_ratio <= P50_LIMIT and rps_ratio >= THROUGHPUT_LIMIT
     print("targets met" if ok else "TARGETS MISSED")
@@ -442,7 +456,7 @@ def bench(args: argparse.Namespace) -> int:
         "command": " ".join([Path(sys.executable).name, *sys.argv]), "environment": env_note,
         "settings": {"workers": args.workers, "threads": args.threads, "duration_s": args.duration,
                      "rounds": args.rounds, "log_level": args.log_level},
-        "servers": SERVERS, "median": {k: asdict(v) for k, v in result.items()},
+        "servers": servers, "against": args.against, "median": {k: asdict(v) for k, v in result.items()},
         "rounds": {k: [asdict(m) for m in v] for k, v in samples.items()},
         "p50_ratio": p50_ratio, "throughput_ratio": rps_ratio, "targets_met": ok, "outcomes": outcomes,
         "thin_p50_ratio": thin_p50, "thin_throughput_ratio": thin_rps,
@@ -475,6 +489,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per server (default 3)")
     parser.add_argument("--client", choices=("auto", "wrk", "python"), default="auto")
     parser.add_argument("--check", action="store_true", help="exit 1 when the targets are missed")
+    parser.add_argument(
+        "--against",
+        metavar="DIR",
+        help="also measure the raw no-op and /mutate on the code of another checkout (say, main before a change)",
+    )
     args = parser.parse_args()
     if args.mode == "noop-server":
         return noop_server(args)
