@@ -73,7 +73,7 @@ SERVERS = {  # measured in this order in every round
     "mutate_new": "/mutate, full decision, every Pod a new shape",
 }
 SAME_SERVER = {"mutate_new": "mutate"}  # measured on another server, with other request bodies
-AGAINST = ("noop_raw", "mutate")  # measured on another checkout's code too with --against
+AGAINST = ("noop_raw", "mutate", "mutate_new")  # measured on another checkout's code too with --against
 NEW_SHAPES = 5000  # distinct Pod shapes, cycled: more than the shape memo holds, so every request misses
 
 # Used when examples/admissionreview.json is not there: a Pod asking for 20Gi per GPU.
@@ -365,9 +365,10 @@ def bench(args: argparse.Namespace) -> int:
         servers = dict(SERVERS)
         if args.against:  # the same two servers on the code of another checkout, in the same rounds
             servers.update({f"{name}_before": f"{servers[name]}, {args.against}" for name in AGAINST})
-        bodies = {name: new_shapes if name == "mutate_new" else body_file for name in servers}
-        ports = {name: (free_port(), free_port()) for name in servers if name not in SAME_SERVER}
-        ports.update({name: ports[other] for name, other in SAME_SERVER.items()})
+        same = {**SAME_SERVER, **{f"{a}_before": f"{b}_before" for a, b in SAME_SERVER.items()}}
+        bodies = {name: new_shapes if name.startswith("mutate_new") else body_file for name in servers}
+        ports = {name: (free_port(), free_port()) for name in servers if name not in same}
+        ports.update({name: ports[other] for name, other in same.items() if name in servers})
         common = ["--cert", str(tmp / "tls.crt"), "--key", str(tmp / "tls.key"),
                   "--workers", str(args.workers), "--threads", str(args.threads)]  # fmt: skip
         this = str(Path(__file__).resolve())
@@ -387,7 +388,7 @@ def bench(args: argparse.Namespace) -> int:
 
         argv = {name: server_argv(name, *ports[name]) for name in SERVERS if name not in SAME_SERVER}
         trees = dict.fromkeys(argv, REPO)
-        for name in AGAINST if args.against else ():
+        for name in [n for n in AGAINST if n not in SAME_SERVER] if args.against else []:
             argv[f"{name}_before"] = server_argv(name, *ports[f"{name}_before"])
             trees[f"{name}_before"] = Path(args.against).resolve()
         samples: dict[str, list[Measure]] = {name: [] for name in servers}
