@@ -155,7 +155,7 @@ class HttpConnection:
         return request
 
     def continue_due(self) -> bytes:
-        """ "100 Continue", once, while the client waits for it before sending the body; else b""."""
+        """The bytes of "100 Continue", once, while the client waits for it to send the body; else nothing."""
         if not self._h11.they_are_waiting_for_100_continue:
             return b""
         return self._h11.send(h11.InformationalResponse(status_code=100, reason=b"Continue", headers=[]))
@@ -168,7 +168,7 @@ class HttpConnection:
             headers.append((b"Connection", b"close"))
         send = self._h11.send
         data = send(h11.Response(status_code=answer.status, reason=answer.reason, headers=headers))
-        if self._method != b"HEAD" and answer.body:
+        if answer.body and self._method != b"HEAD" and answer.status not in (204, 304):  # no body, whatever it says
             data += send(h11.Data(data=answer.body))
         return data + send(h11.EndOfMessage())
 
@@ -179,12 +179,7 @@ class HttpConnection:
         answer = Answer(
             error.status, reason.encode(), [(b"Content-Type", JSON), (b"Content-Length", b"%d" % len(body))], body
         )
-        try:
-            return self.answer(answer, close=True)
-        except h11.LocalProtocolError:  # h11 cannot answer in its state (the request line was unreadable)
-            self._h11 = h11.Connection(h11.SERVER)
-            self._method = b""
-            return self.answer(answer, close=True)
+        return self.answer(answer, close=True)  # h11 lets a server answer whatever the client did
 
     def next_cycle(self) -> bool:
         """After an answer: ready for the connection's next request (False: it must close)."""
