@@ -18,12 +18,13 @@ from webhook.admission.bound import check_bound, reachable, single_named_node
 from webhook.admission.decision import decide
 from webhook.admission.groups import decide_for_group
 from webhook.admission.patch import PatchSpec, build_patch
-from webhook.admission.pod import PodError, PodShape, PodView, read_pod
+from webhook.admission.pod import PodError, PodShape, PodView, read_ephemeral_containers, read_pod
 from webhook.admission.queueing import queue_verdict
 from webhook.admission.quotas import check_quotas
 from webhook.admission.request import (
     GpuRequest,
     RequestError,
+    all_containers,
     parse_request,
     pod_devices,
     requested_resources,
@@ -174,7 +175,7 @@ def _request(shape: PodShape, policy: Policy) -> GpuRequest | Verdict:
         )
     if not wants_gpus(shape, policy):
         return verdict.allow("no gpupool.io/ annotation and no GPU resource")
-    problem = visible_devices_problem(shape, policy)
+    problem = visible_devices_problem(all_containers(shape), shape.namespace, policy)
     if problem:
         return verdict.deny(problem, reason="visible-devices")
     if not shape.annotations and not requested_resources(shape, policy):
@@ -183,6 +184,21 @@ def _request(shape: PodShape, policy: Policy) -> GpuRequest | Verdict:
         return parse_request(shape, policy)
     except RequestError as exc:
         return verdict.deny(str(exc), code=verdict.CODE_INVALID, reason="invalid")
+
+
+def evaluate_ephemeral(pod: Any, old: Any, namespace: str, policy: Policy) -> Verdict:
+    """The verdict for an update of `pods/ephemeralcontainers` (`kubectl debug`): the ephemeral containers
+    it adds to the Pod (`old` is the Pod before it) are held to the NVIDIA_VISIBLE_DEVICES rule, as any
+    container is. They request no resources (Kubernetes forbids it), so nothing is placed or counted,
+    and the answer is a denial or allowed unchanged: never a patch."""
+    try:
+        added = read_ephemeral_containers(pod, old)
+    except PodError as exc:
+        return verdict.deny(str(exc), code=verdict.CODE_INVALID, reason="invalid")
+    problem = visible_devices_problem(added, namespace, policy)
+    if problem:
+        return verdict.deny(problem, reason="visible-devices")
+    return verdict.allow("ephemeral containers: none sets NVIDIA_VISIBLE_DEVICES")
 
 
 class Admitter:
@@ -243,6 +259,10 @@ class Admitter:
             note = f"gpupool: placed from a GPU inventory {stale:.0f} s stale; the pool may have changed"
             result = replace(result, warnings=(*result.warnings, note))
         return result
+
+    def admit_ephemeral(self, pod: Any, *, namespace: str, old: Any = None) -> Verdict:
+        """An update of pods/ephemeralcontainers; reads neither the inventory nor the clock."""
+        return evaluate_ephemeral(pod, old, namespace, self.policy)
 
     def stale_seconds(self) -> float:
         """How stale the inventory is beyond the policy's threshold (0 when fresh)."""

@@ -27,7 +27,7 @@ VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 # At most this many items of each list the core reads: far more than any real Pod has, and what keeps
 # the worst review (3 MiB of one field) at milliseconds. Kubernetes sets no such limit; gpupool refuses
 # such a Pod with a message saying so (documented in docs/policy.md).
-MAX_CONTAINERS = 256  # each of containers and initContainers
+MAX_CONTAINERS = 256  # each of containers, initContainers and ephemeralContainers
 MAX_TOLERATIONS = 1024
 MAX_SELECTOR_ENTRIES = 256  # nodeSelector labels
 MAX_OWN_ANNOTATIONS = 64  # gpupool.io/ annotations (gpupool knows nine)
@@ -50,6 +50,7 @@ class ContainerView(NamedTuple):
     sidecar: bool  # restartPolicy Always: an init container that keeps running beside the others
     visible_devices: str | None  # NVIDIA_VISIBLE_DEVICES as the env sets it; None when unset
     visible_devices_from: str  # "" unless NVIDIA_VISIBLE_DEVICES comes from a valueFrom (its source)
+    privileged: bool = False  # securityContext.privileged: the container sees every device of the node anyway
 
 
 class PodShape(NamedTuple):
@@ -261,6 +262,39 @@ def _container(c: Any, field: str, i: int) -> ContainerView:
         sidecar=_text(c, "restartPolicy", f"{path}.restartPolicy") == "Always",
         visible_devices=devices,
         visible_devices_from=source,
+        privileged=_privileged(c, path) if "securityContext" in c else False,
+    )
+
+
+def _privileged(c: dict[str, Any], path: str) -> bool:
+    context = _map(c, "securityContext", f"{path}.securityContext") or {}
+    value = context.get("privileged")
+    if value is None or isinstance(value, bool):
+        return value is True
+    raise PodError(f"{path}.securityContext.privileged: expected true or false, got {shown(value)}")
+
+
+def read_ephemeral_containers(obj: Any, old: Any = None) -> tuple[ContainerView, ...]:
+    """The ephemeral containers an update of `pods/ephemeralcontainers` adds: those of the Pod `obj`
+    whose names the Pod before the update, `old`, does not have (an ephemeral container can be neither
+    changed nor removed once added). Each is checked as a container is; with no readable `old`, all of
+    them are new."""
+    if not isinstance(obj, dict):
+        raise PodError(f"the object is not a Pod: expected an object, got {shown(obj)}")
+    containers = _containers(_object(obj, "spec"), "ephemeralContainers") or ()
+    before = _ephemeral_names(old)
+    return tuple(c for c in containers if c.name not in before)
+
+
+def _ephemeral_names(old: Any) -> frozenset[str]:
+    """The names of the ephemeral containers of the Pod before the update; kube-apiserver sends it, so
+    it is read as it comes, without refusing anything."""
+    spec = old.get("spec") if isinstance(old, dict) else None
+    items = spec.get("ephemeralContainers") if isinstance(spec, dict) else None
+    if not isinstance(items, list):
+        return frozenset()
+    return frozenset(
+        c["name"] for c in items[:MAX_CONTAINERS] if isinstance(c, dict) and isinstance(c.get("name"), str)
     )
 
 
