@@ -20,13 +20,12 @@ from webhook.admission.groups import decide_for_group
 from webhook.admission.patch import PatchSpec, build_patch
 from webhook.admission.pod import PodError, PodShape, PodView, read_ephemeral_containers, read_pod
 from webhook.admission.queueing import queue_verdict
-from webhook.admission.quotas import check_quotas
+from webhook.admission.quotas import Held, check_quotas, held_quota_problem
 from webhook.admission.request import (
     GpuRequest,
     RequestError,
     all_containers,
     parse_request,
-    pod_devices,
     requested_resources,
     visible_devices_problem,
     wants_gpus,
@@ -68,7 +67,9 @@ class Prepared(NamedTuple):
     pod: PodView
     request: GpuRequest
     node: str  # the one node a Pod that bypasses placement names (nodeName, or a DaemonSet's); "" for none
-    devices: int  # the GPUs it takes: the request's for a Pod gpupool places, its own if it bypasses placement
+    # The GPUs its reservation holds: the request's for a Pod gpupool places; for one that bypasses
+    # placement, its own request of the first resource it requests (the one its placement names).
+    devices: int
 
     @property
     def bypasses(self) -> bool:
@@ -92,7 +93,7 @@ def prepare(pod: Any, namespace: str, policy: Policy, shapes: Memo = NO_MEMO) ->
     # only strand it, but like a Pod that names its node it is checked on the nodes it can reach.
     bypasses = bool(view.node_name or view.daemonset)
     node = view.node_name or (single_named_node(view.shape.requirements) if view.daemonset else "")
-    devices = pod_devices(view.shape, {req.vendor.resource, *req.partitions}) if bypasses else req.pod_total
+    devices = (req.own_requests[0][1] if req.own_requests else 0) if bypasses else req.pod_total
     return Prepared(view, req, node, devices)
 
 
@@ -116,7 +117,7 @@ def place(
             nodes = reachable(view.shape.requirements, view.node_name, index)
             result = check_bound(req, nodes, devices, policy, index)
         else:
-            result = _partitions(req, policy)
+            result = _partitions(req, policy, index)
         return replace(result, group=GroupNote(view.group, None, 0)) if view.group else result
     if policy.placement(req.namespace) == "queue":
         return queue_verdict(view, req, decide(req, index, policy, quotas=False), policy, index)
@@ -148,17 +149,21 @@ def place(
     return verdict.place(placement, patch, warnings=decision.warnings, reasons=reasons, group=group)
 
 
-def _partitions(req: GpuRequest, policy: Policy) -> Verdict:
+def _partitions(req: GpuRequest, policy: Policy, index: PoolIndex) -> Verdict:
     """A Pod that requests several kinds of device itself (a MIG profile and whole GPUs, or two profiles)
     and names no node: no one pool offers them all, so gpupool cannot place it, nor keep it inside a
-    namespace's classes."""
-    listed = ", ".join(req.partitions) if len(req.partitions) > 1 else f"{req.vendor.resource}, {req.partitions[0]}"
+    namespace's classes; its ResourceQuotas hold for every kind it requests."""
+    listed = ", ".join(r for r, _ in req.own_requests)
     if policy.namespace(req.namespace).restricted:
         return verdict.deny(
             f"the Pod requests {listed}: several kinds of device, which no one pool offers; namespace "
             f"{req.namespace} may only use some GPU classes, so request one and let gpupool choose",
             reason="no-match",
         )
+    held = [Held(resource, count) for resource, count in req.own_requests]
+    problem, reason = held_quota_problem(req, [("the Pod's devices", held)], index, policy)
+    if problem:
+        return verdict.deny(problem, reason=reason)
     note = f"gpupool: {listed} are several kinds of device, which gpupool does not place; the Pod keeps its requests"
     return verdict.allow(f"requests {listed}, which gpupool does not place").with_warnings((note,))
 

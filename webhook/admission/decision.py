@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from webhook.admission.quotas import memory_quota_problem
+from webhook.admission.quotas import class_quota_problem, memory_quota_problem
 from webhook.admission.request import GpuRequest
 from webhook.admission.verdict import Reason
 from webhook.domain.affinity import PoolConstraint
@@ -367,15 +367,6 @@ def pool_quota_problem(req: GpuRequest, pool: PoolKey, index: PoolIndex, policy:
         req.namespace, req.pod_total, index.pool_memory_mib(pool), index, policy, where=str(pool)
     )
     return (note, "memory-quota") if note else ("", "")
-
-
-def class_quota_problem(namespace: str, gpu_class: str, count: int, index: PoolIndex, policy: Policy) -> str:
-    """Why `count` more GPUs of `gpu_class` would exceed the namespace's per-class quota; "" if not."""
-    limit = policy.namespace(namespace).class_quota.get(gpu_class)
-    used = index.class_used(namespace, gpu_class)
-    if limit is None or used + count <= limit:
-        return ""
-    return f"class quota {gpu_class} in namespace {namespace} exceeded: used {used} + requested {count} > hard {limit}"
 
 
 def bound_problem(req: GpuRequest, facts: NodeFacts) -> str:

@@ -77,6 +77,9 @@ class GpuRequest:
     min_cuda: tuple[int, ...] | None = None  # the CUDA version the node's driver must support
     node_selector: tuple[tuple[str, str], ...] = ()  # the Pod's whole nodeSelector (pins are its pool labels)
     requirements: NodeRequirements = NO_REQUIREMENTS  # its nodeSelector and required node affinity
+    # The Pod's own effective request per device resource of its vendor, as the scheduler counts it
+    # (before any patch), sorted by resource: what a Pod gpupool does not place holds.
+    own_requests: tuple[tuple[str, int], ...] = ()
 
 
 def gpupool_annotations(shape: PodShape) -> dict[str, str]:
@@ -270,6 +273,7 @@ def parse_request(shape: PodShape, policy: Policy) -> GpuRequest:
         min_cuda=device.min_cuda,
         node_selector=tuple(sorted(shape.node_selector or ())),
         requirements=shape.requirements,
+        own_requests=tuple((r, n) for r in sorted(owned) if (n := pod_devices(shape, {r}))),
     )
 
 
