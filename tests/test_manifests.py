@@ -895,10 +895,13 @@ class TestMatchConditions:
         assert should_be_sent(obj) is False
         assert sent(conditions, obj) is False
 
-    def test_every_vendor_of_the_policy_is_sent(self, conditions: dict[str, Condition]) -> None:
-        """Each vendor's GPU resource in the default policy is one the conditions recognise."""
-        for vendor in load_policy_text(default_policy_text()).vendors.values():
-            assert sent(conditions, pod(limits={vendor.resource: "1"})), vendor.resource
+    def test_every_resource_of_the_policy_is_sent(self, conditions: dict[str, Condition]) -> None:
+        """Every device resource of the default policy's vendors (their GPUs, other cards, renamed
+        replicas) and a partition of each partition prefix is one the conditions recognise."""
+        for vendor in DEFAULT_POLICY.vendors.values():
+            for resource in (*vendor.resources, *(f"{p}x" for p in vendor.partition_prefixes)):
+                assert DEFAULT_POLICY.vendor_of(resource) is vendor
+                assert sent(conditions, pod(limits={resource: "1"})), resource
 
     @pytest.mark.parametrize(
         "obj",

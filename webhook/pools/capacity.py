@@ -299,7 +299,7 @@ class Capacity:
     def _keys(self, key: PoolKey, resource: str) -> Keys:
         vendor = self.policy.vendors[key.vendor]
         order = [
-            *([MIG_STATE_LABEL] if vendor.partition_prefix else []),
+            *([MIG_STATE_LABEL] if vendor.partition_prefixes else []),
             f"{resource}.replicas",
             f"{resource}.sharing-strategy",
             f"{resource}.count",
