@@ -18,10 +18,11 @@ from webhook.admission.bound import check_bound, reachable, single_named_node
 from webhook.admission.decision import decide
 from webhook.admission.groups import decide_for_group
 from webhook.admission.patch import PatchSpec, build_patch
-from webhook.admission.pod import PodError, PodShape, PodView, read_ephemeral_containers, read_pod
+from webhook.admission.pod import PodError, PodShape, PodView, read_ephemeral_containers, read_pod, shape_bytes
 from webhook.admission.queueing import queue_verdict
 from webhook.admission.quotas import Held, check_quotas, held_quota_problem
 from webhook.admission.request import (
+    REQUEST_WEIGHT,
     GpuRequest,
     RequestError,
     all_containers,
@@ -35,7 +36,7 @@ from webhook.domain.model import QUEUE_GATE
 from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
 from webhook.pools.inventory import Inventory
-from webhook.pools.memo import NO_MEMO, Memo
+from webhook.pools.memo import NO_MEMO, Memo, held_bytes
 
 
 def evaluate(
@@ -86,7 +87,7 @@ def prepare(pod: Any, namespace: str, policy: Policy, shapes: Memo = NO_MEMO) ->
         return verdict.deny(str(exc), code=verdict.CODE_INVALID, reason="invalid")
     if view.mirror:  # the kubelet's copy of a static Pod: already running, nothing to decide
         return verdict.allow("mirror Pod: created by the kubelet, not placed by gpupool")
-    req = shapes.get(view.shape, lambda: _request(view.shape, policy))
+    req = shapes.get(view.shape, lambda: _request(view.shape, policy), size=lambda r: _weight(r, view.shape))
     if isinstance(req, Verdict):
         return req
     # A DaemonSet's Pod is placed by the DaemonSet controller's node affinity; pinning it to a pool could
@@ -99,7 +100,7 @@ def prepare(pod: Any, namespace: str, policy: Policy, shapes: Memo = NO_MEMO) ->
 
 def prepare_view(view: PodView, policy: Policy, shapes: Memo = NO_MEMO) -> Prepared | Verdict:
     """`prepare` for a Pod already read (the queue keeps the views of the Pods it holds)."""
-    req = shapes.get(view.shape, lambda: _request(view.shape, policy))
+    req = shapes.get(view.shape, lambda: _request(view.shape, policy), size=lambda r: _weight(r, view.shape))
     if isinstance(req, Verdict):
         return req
     return Prepared(view, req, "", req.pod_total)
@@ -145,7 +146,9 @@ def place(
         chosen.constraint, chosen.gpu_taints, req.container_index, chosen.resource, req.count, str(chosen.pool)
     )
     # The key is the patch's whole input, so nothing it reads can be left out of it.
-    patch = shapes.get((view.shape, spec), lambda: build_patch(view.shape, spec))
+    patch = shapes.get(
+        (view.shape, spec), lambda: build_patch(view.shape, spec), size=lambda p: req.shape_bytes + _PATCH_OP * len(p)
+    )
     return verdict.place(placement, patch, warnings=decision.warnings, reasons=reasons, group=group)
 
 
@@ -166,6 +169,19 @@ def _partitions(req: GpuRequest, policy: Policy, index: PoolIndex) -> Verdict:
         return verdict.deny(problem, reason=reason)
     note = f"gpupool: {listed} are several kinds of device, which gpupool does not place; the Pod keeps its requests"
     return verdict.allow(f"requests {listed}, which gpupool does not place").with_warnings((note,))
+
+
+# What one op of a patch holds, at most: its path, and a value made of the pool's labels, taints, resource
+# and name (the cluster's, never the Pod's strings; node labels are validated: keys 317 characters, values 63).
+_PATCH_OP = 2048
+
+
+def _weight(value: GpuRequest | Verdict, shape: PodShape) -> int:
+    """What a memo entry of a shape and what it decides holds: a request mirrors the shape; a verdict is
+    a message (bounded by the core) beside it."""
+    if isinstance(value, GpuRequest):
+        return REQUEST_WEIGHT * value.shape_bytes
+    return shape_bytes(shape) + held_bytes(value)
 
 
 def _request(shape: PodShape, policy: Policy) -> GpuRequest | Verdict:

@@ -14,12 +14,12 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from webhook.admission import devices
 from webhook.admission.devices import DeviceError, device_resource, parse_device_request
-from webhook.admission.pod import ContainerView, PodShape
+from webhook.admission.pod import ContainerView, PodShape, shape_bytes
 from webhook.domain.affinity import NO_REQUIREMENTS, NodeRequirements
 from webhook.domain.groups import GROUP_POLICIES, MAX_GROUP_SIZE, NO_GROUP_RULE, GroupRule, valid_name
 from webhook.domain.groups import MAX_NAME_CHARS as MAX_GROUP_NAME
@@ -38,6 +38,9 @@ MAX_CHARS = {CLASS: 256, MEMORY: 32, COUNT: 8, PRODUCT: 512, DRIVER: 32, VENDOR:
              FALLBACK: 8, POOL: 512, GROUP: MAX_GROUP_NAME, GROUP_POLICY: 16, GROUP_SIZE: 8}  # fmt: skip
 KNOWN = (*KNOWN, *devices.ANNOTATIONS)  # the device's kind, compute capability and CUDA
 MAX_CHARS |= devices.MAX_CHARS
+# A request mirrors the shape it is read from (tuples of its entries, an index of its tolerations): a memo
+# entry of a shape and its request, or of a request, weighs at most this many times the shape.
+REQUEST_WEIGHT = 3
 MAX_COUNT = 64
 MAX_PROBLEMS = 5  # a denial names this many problems, then says how many more there are
 T = TypeVar("T")
@@ -80,6 +83,8 @@ class GpuRequest:
     # The Pod's own effective request per device resource of its vendor, as the scheduler counts it
     # (before any patch), sorted by resource: what a Pod gpupool does not place holds.
     own_requests: tuple[tuple[str, int], ...] = ()
+    # What the shape it was read from holds (pod.shape_bytes), by which memos weigh it: not part of it.
+    shape_bytes: int = field(default=0, compare=False)
 
 
 def gpupool_annotations(shape: PodShape) -> dict[str, str]:
@@ -273,7 +278,8 @@ def parse_request(shape: PodShape, policy: Policy) -> GpuRequest:
         min_cuda=device.min_cuda,
         node_selector=tuple(sorted(shape.node_selector or ())),
         requirements=shape.requirements,
-        own_requests=tuple((r, n) for r in sorted(owned) if (n := pod_devices(shape, {r}))),
+        own_requests=tuple((r, n) for r in sorted(owned) if (n := pod_devices(shape, {r}))) if already else (),
+        shape_bytes=shape_bytes(shape),
     )
 
 
