@@ -68,23 +68,21 @@ class VendorPolicy:
     other_resources: tuple[str, ...] = ()  # more resources of whole devices: huawei.com/Ascend310P
     # A device resource with this suffix carries its shared replicas (GFD's renameByDefault: .shared).
     shared_suffix: str = ""
+    # The resources of its whole devices, its GPU resource first; and every resource it owns by name
+    # (partitions are owned by prefix): those and their renamed shared replicas. Filled in by __post_init__.
+    whole_resources: tuple[str, ...] = field(default=(), init=False)
+    resources: tuple[str, ...] = field(default=(), init=False)
+
+    def __post_init__(self) -> None:
+        whole = (self.resource, *self.other_resources)
+        renamed = tuple(f"{r}{self.shared_suffix}" for r in whole) if self.shared_suffix else ()
+        object.__setattr__(self, "whole_resources", whole)
+        object.__setattr__(self, "resources", (*whole, *renamed))
 
     @property
     def has_cuda(self) -> bool:
         """Does the vendor speak CUDA (its nodes say, or their driver tells, which CUDA they run)?"""
         return bool(self.cuda_label or self.legacy_cuda_labels)
-
-    @property
-    def whole_resources(self) -> tuple[str, ...]:
-        """The resources of its whole devices: its GPU resource first, then the others."""
-        return (self.resource, *self.other_resources)
-
-    @property
-    def resources(self) -> tuple[str, ...]:
-        """Every resource it owns by name (partitions are owned by prefix): whole devices, and their
-        renamed shared replicas."""
-        whole = self.whole_resources
-        return (*whole, *(f"{r}{self.shared_suffix}" for r in whole)) if self.shared_suffix else whole
 
     def gpu_taint(self, taint: Taint) -> bool:
         return any(rule.matches(taint) for rule in self.taints)
