@@ -205,3 +205,30 @@ def test_the_live_queue_follows_the_cluster(capsys: pytest.CaptureFixture[str], 
         ["fits", "4", AGES["fits"][1], FITS_NOW],
         ["behind", "5", AGES["behind"][1], "no node of NVIDIA-L4, Tesla-T4 has 1 free now"],
     ]
+
+
+def test_explain_on_the_live_cluster_puts_the_pod_in_the_live_queue(
+    capsys: pytest.CaptureFixture[str], live: Live, tmp_path: Path
+) -> None:
+    """`kubectl gpupool explain` of a high Pod in q2: sixth in the live queue, and released now to the
+    A100s; its namespace's queue Pods are not changed by being asked."""
+    (tmp_path / "policy.yaml").write_text(POLICY)
+    manifest = tmp_path / "train.yaml"
+    manifest.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Pod",
+                                        "metadata": {"name": "train", "annotations": {"gpupool.io/gpu-class": "high"}},
+                                        "spec": {"containers": [{"name": "main", "image": "pytorch"}]}}))  # fmt: skip
+    before = live.sim.objects("Pod", "q2")
+    args = [
+        "explain",
+        str(manifest),
+        "-n",
+        "q2",
+        "--kubeconfig",
+        live.kubeconfig,
+        "--policy",
+        str(tmp_path / "policy.yaml"),
+    ]
+    assert kubectl.main(args) == 0
+    out = capsys.readouterr().out
+    assert f"Queue: position 6 of 6, priority 0: would be released now to {A100} (constraints: " in out
+    assert live.sim.objects("Pod", "q2") == before
