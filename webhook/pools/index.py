@@ -203,10 +203,11 @@ class PoolIndex:
             if not quotas:
                 del self._quotas[namespace]
 
-    def memo(self, key: Hashable, compute: Callable[[], T]) -> T:
+    def memo(self, key: Hashable, compute: Callable[[], T], size: Callable[[T], int] | None = None) -> T:
         """A value derived from the nodes (pools, groups, their labels and taints) but not from usage:
-        computed once per key until a node changes. Decisions use it for what does not depend on free GPUs."""
-        return self._capacity.memo(key, compute)
+        computed once per key until a node changes. Decisions use it for what does not depend on free GPUs.
+        `size` weighs an entry (webhook.pools.memo.Memo.get)."""
+        return self._capacity.memo(key, compute, size)
 
     # --- what is held, for a re-list to drop what is gone ---------------------------------------------
 

@@ -98,6 +98,8 @@ class ServeOptions:
     log_level: str = "info"
     api_qps: int = 300  # the queue's writes (releases, Events) per second, per worker process
     api_burst: int = 500
+    # gpupool's worker; the server benchmark also runs gunicorn's own "gthread" as a baseline.
+    worker_class: str = "webhook.serving.worker.WebhookWorker"
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,7 +275,7 @@ def gunicorn_settings(options: ServeOptions) -> dict[str, Any]:
         "threads": options.threads,
         # gthread's thread pool and request handling, with all waiting for clients in its main loop:
         # a slow or idle client costs a connection, not a thread (webhook/serving/worker.py).
-        "worker_class": "webhook.serving.worker.WebhookWorker",
+        "worker_class": options.worker_class,
         "worker_connections": WORKER_CONNECTIONS,
         "keepalive": KEEPALIVE_SECONDS,
         "graceful_timeout": GRACEFUL_SECONDS,
