@@ -20,8 +20,9 @@ from webhook.domain.errors import ConfigError
 from webhook.domain.policy import load_policy
 from webhook.serving.certs import CertError, read_ca_bundle
 from webhook.serving.logs import LEVELS, logging_config
+from webhook.serving.policyfile import read_policy_file
 from webhook.serving.queueing import QueueSettings
-from webhook.serving.server import Core, ServeOptions, real_app_loader, serve
+from webhook.serving.server import Core, ServeOptions, policy_detail, real_app_loader, serve
 from webhook.sources.open import open_inventory
 
 # Each option's environment variable (for the Deployment); a flag given on the command line wins.
@@ -144,7 +145,8 @@ def run(args: argparse.Namespace) -> int:
     check_tls_files(options.cert, options.key)
     if options.client_ca is not None:
         check_client_ca(options.client_ca)
-    return serve(options, real_app_loader(load_core(options, os.environ)))
+    core = load_core(options, os.environ)
+    return serve(options, real_app_loader(core), policy_detail(core))
 
 
 def check_tls_files(cert: str, key: str) -> None:
@@ -174,11 +176,13 @@ def check_client_ca(path: str) -> None:
 
 
 def load_core(options: ServeOptions, environ: Mapping[str, str] | None = None) -> Core:
-    """Read the policy and the inventory source, the only time `serve` reads them (the workers start
-    from the master's copy); a ConfigError naming the bad file, before anything starts. The queue's Lease
-    lives in `POD_NAMESPACE` and this replica is `POD_NAME` (the Deployment sets both through the
-    downward API; outside a Pod: `gpupool-system` and the host's name)."""
-    policy = load_policy(options.policy)
+    """Read the policy and the inventory source, the only time `serve` reads them before the workers
+    start from the master's copy (they follow the policy file afterwards); a ConfigError naming the bad
+    file, before anything starts. The queue's Lease lives in `POD_NAMESPACE` and this replica is
+    `POD_NAME` (the Deployment sets both through the downward API; outside a Pod: `gpupool-system` and
+    the host's name)."""
+    source = read_policy_file(options.policy) if options.policy is not None else None
+    policy = source.policy if source is not None else load_policy(None)
     inventory = open_inventory(policy, snapshot=options.inventory, kubeconfig=options.kubeconfig, start=False)
     environ = environ if environ is not None else {}
     queue = QueueSettings(
@@ -187,4 +191,4 @@ def load_core(options: ServeOptions, environ: Mapping[str, str] | None = None) -
         qps=options.api_qps,
         burst=options.api_burst,
     )
-    return Core(policy, inventory, queue)
+    return Core(policy, inventory, source, queue)

@@ -24,20 +24,45 @@ Not thread-safe: the inventory that owns it serialises access.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Hashable, Iterator
+from dataclasses import replace
 from typing import TypeVar
 
 from webhook.domain.affinity import PoolConstraint
 from webhook.domain.model import NodeInfo, PodInfo, PodKey, PoolKey, QuotaInfo
-from webhook.domain.policy import Policy
+from webhook.domain.policy import Defaults, Policy
 from webhook.pools.capacity import Capacity, PoolStats
 from webhook.pools.constraints import Inseparable
 from webhook.pools.ledger import Ledger
 from webhook.pools.nodes import NodeFacts, Selector, Unclassified
 from webhook.pools.pool import Group, Pool
 
-__all__ = ["Group", "Inseparable", "Pool", "PoolIndex", "PoolStats"]
+__all__ = ["Group", "Inseparable", "Pool", "PoolIndex", "PoolStats", "pooling"]
 
 T = TypeVar("T")
+
+
+# What only admission reads of the policy, never an index or the projections that feed it: a change of
+# these alone keeps the index. Everything else is assumed to shape the index, so a field added later
+# (and read by the index) rebuilds it until it is listed here: exact by default, cheap where known.
+ADMISSION_ONLY_DEFAULTS = (
+    "fallback",
+    "on_no_capacity",
+    "stale_after_seconds",
+    "on_stale",
+    "check_visible_devices",
+    "enforce_all_gpu_quota_forms",  # read by webhook.pools.quotas from the policy it is given
+    "device",
+    "placement",  # read by admission and the queue (webhook.queue.release), each from the policy it is given
+)
+
+
+def pooling(policy: Policy) -> Policy:
+    """The policy without what only admission reads (its namespace rules, its default vendor and the
+    defaults in ADMISSION_ONLY_DEFAULTS): two policies with equal poolings pool the same objects the same
+    way, so an index built for one serves the other."""
+    neutral = Defaults()
+    defaults = replace(policy.defaults, **{name: getattr(neutral, name) for name in ADMISSION_ONLY_DEFAULTS})
+    return replace(policy, namespaces={}, default_vendor="", defaults=defaults)
 
 
 class PoolIndex:
