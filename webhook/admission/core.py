@@ -197,12 +197,7 @@ class Admitter:
             result = place(prepared, self.policy, index, explain=False, shapes=self._shapes)
             placement = result.placement
             if placement is not None and stale and self.policy.defaults.on_stale == "deny":
-                return verdict.deny(
-                    f"the GPU inventory is stale (no contact with the API for {stale:.0f} s); "
-                    "policy onStale is deny, so GPU Pods are refused until it re-syncs",
-                    code=verdict.CODE_UNAVAILABLE,
-                    reason="stale",
-                )
+                return stale_denial(stale)
             # Every placed Pod counts until the watch shows it, pre-patched and bound ones too (only its
             # own re-invocation, recognised above, is not counted twice).
             if placement is not None and not dry_run:
@@ -229,3 +224,23 @@ class Admitter:
         """How stale the inventory is beyond the policy's threshold (0 when fresh)."""
         age = self.inventory.age_seconds()
         return age if age > self.policy.defaults.stale_after_seconds else 0.0
+
+    @property
+    def shapes(self) -> Memo:
+        """What Pod shapes decide under this policy; the validating call (webhook.admission.validation) reads
+        the same Pods, patched."""
+        return self._shapes
+
+    def now(self) -> float:
+        """The clock reservations are made and expired by."""
+        return self._clock()
+
+
+def stale_denial(stale: float) -> Verdict:
+    """A GPU Pod refused because the inventory is `stale` seconds old under policy onStale: deny."""
+    return verdict.deny(
+        f"the GPU inventory is stale (no contact with the API for {stale:.0f} s); "
+        "policy onStale is deny, so GPU Pods are refused until it re-syncs",
+        code=verdict.CODE_UNAVAILABLE,
+        reason="stale",
+    )
