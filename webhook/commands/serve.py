@@ -10,11 +10,13 @@ from __future__ import annotations
 import argparse
 import logging.config
 import os
+import re
 import ssl
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from webhook.admission.validation import Trusted
 from webhook.domain.errors import ConfigError
 from webhook.domain.policy import load_policy
 from webhook.serving.certs import CertError, read_ca_bundle
@@ -36,6 +38,11 @@ SERVE_ENV: dict[str, str] = {
     "GPUPOOL_WORKERS": "--workers",
     "GPUPOOL_THREADS": "--threads",
     "GPUPOOL_LOG_LEVEL": "--log-level",
+    # Set by the Deployment from the downward API (metadata.namespace): the namespace gpupool runs in.
+    "POD_NAMESPACE": "--namespace",
+    "GPUPOOL_SERVICE_ACCOUNT": "--service-account",
+    "GPUPOOL_TRUSTED_USERS": "--trusted-users",
+    "GPUPOOL_TRUSTED_GROUPS": "--trusted-groups",
 }
 DEFAULTS: dict[str, str] = {
     "--host": "0.0.0.0",  # in a Pod the kubelet and kube-apiserver reach the Pod IP
@@ -44,7 +51,12 @@ DEFAULTS: dict[str, str] = {
     "--workers": "1",  # see README: one watch cache and one set of reservations per worker
     "--threads": "4",
     "--log-level": "info",
+    "--namespace": "gpupool-system",
+    "--service-account": "gpupool-webhook",
 }
+# Namespace and service account names, as Kubernetes allows them (a DNS label; a DNS subdomain).
+_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -76,6 +88,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add("--workers", "N", "gunicorn worker processes")
     add("--threads", "N", "threads per worker (concurrent admissions per worker)")
     add("--log-level", "LEVEL", f"one of {', '.join(LEVELS)}", type=str.lower)
+    add(
+        "--namespace",
+        "NS",
+        "the namespace gpupool runs in; with --service-account it names gpupool's own user, "
+        "system:serviceaccount:NS:NAME, which may change what the validating webhook guards on GPU Pods",
+    )
+    add("--service-account", "NAME", "the service account the gpupool Pods run as")
+    add(
+        "--trusted-users",
+        "USER,...",
+        "users who, besides gpupool's own, may change a GPU Pod's gpupool.io/ annotations, GPU resources and "
+        "placement once it exists (an emergency release; another controller's service account); default: none",
+    )
+    add("--trusted-groups", "GROUP,...", "groups whose members may, like --trusted-users; default: none")
 
 
 def resolve_options(args: argparse.Namespace, environ: Mapping[str, str]) -> ServeOptions:
@@ -114,10 +140,26 @@ def resolve_options(args: argparse.Namespace, environ: Mapping[str, str]) -> Ser
         workers=number("--workers", 1, 64),
         threads=number("--threads", 1, 256),
         log_level=level,
+        namespace=value("--namespace") or "",
+        service_account=value("--service-account") or "",
+        trusted_users=_names(value("--trusted-users")),
+        trusted_groups=_names(value("--trusted-groups")),
     )
     if options.port == options.health_port:
         raise ConfigError(f"--port and --health-port must differ (both {options.port})")
+    for flag, name, pattern, what in (
+        ("--namespace", options.namespace, _LABEL, "a namespace name (lowercase letters, digits and '-')"),
+        ("--service-account", options.service_account, _SUBDOMAIN, "a service account name (lowercase letters, "
+         "digits, '-' and '.')"),
+    ):  # fmt: skip
+        if not pattern.fullmatch(name):
+            raise ConfigError(f"{_both(flag)} must be {what}, not {name!r}")
     return options
+
+
+def _names(text: str | None) -> tuple[str, ...]:
+    """A comma-separated list of user or group names, each stripped; empty entries dropped."""
+    return tuple(dict.fromkeys(n.strip() for n in (text or "").split(",") if n.strip()))
 
 
 def _both(flag: str) -> str:
@@ -165,4 +207,5 @@ def load_core(options: ServeOptions) -> Core:
     from the master's copy); a ConfigError naming the bad file, before anything starts."""
     policy = load_policy(options.policy)
     inventory = open_inventory(policy, snapshot=options.inventory, kubeconfig=options.kubeconfig, start=False)
-    return Core(policy, inventory)
+    trusted = Trusted.of(options.namespace, options.service_account, options.trusted_users, options.trusted_groups)
+    return Core(policy, inventory, trusted)

@@ -32,7 +32,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gunicorn.app.base import BaseApplication
@@ -40,6 +40,7 @@ from gunicorn.glogging import Logger as GunicornLogger
 from gunicorn.sock import ssl_context as gunicorn_ssl_context
 
 from webhook.admission.core import Admitter
+from webhook.admission.validation import Trusted, Validator
 from webhook.domain.errors import ConfigError
 from webhook.domain.policy import Policy
 from webhook.pools.inventory import Inventory
@@ -91,6 +92,10 @@ class ServeOptions:
     workers: int = 1
     threads: int = 4
     log_level: str = "info"
+    namespace: str = "gpupool-system"  # where gpupool runs: with service_account, gpupool's own username
+    service_account: str = "gpupool-webhook"
+    trusted_users: tuple[str, ...] = ()  # who else may change what the validating webhook guards
+    trusted_groups: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +105,8 @@ class Core:
     policy: Policy
     # A snapshot: the whole index, loaded. The live cluster: the client configuration, not yet watching.
     inventory: Inventory
+    # Who may change what the validating webhook guards on GPU Pods (webhook.admission.validation).
+    trusted: Trusted = field(default_factory=lambda: Trusted.of("gpupool-system", "gpupool-webhook"))
 
 
 def real_app_loader(core: Core) -> LoadApp:
@@ -125,7 +132,8 @@ def real_app_loader(core: Core) -> LoadApp:
             refresher.stop()
             inventory.close()
 
-        config = AppConfig(admitter=Admitter(policy, inventory), metrics=metrics)
+        admitter = Admitter(policy, inventory)
+        config = AppConfig(admitter=admitter, metrics=metrics, validator=Validator(admitter, core.trusted))
         app = create_app(config)
         freeze_when_ready(inventory)
         return WorkerApp(app, close)
