@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 from webhook.admission.pod import read_pod
 from webhook.admission.request import wants_gpus
 from webhook.commands.cli import build_parser
-from webhook.commands.serve import SERVE_ENV, check_client_ca, resolve_options
+from webhook.commands.serve import NAMESPACE_ENV, SERVE_ENV, check_client_ca, resolve_options
 from webhook.domain.policy import Policy, default_policy_text, load_policy_text
 from webhook.domain.quantity import parse_bytes
 from webhook.serving.certs import dns_names, ensure_certificates
@@ -990,8 +990,8 @@ class TestRbac:
         ]
         assert rendering.pod_spec["serviceAccountName"] == account["metadata"]["name"]
         # ... and `gpupool serve` knows itself by that account, as kube-apiserver names it in userInfo.
-        options = serve_options(rendering)
-        username = f"system:serviceaccount:{options.namespace}:{options.service_account}"
+        env = {e["name"]: env_value(rendering, e) for e in rendering.container["env"]}
+        username = f"system:serviceaccount:{env[NAMESPACE_ENV]}:{serve_options(rendering).service_account}"
         assert username == f"system:serviceaccount:{account['metadata']['namespace']}:{account['metadata']['name']}"
 
 
@@ -1004,7 +1004,7 @@ class TestDeployment:
         container = rendering.container
         assert "command" not in container  # the image's entrypoint: gpupool serve
         names = [e["name"] for e in container["env"]]
-        assert set(names) <= set(SERVE_ENV), set(names) - set(SERVE_ENV)
+        assert set(names) <= {*SERVE_ENV, NAMESPACE_ENV}, set(names) - set(SERVE_ENV)
         # Only who gpupool is comes from the downward API, so it cannot drift from the install.
         from_api = {e["name"]: e["valueFrom"] for e in container["env"] if "valueFrom" in e}
         assert from_api == {

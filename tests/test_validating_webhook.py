@@ -35,7 +35,8 @@ from tests.test_manifests import pod as manifest_pod
 from webhook.admission.core import Admitter
 from webhook.admission.pod import read_pod
 from webhook.admission.request import wants_gpus
-from webhook.admission.validation import QUEUE_GATE, Caller, Trusted, Validator
+from webhook.admission.validation import Caller, Trusted, Validator
+from webhook.domain.model import QUEUE_GATE
 from webhook.domain.policy import default_policy_text, load_policy_text
 from webhook.pools.index import PoolIndex
 from webhook.sources.snapshot import SnapshotInventory

@@ -19,7 +19,10 @@ from tests.admission.test_core import NAMESPACES, demo_policy, pod_st
 from tests.builders import fleet, gpu_node, index_of, pod, policy, quota
 from tests.conftest import DEMO_INVENTORY
 from webhook.admission.core import Admitter
-from webhook.admission.validation import QUEUE_GATE, Caller, Trusted, Validator
+from webhook.admission.pod import read_pod
+from webhook.admission.validation import Caller, Trusted, Validator, as_stored
+from webhook.admission.verdict import Verdict
+from webhook.domain.model import QUEUE_GATE
 from webhook.domain.policy import Policy
 from webhook.sources.snapshot import SnapshotInventory, parse_objects
 
@@ -501,3 +504,15 @@ def test_a_malformed_update_is_refused_naming_the_field_never_an_error() -> None
     gates["spec"]["schedulingGates"] = {"name": QUEUE_GATE}
     assert "spec.schedulingGates: expected a list" in update(validator, old, gates).message
     assert update(validator, old, None).code == 400
+
+
+def test_a_queued_pod_whose_gate_a_later_webhook_removed_is_refused_naming_the_gate() -> None:
+    """A Pod the queue holds is placed nowhere yet: what keeps it waiting is gpupool's gate, and a Pod the
+    mutating call would still gate (a later webhook removed it) is refused, naming the gate."""
+    gate = {"op": "add", "path": "/spec/schedulingGates", "value": [{"name": QUEUE_GATE}]}
+    held = Verdict(allowed=True, outcome="mutated", patch=(gate,))
+    view = read_pod(queued_pod(), "ml")
+    refused = as_stored(held, view)
+    assert (refused.allowed, refused.reason) == (False, "changed")
+    assert f"it lacks what keeps it in gpupool's queue: the scheduling gate {QUEUE_GATE}" in refused.message
+    assert as_stored(Verdict(allowed=True, outcome="unchanged"), view).allowed

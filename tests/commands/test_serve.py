@@ -14,7 +14,8 @@ import pytest
 
 from tests.conftest import DEMO_INVENTORY, REPO, free_port, server_env
 from tests.serving.test_server import client_certificate, new_ca
-from webhook.commands.serve import DEFAULTS, SERVE_ENV, configure, resolve_options
+from webhook.admission.validation import Trusted
+from webhook.commands.serve import DEFAULTS, SERVE_ENV, configure, load_core, resolve_options
 from webhook.domain.errors import ConfigError
 
 
@@ -34,8 +35,7 @@ class TestOptions:
         configure(parser)
         flags = {a.option_strings[0] for a in parser._actions if a.option_strings and a.dest != "help"}
         assert set(SERVE_ENV.values()) == flags
-        # POD_NAMESPACE is the downward API's conventional name (the queue's Lease uses it too).
-        assert all(name.startswith("GPUPOOL_") for name in SERVE_ENV if name != "POD_NAMESPACE")
+        assert all(name.startswith("GPUPOOL_") for name in SERVE_ENV)
 
     def test_environment_is_used_and_flags_win(self) -> None:
         """A variable sets an option; the flag, when given, wins over it."""
@@ -57,26 +57,22 @@ class TestOptions:
         assert DEFAULTS["--port"] == "8443"
 
     def test_who_may_change_what_gpupool_guards(self) -> None:
-        """gpupool knows itself as the service account of its Pods (POD_NAMESPACE and
-        GPUPOOL_SERVICE_ACCOUNT, from the downward API in the Deployment; gpupool-system/gpupool-webhook by
-        default); the trusted users and groups are comma-separated lists, none by default."""
-        default = resolve_options(serve_args(cert="c", key="k"), {})
-        assert (default.namespace, default.service_account, default.trusted_users, default.trusted_groups) == (
-            "gpupool-system",
-            "gpupool-webhook",
-            (),
-            (),
-        )
+        """gpupool knows itself as the service account of its Pods: GPUPOOL_SERVICE_ACCOUNT in POD_NAMESPACE
+        (both from the downward API in the Deployment; gpupool-webhook in gpupool-system by default). The
+        trusted users and groups are comma-separated lists, none by default."""
+        default = resolve_options(serve_args(cert="c", key="k", inventory=str(DEMO_INVENTORY)), {})
+        assert (default.service_account, default.trusted_users, default.trusted_groups) == ("gpupool-webhook", (), ())
+        assert load_core(default, {}).trusted == Trusted.of("gpupool-system", "gpupool-webhook")
         env = {
-            "POD_NAMESPACE": "gpu",
             "GPUPOOL_SERVICE_ACCOUNT": "pool",
             "GPUPOOL_TRUSTED_USERS": "alice, system:serviceaccount:kueue-system:kueue-controller-manager,,alice",
             "GPUPOOL_TRUSTED_GROUPS": "oncall",
         }
-        options = resolve_options(serve_args(cert="c", key="k"), env)
-        assert (options.namespace, options.service_account) == ("gpu", "pool")
+        options = resolve_options(serve_args(cert="c", key="k", inventory=str(DEMO_INVENTORY)), env)
         assert options.trusted_users == ("alice", "system:serviceaccount:kueue-system:kueue-controller-manager")
-        assert options.trusted_groups == ("oncall",)
+        trusted = load_core(options, {"POD_NAMESPACE": "gpu"}).trusted
+        assert trusted.service_account == "system:serviceaccount:gpu:pool"
+        assert (trusted.users, trusted.groups) == (frozenset(options.trusted_users), frozenset({"oncall"}))
 
     @pytest.mark.parametrize(
         ("given", "env", "words"),
@@ -86,7 +82,6 @@ class TestOptions:
             pytest.param({"cert": "c", "key": "k", "workers": "0"}, {}, "--workers", id="zero-workers"),
             pytest.param({"cert": "c", "key": "k", "port": "8080"}, {}, "must differ", id="same-ports"),
             pytest.param({"cert": "c", "key": "k", "log_level": "loud"}, {}, "--log-level", id="bad-level"),
-            pytest.param({"cert": "c", "key": "k"}, {"POD_NAMESPACE": "Team_A"}, "POD_NAMESPACE", id="bad-namespace"),
             pytest.param(
                 {"cert": "c", "key": "k", "service_account": "web hook"}, {}, "--service-account", id="bad-account"
             ),

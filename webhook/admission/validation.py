@@ -48,11 +48,10 @@ from webhook.admission.pod import ContainerView, PodError, PodView, read_pod
 from webhook.admission.request import wants_gpus
 from webhook.admission.verdict import Verdict
 from webhook.domain.affinity import Requirement
-from webhook.domain.model import PREFIX
+from webhook.domain.model import PREFIX, QUEUE_GATE
 from webhook.domain.policy import Policy
 from webhook.domain.quantity import shown
 
-QUEUE_GATE = f"{PREFIX}queue"  # the scheduling gate a queued Pod waits behind until gpupool releases it
 MAX_LISTED = 6  # changes or missing pieces a message names before it says how many more
 MAX_VALUE_CHARS = 80  # of a value quoted in a message (a Pod's own strings can be long)
 
@@ -115,7 +114,10 @@ def as_stored(result: Verdict, view: PodView) -> Verdict:
     if not result.allowed:
         return result
     if result.patch:
-        where = f" in pool {result.placement.pool}" if result.placement is not None else ""
+        if result.placement is not None:
+            where = f" in pool {result.placement.pool}"
+        else:  # a Pod the queue holds: its gate keeps it waiting for gpupool's release
+            where = " in gpupool's queue" if any(op.get("path", "").startswith(_GATES) for op in result.patch) else ""
         return verdict.deny(
             "the Pod as it will be stored is not as gpupool placed it (a mutating webhook called after gpupool's "
             f"changed it, or gpupool's own mutating call failed): it lacks what keeps it{where}: "
@@ -147,7 +149,14 @@ def _missing(op: Mapping[str, Any], view: PodView) -> str:
     if path.startswith("/metadata/annotations"):
         entries = value.items() if isinstance(value, dict) else [(_unescape(parts[-1]), value)]
         return "annotation " + ", ".join(f"{k}={_cut(v)}" for k, v in entries)
+    if path.startswith(_GATES):
+        gates = value if isinstance(value, list) else [value]
+        names = [_cut(g.get("name")) if isinstance(g, dict) else _cut(g) for g in gates]
+        return f"the scheduling gate{'s' if len(names) > 1 else ''} {', '.join(names)}"
     return path
+
+
+_GATES = "/spec/schedulingGates"
 
 
 def _requirements_in(value: Any) -> Iterator[Requirement]:

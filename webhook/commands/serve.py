@@ -38,8 +38,6 @@ SERVE_ENV: dict[str, str] = {
     "GPUPOOL_WORKERS": "--workers",
     "GPUPOOL_THREADS": "--threads",
     "GPUPOOL_LOG_LEVEL": "--log-level",
-    # Set by the Deployment from the downward API (metadata.namespace): the namespace gpupool runs in.
-    "POD_NAMESPACE": "--namespace",
     "GPUPOOL_SERVICE_ACCOUNT": "--service-account",
     "GPUPOOL_TRUSTED_USERS": "--trusted-users",
     "GPUPOOL_TRUSTED_GROUPS": "--trusted-groups",
@@ -51,11 +49,12 @@ DEFAULTS: dict[str, str] = {
     "--workers": "1",  # see README: one watch cache and one set of reservations per worker
     "--threads": "4",
     "--log-level": "info",
-    "--namespace": "gpupool-system",
     "--service-account": "gpupool-webhook",
 }
-# Namespace and service account names, as Kubernetes allows them (a DNS label; a DNS subdomain).
-_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+# Set by the Deployment through the downward API: the namespace gpupool runs in, with --service-account
+# gpupool's own username (system:serviceaccount:<namespace>:<name>). Outside a Pod: gpupool-system.
+NAMESPACE_ENV = "POD_NAMESPACE"
+# A service account's name, as Kubernetes allows it (a DNS subdomain).
 _SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
@@ -89,12 +88,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add("--threads", "N", "threads per worker (concurrent admissions per worker)")
     add("--log-level", "LEVEL", f"one of {', '.join(LEVELS)}", type=str.lower)
     add(
-        "--namespace",
-        "NS",
-        "the namespace gpupool runs in; with --service-account it names gpupool's own user, "
-        "system:serviceaccount:NS:NAME, which may change what the validating webhook guards on GPU Pods",
+        "--service-account",
+        "NAME",
+        "the service account the gpupool Pods run as: in POD_NAMESPACE, gpupool's own user, which may change "
+        "what the validating webhook guards on GPU Pods (the queue's release)",
     )
-    add("--service-account", "NAME", "the service account the gpupool Pods run as")
     add(
         "--trusted-users",
         "USER,...",
@@ -140,20 +138,17 @@ def resolve_options(args: argparse.Namespace, environ: Mapping[str, str]) -> Ser
         workers=number("--workers", 1, 64),
         threads=number("--threads", 1, 256),
         log_level=level,
-        namespace=value("--namespace") or "",
         service_account=value("--service-account") or "",
         trusted_users=_names(value("--trusted-users")),
         trusted_groups=_names(value("--trusted-groups")),
     )
     if options.port == options.health_port:
         raise ConfigError(f"--port and --health-port must differ (both {options.port})")
-    for flag, name, pattern, what in (
-        ("--namespace", options.namespace, _LABEL, "a namespace name (lowercase letters, digits and '-')"),
-        ("--service-account", options.service_account, _SUBDOMAIN, "a service account name (lowercase letters, "
-         "digits, '-' and '.')"),
-    ):  # fmt: skip
-        if not pattern.fullmatch(name):
-            raise ConfigError(f"{_both(flag)} must be {what}, not {name!r}")
+    if not _SUBDOMAIN.fullmatch(options.service_account):
+        raise ConfigError(
+            f"{_both('--service-account')} must be a service account name (lowercase letters, digits, '-' and '.'), "
+            f"not {options.service_account!r}"
+        )
     return options
 
 
@@ -173,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
     check_tls_files(options.cert, options.key)
     if options.client_ca is not None:
         check_client_ca(options.client_ca)
-    return serve(options, real_app_loader(load_core(options)))
+    return serve(options, real_app_loader(load_core(options, os.environ)))
 
 
 def check_tls_files(cert: str, key: str) -> None:
@@ -202,10 +197,12 @@ def check_client_ca(path: str) -> None:
         raise ConfigError(f"--client-ca {path}: not a usable CA file: {exc}") from None
 
 
-def load_core(options: ServeOptions) -> Core:
+def load_core(options: ServeOptions, environ: Mapping[str, str] | None = None) -> Core:
     """Read the policy and the inventory source, the only time `serve` reads them (the workers start
-    from the master's copy); a ConfigError naming the bad file, before anything starts."""
+    from the master's copy); a ConfigError naming the bad file, before anything starts. gpupool's own
+    user is its service account in `POD_NAMESPACE` (the Deployment sets it through the downward API)."""
     policy = load_policy(options.policy)
     inventory = open_inventory(policy, snapshot=options.inventory, kubeconfig=options.kubeconfig, start=False)
-    trusted = Trusted.of(options.namespace, options.service_account, options.trusted_users, options.trusted_groups)
+    namespace = (environ or {}).get(NAMESPACE_ENV) or "gpupool-system"
+    trusted = Trusted.of(namespace, options.service_account, options.trusted_users, options.trusted_groups)
     return Core(policy, inventory, trusted)

@@ -14,6 +14,7 @@ from webhook.domain.affinity import NO_REQUIREMENTS, NodeRequirements
 
 PREFIX = "gpupool.io/"  # every annotation gpupool reads or writes
 POOL_ANNOTATION = f"{PREFIX}pool"  # where gpupool records the pool it placed a Pod in
+QUEUE_GATE = f"{PREFIX}queue"  # the scheduling gate a Pod waits behind until the queue releases it
 
 
 @dataclass(frozen=True, slots=True)

@@ -92,8 +92,7 @@ class ServeOptions:
     workers: int = 1
     threads: int = 4
     log_level: str = "info"
-    namespace: str = "gpupool-system"  # where gpupool runs: with service_account, gpupool's own username
-    service_account: str = "gpupool-webhook"
+    service_account: str = "gpupool-webhook"  # in POD_NAMESPACE: gpupool's own user (webhook.admission.validation)
     trusted_users: tuple[str, ...] = ()  # who else may change what the validating webhook guards
     trusted_groups: tuple[str, ...] = ()
 
