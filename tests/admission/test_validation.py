@@ -333,7 +333,9 @@ def placed_pod() -> Obj:
     """A GPU Pod as it is stored after gpupool placed it, in a workload group."""
     obj = pod("train-0", annotations={"gpupool.io/gpu-class": "medium", "gpupool.io/pool": T4,
                                       "gpupool.io/group": "sweep"},
-              gpus=1, node_selector={"nvidia.com/gpu.product": "Tesla-T4"})  # fmt: skip
+              gpus=1, node_selector={"nvidia.com/gpu.product": "Tesla-T4"},
+              tolerations=[{"key": f"node.kubernetes.io/{k}", "operator": "Exists", "effect": "NoExecute"}
+                           for k in ("not-ready", "unreachable")])  # fmt: skip
     obj["metadata"]["labels"] = {"app": "train"}
     return obj
 
@@ -452,8 +454,10 @@ def test_trusted_users_and_groups_may_and_the_message_names_them() -> None:
         lambda p: p["spec"]["containers"][0].update(image="nvidia/cuda:12.5.0-runtime-ubuntu22.04"),
         lambda p: p["spec"]["containers"][0]["resources"]["limits"].update({"cpu": "2"}),
         lambda p: p["spec"].update(activeDeadlineSeconds=600),
+        lambda p: p["spec"]["tolerations"].reverse(),
     ],
-    ids=["label", "other-annotation", "finalizer-and-deletion", "image", "cpu-limit", "deadline"],
+    ids=["label", "other-annotation", "finalizer-and-deletion", "image", "cpu-limit", "deadline",
+         "tolerations-reordered"],
 )  # fmt: skip
 def test_changes_gpupool_does_not_guard_are_anyones(change: Callable[[Obj], None]) -> None:
     """Labels, other tools' annotations, finalizers, images, cpu and memory, deadlines: allowed for anyone."""

@@ -37,6 +37,7 @@ holds nor moves it.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import zip_longest
@@ -217,10 +218,13 @@ def guarded(old: PodView, new: PodView, policy: Policy, queued: tuple[bool, bool
     old_sel, new_sel = dict(old.shape.node_selector or ()), dict(new.shape.node_selector or ())
     if old_sel != new_sel:
         keys = sorted(k for k in old_sel.keys() | new_sel.keys() if old_sel.get(k) != new_sel.get(k))
-        changes.append(f"nodeSelector {', '.join(keys)}")
+        more = f" and {len(keys) - MAX_LISTED} more" if len(keys) > MAX_LISTED else ""
+        changes.append(f"nodeSelector {', '.join(_cut(k) for k in keys[:MAX_LISTED])}{more}")
     if old.shape.affinity.required != new.shape.affinity.required:
         changes.append("required node affinity")
-    if (old.shape.tolerations or ()) != (new.shape.tolerations or ()):
+    # As a multiset: an update may list them in another order (a client's replace, an admission plugin
+    # that appends its defaults again), which changes nothing about where the Pod may run.
+    if Counter(old.shape.tolerations or ()) != Counter(new.shape.tolerations or ()):
         changes.append("tolerations")
     if queued[0] != queued[1]:
         changes.append(f"scheduling gate {QUEUE_GATE} ({'removed' if queued[0] else 'added'})")
