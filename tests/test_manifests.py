@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 from webhook.admission.pod import read_pod
 from webhook.admission.request import wants_gpus
 from webhook.commands.cli import build_parser
-from webhook.commands.serve import NAMESPACE_ENV, SERVE_ENV, check_client_ca, resolve_options
+from webhook.commands.serve import DOWNWARD_ENV, NAMESPACE_ENV, SERVE_ENV, check_client_ca, resolve_options
 from webhook.domain.policy import Policy, default_policy_text, load_policy_text
 from webhook.domain.quantity import parse_bytes
 from webhook.serving.certs import dns_names, ensure_certificates
@@ -52,7 +52,8 @@ TLS_SECRET = "gpupool-webhook-tls"
 # For the property test of the webhook's matchConditions: GPU resources, and names that only look like one.
 RESOURCE_NAMES = (
     *("nvidia.com/gpu", "nvidia.com/mig-1g.5gb", "amd.com/gpu", "huawei.com/Ascend910", "huawei.com/Ascend310P"),
-    *("cpu", "memory", "nvidia.com/gpux", "nvidia.com/mig", "example.com/gpu", "amd.com/gpu-x"),
+    *("nvidia.com/gpu.shared", "nvidia.com/mig-1g.5gb.shared", "huawei.com/Ascend910-4c"),
+    *("cpu", "memory", "nvidia.com/gpux", "nvidia.com/mig", "example.com/gpu", "amd.com/gpu-x", "nvidia.com/gpu.x"),
 )
 ENV_NAMES = ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "nvidia_visible_devices", "PATH")
 # Schemas to validate against. 1.30 is the first release where webhook matchConditions are GA (its
@@ -526,8 +527,9 @@ class TestPolicyConfigMap:
 
 
 class TestWebhookConfiguration:
-    def test_only_pod_create_is_sent(self, rendering: Rendering) -> None:
-        """Only CREATE of core/v1 Pods: no UPDATE, no DELETE, no subresource such as pods/binding."""
+    def test_only_pod_create_and_ephemeral_containers_are_sent(self, rendering: Rendering) -> None:
+        """Only CREATE of core/v1 Pods and UPDATE of pods/ephemeralcontainers (`kubectl debug`): no other
+        UPDATE, no DELETE, no other subresource such as pods/binding."""
         assert rendering.webhook["rules"] == [
             {
                 "apiGroups": [""],
@@ -535,7 +537,14 @@ class TestWebhookConfiguration:
                 "operations": ["CREATE"],
                 "resources": ["pods"],
                 "scope": "Namespaced",
-            }
+            },
+            {
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "operations": ["UPDATE"],
+                "resources": ["pods/ephemeralcontainers"],
+                "scope": "Namespaced",
+            },
         ]
 
     def test_call_settings(self, rendering: Rendering) -> None:
@@ -727,28 +736,31 @@ class TestCertManager:
 # --- matchConditions, evaluated with CEL ---------------------------------------------------------
 
 
-Condition = Callable[[Obj], Any]
+Condition = Callable[..., Any]  # (object, subresource="") -> CEL result
 
 
 @pytest.fixture(scope="module")
 def conditions(rendered: dict[str, Rendering]) -> dict[str, Condition]:
-    """The webhook's matchConditions compiled with cel-python, by name."""
+    """The webhook's matchConditions compiled with cel-python, by name; each takes the object and the
+    request's subresource ("" for a Pod CREATE, "ephemeralcontainers" for its UPDATE)."""
     env = celpy.Environment()
     compiled: dict[str, Condition] = {}
     for condition in rendered["base"].webhook["matchConditions"]:
         program = env.program(env.compile(condition["expression"]))
 
-        def evaluate(obj: Obj, program: Any = program) -> Any:
-            request = {"operation": "CREATE", "namespace": "team-a", "object": obj, "dryRun": False}
+        def evaluate(obj: Obj, sub_resource: str = "", program: Any = program) -> Any:
+            request: Obj = {"operation": "CREATE", "namespace": "team-a", "object": obj, "dryRun": False}
+            if sub_resource:  # kube-apiserver leaves the field out when there is none
+                request |= {"operation": "UPDATE", "subResource": sub_resource, "oldObject": obj}
             return program.evaluate({"object": json_to_cel(obj), "request": json_to_cel(request)})
 
         compiled[condition["name"]] = evaluate
     return compiled
 
 
-def sent(conditions: Mapping[str, Condition], obj: Obj) -> bool:
+def sent(conditions: Mapping[str, Condition], obj: Obj, sub_resource: str = "") -> bool:
     """What kube-apiserver does: send the request only when every condition is true."""
-    results = [conditions[name](obj) for name in conditions]
+    results = [conditions[name](obj, sub_resource) for name in conditions]
     assert all(isinstance(r, celtypes.BoolType) for r in results), results
     return all(bool(r) for r in results)
 
@@ -757,7 +769,9 @@ MIRROR = "kubernetes.io/config.mirror"
 
 
 def is_gpu_resource(name: str) -> bool:
-    return name in ("nvidia.com/gpu", "amd.com/gpu") or name.startswith(("nvidia.com/mig-", "huawei.com/Ascend"))
+    return name in ("nvidia.com/gpu", "nvidia.com/gpu.shared", "amd.com/gpu") or name.startswith(
+        ("nvidia.com/mig-", "huawei.com/Ascend")
+    )
 
 
 DEFAULT_POLICY = load_policy_text(default_policy_text())
@@ -766,7 +780,7 @@ DEFAULT_POLICY = load_policy_text(default_policy_text())
 def should_be_sent(obj: Obj) -> bool:
     """The rule the matchConditions implement, for a Pod CREATE in a namespace the namespaceSelector lets
     through: sent exactly when it is not a mirror Pod (annotation kubernetes.io/config.mirror) and it
-    carries a gpupool.io/ annotation, or names a GPU resource (nvidia.com/gpu, nvidia.com/mig-*,
+    carries a gpupool.io/ annotation, or names a GPU resource (nvidia.com/gpu, nvidia.com/gpu.shared, nvidia.com/mig-*,
     amd.com/gpu, huawei.com/Ascend*) in the limits or requests of any container or init container, or
     has an env entry named NVIDIA_VISIBLE_DEVICES in any of them. spec.nodeName and DaemonSet owners
     make no difference."""
@@ -836,6 +850,8 @@ class TestMatchConditions:
             pod(limits={"cpu": "1"}, init_limits={"nvidia.com/gpu": "1"}),
             pod(init_requests={"amd.com/gpu": "1"}),
             pod(limits={"nvidia.com/mig-1g.5gb": "1"}),
+            pod(limits={"nvidia.com/gpu.shared": "1"}),
+            pod(requests={"huawei.com/Ascend910-4c": "1"}),
             pod(requests={"nvidia.com/mig-3g.20gb": "1"}),
             pod(limits={"amd.com/gpu": "1"}),
             pod(limits={"huawei.com/Ascend910": "1"}),
@@ -855,6 +871,8 @@ class TestMatchConditions:
             "init-container-gpu",
             "init-container-requests",
             "mig-limit",
+            "renamed-shared-replica",
+            "ascend-virtual-npu",
             "mig-requests",
             "amd",
             "ascend",
@@ -904,10 +922,13 @@ class TestMatchConditions:
         assert should_be_sent(obj) is False
         assert sent(conditions, obj) is False
 
-    def test_every_vendor_of_the_policy_is_sent(self, conditions: dict[str, Condition]) -> None:
-        """Each vendor's GPU resource in the default policy is one the conditions recognise."""
-        for vendor in load_policy_text(default_policy_text()).vendors.values():
-            assert sent(conditions, pod(limits={vendor.resource: "1"})), vendor.resource
+    def test_every_resource_of_the_policy_is_sent(self, conditions: dict[str, Condition]) -> None:
+        """Every device resource of the default policy's vendors (their GPUs, other cards, renamed
+        replicas) and a partition of each partition prefix is one the conditions recognise."""
+        for vendor in DEFAULT_POLICY.vendors.values():
+            for resource in (*vendor.resources, *(f"{p}x" for p in vendor.partition_prefixes)):
+                assert DEFAULT_POLICY.vendor_of(resource) is vendor
+                assert sent(conditions, pod(limits={resource: "1"})), resource
 
     @pytest.mark.parametrize(
         "obj",
@@ -958,19 +979,84 @@ class TestMatchConditions:
             assert should_be_sent(obj)
 
 
+def debugged(*envs: list[str], annotations: dict[str, str] | None = None) -> Obj:
+    """A GPU Pod as kube-apiserver sends it for an update of pods/ephemeralcontainers: one ephemeral
+    container per entry of `envs`, with those environment variables."""
+    obj = pod(annotations=annotations, limits={"nvidia.com/gpu": "1"}, env=["NVIDIA_VISIBLE_DEVICES"])
+    obj["spec"]["ephemeralContainers"] = [
+        {"name": f"debugger-{i}", "image": "busybox", "env": [{"name": n, "value": "all"} for n in names]}
+        for i, names in enumerate(envs)
+    ]
+    return obj
+
+
+class TestEphemeralContainerConditions:
+    @pytest.mark.parametrize(
+        "obj",
+        [debugged(["NVIDIA_VISIBLE_DEVICES"]), debugged(["PATH"], ["PATH", "NVIDIA_VISIBLE_DEVICES"])],
+        ids=["one", "the-second-of-two"],
+    )
+    def test_an_ephemeral_container_that_sets_visible_devices_is_sent(
+        self, conditions: dict[str, Condition], obj: Obj
+    ) -> None:
+        """`kubectl debug` adding a container that sets NVIDIA_VISIBLE_DEVICES is sent to gpupool."""
+        assert sent(conditions, obj, "ephemeralcontainers") is True
+
+    @pytest.mark.parametrize(
+        "obj",
+        [
+            debugged(["PATH"], annotations={"gpupool.io/gpu-class": "high"}),
+            debugged(),
+            debugged([], ["nvidia_visible_devices", "CUDA_VISIBLE_DEVICES"]),
+            {"metadata": {}, "spec": {"containers": [{"name": "a"}], "ephemeralContainers": [{"name": "d"}]}},
+            {"metadata": {}, "spec": {"containers": [{"name": "a"}]}},
+        ],
+        ids=["annotated-gpu-pod", "no-ephemeral-containers", "other-variables", "no-env", "no-list"],
+    )
+    def test_any_other_ephemeral_container_update_is_not_sent(self, conditions: dict[str, Condition], obj: Obj) -> None:
+        """Whatever the Pod (a GPU Pod that opted in, with NVIDIA_VISIBLE_DEVICES in a regular container),
+        `kubectl debug` without the variable never reaches gpupool, so it cannot be blocked by it."""
+        assert sent(conditions, obj, "ephemeralcontainers") is False
+        for name, evaluate in conditions.items():
+            assert isinstance(evaluate(obj, "ephemeralcontainers"), celtypes.BoolType), name
+
+    def test_the_ephemeral_condition_lets_every_pod_create_through(self, conditions: dict[str, Condition]) -> None:
+        """On a Pod CREATE the condition for ephemeral containers holds, so only the others decide."""
+        for obj in (pod(), pod(limits={"nvidia.com/gpu": "1"}), debugged()):
+            assert conditions["ephemeral-container-sets-visible-devices"](obj) == celtypes.BoolType(True)
+
+
 # --- RBAC ----------------------------------------------------------------------------------------
 
 
 class TestRbac:
-    def test_reads_nodes_pods_and_quotas_only(self, rendering: Rendering) -> None:
-        """The only permissions: get, list and watch on nodes, pods and resourcequotas."""
-        assert rendering.all("Role") == []
-        assert rendering.all("RoleBinding") == []
+    def test_reads_nodes_pods_and_quotas_and_writes_only_what_the_queue_needs(self, rendering: Rendering) -> None:
+        """Cluster-wide: get, list and watch on nodes, pods and resourcequotas; patch of pods (the queue's
+        release) and create of events (telling the Pod). In its own namespace only: the Lease."""
         granted = set()
         for rule in rendering.one("ClusterRole")["rules"]:
             assert set(rule) == {"apiGroups", "resources", "verbs"}  # no resourceNames, no nonResourceURLs
             granted |= {(g, r, v) for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
-        assert granted == {("", r, v) for r in ("nodes", "pods", "resourcequotas") for v in ("get", "list", "watch")}
+        reads = {("", r, v) for r in ("nodes", "pods", "resourcequotas") for v in ("get", "list", "watch")}
+        assert granted == reads | {("", "pods", "patch"), ("", "events", "create")}
+        (role,) = rendering.all("Role")
+        assert role["metadata"]["namespace"] == rendering.one("Deployment")["metadata"]["namespace"]
+        assert role["rules"] == [
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}
+        ]
+        (binding,) = rendering.all("RoleBinding")
+        assert binding["roleRef"]["name"] == role["metadata"]["name"]
+        account = rendering.one("ServiceAccount")["metadata"]
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": account["name"], "namespace": account["namespace"]}
+        ]
+
+    def test_the_replicas_know_who_they_are_for_leader_election(self, rendering: Rendering) -> None:
+        """POD_NAME and POD_NAMESPACE come from the downward API: the election's identity and the Lease's
+        namespace."""
+        (container,) = rendering.pod_spec["containers"]
+        env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in container["env"]}
+        assert (env["POD_NAME"], env["POD_NAMESPACE"]) == ("metadata.name", "metadata.namespace")
 
     def test_bound_to_the_deployments_service_account(self, rendering: Rendering) -> None:
         """The ClusterRoleBinding grants that role to the ServiceAccount the Pods run as, and no one else."""
@@ -1004,13 +1090,14 @@ class TestDeployment:
         container = rendering.container
         assert "command" not in container  # the image's entrypoint: gpupool serve
         names = [e["name"] for e in container["env"]]
-        assert set(names) <= {*SERVE_ENV, NAMESPACE_ENV}, set(names) - set(SERVE_ENV)
+        assert set(names) <= {*SERVE_ENV, *DOWNWARD_ENV}, set(names) - set(SERVE_ENV) - set(DOWNWARD_ENV)
         # Only who gpupool is comes from the downward API, so it cannot drift from the install.
         from_api = {e["name"]: e["valueFrom"] for e in container["env"] if "valueFrom" in e}
         assert from_api == {
-            "POD_NAMESPACE": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+            **{name: {"fieldRef": {"fieldPath": path}} for name, path in DOWNWARD_ENV.items()},
             "GPUPOOL_SERVICE_ACCOUNT": {"fieldRef": {"fieldPath": "spec.serviceAccountName"}},
         }
+        assert NAMESPACE_ENV in DOWNWARD_ENV
         options = serve_options(rendering)
         assert options.inventory is None  # the live cluster, through the ServiceAccount
 

@@ -121,6 +121,10 @@ class TestSkipVerdict:
             pytest.param(admission_review(gpu_pod(), operation="DELETE"), id="delete"),
             pytest.param(admission_review(gpu_pod(), sub_resource="status"), id="status-subresource"),
             pytest.param(admission_review(gpu_pod(), sub_resource="binding"), id="binding-subresource"),
+            pytest.param(
+                admission_review(gpu_pod(), sub_resource="ephemeralcontainers", operation="CREATE"),
+                id="ephemeralcontainers-create",
+            ),
             pytest.param(admission_review({"kind": "ConfigMap"}, resource="configmaps"), id="configmap"),
             pytest.param(
                 admission_review({"kind": "Deployment"}, resource="deployments", group="apps"), id="deployment"
@@ -128,7 +132,8 @@ class TestSkipVerdict:
         ],
     )
     def test_anything_but_a_pod_create_is_allowed_unchanged(self, review: dict[str, Any]) -> None:
-        """Other resources, operations and subresources never reach the core and get no patch."""
+        """Other resources, operations and subresources (ephemeralcontainers but on UPDATE) never reach the
+        core and get no patch."""
         verdict = skip_verdict(parse(review))
         assert verdict is not None
         assert (verdict.allowed, verdict.outcome, verdict.patch) == (True, "unchanged", ())
@@ -149,6 +154,16 @@ class TestSkipVerdict:
         core's to answer in the review with its uid: an HTTP error instead would let the Pod through
         unplaced under failurePolicy Ignore."""
         assert skip_verdict(parse(admission_review(obj, namespace=""))) is None
+
+    def test_an_ephemeral_containers_update_goes_to_the_core_with_the_pod_before_it(self) -> None:
+        """`kubectl debug` updates pods/ephemeralcontainers, sending the whole Pod and the Pod before: the
+        core holds the containers it adds to the NVIDIA_VISIBLE_DEVICES rule."""
+        review = admission_review(gpu_pod(), operation="UPDATE", sub_resource="ephemeralcontainers")
+        review["request"]["oldObject"] = gpu_pod(name="before")
+        request = parse(review)
+        assert skip_verdict(request) is None
+        assert (request.is_ephemeral_update, request.is_pod_create) == (True, False)
+        assert request.old_object["metadata"]["name"] == "before"
 
 
 class TestPodRef:

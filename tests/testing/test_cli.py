@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import kubernetes
@@ -69,3 +70,42 @@ class TestCommandLine:
             proc.wait(timeout=TIMEOUT)
             if proc.stdout is not None:
                 proc.stdout.close()
+
+    def test_schedule_binds_and_finishes_and_reports_its_counts_on_exit(self, tmp_path: Path) -> None:
+        """`--schedule --run-seconds 0` binds the cluster's Pending Pods that fit and finishes them at once;
+        the last line holds the scheduler's counts."""
+        kubeconfig = tmp_path / "kubeconfig"
+        argv = ["--nodes", "10", "--pods", "200", "--schedule", "--run-seconds", "0", "--kubeconfig", str(kubeconfig)]
+        proc = subprocess.Popen([sys.executable, "-m", "webhook.testing", *argv], stdout=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout is not None
+            assert "scheduling, serving http://127.0.0.1:" in proc.stdout.readline()
+            with kubernetes.config.new_client_from_config(config_file=str(kubeconfig)) as client:
+                api = kubernetes.client.CoreV1Api(client)
+                deadline = time.monotonic() + TIMEOUT
+                while time.monotonic() < deadline:
+                    phases = {p.status.phase for p in api.list_pod_for_all_namespaces(_request_timeout=TIMEOUT).items}
+                    if "Running" not in phases:
+                        break
+                    time.sleep(0.2)
+                assert "Running" not in phases  # every Pod that ran has finished
+            proc.terminate()
+            rest = proc.stdout.read().splitlines()
+            assert proc.wait(timeout=TIMEOUT) == 0
+            stats = json.loads(rest[-1].removeprefix("kubesim: scheduler "))
+            assert stats["finish"] > 0
+        finally:
+            proc.kill()
+            proc.wait(timeout=TIMEOUT)
+            if proc.stdout is not None:
+                proc.stdout.close()
+
+    def test_finish_options_need_schedule(self) -> None:
+        done = subprocess.run(
+            [sys.executable, "-m", "webhook.testing", "--finish-rate", "5"],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            check=False,
+        )
+        assert done.returncode == 2 and "need --schedule" in done.stderr

@@ -5,7 +5,7 @@ Every behaviour a list+watch cache relies on is pinned here as the installed cli
 consistent at one resourceVersion, watch events and bookmarks, resume, 410 Expired (and how the
 client's Watch turns it into an ApiException), each injected fault, and the KubeSim Python API.
 The store underneath is tested in test_kubestore.py, the generator in test_synthetic.py and
-`python -m webhook.testing` in test_testing_cli.py.
+`python -m webhook.testing` in test_cli.py; writes in test_kubewrite.py.
 """
 
 from __future__ import annotations
@@ -187,7 +187,7 @@ class TestList:
             pytest.param({"resource_version": "999999999"}, 504, id="future-rv"),
             pytest.param({"resource_version": "1", "resource_version_match": "Exact"}, 410, id="compacted-rv"),
             pytest.param({"resource_version_match": "Exact"}, 400, id="match-without-rv"),
-            pytest.param({"label_selector": "app=x"}, 400, id="unsupported-selector"),
+            pytest.param({"field_selector": "spec.containers=x"}, 400, id="unknown-selectable-field"),
         ],
     )
     def test_resource_version_rules_answer_like_the_api(
@@ -227,6 +227,78 @@ class TestList:
                     seen.update(i["metadata"]["uid"] for i in page["items"])
                     token, pages = page["metadata"].get("continue"), pages + 1
         assert (len(seen), pages) == (20_000, 40)
+
+
+class TestSelectors:
+    def test_label_selectors_filter_lists_page_by_page(self, sim: KubeSim, api: kubernetes.client.CoreV1Api) -> None:
+        """Every form of labels.Parse; a page holds `limit` matching items and continues after the last."""
+        for i in range(5):
+            sim.add(
+                {
+                    **pod(f"sel-{i}"),
+                    "metadata": {"name": f"sel-{i}", "namespace": "team-a", "labels": {"tier": str(i % 3)}},
+                }
+            )
+        selected = {
+            "tier=1": ["sel-1", "sel-4"],
+            "tier!=1,tier": ["sel-0", "sel-2", "sel-3"],
+            "tier in (0, 2)": ["sel-0", "sel-2", "sel-3"],
+            "tier notin (0,2),tier": ["sel-1", "sel-4"],
+            "!tier": [],
+        }
+        for selector, expected in selected.items():
+            items = api.list_namespaced_pod("team-a", label_selector=selector, _request_timeout=TIMEOUT).items
+            assert [p.metadata.name for p in items if p.metadata.name.startswith("sel-")] == expected, selector
+        first = api.list_namespaced_pod("team-a", label_selector="tier", limit=2, _request_timeout=TIMEOUT)
+        rest = api.list_namespaced_pod("team-a", label_selector="tier", limit=10, _continue=first.metadata._continue)
+        assert [p.metadata.name for p in first.items + rest.items] == [f"sel-{i}" for i in range(5)]
+        assert rest.metadata._continue is None
+
+    def test_field_selectors_filter_by_the_selectable_fields(
+        self, sim: KubeSim, api: kubernetes.client.CoreV1Api
+    ) -> None:
+        sim.add(pod("done", phase="Succeeded"))
+        names = [
+            p.metadata.name for p in api.list_namespaced_pod("team-a", field_selector="status.phase=Succeeded").items
+        ]
+        assert "done" in names and all(
+            p.status.phase == "Succeeded"
+            for p in api.list_namespaced_pod("team-a", field_selector="status.phase=Succeeded").items
+        )
+        with pytest.raises(kubernetes.client.ApiException) as err:
+            api.list_namespaced_pod("team-a", field_selector="spec.priority=1", _request_timeout=TIMEOUT)
+        assert err.value.status == 400 and "is not a known field selector" in orjson.loads(err.value.body)["message"]
+
+    def test_a_selected_watch_sees_objects_enter_and_leave_the_selection(
+        self, sim: KubeSim, api: kubernetes.client.CoreV1Api
+    ) -> None:
+        sim.add(pod("w"))
+        stream = kubernetes.watch.Watch().stream(
+            api.list_namespaced_pod,
+            "team-a",
+            field_selector="status.phase=Succeeded",
+            resource_version=sim.resource_version,
+            timeout_seconds=TIMEOUT,
+            _request_timeout=TIMEOUT,
+        )
+        sim.modify(pod("w", phase="Succeeded"))
+        sim.modify(pod("w", phase="Failed"))
+        events = [next(stream), next(stream)]
+        assert [(e["type"], e["object"].status.phase) for e in events] == [
+            ("ADDED", "Succeeded"),
+            ("DELETED", "Failed"),
+        ]
+
+    def test_a_body_nested_too_deeply_is_a_bad_request(self, sim: KubeSim) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", sim.port, timeout=TIMEOUT)
+        try:
+            deep = b'{"metadata":{"name":"deep"},"spec":' + b'{"a":' * 1000 + b"1" + b"}" * 1000 + b"}"
+            headers = {"Authorization": "Bearer kubesim-token", "Content-Type": "application/json"}
+            conn.request("POST", "/api/v1/namespaces/team-a/pods", deep, headers)
+            response = conn.getresponse()
+            assert (response.status, orjson.loads(response.read())["code"]) == (400, 400)
+        finally:
+            conn.close()
 
 
 class TestWatch:
@@ -542,11 +614,18 @@ class TestWritesOverHttp:
         assert err.value.status == 500
         assert api.create_namespaced_pod("team-a", pod("x"), _request_timeout=TIMEOUT).metadata.name == "x"
 
-    def test_replace_and_patch_are_not_served(self, sim: KubeSim, api: kubernetes.client.CoreV1Api) -> None:
+    def test_methods_the_api_does_not_serve_are_405(self, sim: KubeSim) -> None:
+        """PUT and PATCH are served (test_kubewrite.py); OPTIONS and HEAD are not."""
         sim.add(pod("p"))
-        with pytest.raises(kubernetes.client.ApiException) as err:
-            api.replace_namespaced_pod("p", "team-a", pod("p"), _request_timeout=TIMEOUT)
-        assert err.value.status == 405
+        conn = http.client.HTTPConnection("127.0.0.1", sim.port, timeout=TIMEOUT)
+        try:
+            conn.request(
+                "OPTIONS", "/api/v1/namespaces/team-a/pods/p", headers={"Authorization": "Bearer kubesim-token"}
+            )
+            response = conn.getresponse()
+            assert (response.status, orjson.loads(response.read())["code"]) == (405, 405)
+        finally:
+            conn.close()
 
 
 class TestPythonApi:

@@ -18,22 +18,25 @@ from webhook.admission.bound import check_bound, reachable, single_named_node
 from webhook.admission.decision import decide
 from webhook.admission.groups import decide_for_group
 from webhook.admission.patch import PatchSpec, build_patch
-from webhook.admission.pod import PodError, PodShape, PodView, read_pod
-from webhook.admission.quotas import check_quotas
+from webhook.admission.pod import PodError, PodShape, PodView, read_ephemeral_containers, read_pod, shape_bytes
+from webhook.admission.queueing import queue_verdict
+from webhook.admission.quotas import Held, check_quotas, held_quota_problem
 from webhook.admission.request import (
+    REQUEST_WEIGHT,
     GpuRequest,
     RequestError,
+    all_containers,
     parse_request,
-    pod_devices,
     requested_resources,
     visible_devices_problem,
     wants_gpus,
 )
 from webhook.admission.verdict import GroupNote, Placement, Verdict
+from webhook.domain.model import QUEUE_GATE
 from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
 from webhook.pools.inventory import Inventory
-from webhook.pools.memo import NO_MEMO, Memo
+from webhook.pools.memo import NO_MEMO, Memo, held_bytes
 
 
 def evaluate(
@@ -65,7 +68,9 @@ class Prepared(NamedTuple):
     pod: PodView
     request: GpuRequest
     node: str  # the one node a Pod that bypasses placement names (nodeName, or a DaemonSet's); "" for none
-    devices: int  # the GPUs it takes: the request's for a Pod gpupool places, its own if it bypasses placement
+    # The GPUs its reservation holds: the request's for a Pod gpupool places; for one that bypasses
+    # placement, its own request of the first resource it requests (the one its placement names).
+    devices: int
 
     @property
     def bypasses(self) -> bool:
@@ -82,15 +87,23 @@ def prepare(pod: Any, namespace: str, policy: Policy, shapes: Memo = NO_MEMO) ->
         return verdict.deny(str(exc), code=verdict.CODE_INVALID, reason="invalid")
     if view.mirror:  # the kubelet's copy of a static Pod: already running, nothing to decide
         return verdict.allow("mirror Pod: created by the kubelet, not placed by gpupool")
-    req = shapes.get(view.shape, lambda: _request(view.shape, policy))
+    req = shapes.get(view.shape, lambda: _request(view.shape, policy), size=lambda r: _weight(r, view.shape))
     if isinstance(req, Verdict):
         return req
     # A DaemonSet's Pod is placed by the DaemonSet controller's node affinity; pinning it to a pool could
     # only strand it, but like a Pod that names its node it is checked on the nodes it can reach.
     bypasses = bool(view.node_name or view.daemonset)
     node = view.node_name or (single_named_node(view.shape.requirements) if view.daemonset else "")
-    devices = pod_devices(view.shape, {req.vendor.resource, *req.partitions}) if bypasses else req.pod_total
+    devices = (req.own_requests[0][1] if req.own_requests else 0) if bypasses else req.pod_total
     return Prepared(view, req, node, devices)
+
+
+def prepare_view(view: PodView, policy: Policy, shapes: Memo = NO_MEMO) -> Prepared | Verdict:
+    """`prepare` for a Pod already read (the queue keeps the views of the Pods it holds)."""
+    req = shapes.get(view.shape, lambda: _request(view.shape, policy), size=lambda r: _weight(r, view.shape))
+    if isinstance(req, Verdict):
+        return req
+    return Prepared(view, req, "", req.pod_total)
 
 
 def place(
@@ -105,8 +118,10 @@ def place(
             nodes = reachable(view.shape.requirements, view.node_name, index)
             result = check_bound(req, nodes, devices, policy, index)
         else:
-            result = _partitions(req, policy)
+            result = _partitions(req, policy, index)
         return replace(result, group=GroupNote(view.group, None, 0)) if view.group else result
+    if policy.placement(req.namespace) == "queue":
+        return queue_verdict(view, req, decide(req, index, policy, quotas=False), policy, index)
     # The group is read from the ledger now, after the (memoised) plan: it is identity, not shape.
     decision, group = decide_for_group(decide(req, index, policy), req, view.group, index, policy)
     reasons = decision.explain() if explain else ()
@@ -131,31 +146,57 @@ def place(
         chosen.constraint, chosen.gpu_taints, req.container_index, chosen.resource, req.count, str(chosen.pool)
     )
     # The key is the patch's whole input, so nothing it reads can be left out of it.
-    patch = shapes.get((view.shape, spec), lambda: build_patch(view.shape, spec))
+    patch = shapes.get(
+        (view.shape, spec), lambda: build_patch(view.shape, spec), size=lambda p: req.shape_bytes + _PATCH_OP * len(p)
+    )
     return verdict.place(placement, patch, warnings=decision.warnings, reasons=reasons, group=group)
 
 
-def _partitions(req: GpuRequest, policy: Policy) -> Verdict:
+def _partitions(req: GpuRequest, policy: Policy, index: PoolIndex) -> Verdict:
     """A Pod that requests several kinds of device itself (a MIG profile and whole GPUs, or two profiles)
     and names no node: no one pool offers them all, so gpupool cannot place it, nor keep it inside a
-    namespace's classes."""
-    listed = ", ".join(req.partitions) if len(req.partitions) > 1 else f"{req.vendor.resource}, {req.partitions[0]}"
+    namespace's classes; its ResourceQuotas hold for every kind it requests."""
+    listed = ", ".join(r for r, _ in req.own_requests)
     if policy.namespace(req.namespace).restricted:
         return verdict.deny(
             f"the Pod requests {listed}: several kinds of device, which no one pool offers; namespace "
             f"{req.namespace} may only use some GPU classes, so request one and let gpupool choose",
             reason="no-match",
         )
+    held = [Held(resource, count) for resource, count in req.own_requests]
+    problem, reason = held_quota_problem(req, [("the Pod's devices", held)], index, policy)
+    if problem:
+        return verdict.deny(problem, reason=reason)
     note = f"gpupool: {listed} are several kinds of device, which gpupool does not place; the Pod keeps its requests"
     return verdict.allow(f"requests {listed}, which gpupool does not place").with_warnings((note,))
+
+
+# What one op of a patch holds, at most: its path, and a value made of the pool's labels, taints, resource
+# and name (the cluster's, never the Pod's strings; node labels are validated: keys 317 characters, values 63).
+_PATCH_OP = 2048
+
+
+def _weight(value: GpuRequest | Verdict, shape: PodShape) -> int:
+    """What a memo entry of a shape and what it decides holds: a request mirrors the shape; a verdict is
+    a message (bounded by the core) beside it."""
+    if isinstance(value, GpuRequest):
+        return REQUEST_WEIGHT * value.shape_bytes
+    return shape_bytes(shape) + held_bytes(value)
 
 
 def _request(shape: PodShape, policy: Policy) -> GpuRequest | Verdict:
     """What the Pod's shape alone decides: not gpupool's business, against the rules, malformed, or this
     request."""
+    if QUEUE_GATE in (shape.gates or ()) and policy.placement(shape.namespace) != "queue":
+        return verdict.deny(
+            f"spec.schedulingGates: {QUEUE_GATE} is gpupool's own gate, for namespaces whose policy queues their "
+            f"Pods; namespace {shape.namespace} places them at admission: remove the gate",
+            code=verdict.CODE_INVALID,
+            reason="invalid",
+        )
     if not wants_gpus(shape, policy):
         return verdict.allow("no gpupool.io/ annotation and no GPU resource")
-    problem = visible_devices_problem(shape, policy)
+    problem = visible_devices_problem(all_containers(shape), shape.namespace, policy)
     if problem:
         return verdict.deny(problem, reason="visible-devices")
     if not shape.annotations and not requested_resources(shape, policy):
@@ -164,6 +205,21 @@ def _request(shape: PodShape, policy: Policy) -> GpuRequest | Verdict:
         return parse_request(shape, policy)
     except RequestError as exc:
         return verdict.deny(str(exc), code=verdict.CODE_INVALID, reason="invalid")
+
+
+def evaluate_ephemeral(pod: Any, old: Any, namespace: str, policy: Policy) -> Verdict:
+    """The verdict for an update of `pods/ephemeralcontainers` (`kubectl debug`): the ephemeral containers
+    it adds to the Pod (`old` is the Pod before it) are held to the NVIDIA_VISIBLE_DEVICES rule, as any
+    container is. They request no resources (Kubernetes forbids it), so nothing is placed or counted,
+    and the answer is a denial or allowed unchanged: never a patch."""
+    try:
+        added = read_ephemeral_containers(pod, old)
+    except PodError as exc:
+        return verdict.deny(str(exc), code=verdict.CODE_INVALID, reason="invalid")
+    problem = visible_devices_problem(added, namespace, policy)
+    if problem:
+        return verdict.deny(problem, reason="visible-devices")
+    return verdict.allow("ephemeral containers: none sets NVIDIA_VISIBLE_DEVICES")
 
 
 class Admitter:
@@ -219,6 +275,10 @@ class Admitter:
             note = f"gpupool: placed from a GPU inventory {stale:.0f} s stale; the pool may have changed"
             result = replace(result, warnings=(*result.warnings, note))
         return result
+
+    def admit_ephemeral(self, pod: Any, *, namespace: str, old: Any = None) -> Verdict:
+        """An update of pods/ephemeralcontainers; reads neither the inventory nor the clock."""
+        return evaluate_ephemeral(pod, old, namespace, self.policy)
 
     def stale_seconds(self) -> float:
         """How stale the inventory is beyond the policy's threshold (0 when fresh)."""

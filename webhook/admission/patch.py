@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 from webhook.admission.pod import ContainerView, PodShape
 from webhook.domain.affinity import AFFINITY, NODE_AFFINITY, AffinityView, PoolConstraint, Requirement
-from webhook.domain.model import POOL_ANNOTATION, Taint, Tolerations
+from webhook.domain.model import POOL_ANNOTATION, QUEUE_GATE, Taint, Tolerations
 from webhook.domain.quantity import parse_count
 
 Op = dict[str, Any]
@@ -126,3 +126,31 @@ def _limit_ops(ops: list[Op], container: ContainerView, index: int, resource: st
     # Requests stay equal to limits where the container sets requests; absent, they default to limits.
     if container.requests is not None and resource not in dict(container.requests):
         ops.append({"op": "add", "path": f"{base}/requests/{escape(resource)}", "value": value})
+
+
+def queue_patch(shape: PodShape, container_index: int, resource: str, count: int) -> list[Op]:
+    """The patch that queues a Pod at admission: the limit on the device resource fixed now (Kubernetes
+    allows no change to resources later) and gpupool's scheduling gate, nothing that pins a pool. A Pod
+    that has them already gets no op."""
+    ops: list[Op] = []
+    if count:
+        _limit_ops(ops, shape.containers[container_index], container_index, resource, count)
+    if shape.gates is None:
+        ops.append({"op": "add", "path": "/spec/schedulingGates", "value": [{"name": QUEUE_GATE}]})
+    elif QUEUE_GATE not in shape.gates:
+        ops.append({"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": QUEUE_GATE}})
+    return ops
+
+
+def release_patch(shape: PodShape, spec: PatchSpec, resource_version: str) -> list[Op]:
+    """The one PATCH that releases a queued Pod to a pool: what admission would add for the pool (the
+    nodeSelector entries and node-affinity requirements of webhook.domain.affinity, tolerations,
+    gpupool.io/pool; only additions, as Kubernetes allows for a gated Pod), gpupool's gate removed, and
+    the resourceVersion it was decided on, which kube-apiserver takes as a precondition (409 when the Pod
+    changed since)."""
+    ops: list[Op] = [{"op": "replace", "path": "/metadata/resourceVersion", "value": resource_version}]
+    ops.extend(build_patch(shape, spec._replace(gpus=0)))
+    gates = shape.gates or ()
+    if QUEUE_GATE in gates:
+        ops.append({"op": "remove", "path": f"/spec/schedulingGates/{gates.index(QUEUE_GATE)}"})
+    return ops

@@ -80,6 +80,7 @@ class Verdict:
     reasons: tuple[str, ...] = field(default=(), compare=False)  # each pool considered, and why
     reason: Reason = ""  # on denials: which rule denied
     group: GroupNote | None = None  # the Pod's workload group, when it has one
+    queued: str = ""  # the device resource a Pod queued at admission waits for ("" when not queued)
 
     def with_warnings(self, warnings: tuple[str, ...]) -> Verdict:
         return replace(self, warnings=(*self.warnings, *warnings))
@@ -94,6 +95,7 @@ class Verdict:
             "pool": self.placement.as_json() if self.placement else None,
             "patch": list(self.patch),
             "group": self.group.as_json() if self.group else None,
+            "queued": self.queued or None,
         }
 
 
@@ -111,6 +113,21 @@ def deny(
 ) -> Verdict:
     return Verdict(
         allowed=False, outcome="denied", code=code, message=message, reasons=reasons, reason=reason, group=group
+    )
+
+
+def queue(
+    resource: str, patch: list[dict[str, Any]], message: str, warnings: tuple[str, ...], reasons: tuple[str, ...]
+) -> Verdict:
+    """Allowed and queued: gated until the queue releases it; no pool yet, so nothing to reserve."""
+    return Verdict(
+        allowed=True,
+        outcome="mutated" if patch else "unchanged",
+        message=message,
+        warnings=warnings,
+        patch=tuple(patch),
+        reasons=reasons,
+        queued=resource,
     )
 
 

@@ -11,6 +11,7 @@ import argparse
 import logging.config
 import os
 import re
+import socket
 import ssl
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,6 +22,7 @@ from webhook.domain.errors import ConfigError
 from webhook.domain.policy import load_policy
 from webhook.serving.certs import CertError, read_ca_bundle
 from webhook.serving.logs import LEVELS, logging_config
+from webhook.serving.queueing import QueueSettings
 from webhook.serving.server import Core, ServeOptions, real_app_loader, serve
 from webhook.sources.open import open_inventory
 
@@ -41,7 +43,12 @@ SERVE_ENV: dict[str, str] = {
     "GPUPOOL_SERVICE_ACCOUNT": "--service-account",
     "GPUPOOL_TRUSTED_USERS": "--trusted-users",
     "GPUPOOL_TRUSTED_GROUPS": "--trusted-groups",
+    "GPUPOOL_API_QPS": "--api-qps",
+    "GPUPOOL_API_BURST": "--api-burst",
 }
+# Set by the Deployment through the downward API (the field each holds), read for the queue's leader
+# election: who this replica is, and the namespace of its Lease.
+DOWNWARD_ENV: dict[str, str] = {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
 DEFAULTS: dict[str, str] = {
     "--host": "0.0.0.0",  # in a Pod the kubelet and kube-apiserver reach the Pod IP
     "--port": "8443",
@@ -50,6 +57,8 @@ DEFAULTS: dict[str, str] = {
     "--threads": "4",
     "--log-level": "info",
     "--service-account": "gpupool-webhook",
+    "--api-qps": "300",  # Kueue's: a queue releases in bursts when room frees (client-go's default is 5)
+    "--api-burst": "500",
 }
 # Set by the Deployment through the downward API: the namespace gpupool runs in, with --service-account
 # gpupool's own username (system:serviceaccount:<namespace>:<name>). Outside a Pod: gpupool-system.
@@ -100,6 +109,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "placement once it exists (an emergency release; another controller's service account); default: none",
     )
     add("--trusted-groups", "GROUP,...", "groups whose members may, like --trusted-users; default: none")
+    add("--api-qps", "N", "the queue leader's API writes (releases, Events) per second, sustained")
+    add("--api-burst", "N", "and at once, after a quiet spell")
 
 
 def resolve_options(args: argparse.Namespace, environ: Mapping[str, str]) -> ServeOptions:
@@ -141,6 +152,8 @@ def resolve_options(args: argparse.Namespace, environ: Mapping[str, str]) -> Ser
         service_account=value("--service-account") or "",
         trusted_users=_names(value("--trusted-users")),
         trusted_groups=_names(value("--trusted-groups")),
+        api_qps=number("--api-qps", 1, 100_000),
+        api_burst=number("--api-burst", 1, 100_000),
     )
     if options.port == options.health_port:
         raise ConfigError(f"--port and --health-port must differ (both {options.port})")
@@ -199,10 +212,19 @@ def check_client_ca(path: str) -> None:
 
 def load_core(options: ServeOptions, environ: Mapping[str, str] | None = None) -> Core:
     """Read the policy and the inventory source, the only time `serve` reads them (the workers start
-    from the master's copy); a ConfigError naming the bad file, before anything starts. gpupool's own
-    user is its service account in `POD_NAMESPACE` (the Deployment sets it through the downward API)."""
+    from the master's copy); a ConfigError naming the bad file, before anything starts. gpupool runs in
+    `POD_NAMESPACE`: there its service account is its own user, and its queue's Lease lives; this replica
+    is `POD_NAME` (the Deployment sets both through the downward API; outside a Pod: `gpupool-system`
+    and the host's name)."""
     policy = load_policy(options.policy)
     inventory = open_inventory(policy, snapshot=options.inventory, kubeconfig=options.kubeconfig, start=False)
-    namespace = (environ or {}).get(NAMESPACE_ENV) or "gpupool-system"
+    environ = environ if environ is not None else {}
+    namespace = environ.get(NAMESPACE_ENV) or "gpupool-system"
+    queue = QueueSettings(
+        namespace=namespace,
+        pod_name=environ.get("POD_NAME") or socket.gethostname(),
+        qps=options.api_qps,
+        burst=options.api_burst,
+    )
     trusted = Trusted.of(namespace, options.service_account, options.trusted_users, options.trusted_groups)
-    return Core(policy, inventory, trusted)
+    return Core(policy, inventory, queue, trusted)

@@ -126,6 +126,12 @@ class PodInfo:
     tolerations: Tolerations | None = field(default=None, hash=False)  # None: read as none
     cpu_milli: int = 0  # its effective CPU request
     memory_bytes: int = 0  # its effective memory request
+    gates: tuple[str, ...] = ()  # its scheduling gates: while it has any, the scheduler does not place it
+
+    @property
+    def queued(self) -> bool:
+        """Waiting in gpupool's queue: it holds nothing until the queue releases it."""
+        return QUEUE_GATE in self.gates
 
     @property
     def key(self) -> PodKey:
@@ -188,6 +194,8 @@ def could_run(pod: PodInfo, node: NodeInfo) -> bool:
     allocatable. Readiness is not asked: a Pod waits out a node's restart, not its labels."""
     if not pod.requirements.matches(node.name, node.labels):
         return False
+    if pod.gates:
+        return False  # the scheduler places no Pod that still has a gate
     tolerations = pod.tolerations or NO_TOLERATIONS
     for taint in node.taints:
         blocking = taint.effect in _BLOCKING and not taint.key.startswith(CONDITION_TAINT_PREFIX)

@@ -102,6 +102,8 @@ def unbound_claim(
     class; else nowhere until it is bound. Its devices are held in the pool (taking room from other Pods)
     only where it can run: a Pod that can never be scheduled holds no GPUs, though its namespace's quotas
     still count what it was granted. The GPU memory it holds is that of the pool it counts in."""
+    if pod.queued:
+        return Claim(pod.namespace)  # waiting in gpupool's queue: it holds and counts nothing until released
     pins = policy.hold_pins(pod.node_selector)
     annotated = PoolKey.parse(pod.pool) if pod.pool else None
     holds: list[tuple[PoolKey, int]] = []

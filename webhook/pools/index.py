@@ -83,6 +83,14 @@ class PoolIndex:
         self._ledger.upsert_pod(pod, key)
         self._settle()
 
+    def pod_info(self, key: PodKey) -> PodInfo | None:
+        """An unbound Pod as the index counts it; None for a bound Pod or one it does not hold."""
+        return self._ledger.pod_info(key)
+
+    def is_queued(self, key: PodKey) -> bool:
+        """Is the Pod known, unbound and still waiting in gpupool's queue (webhook.queue)?"""
+        return self._ledger.is_queued(key)
+
     def remove_pod(self, key: PodKey) -> None:
         self._ledger.remove_pod(key)
         self._settle()
@@ -183,10 +191,11 @@ class PoolIndex:
             if not quotas:
                 del self._quotas[namespace]
 
-    def memo(self, key: Hashable, compute: Callable[[], T]) -> T:
+    def memo(self, key: Hashable, compute: Callable[[], T], size: Callable[[T], int] | None = None) -> T:
         """A value derived from the nodes (pools, groups, their labels and taints) but not from usage:
-        computed once per key until a node changes. Decisions use it for what does not depend on free GPUs."""
-        return self._capacity.memo(key, compute)
+        computed once per key until a node changes. Decisions use it for what does not depend on free GPUs.
+        `size` weighs an entry (webhook.pools.memo.Memo.get)."""
+        return self._capacity.memo(key, compute, size)
 
     # --- what is held, for a re-list to drop what is gone ---------------------------------------------
 

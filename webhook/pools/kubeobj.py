@@ -138,8 +138,13 @@ def pod_from_obj(obj: Mapping[str, Any], resources: Collection[str], prefixes: t
         pool=pool,
         node_selector=node_selector,
         group=sys.intern(group) if group else "",  # shared by the group's Pods: one string, not one each
+        gates=_gate_names(spec) if "schedulingGates" in spec else (),
     )
     return pod if node else _with_needs(pod, spec, node_selector)
+
+
+def _gate_names(spec: Mapping[str, Any]) -> tuple[str, ...]:
+    return tuple(str(as_map(g).get("name", "")) for g in as_list(spec.get("schedulingGates")))
 
 
 def _with_needs(pod: PodInfo, spec: Mapping[str, Any], node_selector: dict[str, str]) -> PodInfo:

@@ -257,6 +257,15 @@ class Ledger:
 
     # --- reading -------------------------------------------------------------------------------------
 
+    def pod_info(self, key: PodKey) -> PodInfo | None:
+        """An unbound Pod as the ledger counts it; None for a bound Pod or one it does not hold."""
+        return self._unbound.pods.get(key)
+
+    def is_queued(self, key: PodKey) -> bool:
+        """Is the Pod known, unbound and still waiting in gpupool's queue?"""
+        pod = self._unbound.pods.get(key)
+        return pod is not None and pod.queued
+
     def used_on(self, name: str) -> Counter[str] | None:
         """GPUs per resource the Pods bound to a node request; None when they request none."""
         return self._used.get(name)

@@ -65,6 +65,10 @@ class AdmitsPods(Protocol):
 
     def admit(self, pod: Any, *, namespace: str, dry_run: bool = False) -> Verdict: ...
 
+    def admit_ephemeral(self, pod: Any, *, namespace: str, old: Any = None) -> Verdict:
+        """An update of pods/ephemeralcontainers: a denial, or allowed unchanged (never a patch)."""
+        ...
+
 
 class ValidatesPods(Protocol):
     """What /validate needs of the core (webhook.admission.validation.Validator)."""
@@ -123,6 +127,7 @@ class _Mutate:
     """POST /mutate: the WSGI environ in, (status, JSON body) out."""
 
     def __init__(self, config: AppConfig) -> None:
+        self._admitter = config.admitter
         self._admit = config.admitter.admit
         self._metrics = config.metrics
         self._log = config.log
@@ -142,7 +147,9 @@ class _Mutate:
             self._log.warning("bad request", extra={"fields": {"code": exc.status, "reason": str(exc)}})
             return _status_answer(exc.status, str(exc))
         try:
-            if verdict is None:
+            if verdict is None and review.is_ephemeral_update:
+                verdict = self._admitter.admit_ephemeral(review.object, namespace=ref.namespace, old=review.old_object)
+            elif verdict is None:
                 verdict = self._admit(review.object, namespace=ref.namespace, dry_run=review.dry_run)
             payload = response_body(review, verdict)
         except Exception:  # any failure still answers the call; the log has the traceback

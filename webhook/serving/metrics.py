@@ -33,6 +33,8 @@ from webhook.serving.certs import CertificateExpiry
 # Admission latency as the webhook sees it (decode to encode): sub-millisecond normally, and the
 # top buckets show trouble long before kube-apiserver's 10 s default timeout.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+# How long Pods wait in the queue: seconds on an idle cluster, hours on a saturated one.
+QUEUE_WAIT_BUCKETS = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 24 * 3600.0)
 REFRESH_SECONDS = 5.0
 READY_METRIC = "gpupool_inventory_ready"
 CONTENT_TYPE = CONTENT_TYPE_LATEST  # of the exposition text
@@ -130,6 +132,34 @@ class Metrics:
             registry=registry,
             multiprocess_mode="livesum",
         )
+        self.queue_pods = Gauge(
+            "gpupool_queue_pods",
+            "Pods waiting in gpupool's queue (gated by gpupool.io/queue), per namespace, as the worker's watch "
+            "sees them",
+            ["namespace"],
+            registry=registry,
+            multiprocess_mode="livemax",
+        )
+        self.queue_wait = Histogram(
+            "gpupool_queue_wait_seconds",
+            "Time from a queued Pod's creation to its release by the leader",
+            buckets=QUEUE_WAIT_BUCKETS,
+            registry=registry,
+        )
+        self.queue_releases = Counter(
+            "gpupool_queue_releases",
+            "Release writes of the queue's leader, by outcome: released; conflict (the Pod changed, decided "
+            "again); gone (deleted); error (refused, or no answer)",
+            ["outcome"],
+            registry=registry,
+        )
+        self.queue_leader = Gauge(
+            "gpupool_queue_leader",
+            "1 while this worker process leads the queue (holds the Lease), else 0",
+            registry=registry,
+            multiprocess_mode="liveall",
+        )
+        self._queue_namespaces: set[str] = set()
         self._known_pools: set[str] = set()
         self._known_quotas: set[tuple[str, str, str]] = set()
         self._lock = threading.Lock()  # refresh() runs on a timer thread and at start
@@ -137,6 +167,24 @@ class Metrics:
         # kept here instead. A race only makes two threads ask labels() for the same child.
         self._admission_children: dict[tuple[str, str], Counter] = {}
         self._validation_children: dict[tuple[str, str], Counter] = {}
+
+    # --- the queue (webhook.queue.runner.QueueMetrics) ---------------------------------------------------
+
+    def queue_waiting(self, by_namespace: dict[str, int]) -> None:
+        with self._lock:
+            for gone in self._queue_namespaces - set(by_namespace):
+                self.queue_pods.remove(gone)
+            for namespace, n in by_namespace.items():
+                self.queue_pods.labels(namespace).set(n)
+            self._queue_namespaces = set(by_namespace)
+
+    def queue_released(self, outcome: str, wait_seconds: float | None) -> None:
+        self.queue_releases.labels(outcome).inc()
+        if wait_seconds is not None:
+            self.queue_wait.observe(wait_seconds)
+
+    def queue_leading(self, leading: bool) -> None:
+        self.queue_leader.set(1 if leading else 0)
 
     @classmethod
     def private(cls) -> Metrics:

@@ -21,6 +21,7 @@ from webhook.domain.quantity import shown
 from webhook.pools.kubeobj import as_map
 
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
+EPHEMERAL_CONTAINERS = "ephemeralcontainers"  # the Pod subresource that adds ephemeral containers
 AUDIT_POOL_KEY = "pool"  # kube-apiserver prefixes it with the webhook's name: "<webhook>/pool"
 MAX_WARNING_CHARS = 120  # longer warnings are cut by kubectl users' terminals and by the API server
 MAX_MESSAGE_CHARS = 2048  # a denial's message; the core's are shorter, this only bounds the unforeseen
@@ -60,6 +61,16 @@ class AdmissionRequest(NamedTuple):
     def is_pod_update(self) -> bool:
         """An UPDATE (or PATCH) of a Pod itself, not of a subresource such as pods/status."""
         return self.group == "" and self.resource == "pods" and not self.sub_resource and (self.operation == "UPDATE")
+
+    @property
+    def is_ephemeral_update(self) -> bool:
+        """An update of pods/ephemeralcontainers (`kubectl debug`): the object is the whole Pod."""
+        return (
+            self.group == ""
+            and self.resource == "pods"
+            and self.sub_resource == EPHEMERAL_CONTAINERS
+            and self.operation == "UPDATE"
+        )
 
 
 class PodRef(NamedTuple):
@@ -120,11 +131,12 @@ def pod_ref(request: AdmissionRequest) -> PodRef:
 
 
 def skip_verdict(request: AdmissionRequest) -> Verdict | None:
-    """The answer for a request that is not a Pod CREATE (only those are gpupool's business), or None
-    when the core must decide. Whatever is wrong with the Pod itself (no object, no namespace, a field
-    of the wrong type) is the core's to answer in the review, with the request's uid: an HTTP error
-    would let the Pod through unplaced under failurePolicy Ignore."""
-    if not request.is_pod_create:
+    """The answer for a request that is neither a Pod CREATE nor an update of pods/ephemeralcontainers
+    (only those are gpupool's business), or None when the core must decide. Whatever is wrong with the
+    Pod itself (no object, no namespace, a field of the wrong type) is the core's to answer in the
+    review, with the request's uid: an HTTP error would let the Pod through unchecked under
+    failurePolicy Ignore."""
+    if not (request.is_pod_create or request.is_ephemeral_update):
         sub = f"/{request.sub_resource}" if request.sub_resource else ""
         return allow(f"not a Pod CREATE ({shorten(request.operation, 40)} {shorten(request.resource, 60) or '?'}{sub})")
     return None

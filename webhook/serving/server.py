@@ -47,6 +47,7 @@ from webhook.pools.inventory import Inventory
 from webhook.serving.certs import CertificateExpiry
 from webhook.serving.health import HealthServer, MetricsText, Readiness
 from webhook.serving.logs import logging_config
+from webhook.serving.queueing import QueueSettings, start_queue
 from webhook.sources.live import LiveInventory
 
 if TYPE_CHECKING:
@@ -95,6 +96,10 @@ class ServeOptions:
     service_account: str = "gpupool-webhook"  # in POD_NAMESPACE: gpupool's own user (webhook.admission.validation)
     trusted_users: tuple[str, ...] = ()  # who else may change what the validating webhook guards
     trusted_groups: tuple[str, ...] = ()
+    api_qps: int = 300  # the queue's writes (releases, Events) per second, per worker process
+    api_burst: int = 500
+    # gpupool's worker; the server benchmark also runs gunicorn's own "gthread" as a baseline.
+    worker_class: str = "webhook.serving.worker.WebhookWorker"
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +109,7 @@ class Core:
     policy: Policy
     # A snapshot: the whole index, loaded. The live cluster: the client configuration, not yet watching.
     inventory: Inventory
+    queue: QueueSettings | None = None  # where the queue's Lease lives and who this replica is
     # Who may change what the validating webhook guards on GPU Pods (webhook.admission.validation).
     trusted: Trusted = field(default_factory=lambda: Trusted.of("gpupool-system", "gpupool-webhook"))
 
@@ -118,16 +124,23 @@ def real_app_loader(core: Core) -> LoadApp:
         from webhook.serving.metrics import GaugeRefresher, Metrics  # noqa: PLC0415 (see top)
 
         policy, inventory = core.policy, core.inventory
+        metrics = Metrics.private()
+        runner = None
         if isinstance(inventory, LiveInventory):
+            if policy.queues and core.queue is not None:
+                runner = start_queue(policy, inventory, core.queue, metrics)
             # The master never starts the watches: threads do not survive a fork, so each worker starts
             # them on its own copy. Not waited for: /readyz stays false until the first full list, so no
             # admission is routed to this worker before then.
             inventory.start()
-        metrics = Metrics.private()
+            if runner is not None:
+                runner.start()
         metrics.refresh(inventory, policy.defaults.stale_after_seconds)  # gauges before the first request
         refresher = GaugeRefresher(metrics, inventory, policy.defaults.stale_after_seconds).start()
 
         def close() -> None:
+            if runner is not None:
+                runner.stop()  # hands the Lease back: a rolling update's next leader takes over at once
             refresher.stop()
             inventory.close()
 
@@ -225,7 +238,7 @@ def gunicorn_settings(options: ServeOptions) -> dict[str, Any]:
         "threads": options.threads,
         # gthread's thread pool and request handling, with all waiting for clients in its main loop:
         # a slow or idle client costs a connection, not a thread (webhook/serving/worker.py).
-        "worker_class": "webhook.serving.worker.WebhookWorker",
+        "worker_class": options.worker_class,
         "worker_connections": WORKER_CONNECTIONS,
         "keepalive": KEEPALIVE_SECONDS,
         "graceful_timeout": GRACEFUL_SECONDS,

@@ -16,7 +16,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes import client
 from kubernetes import config as kube_config
@@ -36,6 +36,15 @@ Obj = Mapping[str, Any]
 NODES, PODS, QUOTAS = "nodes", "pods", "resourcequotas"
 
 
+class Observer(Protocol):
+    """Something that follows the raw objects the inventory receives (the queue: webhook.queue.waiting),
+    called with the same pages and events, inside the inventory's lock, after the index has them."""
+
+    def replace(self, kind: str, objects: list[Obj], first: bool, final: bool) -> None: ...
+
+    def apply(self, kind: str, event: str, obj: Obj) -> None: ...
+
+
 class LiveInventory(LockedIndex):
     """An Inventory kept by watching the API through a `kubernetes.client.CoreV1Api`."""
 
@@ -52,6 +61,8 @@ class LiveInventory(LockedIndex):
         self._clock = clock
         self._listing: dict[str, set[Any]] = {}  # kind -> keys seen since a re-list began
         self._flagged: set[tuple[str, str]] = set()
+        self._observers: list[Observer] = []
+        self.api_client = getattr(core_v1, "api_client", None)  # for the writes beside these reads
         config = config or ReflectorConfig()
         self.reflectors = {
             NODES: Reflector(NODES, core_v1.list_node, self, config, clock),
@@ -69,6 +80,14 @@ class LiveInventory(LockedIndex):
     ) -> LiveInventory:
         """The cluster `api_client(kubeconfig, context)` reaches."""
         return cls(policy, client.CoreV1Api(api_client(kubeconfig, context)), config)
+
+    def observe(self, observer: Observer) -> None:
+        """Have `observer` follow every object from now on (add it before `start`)."""
+        self._observers.append(observer)
+
+    def pod_version(self) -> str:
+        """The resourceVersion the Pod watch has reached (from its last event or bookmark)."""
+        return self.reflectors[PODS].resource_version
 
     # --- lifecycle -----------------------------------------------------------------------------------
 
@@ -116,6 +135,8 @@ class LiveInventory(LockedIndex):
                 for key in self._held(kind) - seen:
                     self._remove(kind, key)
                 del self._listing[kind]
+            for observer in self._observers:
+                observer.replace(kind, objects, first, final)
 
     def apply(self, kind: str, event: str, obj: Obj) -> None:
         key, value = self._project(kind, obj)
@@ -124,6 +145,8 @@ class LiveInventory(LockedIndex):
                 self._remove(kind, key)
             else:
                 self._upsert(kind, key, value)
+            for observer in self._observers:
+                observer.apply(kind, event, obj)
 
     def _project(self, kind: str, obj: Obj) -> tuple[Any, NodeInfo | PodInfo | QuotaInfo | None]:
         meta = obj.get("metadata") or {}

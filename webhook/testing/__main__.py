@@ -3,7 +3,10 @@
 Benchmarks run the simulator apart from the client they measure, so the client's peak RSS is its
 own. The first line on stdout says where it serves (after the kubeconfig is written); SIGTERM or
 SIGINT stops it. With `--churn N` the cluster keeps changing at N Pod writes per second from before
-that line on; on exit a last line `kubesim: churn {...}` gives the churn's counts as JSON.
+that line on; on exit a line `kubesim: churn {...}` gives the churn's counts as JSON. With
+`--schedule` the scheduler and kubelet stand-in runs (binding, starting and finishing Pods; see
+webhook.testing.kubescheduler), with `--run-seconds` and `--finish-rate`; on exit a line
+`kubesim: scheduler {...}` gives its counts.
 """
 
 from __future__ import annotations
@@ -32,7 +35,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--bookmark-interval", type=float, default=60.0)
     parser.add_argument("--churn", type=float, default=0.0, metavar="WRITES_PER_S", help="change Pods at this rate")
     parser.add_argument("--churn-gpu-share", type=float, default=0.25, help="share of the churn on GPU Pods")
+    parser.add_argument(
+        "--schedule", action="store_true", help="bind, start and finish Pods as kube-scheduler and kubelets"
+    )
+    parser.add_argument(
+        "--run-seconds",
+        type=float,
+        default=None,
+        metavar="S",
+        help="with --schedule: Pods finish S seconds after they start",
+    )
+    parser.add_argument(
+        "--finish-rate",
+        type=float,
+        default=0.0,
+        metavar="PODS_PER_S",
+        help="with --schedule: finish running Pods at this rate",
+    )
     args = parser.parse_args(argv)
+    if (args.run_seconds is not None or args.finish_rate) and not args.schedule:
+        parser.error("--run-seconds and --finish-rate need --schedule")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -40,6 +62,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     rv = sim.load(iter_synthetic_cluster(nodes=args.nodes, pods=args.pods, seed=args.seed))
     sim.start()
+    scheduler = (
+        sim.scheduler(run_seconds=args.run_seconds, finish_rate=args.finish_rate, seed=args.seed)
+        if args.schedule
+        else None
+    )
     churn = sim.churn(args.churn, seed=args.seed, gpu_share=args.churn_gpu_share) if args.churn > 0 else None
     if args.kubeconfig:
         sim.write_kubeconfig(args.kubeconfig)
@@ -47,6 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"kubesim: {args.nodes} nodes, {args.pods} pods at resourceVersion {rv}, "
         f"loaded in {time.monotonic() - started:.1f} s, "
         + (f"churning {args.churn:g} writes/s, " if churn else "")
+        + ("scheduling, " if scheduler else "")
         + f"serving {sim.url}",
         flush=True,
     )
@@ -54,6 +82,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sim.stop()
     if churn is not None:
         print(f"kubesim: churn {json.dumps(churn.stats())}", flush=True)
+    if scheduler is not None:
+        print(f"kubesim: scheduler {json.dumps(scheduler.stats())}", flush=True)
     return 0
 
 

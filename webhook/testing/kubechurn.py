@@ -5,9 +5,11 @@ controllers, scheduler and kubelets do:
 
 - **add**: a new Pod cloned from one of the cluster's own (a GPU or a CPU Pod), Pending, on no node;
 - **bind**: `bind_delay` seconds after a Pending Pod appears (one of its own, or one created by someone
-  else through the API, e.g. a Pod a webhook admitted), it gets a node that matches its nodeSelector,
-  whose taints it tolerates and that has its GPUs free, and turns Running; with no such node it stays
-  Pending, as an unschedulable Pod does;
+  else through the API, e.g. a Pod a webhook admitted), it gets a node that fits it by kube-scheduler's
+  filters (webhook.testing.kubefit: taints, nodeSelector and node affinity, cpu, memory, GPUs and every
+  other requested resource within allocatable) and turns Running; with no such node it stays Pending, as
+  an unschedulable Pod does. A Pod that still has scheduling gates, or names another scheduler, is left
+  alone; when the simulator's scheduler runs (`KubeSim.scheduler`), it binds instead of the churn;
 - **modify**: a status update (a container restart) or, for a Running Pod, its completion (Succeeded,
   its GPUs free again);
 - **delete**: a Pod goes away.
@@ -17,10 +19,10 @@ were when the churn started (Pods created by others are deleted to match, so a s
 creations does not grow the cluster), then a mix of adds, deletions and modifications. The share of
 the mix that touches GPU Pods is `gpu_share`.
 
-The churn follows the store's own event log, so its view includes every write, its own and others':
-a bind never puts more GPUs on a node than it has. Only namespaces that held Pods when the churn
-started are churned; Pods in namespaces created later are bound but never modified or deleted, so a
-test can keep its own Pods still.
+The churn follows the store's own event log (a webhook.testing.kubefit.ClusterView), so its view
+includes every write, its own and others': a bind never puts more on a node than it has. Only
+namespaces that held Pods when the churn started are churned; Pods in namespaces created later are
+bound but never modified or deleted, so a test can keep its own Pods still.
 """
 
 from __future__ import annotations
@@ -32,21 +34,21 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import orjson
 
-from webhook.testing.kubestore import Event, Expired, Store, kind_of
+from webhook.testing.kubefit import ClusterView, PodNeed, pod_requests
+from webhook.testing.kubescheduler import running_on, schedulable, succeeded
+from webhook.testing.kubestore import Event, Store, kind_of
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu", "huawei.com/Ascend910")
-_NODES, _PODS = kind_of("nodes"), kind_of("pods")
+_PODS = kind_of("pods")
 _TEMPLATES = 64  # Pods of each kind kept as models for new ones
 _BIND_TRIES = 30  # random nodes tried per bind, as a sampling scheduler would
 _BIND_RETRIES = 3  # binds of an unschedulable Pod before it is left Pending
-_TERMINAL = ("Succeeded", "Failed")
 
 K = TypeVar("K")
 
@@ -83,31 +85,12 @@ class _Bag(Generic[K]):
         return len(self._items)
 
 
-@dataclass(slots=True)
-class _Node:
-    labels: dict[str, str]
-    taints: tuple[tuple[str, str, str], ...]  # (key, value, effect) of NoSchedule/NoExecute taints
-    gpus: int
-    usable: bool  # Ready and schedulable
-    used: int = 0  # GPUs held by Pods bound to it that have not finished
-
-
-@dataclass(frozen=True, slots=True)
-class _Pod:
-    node: str
-    gpus: int
-    phase: str
-
-    @property
-    def holds(self) -> bool:
-        return bool(self.node) and self.gpus > 0 and self.phase not in _TERMINAL
-
-
 class Churn:
     """Writes Pod changes into `store` at `rate` writes per second from a thread; `start()`, `stop()`.
 
-    `stats()` counts what was written by type. `resources` are the GPU resources counted against a
-    node's allocatable.
+    `stats()` counts what was written by type. A Pod requesting any of `resources` is a GPU Pod (the
+    `gpu_share` of the mix). Set `binds` False to leave binding to someone else (the simulator's
+    scheduler).
     """
 
     def __init__(
@@ -137,19 +120,16 @@ class Churn:
         self._thread: threading.Thread | None = None
         self._counts: Counter[str] = Counter()
         self._started = self._stopped = 0.0
-        self._nodes: dict[str, _Node] = {}
-        self._gpu_nodes: list[str] = []
-        self._all_nodes: list[str] = []
-        self._labelled: dict[tuple[str, str], list[str]] = {}  # node label -> nodes, for nodeSelectors
-        self._pods: dict[str, _Pod] = {}  # "namespace/name" -> what it holds
+        self.binds = True
+        self._view = ClusterView(store)
         self._churned: dict[bool, _Bag[str]] = {True: _Bag(), False: _Bag()}  # GPU Pod? -> keys
         self._target = {True: 0, False: 0}
         self._namespaces: list[str] = []
         self._churned_namespaces: set[str] = set()
         self._templates: dict[bool, list[bytes]] = {True: [], False: []}
         self._pending: list[tuple[float, int, str, int]] = []  # heap of (due, serial, key, tries)
+        self._queued: set[str] = set()  # Pods in the bind queue, or given up on
         self._unschedulable = 0
-        self._position = 0
         self._serial = 0
         self._now = time.monotonic()
         with store.changed:
@@ -214,7 +194,7 @@ class Churn:
     def _step(self, budget: int, now: float) -> None:
         self._now = now
         self._follow()
-        while budget > 0 and self._pending and self._pending[0][0] <= now:
+        while budget > 0 and self.binds and self._pending and self._pending[0][0] <= now:
             _, _, key, tries = heapq.heappop(self._pending)
             budget -= self._bind(key, tries)
         for gpu in (True, False):
@@ -265,18 +245,9 @@ class Churn:
         assert body is not None  # followed under the store's lock: what the churn holds exists
         pod = orjson.loads(body)
         status = pod.setdefault("status", {})
-        containers = status.get("containerStatuses") or []
         if complete and status.get("phase") == "Running":
-            status["phase"] = "Succeeded"
-            for condition in status.get("conditions") or []:
-                if condition.get("type") in ("Ready", "ContainersReady"):
-                    condition["status"] = "False"
-            for c in containers:
-                started = (c.get("state") or {}).get("running", {}).get("startedAt", _now())
-                c["state"] = {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": started}}
-                c["ready"] = c["started"] = False
-            return self._write(pod, "complete", exists=True)
-        for c in containers:
+            return self._write(succeeded(pod), "complete", exists=True)
+        for c in status.get("containerStatuses") or []:
             c["restartCount"] = int(c.get("restartCount", 0)) + 1
         annotations = pod["metadata"].setdefault("annotations", {})
         annotations["kubesim.io/churn"] = str(self._serial)
@@ -289,70 +260,29 @@ class Churn:
         if body is None:
             return 0  # deleted before the scheduler got to it
         pod = orjson.loads(body)
-        spec, status = pod.get("spec") or {}, pod.get("status") or {}
-        if spec.get("nodeName") or status.get("phase", "Pending") != "Pending":
-            return 0
-        gpus = pod_gpus(spec, self._resources)
-        node = self._pick_node(spec, gpus)
+        if not schedulable(pod):
+            return 0  # bound already, gated, another scheduler's, or done
+        node = self._pick_node(PodNeed.of(pod))
         if node is None:
             if tries + 1 < _BIND_RETRIES:
                 self._schedule(key, self._bind_delay * 4 ** (tries + 1), tries + 1)
             else:
                 self._unschedulable += 1
             return 0
-        spec["nodeName"] = node
-        started = _now()
-        containers = spec.get("containers") or []
-        pod["status"] = {
-            "phase": "Running",
-            "conditions": [
-                {"type": t, "status": "True", "lastTransitionTime": started}
-                for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")
-            ],
-            "startTime": started,
-            "containerStatuses": [
-                {
-                    "name": c.get("name", ""),
-                    "state": {"running": {"startedAt": started}},
-                    "ready": True,
-                    "started": True,
-                    "restartCount": 0,
-                    "image": c.get("image", ""),
-                }
-                for c in containers
-            ],
-            "qosClass": status.get("qosClass", "Burstable"),
-        }
-        return self._write(pod, "bind", exists=True)
+        return self._write(running_on(pod, node), "bind", exists=True)
 
-    def _pick_node(self, spec: Mapping[str, Any], gpus: int) -> str | None:
+    def _pick_node(self, need: PodNeed) -> str | None:
         """A node that fits, tried at random among those carrying the rarest of the Pod's nodeSelector
-        labels (a few of them: all, in random order)."""
-        selector = spec.get("nodeSelector") or {}
-        candidates = self._gpu_nodes if gpus else self._all_nodes
-        for pair in selector.items():
-            labelled = self._labelled.get(pair, [])
-            if len(labelled) < len(candidates):
-                candidates = labelled
+        labels (a few of them: all, in random order), as a sampling scheduler would."""
+        candidates = self._view.candidates(need)
         if not candidates:
             return None
-        tolerations = [t for t in spec.get("tolerations") or [] if isinstance(t, dict)]
         tries = (
             self._rng.sample(candidates, len(candidates))
             if len(candidates) <= _BIND_TRIES
             else (candidates[self._rng.randrange(len(candidates))] for _ in range(_BIND_TRIES))
         )
-        for name in tries:
-            node = self._nodes.get(name)
-            if (
-                node is not None
-                and node.usable
-                and node.gpus - node.used >= gpus
-                and all(node.labels.get(k) == v for k, v in selector.items())
-                and all(_tolerated(taint, tolerations) for taint in node.taints)
-            ):
-                return name
-        return None
+        return next((name for name in tries if self._view.unfit(need, name) is None), None)
 
     def _write(self, pod: Obj, what: str, *, exists: bool) -> int:
         pod["kind"] = "Pod"  # stored bodies leave it out, as list items do
@@ -365,146 +295,71 @@ class Churn:
 
     def _follow(self) -> None:
         """Catch up with writes made by others since the churn last looked."""
-        while True:
-            try:
-                events, reached = self._store.events_after(self._position, 10_000)
-            except Expired:
-                self._resync(first=False)
-                return
-            for event in events:
-                self._seen(event, None)
-            if not events or reached == self._position:
-                return
+        seen = self._view.follow()
+        if seen is None:  # fell behind the store's history: start over from the whole cluster
+            self._resync(first=False)
+            return
+        for key, pod in seen:
+            self._track(key, pod)
 
     def _seen(self, event: Event, obj: Obj | None) -> None:
-        """Account for one write; `obj` is the written object when the churn made it (saves a decode)."""
-        self._position = event.rv
-        if event.kind is _NODES:
-            if event.type == "DELETED":
-                self._nodes.pop(event.key, None)
-            else:
-                self._add_node(event.key, obj if obj is not None else orjson.loads(event.body))
-            return
-        if event.kind is not _PODS:
-            return
-        key = event.key
-        old = self._pods.pop(key, None)
-        if old is not None and old.holds:
-            self._use(old.node, -old.gpus)
-        if event.type == "DELETED":
-            for bag in self._churned.values():
-                bag.discard(key)
-            return
-        pod = obj if obj is not None else orjson.loads(event.body)
-        self._track(key, event.namespace, pod)
-        if event.type == "ADDED" and not (pod.get("spec") or {}).get("nodeName"):
-            self._schedule(key, self._bind_delay, 0)
+        """Account for one of the churn's own writes (`obj`: the written object, saves a decode)."""
+        pod = self._view.apply(event, obj)
+        self._track(event.key, pod if event.type != "DELETED" else None)
 
     def _schedule(self, key: str, delay: float, tries: int) -> None:
         self._serial += 1
         heapq.heappush(self._pending, (self._now + delay, self._serial, key, tries))
 
-    def _track(self, key: str, namespace: str, pod: Mapping[str, Any]) -> None:
-        spec, status = pod.get("spec") or {}, pod.get("status") or {}
-        record = _Pod(str(spec.get("nodeName") or ""), pod_gpus(spec, self._resources), status.get("phase", "Pending"))
-        self._pods[key] = record
-        if record.holds:
-            self._use(record.node, record.gpus)
-        if namespace in self._churned_namespaces:
-            self._churned[record.gpus > 0].add(key)
+    def _track(self, key: str, pod: Mapping[str, Any] | None) -> None:
+        """Keep the churned bags and the bind queue in step with one Pod (None: it was deleted). A Pod
+        that may be scheduled is queued for a bind `bind_delay` from now, once."""
+        for bag in self._churned.values():
+            bag.discard(key)
+        if pod is None or not schedulable(pod):
+            self._queued.discard(key)
+        if pod is None:
+            return
+        if key.split("/", 1)[0] in self._churned_namespaces:
+            self._churned[self._is_gpu(self._view.pods[key].requests)].add(key)
+        if key not in self._queued and schedulable(pod):
+            self._queued.add(key)
+            self._schedule(key, self._bind_delay, 0)
 
-    def _use(self, node: str, gpus: int) -> None:
-        slot = self._nodes.get(node)
-        if slot is not None:
-            slot.used += gpus
-
-    def _add_node(self, name: str, obj: Mapping[str, Any]) -> None:
-        meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
-        allocatable = status.get("allocatable") or {}
-        gpus = sum(_count(allocatable.get(r)) for r in self._resources)
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-        taints = tuple(
-            (str(t.get("key", "")), str(t.get("value", "")), str(t.get("effect", "")))
-            for t in spec.get("taints") or []
-            if t.get("effect") in ("NoSchedule", "NoExecute")
-        )
-        old = self._nodes.get(name)
-        labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
-        self._nodes[name] = _Node(
-            labels=labels,
-            taints=taints,
-            gpus=gpus,
-            usable=ready and not spec.get("unschedulable"),
-            used=old.used if old is not None else 0,
-        )
-        for pair in labels.items():  # a label that changed leaves a stale entry: the fit check skips it
-            if old is None or old.labels.get(pair[0]) != pair[1]:
-                self._labelled.setdefault(pair, []).append(name)
-        if old is None:
-            self._all_nodes.append(name)
-            if gpus:
-                self._gpu_nodes.append(name)
+    def _is_gpu(self, requests: Mapping[str, int]) -> bool:
+        return any(requests.get(r, 0) > 0 for r in self._resources)
 
     def _resync(self, *, first: bool) -> None:
         """Read the whole cluster (at the start, or when the churn fell behind the store's history)."""
-        nodes, pods = self._store.snapshot(_NODES), self._store.snapshot(_PODS)
-        self._nodes.clear()
-        self._gpu_nodes.clear()
-        self._all_nodes.clear()
-        self._labelled.clear()
-        for name, body in zip(nodes.keys, nodes.bodies, strict=True):
-            self._add_node(name, orjson.loads(body))
-        self._pods.clear()
         for bag in self._churned.values():
             bag.clear()
         if first:
-            self._churned_namespaces = {key.split("/", 1)[0] for key in pods.keys}
+            snap = self._store.snapshot(_PODS)
+            self._churned_namespaces = {key.split("/", 1)[0] for key in snap.keys}
             self._namespaces = sorted(self._churned_namespaces)
         seen = {True: 0, False: 0}
-        for key, body in zip(pods.keys, pods.bodies, strict=True):
-            pod = orjson.loads(body)
-            self._track(key, key.split("/", 1)[0], pod)
-            gpu = self._pods[key].gpus > 0
+        for key, pod in self._view.resync():
+            namespace = key.split("/", 1)[0]
+            gpu = self._is_gpu(self._view.pods[key].requests)
+            if namespace in self._churned_namespaces:
+                self._churned[gpu].add(key)
             if first:  # a uniform sample of each kind of Pod (reservoir sampling)
+                if schedulable(pod):
+                    self._queued.add(key)  # the cluster's own Pending Pods stay as they are
                 seen[gpu] += 1
                 if len(self._templates[gpu]) < _TEMPLATES:
-                    self._templates[gpu].append(body)
+                    self._templates[gpu].append(orjson.dumps(pod))
                 elif (j := self._rng.randrange(seen[gpu])) < _TEMPLATES:
-                    self._templates[gpu][j] = body
+                    self._templates[gpu][j] = orjson.dumps(pod)
+            elif schedulable(pod) and key not in self._queued:
+                self._queued.add(key)
+                self._schedule(key, self._bind_delay, 0)
         if first:
             self._target = {gpu: len(bag) for gpu, bag in self._churned.items()}
-        self._position = pods.rv
 
 
 def pod_gpus(spec: Mapping[str, Any], resources: Collection[str]) -> int:
-    """The GPUs a Pod's containers request (limits where there is no request, as the API defaults)."""
-    total = 0
-    for container in spec.get("containers") or []:
-        res = container.get("resources") or {}
-        requests, limits = res.get("requests") or {}, res.get("limits") or {}
-        total += sum(_count(requests.get(r, limits.get(r))) for r in resources)
-    return total
-
-
-def _count(value: Any) -> int:
-    try:
-        return int(str(value)) if value is not None else 0
-    except ValueError:
-        return 0
-
-
-def _tolerated(taint: tuple[str, str, str], tolerations: list[Obj]) -> bool:
-    key, value, effect = taint
-    for t in tolerations:
-        if t.get("effect") and t.get("effect") != effect:
-            continue
-        if t.get("operator") == "Exists":
-            if not t.get("key") or t.get("key") == key:
-                return True
-        elif t.get("key") == key and str(t.get("value", "")) == value:
-            return True
-    return False
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    """The GPUs a Pod requests (limits where there is no request, as the API defaults), as the scheduler
+    counts them (webhook.testing.kubefit.pod_requests)."""
+    requests = pod_requests(spec)
+    return sum(requests.get(r, 0) for r in resources)

@@ -7,9 +7,11 @@ parameters, and the legacy rule that a resourceVersion with a limit means an exa
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from webhook.testing.kubestore import KINDS, Store, TooLarge
+from webhook.testing.kubefield import FieldError, aggregate
+from webhook.testing.kubestore import Store, TooLarge
 
 _REASONS = {
     400: "BadRequest",
@@ -20,6 +22,7 @@ _REASONS = {
     409: "Conflict",
     410: "Expired",
     413: "RequestEntityTooLarge",
+    415: "UnsupportedMediaType",
     422: "Invalid",
     429: "TooManyRequests",
     500: "InternalError",
@@ -32,35 +35,92 @@ CONTINUE_EXPIRED = (
 )
 
 
-def status_body(code: int, message: str, reason: str | None = None) -> dict[str, Any]:
+OPTIMISTIC_LOCK = "the object has been modified; please apply your changes to the latest version and try again"
+
+
+def status_body(
+    code: int, message: str, reason: str | None = None, details: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """A metav1.Status failure as kube-apiserver writes it."""
-    return {
+    body: dict[str, Any] = {
         "kind": "Status",
         "apiVersion": "v1",
         "metadata": {},
         "status": "Failure",
         "message": message,
         "reason": reason or _REASONS.get(code, "Unknown"),
-        "code": code,
     }
+    if details:
+        body["details"] = details
+    body["code"] = code
+    return body
 
 
 class ApiError(Exception):
     """A request the API answers with a Status (before any body was sent)."""
 
-    def __init__(self, code: int, message: str, reason: str | None = None) -> None:
+    def __init__(self, code: int, message: str, reason: str | None = None, details: dict[str, Any] | None = None):
         super().__init__(message)
         self.code = code
         self.message = message
         self.reason = reason  # None: the usual one for the code
+        self.details = details
+
+    def status(self) -> dict[str, Any]:
+        return status_body(self.code, self.message, self.reason, self.details)
 
 
-def reject_selectors(query: dict[str, str]) -> None:
-    """400 for label and field selectors, which the simulator does not implement."""
-    # Silently ignoring a selector would return more than the client asked for.
-    for name in ("labelSelector", "fieldSelector"):
-        if query.get(name):
-            raise ApiError(400, f"kubesim does not support {name}")
+# The errors of apimachinery's api/errors, built as kube-apiserver builds them. `resource` is the
+# qualified resource (`pods`, `leases.coordination.k8s.io`): the plural and, outside core, the group.
+
+
+def _details(resource: str, name: str) -> dict[str, Any]:
+    plural, _, group = resource.partition(".")
+    details: dict[str, Any] = {"name": name}
+    if group:
+        details["group"] = group
+    details["kind"] = plural
+    return details
+
+
+def not_found(resource: str, name: str) -> ApiError:
+    return ApiError(404, f'{resource} "{name}" not found', "NotFound", _details(resource, name))
+
+
+def already_exists(resource: str, name: str) -> ApiError:
+    return ApiError(409, f'{resource} "{name}" already exists', "AlreadyExists", _details(resource, name))
+
+
+def conflict(resource: str, name: str, why: str = OPTIMISTIC_LOCK) -> ApiError:
+    """409 Conflict: a resourceVersion (or uid) precondition that no longer holds."""
+    return ApiError(
+        409, f'Operation cannot be fulfilled on {resource} "{name}": {why}', "Conflict", _details(resource, name)
+    )
+
+
+def invalid(kind: str, group: str, name: str, errors: Sequence[FieldError]) -> ApiError:
+    """422 Invalid, one cause per field error; `kind` is the object's kind (`Pod`) or, where
+    kube-apiserver uses the resource instead, the resource (`leases`)."""
+    qualified = f"{kind}.{group}" if group else kind
+    details: dict[str, Any] = {"name": name}
+    if group:
+        details["group"] = group
+    details["kind"] = kind
+    details["causes"] = [{"reason": e.type, "message": e.body(), "field": e.field} for e in errors]
+    return ApiError(422, f'{qualified} "{name}" is invalid: {aggregate(errors)}', "Invalid", details)
+
+
+def unprocessable() -> ApiError:
+    """NewGenericServerResponse(422): what a JSON Patch that cannot be applied gets (its own error is
+    not part of the answer, exactly as kube-apiserver drops it)."""
+    return ApiError(422, "the server rejected our request due to an error in our request", "Invalid", {})
+
+
+def unsupported_media_type(accepted: Sequence[str]) -> ApiError:
+    accepted_text = ", ".join(accepted)
+    return ApiError(
+        415, f"the body of the request was in an unknown format - accepted media types include: {accepted_text}"
+    )
 
 
 def int_param(query: dict[str, str], name: str) -> int:
@@ -131,21 +191,4 @@ def api_versions_doc(port: int) -> dict[str, Any]:
         "kind": "APIVersions",
         "versions": ["v1"],
         "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": f"127.0.0.1:{port}"}],
-    }
-
-
-def resource_list_doc() -> dict[str, Any]:
-    return {
-        "kind": "APIResourceList",
-        "groupVersion": "v1",
-        "resources": [
-            {
-                "name": k.plural,
-                "singularName": k.kind.lower(),
-                "namespaced": k.namespaced,
-                "kind": k.kind,
-                "verbs": ["get", "list", "watch"],
-            }
-            for k in KINDS
-        ],
     }

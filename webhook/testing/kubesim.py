@@ -1,10 +1,12 @@
-"""KubeSim: a local Kubernetes API server for tests and benchmarks of list+watch clients.
+"""KubeSim: a local Kubernetes API server for tests and benchmarks of gpupool's clients.
 
-It serves nodes, Pods and ResourceQuotas (core/v1) over plain HTTP on 127.0.0.1, so the real
-`kubernetes` client runs unmodified against it through a generated kubeconfig. Tests change the
-cluster through the Python API (each change is a watch event) and inject the faults a cache must
-survive: dropped watch connections, a stalled server, error statuses, compaction (410 Gone) and an
-API that is down.
+It serves nodes, Pods, ResourceQuotas and Events (core/v1), Leases (coordination.k8s.io/v1) and
+events.k8s.io/v1 Events over plain HTTP on 127.0.0.1, so the real `kubernetes` client runs unmodified
+against it through a generated kubeconfig: list and watch, and writes (create, update, the three patch
+types, delete) with kube-apiserver's rules. Tests change the cluster through the Python API (each change
+is a watch event), run a scheduler and kubelet stand-in (`scheduler()`), and inject the faults a client
+must survive: dropped watch connections, a stalled server, error statuses, compaction (410 Gone) and
+an API that is down.
 
     with KubeSim() as sim:
         sim.load(synthetic_cluster(nodes=10, pods=100))
@@ -17,18 +19,22 @@ from its own process, so that a benchmark measures the client's memory and not t
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import orjson
 
-from webhook.testing.kubeapi import ApiState, Server, shutdown_quietly
+from webhook.testing.kubeapi import ApiState, Server, new_server, shutdown_quietly
 from webhook.testing.kubechurn import Churn
+from webhook.testing.kubehttp import VERBS
+from webhook.testing.kubepods import apply_defaults, has_defaults
+from webhook.testing.kubescheduler import Scheduler
 from webhook.testing.kubestore import Store, kind_of
 
 
@@ -59,6 +65,7 @@ class KubeSim:
         self._server: Server | None = None
         self._thread: threading.Thread | None = None
         self._churn: Churn | None = None
+        self._scheduler: Scheduler | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -70,10 +77,12 @@ class KubeSim:
         return self
 
     def stop(self) -> None:
-        """Stop any churn, close the listener and every connection (watch streams end abruptly);
-        idempotent."""
+        """Stop any churn and scheduler, close the listener and every connection (watch streams end
+        abruptly); idempotent."""
         if self._churn is not None:
             self._churn.stop()
+        if self._scheduler is not None:
+            self._scheduler.stop()
         with self._state.lock:
             self._state.closing = True
             self._state.lock.notify_all()
@@ -115,13 +124,16 @@ class KubeSim:
 
     def add(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         """Create an object (its `kind` says which); sends ADDED. Returns it as stored, with
-        resourceVersion, uid and creationTimestamp. ValueError if it already exists."""
-        _, body = self._store.put(obj, exists=False)
+        resourceVersion, uid and creationTimestamp. ValueError if it already exists. A Pod's spec gets
+        what kube-apiserver adds to every Pod (defaults, default tolerations, priority 0); its status is
+        kept as given, so a test can add Running Pods."""
+        _, body = self._store.put(_as_created(obj), exists=False)
         return _decode(body, obj)
 
     def modify(self, obj: Mapping[str, Any]) -> dict[str, Any]:
-        """Replace an object found by kind, namespace and name; sends MODIFIED. KeyError if absent."""
-        _, body = self._store.put(obj, exists=True)
+        """Replace an object found by kind, namespace and name, with no rule checked; sends MODIFIED.
+        KeyError if absent."""
+        _, body = self._store.put(_as_created(obj), exists=True)
         return _decode(body, obj)
 
     def delete(self, kind: str, namespace: str | None, name: str) -> dict[str, Any]:
@@ -140,11 +152,28 @@ class KubeSim:
         Deployment or a ConfigMap, by GET at its path only: no list, watch or events."""
         (self._state.objects.remove if remove else self._state.objects.put)(obj)
 
+    def objects(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Every stored object of `kind` (in `namespace`), by key, with kind and apiVersion."""
+        k = kind_of(kind)
+        snap = self._store.snapshot(k)
+        lo, hi = snap.bounds(namespace if k.namespaced else None)
+        return [_decode(body, {"kind": k.kind}) for body in snap.bodies[lo:hi]]
+
+    def events(self, namespace: str | None = None, *, about: str | None = None) -> list[dict[str, Any]]:
+        """The core/v1 Events (in `namespace`; `about`: only those whose involvedObject has that name),
+        as `kubectl describe` would list them: by creation, then name."""
+        found = [
+            e
+            for e in self.objects("events", namespace)
+            if about is None or (e.get("involvedObject") or {}).get("name") == about
+        ]
+        return sorted(found, key=lambda e: (e["metadata"].get("creationTimestamp", ""), e["metadata"]["name"]))
+
     def load(self, objects: Iterable[Mapping[str, Any]]) -> str:
         """Add or replace many objects fast (one write each, so watches see them); returns the
         resourceVersion after the last. Accepts a generator, so a big cluster never sits in memory
         as dicts: `sim.load(iter_synthetic_cluster(...))`."""
-        return str(self._store.load(objects))
+        return str(self._store.load(_as_created(obj) for obj in objects))
 
     @property
     def resource_version(self) -> str:
@@ -161,8 +190,31 @@ class KubeSim:
         Returns the running Churn, whose `stats()` count what it wrote."""
         if self._churn is not None:
             raise RuntimeError("KubeSim already churns")
-        self._churn = Churn(self._store, rate, seed=seed, gpu_share=gpu_share, bind_delay=bind_delay).start()
-        return self._churn
+        churn = Churn(self._store, rate, seed=seed, gpu_share=gpu_share, bind_delay=bind_delay)
+        churn.binds = self._scheduler is None  # the scheduler binds, when there is one
+        self._churn = churn.start()
+        return churn
+
+    def scheduler(
+        self,
+        *,
+        run_seconds: float | None = None,
+        finish_rate: float = 0.0,
+        finish_filter: Callable[[dict[str, Any]], bool] | None = None,
+        seed: int = 0,
+    ) -> Scheduler:
+        """Run a kube-scheduler and kubelet stand-in until `stop()` (webhook.testing.kubescheduler):
+        Pods that may be scheduled are bound to a node that fits them and started; running Pods finish
+        after their `kubesim.io/run-seconds` annotation or `run_seconds`, and `finish_rate` of them a
+        second at random (those `finish_filter` accepts). Returns the running Scheduler."""
+        if self._scheduler is not None:
+            raise RuntimeError("KubeSim already schedules")
+        self._scheduler = Scheduler(
+            self._store, run_seconds=run_seconds, finish_rate=finish_rate, finish_filter=finish_filter, seed=seed
+        ).start()
+        if self._churn is not None:
+            self._churn.binds = False
+        return self._scheduler
 
     # -- faults ---------------------------------------------------------------------------------
 
@@ -198,8 +250,8 @@ class KubeSim:
     def fail_next(self, n: int, status: int = 500, *, verb: str | None = None) -> None:
         """Answer the next `n` requests with `status` and a Status body (reason from the code, e.g.
         500 InternalError, 429 TooManyRequests with Retry-After). `verb` limits it to "list",
-        "watch", "get", "discovery", "create" or "delete" requests."""
-        if verb not in (None, "list", "watch", "get", "discovery", "create", "delete"):
+        "watch", "get", "discovery", "create", "update", "patch" or "delete" requests."""
+        if verb is not None and verb not in VERBS:
             raise ValueError(f"unknown verb {verb!r}")
         with self._state.lock:
             self._state.fail_count, self._state.fail_status, self._state.fail_verb = n, status, verb
@@ -223,6 +275,11 @@ class KubeSim:
     def list_requests(self, resource: str | None = None) -> int:
         """List requests received for `resource` ("pods", "Pod", …; None: all), faulted ones too."""
         return self._count(self._state.lists, resource)
+
+    def write_requests(self, verb: str, resource: str) -> int:
+        """Write requests received ("patch", "pods"; "update", "leases"; …), refused ones too."""
+        with self._state.lock:
+            return self._state.writes.get(f"{verb} {kind_of(resource).plural}", 0)
 
     def watch_requests(self, resource: str | None = None) -> int:
         """Watch requests received, faulted ones too."""
@@ -257,7 +314,7 @@ class KubeSim:
             return counter.get(kind_of(resource).plural, 0)
 
     def _serve(self, address: tuple[str, int]) -> None:
-        server = Server(address, self._state)
+        server = new_server(address, self._state)
         self._address = (address[0], server.server_address[1])
         self._state.port = self._address[1]
         thread = threading.Thread(
@@ -284,7 +341,16 @@ class KubeSim:
             handler_thread.join(max(0.0, deadline - time.monotonic()))
 
 
+def _as_created(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A Pod with the spec kube-apiserver would have given it (a copy); other objects as they are."""
+    if obj.get("kind") != "Pod" or has_defaults(obj):
+        return obj
+    pod = copy.deepcopy(dict(obj))
+    apply_defaults(pod)
+    return pod
+
+
 def _decode(body: bytes, like: Mapping[str, Any]) -> dict[str, Any]:
     obj: dict[str, Any] = orjson.loads(body)
     kind = kind_of(str(like.get("kind", "")))
-    return {"kind": kind.kind, "apiVersion": "v1", **obj}
+    return {"kind": kind.kind, "apiVersion": kind.api_version, **obj}

@@ -1,4 +1,4 @@
-"""The simulator's storage: one etcd-like, multi-version store for nodes, Pods and ResourceQuotas.
+"""The simulator's storage: one etcd-like, multi-version store for every kind it serves.
 
 Every write takes the next value of one global resourceVersion (as etcd's revision does across all
 kinds) and appends one event to a bounded history. The history is what makes the two consistency
@@ -27,22 +27,26 @@ import orjson
 
 @dataclass(frozen=True, slots=True)
 class Kind:
-    """One served resource type."""
+    """One stored resource type, in the API version it is stored in (events.k8s.io/v1 Events are a
+    view of the core ones, as in kube-apiserver: see webhook.testing.kuberesources)."""
 
     kind: str
     plural: str
     namespaced: bool
+    api_version: str = "v1"
 
     @property
     def event_prefix(self) -> bytes:
         """The start of an object in a watch event, where `kind` and `apiVersion` are present."""
-        return b'{"kind":"' + self.kind.encode() + b'","apiVersion":"v1",'
+        return b'{"kind":"' + self.kind.encode() + b'","apiVersion":"' + self.api_version.encode() + b'",'
 
 
 KINDS: tuple[Kind, ...] = (
     Kind("Node", "nodes", namespaced=False),
     Kind("Pod", "pods", namespaced=True),
     Kind("ResourceQuota", "resourcequotas", namespaced=True),
+    Kind("Event", "events", namespaced=True),
+    Kind("Lease", "leases", namespaced=True, api_version="coordination.k8s.io/v1"),
 )
 _BY_NAME: dict[str, Kind] = {k.kind.lower(): k for k in KINDS} | {k.plural: k for k in KINDS}
 
@@ -52,7 +56,8 @@ def kind_of(name: str) -> Kind:
     try:
         return _BY_NAME[name.lower()]
     except KeyError:
-        raise KeyError(f"kubesim serves only nodes, pods and resourcequotas, not {name!r}") from None
+        served = ", ".join(k.plural for k in KINDS)
+        raise KeyError(f"kubesim serves only {served}, not {name!r}") from None
 
 
 class Expired(Exception):

@@ -1,0 +1,47 @@
+"""Queued Pods as kube-apiserver stores them after gpupool's admission, for the queue's tests."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import jsonpatch
+
+from tests.builders import pod
+from webhook.admission.core import evaluate
+from webhook.domain.policy import Policy
+from webhook.pools.index import PoolIndex
+from webhook.pools.kubeobj import pod_from_obj
+from webhook.queue.waiting import Waiting
+
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def queued_pod(
+    name: str,
+    namespace: str,
+    policy: Policy,
+    index: PoolIndex,
+    *,
+    annotations: dict[str, str] | None = None,
+    priority: int = 0,
+    created: str = "2026-12-01T10:00:00Z",
+    rv: int = 100,
+    **kw: Any,
+) -> dict[str, Any]:
+    """The Pod as admission queues it (its patch applied), with what the API adds: uid, resourceVersion,
+    creationTimestamp, priority."""
+    obj = pod(name, namespace, annotations=annotations or {"gpupool.io/gpu-class": "medium"}, **kw)
+    verdict = evaluate(obj, namespace, policy, index)
+    assert verdict.allowed and verdict.queued, verdict.message
+    stored = jsonpatch.apply_patch(copy.deepcopy(obj), list(verdict.patch))
+    stored["metadata"] |= {"uid": f"uid-{namespace}-{name}", "resourceVersion": str(rv), "creationTimestamp": created}
+    stored["spec"]["priority"] = priority
+    return stored
+
+
+def enqueue(objs: list[dict[str, Any]], index: PoolIndex, waiting: Waiting) -> None:
+    """As the watch delivers them: into the index (where a queued Pod holds nothing) and the queue."""
+    for obj in objs:
+        index.upsert_pod(pod_from_obj(obj, index.policy.gpu_resources, index.policy.partition_prefixes))
+        waiting.apply("pods", "ADDED", obj)

@@ -1,0 +1,145 @@
+"""Leader election on a Lease, timed by the monotonic clock: one leader, handover on stop, takeover only
+after the Lease has gone unrenewed for its duration, and a leader that cannot renew stops before anyone
+else may lead."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from webhook.queue.leader import Elector, LeaseTimes
+from webhook.queue.runner import TokenBucket
+from webhook.sources.live import api_client
+from webhook.sources.writes import LeaseError, LeaseRecord, LeaseStore
+from webhook.testing import KubeSim
+
+
+class FakeLeases:
+    """A Lease with kube-apiserver's optimistic concurrency, in memory."""
+
+    def __init__(self) -> None:
+        self.record: LeaseRecord | None = None
+        self.version = 0
+        self.down = False
+
+    def get(self) -> LeaseRecord | None:
+        if self.down:
+            raise LeaseError("API down")
+        return self.record
+
+    def create(self, record: LeaseRecord) -> LeaseRecord | None:
+        if self.down:
+            raise LeaseError("API down")
+        if self.record is not None:
+            return None
+        return self._store(record)
+
+    def replace(self, record: LeaseRecord) -> LeaseRecord | None:
+        if self.down:
+            raise LeaseError("API down")
+        if self.record is None or record.resource_version != self.record.resource_version:
+            return None
+        return self._store(record)
+
+    def _store(self, record: LeaseRecord) -> LeaseRecord:
+        self.version += 1
+        self.record = record._replace(resource_version=str(self.version))
+        return self.record
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def candidates(leases: FakeLeases, clock: Clock, n: int = 2) -> list[Elector]:
+    wall = lambda: datetime(2026, 12, 1, tzinfo=UTC)  # noqa: E731
+    return [Elector(leases, f"gpupool-{i}", clock=clock, wall=wall) for i in range(n)]
+
+
+def test_exactly_one_leads_and_the_other_follows() -> None:
+    leases, clock = FakeLeases(), Clock()
+    a, b = candidates(leases, clock)
+    assert a.try_once() and not b.try_once()
+    assert (a.leading(), b.leading()) == (True, False)
+    for _ in range(20):  # renewing every retry period keeps it
+        clock.now += 2.0
+        assert a.try_once() and not b.try_once()
+    assert leases.record is not None and leases.record.holder == "gpupool-0"
+
+
+def test_a_silent_leader_is_replaced_only_after_the_lease_duration() -> None:
+    """The leader stops renewing (killed): the follower may take over 15 s after it last saw the Lease
+    change, not before; the old leader's own word (`leading`) had ended 10 s after its last renewal."""
+    leases, clock = FakeLeases(), Clock()
+    a, b = candidates(leases, clock)
+    a.try_once()
+    b.try_once()  # observes the record at t0
+    clock.now += 10.0
+    assert not a.leading()  # past its renew deadline
+    assert not b.try_once()
+    clock.now += 4.9
+    assert not b.try_once()
+    clock.now += 0.2
+    assert b.try_once() and b.leading()
+    assert leases.record is not None and leases.record.holder == "gpupool-1" and leases.record.transitions == 1
+
+
+def test_a_leader_that_cannot_reach_the_api_stops_before_another_may_lead() -> None:
+    leases, clock = FakeLeases(), Clock()
+    (a,) = candidates(leases, clock, 1)
+    a.try_once()
+    leases.down = True
+    clock.now += 9.9
+    assert a.leading()
+    with pytest.raises(LeaseError):
+        a.try_once()
+    clock.now += 0.2
+    assert not a.leading()
+
+
+def test_stopping_hands_the_lease_back_at_once() -> None:
+    """On SIGTERM (a rolling update) the leader writes the Lease free: the next candidate takes it on its
+    next try, without waiting out the duration."""
+    leases, clock = FakeLeases(), Clock()
+    a, b = candidates(leases, clock)
+    a.try_once()
+    b.try_once()
+    a.stop()
+    a.run()  # returns at once: stopped; hands the Lease back
+    assert leases.record is not None and leases.record.holder == ""
+    clock.now += 0.5
+    assert b.try_once() and b.leading()
+
+
+def test_two_candidates_elect_one_leader_on_the_simulated_api(tmp_path: Path) -> None:
+    """Through the real client against the simulator's coordination.k8s.io/v1 Leases: one leader, the
+    Lease as the API stores it, and the other takes over once the first hands it back."""
+    with KubeSim() as sim:
+        client = api_client(str(sim.write_kubeconfig(tmp_path / "kubeconfig")))
+        stores = [LeaseStore(client, "gpupool-system", "gpupool") for _ in range(2)]
+        a, b = (Elector(s, f"replica-{i}", LeaseTimes(duration=15, renew_deadline=10, retry=0.2))
+                for i, s in enumerate(stores))  # fmt: skip
+        assert a.try_once() and not b.try_once()
+        lease = sim.get("leases", "gpupool-system", "gpupool")
+        assert lease is not None and lease["spec"]["holderIdentity"] == "replica-0"
+        assert lease["spec"]["leaseDurationSeconds"] == 15
+        a.stop()
+        a.run()
+        assert b.try_once() and b.leading()
+        assert sim.handler_errors == []
+
+
+def test_the_writes_are_limited_to_qps_after_a_burst() -> None:
+    """client-go's shape of limit: `burst` writes at once, then `qps` a second."""
+    clock = Clock()
+    bucket = TokenBucket(qps=10, burst=3, clock=clock)
+    assert [bucket.delay() for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert bucket.delay() == pytest.approx(0.1)
+    clock.now += 1.0
+    assert bucket.delay() == 0.0

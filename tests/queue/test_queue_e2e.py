@@ -1,0 +1,241 @@
+"""End to end: two `gpupool serve` replicas against the API simulator, a scheduler stand-in binding what
+is released. Pods are created as kube-apiserver creates them: the AdmissionReview goes to one replica or
+the other, its patch is applied, the Pod is stored; the simulator checks every write the leader makes
+against kube-apiserver's rules for gated Pods."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import itertools
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import orjson
+import pytest
+
+from tests.builders import gpu_node
+from tests.conftest import (
+    ApiServerClient,
+    ServerProcess,
+    admission_review,
+    free_port,
+    serve_argv,
+    server_env,
+    wait_until,
+)
+from webhook.testing import KubeSim
+
+pytestmark = pytest.mark.slow
+
+POLICY = """
+namespaces:
+  team-q: {placement: queue}
+  team-u: {placement: queue}
+  team-v: {placement: queue, classQuota: {medium: 4}}
+  team-g: {placement: queue}
+  team-w: {placement: queue, memoryQuota: 45Gi}
+  team-x: {placement: queue}
+"""
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+WAIT = 40.0  # generous: a loaded machine must not fail these
+
+
+class Cluster:
+    """The simulator, two replicas, and kube-apiserver's part in creating a Pod."""
+
+    def __init__(self, sim: KubeSim, replicas: list[ServerProcess], clients: list[ApiServerClient]) -> None:
+        self.sim, self.replicas, self.clients = sim, replicas, clients
+        self._next = itertools.cycle(range(len(clients)))
+
+    def create(self, name: str, namespace: str, *, replica: int | None = None, **kw: Any) -> dict[str, Any]:
+        """Admit through a replica (alternating) and store the patched Pod, as kube-apiserver does."""
+        obj = pod(name, namespace, **kw)
+        client = self.clients[next(self._next) if replica is None else replica]
+        answer = client.review(admission_review(obj, namespace=namespace))["response"]
+        assert answer["allowed"], answer
+        if "patch" in answer:
+            obj = jsonpatch.apply_patch(copy.deepcopy(obj), orjson.loads(base64.b64decode(answer["patch"])))
+        return self.sim.add(obj)
+
+    def pod(self, namespace: str, name: str) -> dict[str, Any]:
+        found = self.sim.get("Pod", namespace, name)
+        assert found is not None
+        return found
+
+    def released(self, namespace: str, name: str) -> bool:
+        return not (self.pod(namespace, name)["spec"].get("schedulingGates") or [])
+
+    def pool(self, namespace: str, name: str) -> str:
+        return str((self.pod(namespace, name)["metadata"].get("annotations") or {}).get("gpupool.io/pool", ""))
+
+    def leader(self) -> str:
+        lease = self.sim.get("leases", "gpupool-system", "gpupool")
+        return str((lease or {}).get("spec", {}).get("holderIdentity") or "")
+
+
+def pod(name: str, namespace: str, *, gpus: int = 1, cls: str = "medium", priority: int = 0,
+        run: float | None = None, extra: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+    annotations = {"gpupool.io/gpu-class": cls, "gpupool.io/gpu-count": str(gpus), **(extra or {})}
+    if run is not None:
+        annotations["kubesim.io/run-seconds"] = str(run)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "annotations": annotations},
+        "spec": {
+            "containers": [{"name": "main", "image": "cuda"}],
+            "priority": priority,
+            "tolerations": [GPU_TOLERATION],
+        },
+    }
+
+
+def node(name: str, product: str, **kw: Any) -> dict[str, Any]:
+    """A 4-GPU node as the kubelet reports it (with its Pod capacity, which the scheduler checks)."""
+    obj = gpu_node(name, product, 4, **kw)
+    obj["status"]["allocatable"]["pods"] = "110"
+    return obj
+
+
+def running(name: str, namespace: str, node: str, gpus: int) -> dict[str, Any]:
+    obj = pod(name, namespace, gpus=gpus)
+    obj["metadata"]["annotations"] = {}
+    obj["spec"]["nodeName"] = node
+    obj["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
+    obj["status"] = {"phase": "Running"}
+    return obj
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, cert_dir: Path) -> Iterator[Cluster]:
+    work = tmp_path_factory.mktemp("queue")
+    policy = work / "policy.yaml"
+    policy.write_text(POLICY, "utf-8")
+    with KubeSim(bookmark_interval=0.2) as sim:
+        sim.load([node("t4-a", "Tesla-T4"), node("t4-b", "Tesla-T4"), node("l4-a", "NVIDIA-L4", memory_mib=23034)])
+        kubeconfig = sim.write_kubeconfig(work / "kubeconfig")
+        scheduler = sim.scheduler()
+        replicas, clients = [], []
+        for name in ("replica-a", "replica-b"):
+            port, health = free_port(), free_port()
+            argv = serve_argv(cert_dir, port, health, "--kubeconfig", str(kubeconfig), "--policy", str(policy))
+            env = server_env(POD_NAME=name, POD_NAMESPACE="gpupool-system")
+            server = ServerProcess(argv, work / f"{name}.log", env, health).start()
+            replicas.append(server)
+            clients.append(ApiServerClient(port, cert_dir / "ca.crt"))
+        try:
+            for server in replicas:
+                server.wait_ready()
+            wait_until(lambda: sim.get("leases", "gpupool-system", "gpupool") is not None, WAIT, "a leader")
+            yield Cluster(sim, replicas, clients)
+            assert sim.handler_errors == []
+            for server in replicas:
+                assert "refused a release as invalid" not in server.log()
+        finally:
+            scheduler.stop()
+            for client in clients:
+                client.close()
+            for server in replicas:
+                server.stop(timeout=20)
+
+
+def test_a_waiting_pod_goes_to_the_pool_that_frees_first(cluster: Cluster) -> None:
+    """Every medium GPU busy; the Pod waits gated with no pool. When an L4 frees, it goes to the L4
+    (not pinned to the T4s it was first compared with), and the scheduler binds it there."""
+    fill = [running(f"fill-{n}", "other", n, 4) for n in ("t4-a", "t4-b", "l4-a")]
+    for obj in fill:
+        cluster.sim.add(obj)
+    cluster.create("late", "team-q")
+    time.sleep(2.0)
+    assert not cluster.released("team-q", "late") and cluster.pool("team-q", "late") == ""
+    cluster.sim.delete("Pod", "other", "fill-l4-a")
+    wait_until(lambda: cluster.released("team-q", "late"), WAIT, "the release")
+    assert cluster.pool("team-q", "late") == "nvidia/medium/NVIDIA-L4"
+    wait_until(lambda: cluster.pod("team-q", "late")["spec"].get("nodeName") == "l4-a", WAIT, "the bind")
+    events = cluster.sim.events("team-q", about="late")
+    assert {"Queued", "Released"} <= {e["reason"] for e in events}
+    for name in ("fill-t4-a", "fill-t4-b"):
+        cluster.sim.delete("Pod", "other", name)
+    cluster.sim.delete("Pod", "team-q", "late")
+
+
+def test_a_burst_through_both_replicas_never_exceeds_a_quota(cluster: Cluster) -> None:
+    """team-u's tutorial quota (`nvidia.com/gpu: 2`) and team-x's `limits.nvidia.com/gpu: 1` (which only
+    gpupool enforces), team-v's classQuota (medium: 4) and team-w's memoryQuota (45Gi: three 15Gi T4s):
+    Pods created through both replicas at once, room for all. Exactly 2, 1, 4 and 3 are released."""
+    for namespace, hard in (("team-u", {"nvidia.com/gpu": "2"}), ("team-x", {"limits.nvidia.com/gpu": "1"})):
+        meta = {"name": "gpus", "namespace": namespace}
+        cluster.sim.add({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": meta, "spec": {"hard": hard},
+                         "status": {"hard": hard}})  # fmt: skip
+    time.sleep(1.0)  # both replicas' watches have the quotas
+    wanted = {"team-u": 2, "team-v": 4, "team-w": 3, "team-x": 1}
+    products = {"team-v": "L4"}  # room for all: the classQuota's four on the L4s, the other six on the T4s
+    for i in range(6):
+        for namespace in wanted:
+            extra = {"gpupool.io/gpu-product": products.get(namespace, "T4")}
+            cluster.create(f"b-{i}", namespace, run=600, extra=extra)
+    time.sleep(6.0)
+    got = {ns: sum(cluster.released(ns, f"b-{i}") for i in range(6)) for ns in wanted}
+    assert got == wanted
+    for i in range(6):
+        for namespace in wanted:
+            cluster.sim.delete("Pod", namespace, f"b-{i}")
+
+
+def test_priority_decides_who_gets_the_one_free_gpu(cluster: Cluster) -> None:
+    for n in ("t4-a", "t4-b"):
+        cluster.sim.add(running(f"fill-{n}", "other", n, 4))
+    cluster.sim.add(running("fill-l4-a", "other", "l4-a", 3))
+    time.sleep(1.0)
+    # Created while nothing is free (the free L4 is taken first by a placeholder), then room appears.
+    cluster.sim.add(running("hold", "other", "l4-a", 1))
+    cluster.create("low", "team-q", priority=0)
+    cluster.create("high", "team-q", priority=1000)
+    time.sleep(1.5)
+    cluster.sim.delete("Pod", "other", "hold")
+    wait_until(lambda: cluster.released("team-q", "high"), WAIT, "the high-priority release")
+    time.sleep(2.0)
+    assert not cluster.released("team-q", "low")
+    for name in ("fill-t4-a", "fill-t4-b", "fill-l4-a"):
+        cluster.sim.delete("Pod", "other", name)
+    wait_until(lambda: cluster.released("team-q", "low"), WAIT, "the low-priority release")
+    for name in ("low", "high"):
+        cluster.sim.delete("Pod", "team-q", name)
+
+
+def test_a_gang_is_released_whole(cluster: Cluster) -> None:
+    """A group of three with group-size 3: nothing goes while two exist; all three go once the third is
+    created, to one pool."""
+    gang = {"gpupool.io/group": "sweep", "gpupool.io/group-size": "3"}
+    for i in range(2):
+        cluster.create(f"g-{i}", "team-g", gpus=2, extra=gang, run=600)
+    time.sleep(3.0)
+    assert not any(cluster.released("team-g", f"g-{i}") for i in range(2))
+    cluster.create("g-2", "team-g", gpus=2, extra=gang, run=600)
+    wait_until(lambda: all(cluster.released("team-g", f"g-{i}") for i in range(3)), WAIT, "the gang")
+    assert len({cluster.pool("team-g", f"g-{i}") for i in range(3)}) == 1
+    for i in range(3):
+        cluster.sim.delete("Pod", "team-g", f"g-{i}")
+
+
+def test_after_the_leader_is_killed_the_other_replica_releases(cluster: Cluster) -> None:
+    """SIGKILL the leading replica's process: the other takes over within the Lease's duration (and its
+    catch-up), and releases what is queued; nothing is released twice."""
+    leader = cluster.leader()
+    pid = int(leader.rsplit("-", 1)[1])
+    os.kill(pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    survivor = next(i for i, name in enumerate(("replica-a", "replica-b")) if not leader.startswith(name))
+    cluster.create("after", "team-q", replica=survivor)
+    wait_until(lambda: cluster.released("team-q", "after"), 45.0, "a release by the new leader")
+    took = time.monotonic() - killed_at
+    assert cluster.leader() != leader
+    assert took < 30.0, f"failover took {took:.1f} s"
+    patches = cluster.sim.write_requests("patch", "pods")
+    assert patches >= 1

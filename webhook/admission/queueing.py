@@ -1,0 +1,86 @@
+"""Admission of a Pod whose namespace queues (policy `placement: queue`): judged now, placed later.
+
+Everything that can be judged at admission is judged here, by any replica: the annotations, the class
+policy, the escape rules (all of webhook.admission.core's `prepare`), whether some pool could ever hold
+the Pod, and whether its request is within every quota's hard limit. What depends on what is free now is
+left to the queue's leader (webhook.queue), which releases the Pod to the best pool that has room and
+keeps every quota exact.
+
+The answer adds the limit on the device resource (fixed now: Kubernetes allows no change to resources
+later; the resource of the best pool the Pod could ever use) and the scheduling gate `gpupool.io/queue`,
+and nothing that pins a pool. A queued Pod holds nothing: no reservation, no capacity, no quota, until it
+is released (webhook.pools.claims).
+"""
+
+from __future__ import annotations
+
+from webhook.admission import verdict
+from webhook.admission.decision import Candidate, Decision
+from webhook.admission.patch import queue_patch
+from webhook.admission.pod import PodView
+from webhook.admission.quotas import check_quotas
+from webhook.admission.request import GpuRequest
+from webhook.admission.verdict import Reason, Verdict
+from webhook.domain.devices import NOUNS
+from webhook.domain.policy import Policy
+from webhook.domain.quantity import format_mib
+from webhook.pools.index import PoolIndex
+
+
+def queue_verdict(view: PodView, req: GpuRequest, decision: Decision, policy: Policy, index: PoolIndex) -> Verdict:
+    """The verdict for a Pod the policy sends to the queue. `decision` is taken without the quotas the
+    namespace uses now (webhook.admission.decision.decide(..., quotas=False)): only their hard limits
+    count here."""
+    if not decision.candidates:
+        return verdict.deny(decision.denial, reasons=decision.explain(), reason=decision.denial_reason or "no-match")
+    problems: list[tuple[str, Reason]] = []
+    kept: list[Candidate] = []
+    for candidate in decision.candidates:
+        problem = _hard_limit_problem(req, candidate, policy, index)
+        if problem[0]:
+            problems.append(problem)
+        else:
+            kept.append(candidate)
+    if not kept:
+        message, reason = problems[0]
+        return verdict.deny(f"{message}; the Pod could never be released from the queue", reason=reason)
+    best = kept[0]  # the ranking's first: its device resource is fixed now
+    patch = queue_patch(view.shape, req.container_index, best.resource, req.count)
+    noun = "GPUs" if best.kind == "gpu" else f"{NOUNS[best.kind]}s"
+    waits = (
+        f"gpupool: queued: the Pod waits for {req.pod_total} free {noun} ({best.resource}) on one node of its "
+        f"pools; `gpupool queue -n {req.namespace}` says where it stands"
+    )
+    return verdict.queue(
+        resource=best.resource,
+        patch=patch,
+        message=f"queued for {req.pod_total} x {best.resource}",
+        warnings=(waits,),
+        reasons=decision.explain(),
+    )
+
+
+def _hard_limit_problem(req: GpuRequest, candidate: Candidate, policy: Policy, index: PoolIndex) -> tuple[str, Reason]:
+    """Why the request alone is over a hard limit of the namespace's quotas in this pool ("" when it is
+    not): the class quota, the GPU-memory quota, or a ResourceQuota in any form gpupool checks."""
+    rule = policy.namespace(req.namespace)
+    limit = rule.class_quota.get(candidate.pool.gpu_class)
+    if limit is not None and req.pod_total > limit:
+        return (
+            f"class quota {candidate.pool.gpu_class} in namespace {req.namespace}: requested {req.pod_total} > hard "
+            f"{limit}",
+            "class-quota",
+        )
+    if rule.memory_quota_mib is not None:
+        if not candidate.memory_mib:
+            return (f"GPU memory quota in namespace {req.namespace}: the GPU memory of {candidate.pool} is unknown",
+                    "memory-quota")  # fmt: skip
+        mib = req.pod_total * candidate.memory_mib
+        if mib > rule.memory_quota_mib:
+            return (
+                f"GPU memory quota in namespace {req.namespace}: requested {format_mib(mib)} > hard "
+                f"{format_mib(rule.memory_quota_mib)}",
+                "memory-quota",
+            )
+    problem = check_quotas(req, index, policy, candidate.resource, use="hard")
+    return (problem, "quota") if problem else ("", "")

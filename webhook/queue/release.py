@@ -1,0 +1,242 @@
+"""Which queued Pods go where now: one pass over the queue, exact, against the leader's pool index.
+
+The pass takes the waiting Pods in order (webhook.queue.waiting) and, for each, the decision admission
+would take now (webhook.admission.decision and groups), with three differences:
+
+- **Only where it fits now.** A Pod goes to the best-ranked pool with room on one node, among the pools
+  that offer the device resource fixed at admission; otherwise it waits. Nothing is ever released to
+  wait on a node.
+- **Every quota, exactly.** Class and GPU-memory quotas and ResourceQuotas in the forms gpupool counts
+  itself are checked against what the namespace holds now, released Pods not bound yet included. The
+  `requests.` form is not checked again: Kubernetes charged the Pod to it at creation, gated or not.
+- **No jumping ahead.** A Pod that cannot go yet leaves the pools it wants (for capacity) or the quotas
+  it waits for to the Pods before it: a later Pod does not take them, but may go elsewhere (another pool,
+  another namespace). A workload group with `gpupool.io/group-size: N` is a gang: it goes only when N
+  members exist and all its waiting members fit at once, then all together.
+
+Each release decided is applied to the index at once, as the Pod will look once released
+(`Release.released`), so the next decision of the pass counts it; the runner then writes it
+(webhook.queue.runner) and `settle`s the index with what the API answered. Pure: no I/O, no clock; the
+caller holds the inventory's lock for `plan` and `settle`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, NamedTuple
+
+from webhook.admission.core import prepare_view
+from webhook.admission.decision import Candidate, Decision, decide
+from webhook.admission.groups import decide_for_group, pods_at_once
+from webhook.admission.patch import PatchSpec, release_patch, toleration_for
+from webhook.admission.quotas import check_quotas
+from webhook.admission.request import GpuRequest
+from webhook.admission.verdict import Verdict
+from webhook.domain.model import QUEUE_GATE, PodInfo, PodKey, PoolKey, Toleration, Tolerations
+from webhook.domain.policy import Policy
+from webhook.pools.index import PoolIndex
+from webhook.pools.memo import NO_MEMO, Memo
+from webhook.queue.waiting import Queued
+
+QuotaKey = tuple[str, ...]  # ("class", ns, class) | ("memory", ns) | ("quota", ns, resource)
+
+
+class Release(NamedTuple):
+    """A Pod released to a pool: the one PATCH to write, and the Pod as the index counts it meanwhile."""
+
+    queued: Queued
+    pool: PoolKey
+    patch: list[dict[str, Any]]
+    released: PodInfo
+
+
+class Wait(NamedTuple):
+    """A Pod that stays in the queue, and why: `code` capacity | quota | behind | gang | invalid."""
+
+    queued: Queued
+    code: str
+    reason: str
+
+
+class Plan(NamedTuple):
+    releases: list[Release]
+    waits: list[Wait]
+
+
+class _Blocked:
+    """What the Pods that could not go yet want: later Pods leave it to them."""
+
+    def __init__(self) -> None:
+        self.pools: set[PoolKey] = set()
+        self.quotas: set[QuotaKey] = set()
+
+
+def plan(queued: list[Queued], index: PoolIndex, policy: Policy, *, shapes: Memo = NO_MEMO, limit: int = 1000) -> Plan:
+    """Decide the queue in order: at most `limit` releases, each applied to `index` as it is decided."""
+    blocked = _Blocked()
+    releases: list[Release] = []
+    waits: list[Wait] = []
+    gangs: dict[tuple[str, str], list[tuple[Queued, GpuRequest]]] = {}
+    ready: list[tuple[Queued, GpuRequest]] = []
+    for q in queued:
+        if not index.is_queued(q.key):
+            continue  # released already (by this leader's last pass, or another): the watch catches up
+        prepared = prepare_view(q.view, policy, shapes)
+        if isinstance(prepared, Verdict):  # the policy changed since it was queued, say
+            waits.append(Wait(q, "invalid", prepared.message))
+            continue
+        req = prepared.request
+        if req.group.size and q.view.group:
+            gangs.setdefault((q.key[0], q.view.group), []).append((q, req))
+        ready.append((q, req))
+    released_gangs: set[tuple[str, str]] = set()
+    for q, req in ready:
+        if len(releases) >= limit:
+            break
+        gang_key = (q.key[0], q.view.group)
+        if req.group.size and q.view.group:
+            if gang_key in released_gangs:
+                continue
+            outcome = _gang(gangs[gang_key], req.group.size, index, policy, blocked)
+            if isinstance(outcome, Wait):
+                waits.extend(Wait(m, outcome.code, outcome.reason) for m, _ in gangs[gang_key])
+                released_gangs.add(gang_key)  # judged once, for all its members
+                continue
+            releases.extend(outcome)
+            released_gangs.add(gang_key)
+            continue
+        one = _one(q, req, index, policy, blocked)
+        if isinstance(one, Release):
+            releases.append(one)
+        else:
+            waits.append(one)
+    return Plan(releases, waits)
+
+
+def _one(q: Queued, req: GpuRequest, index: PoolIndex, policy: Policy, blocked: _Blocked) -> Release | Wait:
+    decision = decide(req, index, policy)
+    if q.view.group:  # siblings stay together (webhook.admission.groups), as at admission
+        decision, _ = decide_for_group(decision, req, q.view.group, index, policy)
+    ordered = _ordered(decision)
+    if not ordered:
+        if decision.denial_reason in ("class-quota", "memory-quota"):
+            blocked.quotas |= _quota_keys(req, [r.pool for r in decision.rejections], policy, index)
+            return Wait(q, "quota", decision.denial)
+        return Wait(q, "capacity", decision.denial or "no pool it may use is left")
+    behind: list[PoolKey] = []
+    for c in ordered:
+        if not c.fits:
+            continue
+        if c.pool in blocked.pools or _quota_keys(req, [c.pool], policy, index) & blocked.quotas:
+            behind.append(c.pool)
+            continue
+        over = check_quotas(req, index, policy, c.resource, use="charged")
+        if over:
+            blocked.quotas |= _quota_keys(req, [c.pool], policy, index)
+            return Wait(q, "quota", over)
+        return _apply(q, req, c, index)
+    if behind:
+        return Wait(q, "behind", f"behind Pods of higher priority or older that wait for {_pools(behind)}")
+    blocked.pools |= {c.pool for c in ordered}
+    return Wait(q, "capacity", f"no node of {_pools([c.pool for c in ordered])} has {req.pod_total} free now")
+
+
+def _gang(
+    members: list[tuple[Queued, GpuRequest]], size: int, index: PoolIndex, policy: Policy, blocked: _Blocked
+) -> list[Release] | Wait:
+    """The gang's waiting members, all to one pool where they fit at once, or why they wait."""
+    q0, req0 = members[0]
+    placed = sum(index.group_pools(q0.key[0], q0.view.group).values())
+    if placed + len(members) < size:
+        return Wait(q0, "gang", f"group {q0.view.group}: {placed + len(members)} of {size} Pods exist")
+    decision = decide(req0, index, policy)
+    decision, _ = decide_for_group(decision, req0, q0.view.group, index, policy)
+    ordered = _ordered(decision)
+    total = sum(req.pod_total for _, req in members)
+    for c in ordered:
+        if c.pool in blocked.pools or pods_at_once(c, req0.pod_total) < len(members):
+            continue
+        done: list[Release] = []
+        for q, req in members:
+            release = _to_pool(q, req, c.pool, index, policy)
+            if release is None:
+                break
+            done.append(release)
+        if len(done) == len(members):
+            return done
+        for release in reversed(done):  # not all of them fit together: none goes
+            settle(index, release, None)
+    blocked.pools |= {c.pool for c in ordered}
+    return Wait(
+        q0, "capacity", f"group {q0.view.group}: no pool has room for its {len(members)} Pods ({total} devices) at once"
+    )
+
+
+def _to_pool(q: Queued, req: GpuRequest, pool: PoolKey, index: PoolIndex, policy: Policy) -> Release | None:
+    """The Pod released to `pool` if it fits there now within its quotas, applied to the index; else None."""
+    c = next((c for c in decide(req, index, policy).candidates if c.pool == pool), None)
+    if c is None or not c.fits or check_quotas(req, index, policy, c.resource, use="charged"):
+        return None
+    return _apply(q, req, c, index)
+
+
+def _ordered(decision: Decision) -> list[Candidate]:
+    """The candidates in the order to try: the decision's choice first (a group's pool), then by rank."""
+    candidates = list(decision.candidates)
+    chosen = decision.chosen
+    if chosen is not None and chosen in candidates:
+        candidates.remove(chosen)
+        candidates.insert(0, chosen)
+    return candidates
+
+
+def _apply(q: Queued, req: GpuRequest, c: Candidate, index: PoolIndex) -> Release:
+    """The release to candidate `c`, applied to the index as the Pod will be once released."""
+    spec = PatchSpec(c.constraint, c.gpu_taints, req.container_index, c.resource, 0, str(c.pool))
+    patch = release_patch(q.view.shape, spec, q.resource_version)
+    info = q.info
+    tolerations = info.tolerations or Tolerations()
+    added = tuple(Toleration(**toleration_for(t)) for t in c.gpu_taints if not tolerations.tolerates(t))
+    merged = {**info.node_selector, **dict(c.constraint.selector)}
+    released = replace(
+        info,
+        pool=str(c.pool),
+        node_selector=merged,
+        requirements=info.requirements.within(c.constraint),
+        tolerations=Tolerations((*tolerations.items, *added)),
+        gates=tuple(g for g in info.gates if g != QUEUE_GATE),
+    )
+    index.upsert_pod(released, q.key)
+    return Release(q, c.pool, patch, released)
+
+
+def settle(index: PoolIndex, release: Release, answer: PodInfo | None) -> None:
+    """After the write: the index counts the Pod as the API answered (`answer`), or, when the write failed
+    (None), as it was before; unless the watch has shown a newer version of it meanwhile."""
+    if index.pod_info(release.queued.key) is not release.released:
+        return  # the watch was faster: what it showed stands
+    index.upsert_pod(answer if answer is not None else release.queued.info, release.queued.key)
+
+
+def _quota_keys(req: GpuRequest, pools: list[PoolKey], policy: Policy, index: PoolIndex) -> set[QuotaKey]:
+    """The quotas of the Pod's namespace a release to one of `pools` would take from."""
+    ns = req.namespace
+    rule = policy.namespace(ns)
+    keys: set[QuotaKey] = {("class", ns, p.gpu_class) for p in pools if p.gpu_class in rule.class_quota}
+    if rule.memory_quota_mib is not None:
+        keys.add(("memory", ns))
+    limited = {k for q in index.quotas(ns) for k in q.hard}
+    for p in pools:
+        resource = p.resource or policy.vendors[p.vendor].resource
+        if {resource, f"limits.{resource}"} & limited:
+            keys.add(("quota", ns, resource))
+    return keys
+
+
+def _pools(pools: list[PoolKey]) -> str:
+    names = sorted({p.product for p in pools})
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def waiting_reasons(waits: list[Wait]) -> dict[PodKey, Wait]:
+    return {w.queued.key: w for w in waits}

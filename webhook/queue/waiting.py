@@ -1,0 +1,176 @@
+"""The Pods waiting in the queue, kept from the inventory's own watch (no list of their own), in order.
+
+A Pod waits while it has the scheduling gate `gpupool.io/queue` that admission gave it
+(webhook.admission.queueing); it leaves when the gate is gone (released, by this leader or another), or
+the Pod is deleted. The order is the one the leader releases in: `spec.priority` descending, then
+creation time, then namespace and name.
+
+The inventory calls `replace` and `apply` for every page and event of every kind, inside its own lock
+(webhook.sources.live.Observer), so the queue and the pool index always agree; anything that changes may
+make room, so every call wakes the leader.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from webhook.admission.pod import PodError, PodView, read_pod
+from webhook.domain.model import QUEUE_GATE, PodInfo, PodKey
+from webhook.domain.policy import Policy
+from webhook.pools.kubeobj import as_list, as_map, pod_from_obj
+
+log = logging.getLogger("gpupool.queue")
+
+Obj = Mapping[str, Any]
+PODS = "pods"
+
+
+class Queued(NamedTuple):
+    """One waiting Pod: who it is, where it stands, and the views admission and the inventory have of it."""
+
+    key: PodKey
+    uid: str
+    resource_version: str  # the version the release is decided on (a precondition of its PATCH)
+    priority: int
+    created: str  # metadata.creationTimestamp (RFC 3339, UTC: ordered as text)
+    view: PodView  # as admission reads it
+    info: PodInfo  # as the pool index counts it (nothing while queued; its claim once released)
+    since: float  # when this process first saw it waiting (monotonic), for the wait time
+
+    @property
+    def order(self) -> tuple[int, str, str, str]:
+        return (-self.priority, self.created, self.key[0], self.key[1])
+
+    def age(self, now: datetime) -> float | None:
+        """Seconds from the Pod's creation to `now` (below zero when the clocks disagree); None when its
+        creationTimestamp is not an RFC 3339 time with a zone."""
+        try:
+            then = datetime.fromisoformat(self.created)
+        except ValueError:
+            return None
+        return (now - then).total_seconds() if then.tzinfo is not None else None
+
+
+def is_queued(obj: Obj) -> bool:
+    """Does the raw Pod still wait behind gpupool's gate?"""
+    return any(as_map(g).get("name") == QUEUE_GATE for g in as_list(as_map(obj.get("spec")).get("schedulingGates")))
+
+
+def read_queued(obj: Obj, policy: Policy, since: float) -> Queued | None:
+    """The raw Pod as the queue holds it, first seen waiting at `since`; None when it does not wait behind
+    the gate or holds no GPU request. PodError when admission cannot read it."""
+    if not is_queued(obj):
+        return None
+    view = read_pod(obj)
+    info = pod_from_obj(obj, policy.gpu_resources, policy.partition_prefixes)
+    if info is None:
+        return None
+    meta, spec = as_map(obj.get("metadata")), as_map(obj.get("spec"))
+    priority = spec.get("priority")
+    return Queued(
+        key=_key(obj),
+        uid=str(meta.get("uid", "")),
+        resource_version=str(meta.get("resourceVersion", "")),
+        priority=priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
+        created=str(meta.get("creationTimestamp", "")),
+        view=view,
+        info=info,
+        since=since,
+    )
+
+
+class Waiting:
+    """The queued Pods. Thread-safe: the inventory writes from its watch threads, the leader reads."""
+
+    def __init__(self, policy: Policy, clock: Callable[[], float] = time.monotonic) -> None:
+        self.policy = policy
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._pods: dict[PodKey, Queued] = {}
+        self._ordered: list[Queued] | None = None
+        self._listing: set[PodKey] | None = None
+        self.wake = threading.Event()  # set by every change: room may have appeared, or a Pod queued
+
+    # --- fed by the inventory (webhook.sources.live.Observer) -----------------------------------------
+
+    def replace(self, kind: str, objects: list[Obj], first: bool, final: bool) -> None:
+        if kind == PODS:
+            with self._lock:
+                if first:
+                    self._listing = set()
+                for obj in objects:
+                    key = self._take(obj)
+                    if key is not None and self._listing is not None:
+                        self._listing.add(key)
+                if final:
+                    for gone in set(self._pods) - (self._listing or set()):
+                        self._drop(gone)
+                    self._listing = None
+        self.wake.set()
+
+    def apply(self, kind: str, event: str, obj: Obj) -> None:
+        if kind == PODS:
+            with self._lock:
+                if event == "DELETED":
+                    self._drop(_key(obj))
+                else:
+                    self._take(obj)
+        self.wake.set()
+
+    def _take(self, obj: Obj) -> PodKey | None:
+        key = _key(obj)
+        try:
+            queued = read_queued(obj, self.policy, self._clock())
+        except PodError as exc:  # kube-apiserver stores valid Pods; one gpupool cannot read stays gated
+            log.warning("queued Pod %s/%s cannot be read: %s", key[0], key[1], exc)
+            queued = None
+        if queued is None:
+            self._drop(key)
+            return None
+        old = self._pods.get(key)
+        if old is not None and old.uid == queued.uid:
+            queued = queued._replace(since=old.since)
+        self._pods[key] = queued
+        self._ordered = None
+        return key
+
+    def _drop(self, key: PodKey) -> None:
+        if self._pods.pop(key, None) is not None:
+            self._ordered = None
+
+    # --- read by the leader ----------------------------------------------------------------------------
+
+    def ordered(self) -> list[Queued]:
+        """The waiting Pods in release order (a copy)."""
+        with self._lock:
+            if self._ordered is None:
+                self._ordered = sorted(self._pods.values(), key=lambda q: q.order)
+            return list(self._ordered)
+
+    def get(self, key: PodKey) -> Queued | None:
+        with self._lock:
+            return self._pods.get(key)
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+    def by_namespace(self) -> dict[str, int]:
+        with self._lock:
+            counts: dict[str, int] = {}
+            for namespace, _ in self._pods:
+                counts[namespace] = counts.get(namespace, 0) + 1
+            return counts
+
+    def load(self, objects: Iterable[Obj]) -> None:
+        """Take the queued Pods among `objects` (a snapshot file's), as one list."""
+        self.replace(PODS, [o for o in objects if o.get("kind", "Pod") == "Pod"], first=True, final=True)
+
+
+def _key(obj: Obj) -> PodKey:
+    meta = as_map(obj.get("metadata"))
+    return (str(meta.get("namespace", "")), str(meta.get("name", "")))

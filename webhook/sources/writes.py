@@ -1,0 +1,254 @@
+"""gpupool's writes to the Kubernetes API, beside its reads: the queue's releases, its Lease, its Events.
+
+Every call has a client-side timeout (a dead connection otherwise hangs forever) and answers in gpupool's
+terms, never with an exception the caller must know the client's types for:
+
+- `PodReleaser.release`: one JSON Patch of a Pod. The patch carries the resourceVersion the release was
+  decided on, which kube-apiserver takes as a precondition: `Conflict` (409) when the Pod changed since,
+  `Gone` (404) when it was deleted, `Refused` for anything else the API would not take (422 from a rule
+  gpupool broke, which must never happen, is logged loudly).
+- `LeaseStore`: get, create and replace of one `coordination.k8s.io/v1` Lease with optimistic
+  concurrency (the replace carries the resourceVersion read), for webhook.queue.leader.
+- `EventRecorder.record`: a core/v1 Event on a Pod, best effort, from a bounded queue on a thread of its
+  own, so telling never slows releasing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import threading
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
+
+import orjson
+import urllib3
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+log = logging.getLogger("gpupool.writes")
+
+TIMEOUT = (5.0, 10.0)  # connect, read: a write that takes longer is a write that failed
+
+
+class Released(NamedTuple):
+    obj: dict[str, Any]  # the Pod as the API stored it
+
+
+class Conflict(NamedTuple):
+    message: str
+
+
+class Gone(NamedTuple):
+    message: str
+
+
+class Refused(NamedTuple):
+    status: int  # 0: no answer (timeout, connection)
+    message: str
+
+
+ReleaseResult = Released | Conflict | Gone | Refused
+
+
+class PodReleaser:
+    """PATCHes queued Pods (webhook.queue.release builds the patch)."""
+
+    def __init__(self, api_client: Any) -> None:
+        self._core = client.CoreV1Api(api_client)
+
+    def release(self, namespace: str, name: str, patch: list[dict[str, Any]]) -> ReleaseResult:
+        try:
+            # A list body is sent as a JSON Patch (application/json-patch+json) by the client.
+            resp: Any = self._core.patch_namespaced_pod(
+                name, namespace, patch, _preload_content=False, _request_timeout=TIMEOUT
+            )
+        except ApiException as exc:
+            return _failure(exc)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            return Refused(0, f"{type(exc).__name__}: {exc}")
+        return Released(orjson.loads(resp.data))
+
+    def read(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Pod as the API has it now; None when it is gone. Raises OSError when the API cannot be asked
+        (after a release whose answer was lost, this tells whether it was written)."""
+        try:
+            resp: Any = self._core.read_namespaced_pod(
+                name, namespace, _preload_content=False, _request_timeout=TIMEOUT
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise OSError(f"reading Pod {namespace}/{name}: {exc.status} {_message(exc)}") from None
+        except urllib3.exceptions.HTTPError as exc:
+            raise OSError(f"reading Pod {namespace}/{name}: {exc}") from None
+        obj: dict[str, Any] = orjson.loads(resp.data)
+        return obj
+
+
+def _failure(exc: ApiException) -> ReleaseResult:
+    message = _message(exc)
+    if exc.status == 409:
+        return Conflict(message)
+    if exc.status == 404:
+        return Gone(message)
+    if exc.status == 422:
+        log.error("kube-apiserver refused a release as invalid (a gpupool bug): %s", message)
+    return Refused(int(exc.status or 0), message)
+
+
+def _message(exc: ApiException) -> str:
+    try:
+        body = orjson.loads(exc.body or b"{}")
+    except orjson.JSONDecodeError:
+        return str(exc.reason)
+    return str(body.get("message") or exc.reason) if isinstance(body, dict) else str(exc.reason)
+
+
+class LeaseRecord(NamedTuple):
+    """What a Lease says about its holder (the fields leader election reads and writes)."""
+
+    holder: str  # "" when nobody holds it (released)
+    duration_seconds: int
+    acquire_time: datetime | None
+    renew_time: datetime | None
+    transitions: int
+    resource_version: str = ""  # of the Lease as read; a replace carries it as its precondition
+
+
+class LeaseError(Exception):
+    """The API could not be asked (or answered an error other than a conflict)."""
+
+
+class LeaseStore:
+    """One Lease, read and written with optimistic concurrency."""
+
+    def __init__(self, api_client: Any, namespace: str, name: str) -> None:
+        self._api = client.CoordinationV1Api(api_client)
+        self.namespace, self.name = namespace, name
+
+    def get(self) -> LeaseRecord | None:
+        """The Lease's record; None when there is no Lease."""
+        try:
+            lease = self._api.read_namespaced_lease(self.name, self.namespace, _request_timeout=TIMEOUT)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise LeaseError(f"reading Lease {self.namespace}/{self.name}: {exc.status} {_message(exc)}") from None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise LeaseError(f"reading Lease {self.namespace}/{self.name}: {exc}") from None
+        return _record(lease)
+
+    def create(self, record: LeaseRecord) -> LeaseRecord | None:
+        """Create the Lease; None when another candidate created it first."""
+        body = client.V1Lease(metadata=client.V1ObjectMeta(name=self.name), spec=_spec(record))
+        return self._write(lambda: self._api.create_namespaced_lease(self.namespace, body, _request_timeout=TIMEOUT))
+
+    def replace(self, record: LeaseRecord) -> LeaseRecord | None:
+        """Replace the Lease read at `record.resource_version`; None when it changed since (409)."""
+        body = client.V1Lease(
+            metadata=client.V1ObjectMeta(name=self.name, resource_version=record.resource_version), spec=_spec(record)
+        )
+        return self._write(
+            lambda: self._api.replace_namespaced_lease(self.name, self.namespace, body, _request_timeout=TIMEOUT)
+        )
+
+    def _write(self, call: Any) -> LeaseRecord | None:
+        try:
+            return _record(call())
+        except ApiException as exc:
+            if exc.status in (409, 404):
+                return None
+            raise LeaseError(f"writing Lease {self.namespace}/{self.name}: {exc.status} {_message(exc)}") from None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise LeaseError(f"writing Lease {self.namespace}/{self.name}: {exc}") from None
+
+
+def _spec(record: LeaseRecord) -> Any:
+    return client.V1LeaseSpec(
+        holder_identity=record.holder or None,
+        lease_duration_seconds=record.duration_seconds,
+        acquire_time=record.acquire_time,
+        renew_time=record.renew_time,
+        lease_transitions=record.transitions,
+    )
+
+
+def _record(lease: Any) -> LeaseRecord:
+    spec = lease.spec or client.V1LeaseSpec()
+    return LeaseRecord(
+        holder=spec.holder_identity or "",
+        duration_seconds=int(spec.lease_duration_seconds or 0),
+        acquire_time=spec.acquire_time,
+        renew_time=spec.renew_time,
+        transitions=int(spec.lease_transitions or 0),
+        resource_version=str(lease.metadata.resource_version or ""),
+    )
+
+
+class Event(NamedTuple):
+    namespace: str
+    pod: str
+    uid: str
+    reason: str  # Queued, Released
+    message: str
+    kind: str = "Normal"
+
+
+MAX_PENDING_EVENTS = 10_000  # past it, new Events are dropped (and counted in the log), releases go on
+
+
+class EventRecorder:
+    """Creates Events on Pods from a thread of its own. `record` never blocks."""
+
+    COMPONENT = "gpupool"
+
+    def __init__(self, api_client: Any, reporting_instance: str) -> None:
+        self._core = client.CoreV1Api(api_client)
+        self._instance = reporting_instance
+        self._queue: queue.Queue[Event | None] = queue.Queue(MAX_PENDING_EVENTS)
+        self._thread = threading.Thread(target=self._run, name="gpupool-events", daemon=True)
+        self.dropped = 0
+
+    def start(self) -> EventRecorder:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        with contextlib.suppress(queue.Full):  # full: the thread is busy, and stops at the next None anyway
+            self._queue.put_nowait(None)
+        self._thread.join(2.0)
+
+    def record(self, event: Event) -> None:
+        try:
+            self._queue.put_nowait(event)
+        except queue.Full:
+            self.dropped += 1
+
+    def _run(self) -> None:
+        while (event := self._queue.get()) is not None:
+            try:
+                self._core.create_namespaced_event(event.namespace, self._body(event), _request_timeout=TIMEOUT)
+            except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+                log.debug("could not record event %s on %s/%s: %s", event.reason, event.namespace, event.pod, exc)
+
+    def _body(self, event: Event) -> Any:  # a dict the client sends as it is
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{event.pod}.", "namespace": event.namespace},
+            "involvedObject": {
+                "apiVersion": "v1", "kind": "Pod", "namespace": event.namespace, "name": event.pod, "uid": event.uid,
+            },
+            "reason": event.reason,
+            "message": event.message[:1024],
+            "type": event.kind,
+            "source": {"component": self.COMPONENT},
+            "reportingComponent": self.COMPONENT,
+            "reportingInstance": self._instance,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }  # fmt: skip
