@@ -120,15 +120,20 @@ KUBE_CONTEXT = context="$$($(KUBECTL) config current-context 2>/dev/null)" && [ 
 	echo "make $@: kubectl context $$context, server $$server"; \
 	kubectl=( $(KUBECTL) --context "$$context" )
 
-deploy: $(STAMP) ## install on the current kubectl context (says which; stops without one); the webhook configuration goes last, once the Pods are ready
+# The webhook configurations go last, once the Pods are ready: the mutating one, then the validating one
+# (kustomize writes them in that order, and kubectl applies a file in order), so no Pod is validated before
+# gpupool could place it.
+deploy: $(STAMP) ## install on the current kubectl context (says which; stops without one); the webhook configurations go last, once the Pods are ready
 	@set -e; $(KUBE_CONTEXT); \
 	$(MAKE) --no-print-directory manifests; \
 	"$${kubectl[@]}" apply -f $(MANIFEST) -l 'app.kubernetes.io/component!=webhook-configuration'; \
 	"$${kubectl[@]}" -n gpupool-system rollout status deployment/gpupool-webhook --timeout=300s; \
 	"$${kubectl[@]}" apply -f $(MANIFEST)
 
-undeploy: ## remove gpupool from the current kubectl context (says which; stops without one): the webhook configuration first, then the rest
+# The validating webhook goes first: without the mutating one, it would refuse every GPU Pod as unplaced.
+undeploy: ## remove gpupool from the current kubectl context (says which; stops without one): the webhook configurations first (validating, then mutating), then the rest
 	@set -e; $(KUBE_CONTEXT); \
+	"$${kubectl[@]}" delete validatingwebhookconfiguration gpupool-webhook --ignore-not-found; \
 	"$${kubectl[@]}" delete mutatingwebhookconfiguration gpupool-webhook --ignore-not-found; \
 	"$${kubectl[@]}" delete namespace gpupool-system --ignore-not-found; \
 	"$${kubectl[@]}" delete clusterrolebinding,clusterrole gpupool-webhook --ignore-not-found

@@ -14,9 +14,9 @@
 3. A scratch kustomization stacks the overlay, the failure-policy-ignore and single-node components if
    asked for, an image override if given, the client-ca component with a ConfigMap made from --client-ca, and the
    webhook-port-from-control-plane component with the --control-plane-cidr addresses, a patch of the
-   NetworkPolicy's health-port rule for --metrics-namespace and --health-cidr, and a patch of the
-   webhook's namespaceSelector for --exclude-namespace and --no-ignore-label; `kubectl kustomize`
-   renders it.
+   NetworkPolicy's health-port rule for --metrics-namespace and --health-cidr, and a patch of both
+   webhooks' namespaceSelector (mutating and validating) for --exclude-namespace and --no-ignore-label;
+   `kubectl kustomize` renders it.
 4. The output is checked for the one thing that breaks silently (a webhook without a CA source) and
    written to build/gpupool-<overlay>.yaml, mode 0600: the self-signed output holds the private key.
 
@@ -68,6 +68,8 @@ METRICS_NAMESPACES = ("monitoring",)
 # What the base's namespaceSelector leaves out by name (manifests/base/webhook.yaml), and its label.
 EXCLUDED_BY_DEFAULT = ("kube-system", NAMESPACE, "gpu-operator")
 IGNORE_LABEL = "gpupool.io/ignore"
+# The webhook configurations (manifests/base/webhook.yaml, validating-webhook.yaml), one webhook each.
+WEBHOOK_CONFIGURATIONS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 _NAMESPACE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 # What a release fixes itself (or would take from this machine): the options --release refuses, by flag.
 RELEASE_REFUSES = {
@@ -215,9 +217,9 @@ def stacked_kustomization(
             *(f"      {line}" for line in policy_ops),
         ]
     selector = namespace_selector_patch(exclude_namespaces, ignore_label=ignore_label)
-    if selector:
+    for kind in WEBHOOK_CONFIGURATIONS if selector else ():  # both leave out the same namespaces
         patches += [
-            "  - target: {kind: MutatingWebhookConfiguration, name: gpupool-webhook}",
+            f"  - target: {{kind: {kind}, name: gpupool-webhook}}",
             "    patch: |-",
             *(f"      {line}" for line in selector),
         ]
@@ -275,11 +277,10 @@ def kustomize(kubectl: str, directory: Path) -> str:
 
 
 def check_ca_source(rendered: str, overlay: str) -> None:
-    """Refuse output whose webhook has no CA: kube-apiserver would reject every call (x509 errors)."""
-    if overlay == "self-signed" and "caBundle:" not in rendered:
-        raise RenderError("the rendered webhook configuration has no caBundle")
-    if overlay == "cert-manager" and "cert-manager.io/inject-ca-from:" not in rendered:
-        raise RenderError("the rendered webhook configuration has no cert-manager.io/inject-ca-from")
+    """Refuse output whose webhooks have no CA: kube-apiserver would reject every call (x509 errors)."""
+    mark = {"self-signed": "caBundle:", "cert-manager": "cert-manager.io/inject-ca-from:"}[overlay]
+    if rendered.count(mark) < len(WEBHOOK_CONFIGURATIONS):
+        raise RenderError(f"a rendered webhook configuration has no {mark.rstrip(':')}")
 
 
 def render(

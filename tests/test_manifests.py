@@ -37,7 +37,7 @@ import webhook
 from webhook.admission.pod import read_pod
 from webhook.admission.request import wants_gpus
 from webhook.commands.cli import build_parser
-from webhook.commands.serve import DOWNWARD_ENV, SERVE_ENV, check_client_ca, resolve_options
+from webhook.commands.serve import DOWNWARD_ENV, NAMESPACE_ENV, SERVE_ENV, check_client_ca, resolve_options
 from webhook.domain.policy import Policy, default_policy_text, load_policy_text
 from webhook.domain.quantity import parse_bytes
 from webhook.serving.certs import dns_names, ensure_certificates
@@ -76,7 +76,13 @@ DEPLOYABLE = ("self-signed", "self-signed+ignore", "cert-manager", "cert-manager
 # As given to render.py, and as the NetworkPolicy must hold them (a bare address is a /32).
 CONTROL_PLANE = {"10.0.0.10": "10.0.0.10/32", "192.0.2.0/28": "192.0.2.0/28", "fd00::5": "fd00::5/128"}
 COMPONENT = "app.kubernetes.io/component"
-CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration"}
+CLUSTER_SCOPED = {
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "MutatingWebhookConfiguration",
+    "ValidatingWebhookConfiguration",
+}
 
 pytestmark = pytest.mark.skipif(
     KUBECTL is None, reason="kubectl is not on PATH: the manifests are rendered with `kubectl kustomize`"
@@ -206,10 +212,22 @@ def deployable(request: pytest.FixtureRequest, rendered: dict[str, Rendering]) -
     return rendered[request.param]
 
 
+def env_value(r: Rendering, entry: Obj) -> str:
+    """An env entry's value as the kubelet sets it: `value`, or the downward API's Pod name, namespace or
+    service account."""
+    if "value" in entry:
+        return str(entry["value"])
+    path = entry["valueFrom"]["fieldRef"]["fieldPath"]
+    deployment = r.one("Deployment")["metadata"]
+    fields = {"metadata.namespace": deployment["namespace"], "metadata.name": f"{deployment['name']}-5d8f7c9b4-x2kqp"}
+    fields["spec.serviceAccountName"] = r.pod_spec["serviceAccountName"]
+    return fields[path]
+
+
 def serve_options(r: Rendering) -> ServeOptions:
     """The options `gpupool serve` resolves from the Deployment's args and environment."""
     container = r.container
-    env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+    env = {e["name"]: env_value(r, e) for e in container.get("env", [])}
     args = build_parser(["serve"]).parse_args(["serve", *container.get("args", [])])
     return resolve_options(args, env)
 
@@ -303,6 +321,7 @@ class TestRender:
             "PodDisruptionBudget",
             "NetworkPolicy",
             "MutatingWebhookConfiguration",
+            "ValidatingWebhookConfiguration",
         }
         namespaced = [o for o in deployable.objects if o["kind"] not in CLUSTER_SCOPED]
         assert {o["metadata"].get("namespace") for o in namespaced} == {NAMESPACE}
@@ -319,10 +338,16 @@ class TestRender:
 
     def test_deploy_applies_the_webhook_configuration_last(self, deployable: Rendering) -> None:
         """`make deploy` first applies what `-l app.kubernetes.io/component!=webhook-configuration`
-        selects: everything except the webhook configuration, which it applies once the Pods are ready."""
+        selects: everything except the webhook configurations, which it applies once the Pods are ready,
+        the mutating one first (kubectl applies a file in order): a Pod validated before gpupool could
+        place it would be refused as unplaced. `make undeploy` deletes them the other way round."""
         first = {"matchExpressions": [{"key": COMPONENT, "operator": "NotIn", "values": ["webhook-configuration"]}]}
         held_back = [o["kind"] for o in deployable.objects if not selects(first, o["metadata"].get("labels", {}))]
-        assert held_back == ["MutatingWebhookConfiguration"]
+        assert held_back == ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"]
+        kinds = [o["kind"] for o in deployable.objects]
+        assert kinds[-2:] == held_back
+        deleted = re.findall(r"delete (\w+webhookconfiguration)", make_dry_run("undeploy"))
+        assert deleted == ["validatingwebhookconfiguration", "mutatingwebhookconfiguration"]
 
     def test_every_object_is_labelled_part_of_gpupool(self, deployable: Rendering) -> None:
         """`kubectl get -l app.kubernetes.io/part-of=gpupool` finds every object of the install."""
@@ -657,17 +682,21 @@ class TestKubeApiserverSide:
         config: Obj = yaml.safe_load((MANIFESTS / "kube-apiserver" / "admission-configuration.yaml").read_text())
         return config
 
-    def test_the_mutating_webhook_plugin_gets_a_kubeconfig(self) -> None:
-        """The AdmissionConfiguration (apiserver.config.k8s.io/v1) gives the MutatingAdmissionWebhook plugin
-        a WebhookAdmissionConfiguration with an absolute kubeConfigFile, and nothing else."""
+    def test_both_webhook_plugins_get_the_kubeconfig(self) -> None:
+        """The AdmissionConfiguration (apiserver.config.k8s.io/v1) gives the MutatingAdmissionWebhook and
+        the ValidatingAdmissionWebhook plugin the same WebhookAdmissionConfiguration with an absolute
+        kubeConfigFile, and nothing else: both webhooks call the Service, and under client certificates a
+        plugin without them would have every call refused."""
         config = self.admission_configuration()
         assert (config["apiVersion"], config["kind"]) == ("apiserver.config.k8s.io/v1", "AdmissionConfiguration")
-        (plugin,) = config["plugins"]
-        assert plugin["name"] == "MutatingAdmissionWebhook"
-        assert set(plugin["configuration"]) == {"apiVersion", "kind", "kubeConfigFile"}
-        assert plugin["configuration"]["apiVersion"] == "apiserver.config.k8s.io/v1"
-        assert plugin["configuration"]["kind"] == "WebhookAdmissionConfiguration"
-        assert plugin["configuration"]["kubeConfigFile"].startswith("/etc/kubernetes/pki/")
+        plugins = {p["name"]: p["configuration"] for p in config["plugins"]}
+        assert set(plugins) == {"MutatingAdmissionWebhook", "ValidatingAdmissionWebhook"}
+        assert plugins["MutatingAdmissionWebhook"] == plugins["ValidatingAdmissionWebhook"]
+        configuration = plugins["MutatingAdmissionWebhook"]
+        assert set(configuration) == {"apiVersion", "kind", "kubeConfigFile"}
+        assert configuration["apiVersion"] == "apiserver.config.k8s.io/v1"
+        assert configuration["kind"] == "WebhookAdmissionConfiguration"
+        assert configuration["kubeConfigFile"].startswith("/etc/kubernetes/pki/")
 
     def test_the_install_guide_names_the_user_kube_apiserver_looks_up(self, rendered: dict[str, Rendering]) -> None:
         """kube-apiserver picks the kubeconfig user named <service>.<namespace>.svc for a webhook that calls
@@ -1053,6 +1082,10 @@ class TestRbac:
             }
         ]
         assert rendering.pod_spec["serviceAccountName"] == account["metadata"]["name"]
+        # ... and `gpupool serve` knows itself by that account, as kube-apiserver names it in userInfo.
+        env = {e["name"]: env_value(rendering, e) for e in rendering.container["env"]}
+        username = f"system:serviceaccount:{env[NAMESPACE_ENV]}:{serve_options(rendering).service_account}"
+        assert username == f"system:serviceaccount:{account['metadata']['namespace']}:{account['metadata']['name']}"
 
 
 # --- the Deployment and the objects around it ----------------------------------------------------
@@ -1064,12 +1097,14 @@ class TestDeployment:
         container = rendering.container
         assert "command" not in container  # the image's entrypoint: gpupool serve
         names = [e["name"] for e in container["env"]]
-        assert set(names) <= set(SERVE_ENV) | set(DOWNWARD_ENV), set(names) - set(SERVE_ENV) - set(DOWNWARD_ENV)
-        for e in container["env"]:
-            if e["name"] in DOWNWARD_ENV:
-                assert e["valueFrom"] == {"fieldRef": {"fieldPath": DOWNWARD_ENV[e["name"]]}}
-            else:
-                assert "valueFrom" not in e
+        assert set(names) <= {*SERVE_ENV, *DOWNWARD_ENV}, set(names) - set(SERVE_ENV) - set(DOWNWARD_ENV)
+        # Only who gpupool is comes from the downward API, so it cannot drift from the install.
+        from_api = {e["name"]: e["valueFrom"] for e in container["env"] if "valueFrom" in e}
+        assert from_api == {
+            **{name: {"fieldRef": {"fieldPath": path}} for name, path in DOWNWARD_ENV.items()},
+            "GPUPOOL_SERVICE_ACCOUNT": {"fieldRef": {"fieldPath": "spec.serviceAccountName"}},
+        }
+        assert NAMESPACE_ENV in DOWNWARD_ENV
         options = serve_options(rendering)
         assert options.inventory is None  # the live cluster, through the ServiceAccount
 
@@ -1284,13 +1319,16 @@ class TestRelease:
     def test_one_file_installs_everything_with_the_image_pinned(self, release: tuple[str, Path]) -> None:
         """gpupool-<version>.yaml is the cert-manager install (no key in it: the certificates are issued in
         the cluster) with the image tag of the version, failurePolicy Fail, in the order `kubectl apply -f`
-        needs: the Namespace first, the webhook configuration last."""
+        needs: the Namespace first, the webhook configurations last (the mutating one, then the validating one)."""
         version, out = release
         rendering = parse_objects((out / f"gpupool-{version}.yaml").read_text(), "release")
         assert rendering.container["image"] == f"ghcr.io/gpupool/gpupool-webhook:{version}"
         assert rendering.webhook["failurePolicy"] == "Fail"
         assert rendering.objects[0]["kind"] == "Namespace"
-        assert rendering.objects[-1]["kind"] == "MutatingWebhookConfiguration"
+        assert [o["kind"] for o in rendering.objects[-2:]] == [
+            "MutatingWebhookConfiguration",
+            "ValidatingWebhookConfiguration",
+        ]
         assert rendering.all("Certificate") and not rendering.all("Secret")
         for obj in rendering.objects:
             if not obj["apiVersion"].startswith("cert-manager.io/"):
@@ -1305,11 +1343,12 @@ class TestRelease:
         assert "-l 'app.kubernetes.io/component!=webhook-configuration'" in guide
         assert "-l 'app.kubernetes.io/component notin (webhook-configuration,policy)'" in guide
         left_out = [o for o in objects if o not in selected(objects, COMPONENT, {"webhook-configuration"})]
-        assert [o["kind"] for o in left_out] == ["MutatingWebhookConfiguration"]
+        assert [o["kind"] for o in left_out] == ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"]
         left_out = [o for o in objects if o not in selected(objects, COMPONENT, {"webhook-configuration", "policy"})]
         assert sorted((o["kind"], o["metadata"]["name"]) for o in left_out) == [
             ("ConfigMap", "gpupool-policy"),
             ("MutatingWebhookConfiguration", "gpupool-webhook"),
+            ("ValidatingWebhookConfiguration", "gpupool-webhook"),
         ]
 
     def test_the_monitoring_file_holds_the_component_alone_with_runbooks_of_the_release(

@@ -283,7 +283,7 @@ class Admitter:
     def _place(self, bound: Bound, prepared: Prepared, dry_run: bool) -> Verdict | None:
         """Place a prepared Pod; None when the binding changed before the lock was had (decide again)."""
         policy, inventory, shapes = bound
-        stale = self._stale_seconds(bound)
+        stale = self.stale_of(bound)
         view, req, node, devices = prepared
         # Only reading the pools and reserving hold the inventory's lock (which the watches need too).
         with inventory.read() as index:
@@ -301,12 +301,7 @@ class Admitter:
             placement = result.placement
             if placement is not None and stale and policy.defaults.on_stale == "deny":
                 placement = None
-                result = verdict.deny(
-                    f"the GPU inventory is stale (no contact with the API for {stale:.0f} s); "
-                    "policy onStale is deny, so GPU Pods are refused until it re-syncs",
-                    code=verdict.CODE_UNAVAILABLE,
-                    reason="stale",
-                )
+                result = stale_denial(stale)
             # Every placed Pod counts until the watch shows it, pre-patched and bound ones too (only its
             # own re-invocation, recognised above, is not counted twice).
             reserve = placement if not dry_run else None
@@ -325,12 +320,23 @@ class Admitter:
 
     def stale_seconds(self) -> float:
         """How stale the inventory is beyond the policy's threshold (0 when fresh)."""
-        return self._stale_seconds(self._bound)
+        return self.stale_of(self._bound)
 
     @staticmethod
-    def _stale_seconds(bound: Bound) -> float:
+    def stale_of(bound: Bound) -> float:
+        """How stale `bound`'s inventory is beyond its policy's threshold (0 when fresh)."""
         age = bound.inventory.age_seconds()
         return age if age > bound.policy.defaults.stale_after_seconds else 0.0
+
+    @property
+    def shapes(self) -> Memo:
+        """What Pod shapes decide under the current policy; the validating call (webhook.admission.validation)
+        reads the same Pods, patched."""
+        return self._bound.shapes
+
+    def now(self) -> float:
+        """The clock reservations are made and expired by."""
+        return self._clock()
 
 
 def _reserve(index: PoolIndex, view: PodView, placement: Placement, now: float, *, echoed: bool) -> None:
@@ -376,3 +382,13 @@ def _pool_in(index: PoolIndex, placement: Placement) -> PoolKey | None:
     pins = tuple(sorted((k, v) for k, v in placement.selector if index.policy.pins_pool(k)))
     reached = [p.key for p in index.pools(placement.pool.vendor) if p.resource == placement.resource and p.reach(pins)]
     return reached[0] if len(reached) == 1 else None
+
+
+def stale_denial(stale: float) -> Verdict:
+    """A GPU Pod refused because the inventory is `stale` seconds old under policy onStale: deny."""
+    return verdict.deny(
+        f"the GPU inventory is stale (no contact with the API for {stale:.0f} s); "
+        "policy onStale is deny, so GPU Pods are refused until it re-syncs",
+        code=verdict.CODE_UNAVAILABLE,
+        reason="stale",
+    )

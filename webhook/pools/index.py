@@ -135,6 +135,7 @@ class PoolIndex:
         node: str = "",
         echoed: bool = False,
         group: str = "",
+        confirmed: bool = False,
     ) -> int:
         """Count an admitted Pod against its pool until the watch shows it; returns a token.
 
@@ -142,7 +143,8 @@ class PoolIndex:
         (`take_echo`); a Pod that names its `node` holds its GPUs on that node rather than in the pool.
         `echoed`: a re-invocation has matched it already (it is not matched again). `group`: the Pod's
         workload group, which holds a member on the pool from now on (so the next Pod of a burst finds
-        its siblings before the watch shows any of them)."""
+        its siblings before the watch shows any of them). `confirmed`: made by the Pod's validating call,
+        which checked the Pod as it will be stored (`take_admitted` never finds it)."""
         token = self._ledger.reserve(
             namespace,
             pool,
@@ -154,6 +156,7 @@ class PoolIndex:
             node=node,
             echoed=echoed,
             group=group,
+            confirmed=confirmed,
         )
         self._settle()
         return token
@@ -166,6 +169,16 @@ class PoolIndex:
         matched before), so the caller can decide without counting the Pod against itself and reserve
         again with `echoed=True`. False when there is none: then it is a Pod like any other."""
         if not self._ledger.take_echo(namespace, name, generate_name, pool=pool, node=node, gpus=gpus):
+            return False
+        self._settle()
+        return True
+
+    def take_admitted(self, namespace: str, name: str, generate_name: str, *, pool: PoolKey | None, node: str) -> bool:
+        """The validating call of a Pod takes back the reservation its mutating call made (found by the
+        Pod's name, else its generateName; on `node`, else in `pool`, None for any pool), so the Pod as it
+        will be stored is checked without counting it against itself, and reserved again (`confirmed`)
+        only if it passes. False when this replica holds none."""
+        if not self._ledger.take_admitted(namespace, name, generate_name, pool=pool, node=node):
             return False
         self._settle()
         return True

@@ -75,6 +75,19 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
+        self.validations = Counter(
+            "gpupool_validations",
+            "Validating calls answered (dry runs excluded): the Pod as it will be stored, by operation (CREATE, "
+            "UPDATE, other) and outcome (allowed, denied, error)",
+            ["operation", "outcome"],
+            registry=registry,
+        )
+        self.validation_latency = Histogram(
+            "gpupool_validation_duration_seconds",
+            "Time to answer one validating AdmissionReview, from decoding the request to encoding the answer",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
         self.pool_nodes = self._pool_gauge(registry, "gpupool_pool_nodes", "Nodes in the pool")
         self.pool_nodes_usable = self._pool_gauge(
             registry, "gpupool_pool_nodes_usable", "Nodes in the pool that are Ready and schedulable"
@@ -194,6 +207,7 @@ class Metrics:
         # `labels()` takes a lock and builds a key on every call; the few (outcome, pool) children are
         # kept here instead. A race only makes two threads ask labels() for the same child.
         self._admission_children: dict[tuple[str, str], Counter] = {}
+        self._validation_children: dict[tuple[str, str], Counter] = {}
 
     # --- the queue (webhook.queue.runner.QueueMetrics) ---------------------------------------------------
 
@@ -247,6 +261,17 @@ class Metrics:
         child.inc()
         if quota_denial:
             self.quota_denials.labels(namespace).inc()
+
+    def record_validation(self, *, operation: str, outcome: str, seconds: float, dry_run: bool) -> None:
+        """Count one answered validating AdmissionReview. A dry run only shows in the latency histogram."""
+        self.validation_latency.observe(seconds)
+        if dry_run:
+            return
+        key = (operation, outcome)
+        child = self._validation_children.get(key)
+        if child is None:
+            child = self._validation_children[key] = self.validations.labels(operation, outcome)
+        child.inc()
 
     def refresh(self, inventory: Inventory, policy: Policy | None = None) -> None:
         """Copy pool capacity, inventory age, staleness and readiness from the inventory into the gauges;

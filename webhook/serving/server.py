@@ -35,7 +35,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gunicorn.app.base import BaseApplication
@@ -43,6 +43,7 @@ from gunicorn.glogging import Logger as GunicornLogger
 from gunicorn.sock import ssl_context as gunicorn_ssl_context
 
 from webhook.admission.core import Admitter
+from webhook.admission.validation import Trusted, Validator
 from webhook.domain.errors import ConfigError
 from webhook.domain.policy import Policy
 from webhook.pools.inventory import Inventory
@@ -96,6 +97,9 @@ class ServeOptions:
     workers: int = 1
     threads: int = 4
     log_level: str = "info"
+    service_account: str = "gpupool-webhook"  # in POD_NAMESPACE: gpupool's own user (webhook.admission.validation)
+    trusted_users: tuple[str, ...] = ()  # who else may change what the validating webhook guards
+    trusted_groups: tuple[str, ...] = ()
     api_qps: int = 300  # the queue's writes (releases, Events) per second, per worker process
     api_burst: int = 500
     # gpupool's worker; the server benchmark also runs gunicorn's own "gthread" as a baseline.
@@ -112,6 +116,8 @@ class Core:
     # The --policy file the policy was read from, followed for changes; None for the built-in policy.
     source: PolicyVersion | None = None
     queue: QueueSettings | None = None  # where the queue's Lease lives and who this replica is
+    # Who may change what the validating webhook guards on GPU Pods (webhook.admission.validation).
+    trusted: Trusted = field(default_factory=lambda: Trusted.of("gpupool-system", "gpupool-webhook"))
 
 
 PolicyDetail = Callable[[], Mapping[str, Any]]
@@ -179,7 +185,8 @@ def real_app_loader(core: Core) -> LoadApp:
             refresher.stop()
             admitter.inventory.close()
 
-        app = create_app(AppConfig(admitter=admitter, metrics=metrics))
+        config = AppConfig(admitter=admitter, metrics=metrics, validator=Validator(admitter, core.trusted))
+        app = create_app(config)
         freeze_when_ready(inventory)
         return WorkerApp(app, close)
 
