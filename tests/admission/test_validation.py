@@ -445,6 +445,45 @@ def test_trusted_users_and_groups_may_and_the_message_names_them() -> None:
     assert not update(validator, old, new, Caller(GPUPOOL)).allowed  # another install's account
 
 
+def test_a_cluster_admin_releasing_by_hand_is_refused_unless_acting_as_gpupool_or_trusted() -> None:
+    """Being cluster-admin (system:masters) is no exception: the emergency release by hand of
+    docs/install.md impersonates gpupool's service account, or is made by a trusted group."""
+    old = queued_pod()
+    ungated = copy.deepcopy(old)
+    ungated["spec"].pop("schedulingGates")
+    admin = Caller("kubernetes-admin", ("kubeadm:cluster-admins", "system:masters", "system:authenticated"))
+    refused = update(Replica(fleet()).validator, old, ungated, admin)
+    assert f"kubernetes-admin changed scheduling gate {QUEUE_GATE} (removed)" in refused.message
+    assert update(Replica(fleet()).validator, old, ungated, Caller(GPUPOOL)).allowed
+    trusted = Trusted.of("gpupool-system", "gpupool-webhook", groups=["system:masters"])
+    assert update(Replica(fleet(), trusted=trusted).validator, old, ungated, admin).allowed
+
+
+KUEUE = "system:serviceaccount:kueue-system:kueue-controller-manager"
+KUEUE_GATE = "kueue.x-k8s.io/admission"
+
+
+def test_kueues_plain_pod_release_needs_its_service_account_trusted() -> None:
+    """Kueue's plain-Pod integration admits a Pod it gated by one update: its flavor's nodeSelector and
+    tolerations added, its gate removed. On a GPU Pod gpupool placed that changes what gpupool guards, so
+    it is refused from Kueue's service account unless the admin trusts it (--trusted-users, as
+    docs/install.md says); a flavor that adds nothing, only Kueue's gate removed, needs no trust."""
+    old = placed_pod()
+    old["spec"]["schedulingGates"] = [{"name": KUEUE_GATE}]
+    admitted = copy.deepcopy(old)
+    admitted["spec"].pop("schedulingGates")
+    admitted["spec"]["nodeSelector"]["cloud.google.com/gke-nodepool"] = "t4-pool"
+    admitted["spec"]["tolerations"].append({"key": "kueue.example.com/flavor", "operator": "Exists"})
+    refused = update(Replica(fleet()).validator, old, admitted, Caller(KUEUE))
+    assert (refused.allowed, refused.code, refused.reason) == (False, 403, "guarded")
+    assert f"{KUEUE} changed nodeSelector cloud.google.com/gke-nodepool; tolerations" in refused.message
+    trusted = Trusted.of("gpupool-system", "gpupool-webhook", users=[KUEUE])
+    assert update(Replica(fleet(), trusted=trusted).validator, old, admitted, Caller(KUEUE)).allowed
+    ungated = copy.deepcopy(old)
+    ungated["spec"].pop("schedulingGates")
+    assert update(Replica(fleet()).validator, old, ungated, Caller(KUEUE)).allowed
+
+
 @pytest.mark.parametrize(
     "change",
     [
