@@ -89,6 +89,15 @@ def prepare(pod: Any, namespace: str, policy: Policy, shapes: Memo = NO_MEMO) ->
         return verdict.deny(str(exc), code=verdict.CODE_INVALID, reason="invalid")
     if view.mirror:  # the kubelet's copy of a static Pod: already running, nothing to decide
         return verdict.allow("mirror Pod: created by the kubelet, not placed by gpupool")
+    if QUEUE_GATE in (view.shape.gates or ()) and policy.placement(view.namespace) != "queue":
+        # Only a Pod being created: one the queue holds already (gated under an earlier policy) is released
+        # by the rules in use (prepare_view), never stranded behind the gate.
+        return verdict.deny(
+            f"spec.schedulingGates: {QUEUE_GATE} is gpupool's own gate, for namespaces whose policy queues their "
+            f"Pods; namespace {view.namespace} places them at admission: remove the gate",
+            code=verdict.CODE_INVALID,
+            reason="invalid",
+        )
     req = shapes.get(view.shape, lambda: _request(view.shape, policy), size=lambda r: _weight(r, view.shape))
     if isinstance(req, Verdict):
         return req
@@ -189,13 +198,6 @@ def _weight(value: GpuRequest | Verdict, shape: PodShape) -> int:
 def _request(shape: PodShape, policy: Policy) -> GpuRequest | Verdict:
     """What the Pod's shape alone decides: not gpupool's business, against the rules, malformed, or this
     request."""
-    if QUEUE_GATE in (shape.gates or ()) and policy.placement(shape.namespace) != "queue":
-        return verdict.deny(
-            f"spec.schedulingGates: {QUEUE_GATE} is gpupool's own gate, for namespaces whose policy queues their "
-            f"Pods; namespace {shape.namespace} places them at admission: remove the gate",
-            code=verdict.CODE_INVALID,
-            reason="invalid",
-        )
     if not wants_gpus(shape, policy):
         return verdict.allow("no gpupool.io/ annotation and no GPU resource")
     problem = visible_devices_problem(all_containers(shape), shape.namespace, policy)
