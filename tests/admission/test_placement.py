@@ -353,15 +353,24 @@ def test_an_unknown_node_is_no_exemption_from_the_namespaces_quota() -> None:
     assert within.allowed and within.patch == () and "class not checked" in within.warnings[0]
 
 
-def test_a_daemonset_reference_that_is_not_the_controller_gets_placed_like_any_pod() -> None:
-    """`controller: false` (or no controller field) is no DaemonSet's Pod: gpupool places it, so its H100
-    term cannot take a students Pod to a high GPU."""
-    for controller in (False, None):
-        obj = daemonset_pod("students", [ASKS_H100], controller=controller)
-        result = evaluate(obj, "students", demo_policy(), shared_demo_index())
-        assert not result.allowed or result.patch, result.message
-        if result.allowed:
-            assert result.placement is not None and result.placement.pool.gpu_class != "high"
+@pytest.mark.parametrize("controller", [False, None], ids=["controller-false", "no-controller-field"])
+@pytest.mark.parametrize(
+    "terms",
+    [[ASKS_H100], [NAMES_RTX, ASKS_H100], [NAMES_UNKNOWN]],
+    ids=["h100-term", "names-rtx-or-h100", "names-unknown-node"],
+)
+def test_a_daemonset_reference_that_is_not_the_controller_gets_placed_like_any_pod(
+    controller: bool | None, terms: list[dict[str, Any]]
+) -> None:
+    """`controller: false` (or no controller field) is no DaemonSet's Pod: gpupool places it, so a term
+    naming an RTX workstation (which got such a Pod allowed unchanged, its H100 term unseen) cannot take
+    a students Pod to a high GPU. An H100 term alone, or an unknown node, was placed or refused before
+    too and stays so."""
+    obj = daemonset_pod("students", terms, controller=controller)
+    result = evaluate(obj, "students", demo_policy(), shared_demo_index())
+    assert not result.allowed or result.patch, result.message
+    if result.allowed:
+        assert result.placement is not None and result.placement.pool.gpu_class != "high"
 
 
 # --- only Pods that could run hold capacity (issue 17, finding 9) -----------------------------------------
