@@ -411,6 +411,40 @@ def test_pods_that_can_never_be_scheduled_hold_no_gpus(impossible: dict[str, Any
     assert all(r.allowed and r.placement is not None and r.placement.pool == A100 for r in placed)
 
 
+DEDICATED = {"key": "dedicated", "value": "inference", "effect": "NoSchedule"}
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["memory-beyond-any-node", "affinity-no-node-matches", "taint-not-tolerated", "taint-tolerated"],
+)
+def test_whether_a_pinned_pod_holds_follows_memory_affinity_and_taints(case: str) -> None:
+    """The rest of what the scheduler asks of a node: a memory request over every node's allocatable
+    (128Gi), a required node-affinity term no node matches, a NoSchedule taint the Pod does not
+    tolerate. Such Pods hold nothing in the pool; tolerating the taint, the same Pod holds its 2 GPUs."""
+    fleet = a100_fleet()
+    tolerations = [GPU_TOLERATION]
+    if case.startswith("taint"):
+        for node in fleet:
+            node["spec"]["taints"] = [DEDICATED]
+        if case == "taint-tolerated":
+            tolerations.append({**DEDICATED, "operator": "Equal"})
+    pins = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB", "gpu.accelerator/class": "high"}
+    placed = {"gpupool.io/pool": str(A100)}
+    obj = pod("w", "ml", gpus=2, annotations=placed, tolerations=tolerations, node_selector=pins)
+    if case == "memory-beyond-any-node":
+        obj["spec"]["containers"][0]["resources"]["requests"] = {"memory": "200Gi"}
+    elif case == "affinity-no-node-matches":
+        term = {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["nowhere"]}]}
+        obj["spec"]["affinity"] = {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+        }
+    index = index_of([*fleet, obj])
+    (stats,) = [s for s in index.pool_stats() if s.pool == A100]
+    held = 2 if case == "taint-tolerated" else 0
+    assert (stats.gpus_free, stats.pending) == (16 - held, held)
+
+
 def test_a_pod_that_becomes_schedulable_holds_again() -> None:
     """The same Pod holds as soon as a node that can take it joins, and stops when it goes."""
     obj = pod("w", "ml", gpus=2, annotations={"gpupool.io/pool": str(A100)}, tolerations=[GPU_TOLERATION],
