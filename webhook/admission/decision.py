@@ -7,6 +7,7 @@ messages can show the user the nearest misses.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from sys import getsizeof
 from typing import NamedTuple
@@ -18,7 +19,7 @@ from webhook.domain.affinity import PoolConstraint
 from webhook.domain.devices import GPU, KINDS, NOUNS, SHARED
 from webhook.domain.model import PREFIX, PoolKey, Taint
 from webhook.domain.policy import Policy
-from webhook.domain.products import format_version, matches, tokens, version_at_least
+from webhook.domain.products import Tokens, format_version, matches, tokens, version_at_least
 from webhook.domain.quantity import format_mib
 from webhook.pools.index import Group, Inseparable, Pool, PoolIndex
 from webhook.pools.nodes import NodeFacts
@@ -41,18 +42,62 @@ class Candidate(NamedTuple):
     groups: tuple[Group, ...] = ()  # the pool's node groups the Pod can reach and tolerates
 
 
+# What a reason is about: the Pod's requirements a pool can fail. Only CLASS, DEVICE and PRODUCT can be
+# changed by one annotation without loosening a rule (webhook.admission.hints); CLASS_RULE is the
+# namespace's allowedClasses, which no annotation changes.
+PIN, RESOURCE, DEVICE, SHARED_COUNT, CLASS_RULE, CLASS, PRODUCT = (
+    "pin", "resource", "device", "shared-count", "class-rule", "class", "product"
+)  # fmt: skip
+MEMORY, DRIVER, COMPUTE, CUDA, PLACE, TAINTS, SIZE, QUOTA = (
+    "memory", "driver", "compute", "cuda", "place", "taints", "size", "quota"
+)  # fmt: skip
+FIXABLE = (CLASS, DEVICE, PRODUCT)
+NEAREST = 3  # pools a "no GPU pool matches" denial describes
+MAX_DESCRIBED_CHARS = 300  # of one pool's reasons in a denial (a reason may quote the Pod's own values)
+
+
+class Miss(NamedTuple):
+    """One requirement of the Pod a pool fails: what about, the reason, and how far off, in half
+    requirements (2 for one requirement; a product counts each token it lacks, 1 when the pool has a
+    token of the same family, as H100 for H20)."""
+
+    kind: str
+    text: str
+    distance: int = 2
+
+
 @dataclass(frozen=True, slots=True)
 class Rejection:
     pool: PoolKey
     reasons: tuple[str, ...]
     other_device: bool = False  # a kind or resource the Pod does not take: never among the nearest misses
+    distance: int = 2  # how far the pool is from taking the Pod (the sum of its misses' distances)
+    fix: str = ""  # CLASS, DEVICE or PRODUCT when every miss is of that one kind (one annotation would do)
+
+
+def _rejection(pool: PoolKey, misses: list[Miss], other_device: bool = False) -> Rejection:
+    kinds = {m.kind for m in misses}
+    fix = next(iter(kinds)) if len(kinds) == 1 and kinds <= set(FIXABLE) else ""
+    return Rejection(pool, tuple(m.text for m in misses), other_device, sum(m.distance for m in misses), fix)
+
+
+def nearest(rejections: list[Rejection] | tuple[Rejection, ...]) -> list[Rejection]:
+    """The pools nearest to taking the Pod: of the rejections (sorted nearest first), the first few of
+    those as near as the nearest one."""
+    if not rejections:
+        return []
+    first = rejections[0]
+    return [r for r in rejections[:NEAREST] if (r.other_device, r.distance) == (first.other_device, first.distance)]
 
 
 def _describe(rejection: Rejection, all_rejections: list[Rejection]) -> str:
     """`NVIDIA-A100-SXM4-40GB: 40Gi < min-memory 80Gi`; the full pool name when the product is ambiguous."""
     same = sum(r.pool.product == rejection.pool.product for r in all_rejections)
     name = rejection.pool.product if same == 1 else str(rejection.pool)
-    return f"{name}: {', '.join(rejection.reasons)}"
+    reasons = ", ".join(rejection.reasons)
+    if len(reasons) > MAX_DESCRIBED_CHARS:
+        reasons = reasons[: MAX_DESCRIBED_CHARS - 3] + "..."
+    return f"{name}: {reasons}"
 
 
 class Decision(NamedTuple):
@@ -140,9 +185,9 @@ def decide(req: GpuRequest, index: PoolIndex, policy: Policy, *, quotas: bool = 
     if waiting is None:
         if quota_note:
             return Decision(None, quota_note, (), (), tuple(rejections), quota_reason)
-        nearest = "; ".join(_describe(r, rejections) for r in rejections[:3])
-        nearest = nearest or f"the inventory has no {req.vendor.name} GPU pools"
-        return Decision(None, f"no GPU pool matches the Pod: {nearest}", (), (), tuple(rejections), "no-match")
+        near = "; ".join(_describe(r, rejections) for r in nearest(rejections))
+        near = near or f"the inventory has no {req.vendor.name} GPU pools"
+        return Decision(None, f"no GPU pool matches the Pod: {near}", (), (), tuple(rejections), "no-match")
     if policy.defaults.on_no_capacity == "deny":
         need = f"{req.pod_total} free {waiting.resource} on one node"
         return Decision(
@@ -168,21 +213,26 @@ def _plan(req: GpuRequest, index: PoolIndex, policy: Policy) -> _Plan:
     options: list[_Option] = []
     rejections: list[Rejection] = []
     for pool in index.pools(req.vendor.name):
-        reasons = _pool_reasons(req, pool.key, pool.kind, requested, fallback_classes, devices=req.devices)
-        if not reasons and pool.kind == SHARED and req.count > 1:  # in a list of devices: skipped
-            reasons = [f"a shared replica is not a GPU: {PREFIX}gpu-count {req.count} needs gpu or mig"]
-        if reasons:
+        misses = _pool_misses(req, pool.key, pool.kind, requested, fallback_classes, devices=req.devices)
+        if not misses and pool.kind == SHARED and req.count > 1:  # in a list of devices: skipped
+            text = f"a shared replica is not a GPU: {PREFIX}gpu-count {req.count} needs gpu or mig"
+            misses = [Miss(SHARED_COUNT, text)]
+        if misses:
+            # What else it lacks, from what its nodes have alike (cheap: no node is walked, no constraint
+            # worked out), so the nearest misses are judged on all of the Pod's requirements.
+            misses += _fit_misses(req, pool.ordered())[1]
             other = pool.kind not in req.devices or bool(req.resource and pool.resource != req.resource)
-            rejections.append(Rejection(pool.key, tuple(reasons), other))
+            rejections.append(_rejection(pool.key, misses, other))
             continue
         option = _option(req, pool, pool.key.gpu_class in fallback_classes, index)
         if isinstance(option, _Option):
             options.append(option)
         else:
-            rejections.append(Rejection(pool.key, (option,)))
-    # PoolKey's own ordering, spelt out: comparing strings is far cheaper than comparing dataclasses
+            rejections.append(_rejection(pool.key, option))
+    # Nearest first; then PoolKey's own ordering, spelt out: comparing strings is far cheaper than
+    # comparing dataclasses
     rejections.sort(
-        key=lambda r: (r.other_device, len(r.reasons), r.pool.vendor, r.pool.gpu_class, r.pool.product, r.pool.resource)
+        key=lambda r: (r.other_device, r.distance, r.pool.vendor, r.pool.gpu_class, r.pool.product, r.pool.resource)
     )
     return _Plan(tuple(options), tuple(rejections))
 
@@ -198,7 +248,7 @@ def _plan_bytes(req: GpuRequest, plan: _Plan) -> int:
 _OPTION_BYTES, _REJECTION_BYTES = 512, 256
 
 
-def _pool_reasons(
+def _pool_misses(
     req: GpuRequest,
     key: PoolKey,
     kind: str,
@@ -206,30 +256,73 @@ def _pool_reasons(
     fallback: tuple[str, ...],
     *,
     devices: tuple[str, ...],
-) -> list[str]:
-    """Why a pool (of devices of `kind`) cannot take the Pod at all (not counting capacity); empty when it can."""
-    reasons = []
+) -> list[Miss]:
+    """Why a pool (of devices of `kind`) cannot take the Pod at all, from its key alone (not counting its
+    nodes or capacity); empty when it can."""
+    misses = []
     if req.pool_pin is not None and req.pool_pin != key:
-        reasons.append(f"{PREFIX}pool pins {req.pool_pin}")
+        misses.append(Miss(PIN, f"{PREFIX}pool pins {req.pool_pin}"))
     resource = key.resource or req.vendor.resource
     if req.resource and resource != req.resource:
-        reasons.append(f"its devices are {resource}, the Pod requests {req.resource}")
+        misses.append(Miss(RESOURCE, f"its devices are {resource}, the Pod requests {req.resource}"))
     elif kind not in devices:
-        reasons.append(f"device {kind} not in {','.join(devices)} ({req.device_source})")
+        misses.append(Miss(DEVICE, f"device {kind} not in {','.join(devices)} ({req.device_source})"))
     if key.gpu_class not in req.allowed_classes:
-        reasons.append(f"class {key.gpu_class} is not allowed in namespace {req.namespace}")
+        misses.append(Miss(CLASS_RULE, f"class {key.gpu_class} is not allowed in namespace {req.namespace}"))
     elif key.gpu_class not in requested and key.gpu_class not in fallback:
-        reasons.append(f"class {key.gpu_class} not in {'/'.join(requested)} ({req.class_source})")
+        misses.append(Miss(CLASS, f"class {key.gpu_class} not in {'/'.join(requested)} ({req.class_source})"))
     if req.products:
         product = tokens(key.product, req.vendor.product_prefixes)
         if not any(matches(q, product) for q in req.products):
-            reasons.append(f"product {key.product} does not match {PREFIX}gpu-product {req.product_text}")
-    return reasons
+            text = f"product {key.product} does not match {PREFIX}gpu-product {req.product_text}"
+            misses.append(Miss(PRODUCT, text, min(product_distance(q, product) for q in req.products)))
+    return misses
 
 
-def _option(req: GpuRequest, pool: Pool, fallback: bool, index: PoolIndex) -> _Option | str:
+_FAMILY = re.compile(r"[a-z]*")
+
+
+def product_distance(query: Tokens, product: Tokens) -> int:
+    """How far a product is from one the query matches, in half tokens: 2 for each query token it lacks,
+    1 when it has a token of the same family (the same leading letters: `h100` for `h20`, `a100` for
+    `a10`); at least 1 (every token there, but out of order). Linear in the tokens."""
+    have = set(product)
+    families = {f for p in product if (f := _family(p))}
+    lacking = [t for t in query if t not in have]
+    return max(1, sum(1 if _family(t) in families else 2 for t in lacking))
+
+
+def _family(token: str) -> str:
+    """A product token's leading letters (`h` of `h100`, `rtx`, `mi` of `mi300x`); "" for `3060` or `80gb`."""
+    match = _FAMILY.match(token)
+    return match.group() if match else ""
+
+
+def _option(req: GpuRequest, pool: Pool, fallback: bool, index: PoolIndex) -> _Option | list[Miss]:
     """The pool as the Pod can use it (its constraint and the node groups the Pod reaches and tolerates),
     or why it cannot."""
+    place = _place(req, pool, index)
+    if not isinstance(place, tuple):
+        return [Miss(PLACE, place)]
+    constraint, groups = place
+    tolerated, misses = _fit_misses(req, groups)
+    if misses:
+        return misses
+    return _Option(
+        pool=pool.key,
+        resource=pool.resource,
+        constraint=constraint,
+        groups=tuple(tolerated),
+        gpu_taints=tuple(sorted({t for g in tolerated for t in g.gpu_taints}, key=lambda t: (t.key, t.effect))),
+        memory_mib=min(g.min_memory_mib() for g in tolerated),
+        fallback=fallback,
+        kind=pool.kind,
+    )
+
+
+def _place(req: GpuRequest, pool: Pool, index: PoolIndex) -> tuple[PoolConstraint, tuple[Group, ...]] | str:
+    """The pool's constraint and its node groups the Pod's own nodeSelector and node affinity reach, or
+    why the Pod cannot get there at all."""
     constraint = index.constraint(pool.key)
     if isinstance(constraint, Inseparable):
         return constraint.reason
@@ -251,6 +344,15 @@ def _option(req: GpuRequest, pool: Pool, fallback: bool, index: PoolIndex) -> _O
         groups = tuple(g for g in groups if g in reached)
     if not groups:
         return "no nodes"
+    return constraint, groups
+
+
+def _fit_misses(req: GpuRequest, groups: tuple[Group, ...]) -> tuple[list[Group], list[Miss]]:
+    """The groups the Pod tolerates, and every requirement their nodes fail: taints, memory, driver,
+    compute capability, CUDA, size. (Judged on all `groups` when the Pod tolerates none.)"""
+    if not groups:
+        return [], []
+    misses = []
     tolerated = [g for g in groups if all(req.tolerations.tolerates(t) for t in g.other_taints)]
     if not tolerated:
         taints = {
@@ -258,24 +360,14 @@ def _option(req: GpuRequest, pool: Pool, fallback: bool, index: PoolIndex) -> _O
             for g in groups
             for t in g.other_taints
         }
-        return f"every node has taints the Pod does not tolerate: {', '.join(sorted(taints))}"
+        misses.append(Miss(TAINTS, f"every node has taints the Pod does not tolerate: {', '.join(sorted(taints))}"))
     # The scheduler may pick any node the constraint reaches that the Pod tolerates: each must hold.
-    problem = _group_problem(req, tolerated)
-    if problem:
-        return problem
-    largest = max(g.largest_node() for g in tolerated)
+    judged = tolerated or list(groups)
+    misses += _group_misses(req, judged)
+    largest = max(g.largest_node() for g in judged)
     if largest < req.pod_total:
-        return f"no node has {req.pod_total} GPUs (the largest has {largest})"
-    return _Option(
-        pool=pool.key,
-        resource=pool.resource,
-        constraint=constraint,
-        groups=tuple(tolerated),
-        gpu_taints=tuple(sorted({t for g in tolerated for t in g.gpu_taints}, key=lambda t: (t.key, t.effect))),
-        memory_mib=min(g.min_memory_mib() for g in tolerated),
-        fallback=fallback,
-        kind=pool.kind,
-    )
+        misses.append(Miss(SIZE, f"no node has {req.pod_total} GPUs (the largest has {largest})"))
+    return tolerated, misses
 
 
 def _pinned(req: GpuRequest, constraint: PoolConstraint) -> list[tuple[str, str]]:
@@ -326,27 +418,29 @@ def _candidate(req: GpuRequest, o: _Option) -> Candidate:
     )
 
 
-def _group_problem(req: GpuRequest, groups: list[Group]) -> str:
+def _group_misses(req: GpuRequest, groups: list[Group]) -> list[Miss]:
     """Memory, driver, compute capability and CUDA must hold on every node the selector can reach, since
-    the scheduler may pick any."""
+    the scheduler may pick any: each one that does not."""
+    misses = []
     memory = min(g.min_memory_mib() for g in groups)
     if req.min_memory_mib and memory < req.min_memory_mib:
         have = format_mib(memory) if memory else "unknown memory"
-        return f"{have} < min-memory {format_mib(req.min_memory_mib)}"
-    for need, name, what, unknown, versions in (
-        (req.min_driver, "min-driver", "driver", "driver version", [g.min_driver() for g in groups]),
-        (req.min_compute, "min-compute-capability", "compute capability", "compute capability",
+        misses.append(Miss(MEMORY, f"{have} < min-memory {format_mib(req.min_memory_mib)}"))
+    for need, kind, name, what, unknown, versions in (
+        (req.min_driver, DRIVER, "min-driver", "driver", "driver version", [g.min_driver() for g in groups]),
+        (req.min_compute, COMPUTE, "min-compute-capability", "compute capability", "compute capability",
          [g.min_compute() for g in groups]),
-        (req.min_cuda, "min-cuda", "CUDA", "CUDA version", [g.min_cuda() for g in groups]),
+        (req.min_cuda, CUDA, "min-cuda", "CUDA", "CUDA version", [g.min_cuda() for g in groups]),
     ):  # fmt: skip
         if need is None:
             continue
         if any(v is None for v in versions):
-            return f"{unknown} unknown on some nodes ({name} {format_version(need)})"
+            misses.append(Miss(kind, f"{unknown} unknown on some nodes ({name} {format_version(need)})"))
+            continue
         oldest = min(v for v in versions if v is not None)
         if not version_at_least(oldest, need):
-            return f"{what} {format_version(oldest)} < {name} {format_version(need)}"
-    return ""
+            misses.append(Miss(kind, f"{what} {format_version(oldest)} < {name} {format_version(need)}"))
+    return misses
 
 
 def _class_quota(
@@ -387,7 +481,7 @@ def bound_problem(req: GpuRequest, facts: NodeFacts) -> str:
     requested = req.classes if req.class_source == "annotation" else req.allowed_classes
     # Likewise the namespace's device default: a Pod on a node may use what the node offers.
     devices = req.devices if req.device_source == "annotation" else KINDS
-    reasons = _pool_reasons(req, facts.pool, facts.kind, requested, (), devices=devices)
+    reasons = [m.text for m in _pool_misses(req, facts.pool, facts.kind, requested, (), devices=devices)]
     if req.min_memory_mib and facts.memory_mib < req.min_memory_mib:
         have = format_mib(facts.memory_mib) if facts.memory_mib else "unknown memory"
         reasons.append(f"{have} < min-memory {format_mib(req.min_memory_mib)}")
