@@ -156,11 +156,12 @@ def test_the_nearest_pools_for_a_product_the_cluster_lacks_are_of_its_family() -
 
 def test_a_product_token_lacking_counts_more_than_one_of_the_same_family() -> None:
     """`A100-80GB` lacks one token on the A100-40GB and on the H100-80GB, so both are as near (ties in
-    pool order); `A10` is nearer an A100 (same family) than an L4."""
-    assert product_distance(("a100", "80gb"), ("a100", "sxm4", "40gb")) == 2
-    assert product_distance(("a100", "80gb"), ("h100", "80gb", "hbm3")) == 2
-    assert product_distance(("a10",), ("a100", "sxm4", "40gb")) < product_distance(("a10",), ("l4",))
-    assert product_distance(("80gb", "a100"), ("a100", "80gb")) == 1  # every token, out of order
+    pool order); `A10` is nearer an A100 (same family) than an L4; of a list, the nearest counts."""
+    assert product_distance((("a100", "80gb"),), ("a100", "sxm4", "40gb")) == 2
+    assert product_distance((("a100", "80gb"),), ("h100", "80gb", "hbm3")) == 2
+    assert product_distance((("a10",),), ("a100", "sxm4", "40gb")) < product_distance((("a10",),), ("l4",))
+    assert product_distance((("80gb", "a100"),), ("a100", "80gb")) == 1  # every token, out of order
+    assert product_distance((("b200",), ("h20",)), ("h100", "80gb", "hbm3")) == 1  # the nearest of a list
 
 
 def test_pools_of_devices_the_pod_does_not_take_come_last() -> None:

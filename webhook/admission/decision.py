@@ -8,9 +8,11 @@ messages can show the user the nearest misses.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from sys import getsizeof
-from typing import NamedTuple
+from typing import NamedTuple, Protocol, TypeVar
 
 from webhook.admission.quotas import class_quota_problem, memory_quota_problem
 from webhook.admission.request import REQUEST_WEIGHT, GpuRequest
@@ -51,7 +53,7 @@ PIN, RESOURCE, DEVICE, SHARED_COUNT, CLASS_RULE, CLASS, PRODUCT = (
 MEMORY, DRIVER, COMPUTE, CUDA, PLACE, TAINTS, SIZE, QUOTA = (
     "memory", "driver", "compute", "cuda", "place", "taints", "size", "quota"
 )  # fmt: skip
-FIXABLE = (CLASS, DEVICE, PRODUCT)
+FIXABLE = frozenset((CLASS, DEVICE, PRODUCT))
 NEAREST = 3  # pools a "no GPU pool matches" denial describes
 MAX_DESCRIBED_CHARS = 300  # of one pool's reasons in a denial (a reason may quote the Pod's own values)
 
@@ -66,22 +68,33 @@ class Miss(NamedTuple):
     distance: int = 2
 
 
-@dataclass(frozen=True, slots=True)
-class Rejection:
+class Rejection(NamedTuple):
+    """A pool that cannot take the Pod, and why. (A NamedTuple: one is built per pool for every plan.)"""
+
     pool: PoolKey
     reasons: tuple[str, ...]
     other_device: bool = False  # a kind or resource the Pod does not take: never among the nearest misses
     distance: int = 2  # how far the pool is from taking the Pod (the sum of its misses' distances)
     fix: str = ""  # CLASS, DEVICE or PRODUCT when every miss is of that one kind (one annotation would do)
+    complete: bool = True  # False: judged on its key alone (what placing the Pod needs), see `judged`
 
 
-def _rejection(pool: PoolKey, misses: list[Miss], other_device: bool = False) -> Rejection:
-    kinds = {m.kind for m in misses}
-    fix = next(iter(kinds)) if len(kinds) == 1 and kinds <= set(FIXABLE) else ""
-    return Rejection(pool, tuple(m.text for m in misses), other_device, sum(m.distance for m in misses), fix)
+def _rejection(pool: PoolKey, misses: list[Miss], other_device: bool = False, *, complete: bool = True) -> Rejection:
+    texts = tuple(m.text for m in misses)
+    if not complete:  # only placing the Pod reads it: how near, and what fixes it, are worked out later
+        return Rejection(pool, texts, other_device, 2 * len(misses), "", False)
+    first = misses[0].kind
+    fix = first if first in FIXABLE and all(m.kind == first for m in misses) else ""
+    return Rejection(pool, texts, other_device, sum(m.distance for m in misses), fix)
 
 
-def nearest(rejections: list[Rejection] | tuple[Rejection, ...]) -> list[Rejection]:
+def _nearness(r: Rejection) -> tuple[bool, int, str, str, str, str]:
+    """Nearest first; then PoolKey's own ordering, spelt out: comparing strings is far cheaper than
+    comparing dataclasses."""
+    return (r.other_device, r.distance, r.pool.vendor, r.pool.gpu_class, r.pool.product, r.pool.resource)
+
+
+def nearest(rejections: Sequence[Rejection]) -> list[Rejection]:
     """The pools nearest to taking the Pod: of the rejections (sorted nearest first), the first few of
     those as near as the nearest one."""
     if not rejections:
@@ -90,7 +103,7 @@ def nearest(rejections: list[Rejection] | tuple[Rejection, ...]) -> list[Rejecti
     return [r for r in rejections[:NEAREST] if (r.other_device, r.distance) == (first.other_device, first.distance)]
 
 
-def _describe(rejection: Rejection, all_rejections: list[Rejection]) -> str:
+def _describe(rejection: Rejection, all_rejections: Sequence[Rejection]) -> str:
     """`NVIDIA-A100-SXM4-40GB: 40Gi < min-memory 80Gi`; the full pool name when the product is ambiguous."""
     same = sum(r.pool.product == rejection.pool.product for r in all_rejections)
     name = rejection.pool.product if same == 1 else str(rejection.pool)
@@ -154,7 +167,7 @@ def decide(req: GpuRequest, index: PoolIndex, policy: Policy, *, quotas: bool = 
     # Keyed by the whole request, the plan's only input besides the nodes: nothing it reads is left out.
     plan = index.memo(req, lambda: _plan(req, index, policy), size=lambda plan: _plan_bytes(req, plan))
     candidates = [_candidate(req, option) for option in plan.options]
-    rejections = list(plan.rejections)
+    over_quota: list[Rejection] = []
 
     order = {c: i for i, c in enumerate(req.classes)} if req.classes else {c: policy.class_rank(c) for c in requested}
     kinds = {k: i for i, k in enumerate(req.devices)}
@@ -169,7 +182,7 @@ def decide(req: GpuRequest, index: PoolIndex, policy: Policy, *, quotas: bool = 
 
     candidates.sort(key=rank)
     (quota_note, quota_reason), candidates = (
-        _class_quota(req, index, policy, candidates, rejections) if quotas else (("", ""), candidates)
+        _class_quota(req, index, policy, candidates, over_quota) if quotas else (("", ""), candidates)
     )
     primary = [c for c in candidates if not c.fallback]
     chosen = next((c for c in candidates if c.fits), None)
@@ -180,60 +193,72 @@ def decide(req: GpuRequest, index: PoolIndex, policy: Policy, *, quotas: bool = 
                 f"gpupool: no free {'/'.join(requested)} GPUs; fell back to class {chosen.pool.gpu_class} "
                 f"({chosen.pool.product})"
             )
-        return Decision(chosen, "", tuple(warnings), tuple(candidates), tuple(rejections))
+        return Decision(chosen, "", tuple(warnings), tuple(candidates), (*plan.rejections, *over_quota))
     waiting = primary[0] if primary else (candidates[0] if candidates else None)
-    if waiting is None:
-        if quota_note:
-            return Decision(None, quota_note, (), (), tuple(rejections), quota_reason)
-        near = "; ".join(_describe(r, rejections) for r in nearest(rejections))
-        near = near or f"the inventory has no {req.vendor.name} GPU pools"
-        return Decision(None, f"no GPU pool matches the Pod: {near}", (), (), tuple(rejections), "no-match")
-    if policy.defaults.on_no_capacity == "deny":
-        need = f"{req.pod_total} free {waiting.resource} on one node"
-        return Decision(
-            None,
-            f"no capacity: no pool that matches has {need} (best match {waiting.pool}, at most "
-            f"{waiting.max_free} free on one node); policy onNoCapacity is deny",
-            (),
-            tuple(candidates),
-            tuple(rejections),
-            "no-capacity",
-        )
+    if waiting is None or policy.defaults.on_no_capacity == "deny":
+        quota = (quota_note, quota_reason)
+        return _denied(req, index, policy, waiting, quota=quota, candidates=candidates, over_quota=over_quota)
     devices = "GPUs" if waiting.kind == GPU else f"{NOUNS[waiting.kind]}s"
     warnings.append(
         f"gpupool: no {waiting.pool.product} node has {req.pod_total} free {devices} now; the Pod will wait"
     )
-    return Decision(waiting, "", tuple(warnings), tuple(candidates), tuple(rejections))
+    return Decision(waiting, "", tuple(warnings), tuple(candidates), (*plan.rejections, *over_quota))
+
+
+def _denied(
+    req: GpuRequest,
+    index: PoolIndex,
+    policy: Policy,
+    waiting: Candidate | None,
+    *,
+    quota: tuple[str, Reason],
+    candidates: list[Candidate],
+    over_quota: list[Rejection],
+) -> Decision:
+    """The denial when no candidate fits (and the policy will not let the Pod wait) or none is left: it
+    says what the pools lack, each judged on all the Pod asks (worked out only now)."""
+    rejections = (*judged(req, index, policy), *over_quota)
+    if waiting is None:
+        if quota[0]:
+            return Decision(None, quota[0], (), (), rejections, quota[1])
+        near = "; ".join(_describe(r, rejections) for r in nearest(rejections))
+        near = near or f"the inventory has no {req.vendor.name} GPU pools"
+        return Decision(None, f"no GPU pool matches the Pod: {near}", (), (), rejections, "no-match")
+    need = f"{req.pod_total} free {waiting.resource} on one node"
+    return Decision(
+        None,
+        f"no capacity: no pool that matches has {need} (best match {waiting.pool}, at most "
+        f"{waiting.max_free} free on one node); policy onNoCapacity is deny",
+        (),
+        tuple(candidates),
+        rejections,
+        "no-capacity",
+    )
+
+
+def _classes(req: GpuRequest, policy: Policy) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The classes the Pod asks for, and those it may fall back to."""
+    requested = req.classes or req.allowed_classes
+    top = max(policy.class_rank(c) for c in requested)
+    fallback = tuple(c for c in req.allowed_classes if policy.class_rank(c) > top) if req.fallback else ()
+    return requested, fallback
 
 
 def _plan(req: GpuRequest, index: PoolIndex, policy: Policy) -> _Plan:
-    requested = req.classes or req.allowed_classes
-    top = max(policy.class_rank(c) for c in requested)
-    fallback_classes = tuple(c for c in req.allowed_classes if policy.class_rank(c) > top) if req.fallback else ()
+    requested, fallback_classes = _classes(req, policy)
     options: list[_Option] = []
     rejections: list[Rejection] = []
     for pool in index.pools(req.vendor.name):
-        misses = _pool_misses(req, pool.key, pool.kind, requested, fallback_classes, devices=req.devices)
-        if not misses and pool.kind == SHARED and req.count > 1:  # in a list of devices: skipped
-            text = f"a shared replica is not a GPU: {PREFIX}gpu-count {req.count} needs gpu or mig"
-            misses = [Miss(SHARED_COUNT, text)]
+        misses = _key_misses(req, pool, requested, fallback_classes)
         if misses:
-            # What else it lacks, from what its nodes have alike (cheap: no node is walked, no constraint
-            # worked out), so the nearest misses are judged on all of the Pod's requirements.
-            misses += _fit_misses(req, pool.ordered())[1]
-            other = pool.kind not in req.devices or bool(req.resource and pool.resource != req.resource)
-            rejections.append(_rejection(pool.key, misses, other))
+            rejections.append(_rejection(pool.key, misses, _other_device(req, pool), complete=False))
             continue
         option = _option(req, pool, pool.key.gpu_class in fallback_classes, index)
         if isinstance(option, _Option):
             options.append(option)
         else:
             rejections.append(_rejection(pool.key, option))
-    # Nearest first; then PoolKey's own ordering, spelt out: comparing strings is far cheaper than
-    # comparing dataclasses
-    rejections.sort(
-        key=lambda r: (r.other_device, r.distance, r.pool.vendor, r.pool.gpu_class, r.pool.product, r.pool.resource)
-    )
+    rejections.sort(key=_nearness)
     return _Plan(tuple(options), tuple(rejections))
 
 
@@ -248,6 +273,49 @@ def _plan_bytes(req: GpuRequest, plan: _Plan) -> int:
 _OPTION_BYTES, _REJECTION_BYTES = 512, 256
 
 
+def judged(req: GpuRequest, index: PoolIndex, policy: Policy) -> tuple[Rejection, ...]:
+    """Every pool that cannot take the Pod, nearest first, each with all it lacks: for a pool its key
+    rules out (class, device, product), also what its nodes have alike (memory, driver, compute
+    capability, CUDA, taints, size; no node is walked, no constraint worked out), and how near its product
+    is to the one asked for. What a denial shows and a hint (webhook.admission.hints) starts from; worked
+    out only for denials, since placing a Pod needs none of it, and remembered per request until a node
+    changes."""
+    return index.memo(("judged", req), lambda: _judged(req, index, policy))
+
+
+def _judged(req: GpuRequest, index: PoolIndex, policy: Policy) -> tuple[Rejection, ...]:
+    plan: _Plan = index.memo(req, lambda: _plan(req, index, policy), size=lambda plan: _plan_bytes(req, plan))
+    done = {r.pool: r for r in plan.rejections if r.complete}
+    requested, fallback_classes = _classes(req, policy)
+    rejections = []
+    for pool in index.pools(req.vendor.name):
+        if pool.key in done:
+            rejections.append(done[pool.key])
+            continue
+        misses = _key_misses(req, pool, requested, fallback_classes, near=True)
+        if misses:
+            misses += _fit_misses(req, index.memo(("alike", pool.key), partial(_alike, pool)))[1]
+            rejections.append(_rejection(pool.key, misses, _other_device(req, pool)))
+    rejections.sort(key=_nearness)
+    return tuple(rejections)
+
+
+def _key_misses(
+    req: GpuRequest, pool: Pool, requested: tuple[str, ...], fallback: tuple[str, ...], *, near: bool = False
+) -> list[Miss]:
+    """Why the pool cannot take the Pod, from its key alone; `near`: with how near its product is."""
+    misses = _pool_misses(req, pool.key, pool.kind, requested, fallback, devices=req.devices, near=near)
+    if not misses and pool.kind == SHARED and req.count > 1:  # in a list of devices: skipped
+        text = f"a shared replica is not a GPU: {PREFIX}gpu-count {req.count} needs gpu or mig"
+        misses = [Miss(SHARED_COUNT, text)]
+    return misses
+
+
+def _other_device(req: GpuRequest, pool: Pool) -> bool:
+    """A kind or resource the Pod does not take: never among the nearest misses."""
+    return pool.kind not in req.devices or bool(req.resource and pool.resource != req.resource)
+
+
 def _pool_misses(
     req: GpuRequest,
     key: PoolKey,
@@ -256,9 +324,11 @@ def _pool_misses(
     fallback: tuple[str, ...],
     *,
     devices: tuple[str, ...],
+    near: bool = False,
 ) -> list[Miss]:
     """Why a pool (of devices of `kind`) cannot take the Pod at all, from its key alone (not counting its
-    nodes or capacity); empty when it can."""
+    nodes or capacity); empty when it can. `near`: a product that does not match says how near it is
+    (else it counts as one requirement)."""
     misses = []
     if req.pool_pin is not None and req.pool_pin != key:
         misses.append(Miss(PIN, f"{PREFIX}pool pins {req.pool_pin}"))
@@ -275,21 +345,20 @@ def _pool_misses(
         product = tokens(key.product, req.vendor.product_prefixes)
         if not any(matches(q, product) for q in req.products):
             text = f"product {key.product} does not match {PREFIX}gpu-product {req.product_text}"
-            misses.append(Miss(PRODUCT, text, min(product_distance(q, product) for q in req.products)))
+            misses.append(Miss(PRODUCT, text, product_distance(req.products, product) if near else 2))
     return misses
 
 
 _FAMILY = re.compile(r"[a-z]*")
 
 
-def product_distance(query: Tokens, product: Tokens) -> int:
-    """How far a product is from one the query matches, in half tokens: 2 for each query token it lacks,
-    1 when it has a token of the same family (the same leading letters: `h100` for `h20`, `a100` for
-    `a10`); at least 1 (every token there, but out of order). Linear in the tokens."""
+def product_distance(queries: tuple[Tokens, ...], product: Tokens) -> int:
+    """How far a product is from one a query matches (the nearest query), in half tokens: 2 for each
+    query token it lacks, 1 when it has a token of the same family (the same leading letters: `h100` for
+    `h20`, `a100` for `a10`); at least 1 (every token there, but out of order). Linear in the tokens."""
     have = set(product)
     families = {f for p in product if (f := _family(p))}
-    lacking = [t for t in query if t not in have]
-    return max(1, sum(1 if _family(t) in families else 2 for t in lacking))
+    return max(1, min(sum(1 if _family(t) in families else 2 for t in q if t not in have) for q in queries))
 
 
 def _family(token: str) -> str:
@@ -347,7 +416,72 @@ def _place(req: GpuRequest, pool: Pool, index: PoolIndex) -> tuple[PoolConstrain
     return constraint, groups
 
 
-def _fit_misses(req: GpuRequest, groups: tuple[Group, ...]) -> tuple[list[Group], list[Miss]]:
+class _Judged(Protocol):
+    """What judging a Pod's requirements reads of nodes alike: a Group, or several merged (_Alike)."""
+
+    @property
+    def other_taints(self) -> tuple[Taint, ...]: ...
+    def min_memory_mib(self) -> int: ...
+    def min_driver(self) -> tuple[int, ...] | None: ...
+    def min_compute(self) -> tuple[int, ...] | None: ...
+    def min_cuda(self) -> tuple[int, ...] | None: ...
+    def largest_node(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Alike:
+    """A pool's groups that carry the same other taints, merged: what the requirements of a Pod the pool
+    is passed over for anyway are judged on (one per taint set, remembered until a node changes)."""
+
+    other_taints: tuple[Taint, ...]
+    memory: int
+    driver: tuple[int, ...] | None
+    compute: tuple[int, ...] | None
+    cuda: tuple[int, ...] | None
+    largest: int
+
+    def min_memory_mib(self) -> int:
+        return self.memory
+
+    def min_driver(self) -> tuple[int, ...] | None:
+        return self.driver
+
+    def min_compute(self) -> tuple[int, ...] | None:
+        return self.compute
+
+    def min_cuda(self) -> tuple[int, ...] | None:
+        return self.cuda
+
+    def largest_node(self) -> int:
+        return self.largest
+
+
+def _alike(pool: Pool) -> tuple[_Alike, ...]:
+    by_taints: dict[tuple[Taint, ...], list[Group]] = {}
+    for g in pool.ordered():
+        by_taints.setdefault(g.other_taints, []).append(g)
+    return tuple(
+        _Alike(
+            other_taints=taints,
+            memory=min(g.min_memory_mib() for g in groups),
+            driver=_least([g.min_driver() for g in groups]),
+            compute=_least([g.min_compute() for g in groups]),
+            cuda=_least([g.min_cuda() for g in groups]),
+            largest=max(g.largest_node() for g in groups),
+        )
+        for taints, groups in by_taints.items()
+    )
+
+
+def _least(versions: list[tuple[int, ...] | None]) -> tuple[int, ...] | None:
+    """The oldest version; None when any is unknown (as Group.min_driver says it)."""
+    return None if any(v is None for v in versions) else min(v for v in versions if v is not None)
+
+
+J = TypeVar("J", bound=_Judged)
+
+
+def _fit_misses(req: GpuRequest, groups: Sequence[J]) -> tuple[list[J], list[Miss]]:
     """The groups the Pod tolerates, and every requirement their nodes fail: taints, memory, driver,
     compute capability, CUDA, size. (Judged on all `groups` when the Pod tolerates none.)"""
     if not groups:
@@ -418,22 +552,23 @@ def _candidate(req: GpuRequest, o: _Option) -> Candidate:
     )
 
 
-def _group_misses(req: GpuRequest, groups: list[Group]) -> list[Miss]:
+def _group_misses(req: GpuRequest, groups: Sequence[_Judged]) -> list[Miss]:
     """Memory, driver, compute capability and CUDA must hold on every node the selector can reach, since
-    the scheduler may pick any: each one that does not."""
+    the scheduler may pick any: each one that does not. (Only what the Pod asks for is read.)"""
     misses = []
-    memory = min(g.min_memory_mib() for g in groups)
-    if req.min_memory_mib and memory < req.min_memory_mib:
-        have = format_mib(memory) if memory else "unknown memory"
-        misses.append(Miss(MEMORY, f"{have} < min-memory {format_mib(req.min_memory_mib)}"))
-    for need, kind, name, what, unknown, versions in (
-        (req.min_driver, DRIVER, "min-driver", "driver", "driver version", [g.min_driver() for g in groups]),
-        (req.min_compute, COMPUTE, "min-compute-capability", "compute capability", "compute capability",
-         [g.min_compute() for g in groups]),
-        (req.min_cuda, CUDA, "min-cuda", "CUDA", "CUDA version", [g.min_cuda() for g in groups]),
-    ):  # fmt: skip
+    if req.min_memory_mib:
+        memory = min(g.min_memory_mib() for g in groups)
+        if memory < req.min_memory_mib:
+            have = format_mib(memory) if memory else "unknown memory"
+            misses.append(Miss(MEMORY, f"{have} < min-memory {format_mib(req.min_memory_mib)}"))
+    for need, kind, name, what, unknown in (
+        (req.min_driver, DRIVER, "min-driver", "driver", "driver version"),
+        (req.min_compute, COMPUTE, "min-compute-capability", "compute capability", "compute capability"),
+        (req.min_cuda, CUDA, "min-cuda", "CUDA", "CUDA version"),
+    ):
         if need is None:
             continue
+        versions = [_VERSIONS[kind](g) for g in groups]
         if any(v is None for v in versions):
             misses.append(Miss(kind, f"{unknown} unknown on some nodes ({name} {format_version(need)})"))
             continue
@@ -441,6 +576,13 @@ def _group_misses(req: GpuRequest, groups: list[Group]) -> list[Miss]:
         if not version_at_least(oldest, need):
             misses.append(Miss(kind, f"{what} {format_version(oldest)} < {name} {format_version(need)}"))
     return misses
+
+
+_VERSIONS: dict[str, Callable[[_Judged], tuple[int, ...] | None]] = {
+    DRIVER: lambda g: g.min_driver(),
+    COMPUTE: lambda g: g.min_compute(),
+    CUDA: lambda g: g.min_cuda(),
+}
 
 
 def _class_quota(
