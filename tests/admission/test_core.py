@@ -229,6 +229,7 @@ def placed_sample(name: str) -> tuple[dict[str, Any], Verdict, dict[str, Any]]:
 # Every sample Pod and whether it is placed; a new sample without a scenario test fails the first test.
 SAMPLE_OUTCOMES = {
     "bad-annotation.yaml": None,
+    "class-hint.yaml": None,
     "class-medium.yaml": T4,
     "class-preference.yaml": T4,
     "device-mig.yaml": A100_3G,
@@ -1371,6 +1372,20 @@ def one_field_apart_st(draw: st.DrawFn) -> list[tuple[dict[str, Any], str]]:
     return calls
 
 
+_FIX = re.compile(r"(?:set|or) (gpupool\.io/[a-z-]+): ([A-Za-z0-9._-]+)")
+
+
+def named_fixes(message: str) -> list[tuple[str, str]]:
+    """The annotation values a denial names as fixes (`set gpupool.io/gpu-class: high`)."""
+    return _FIX.findall(message)
+
+
+def with_annotation(obj: dict[str, Any], key: str, value: str) -> dict[str, Any]:
+    changed = copy.deepcopy(obj)
+    changed["metadata"]["annotations"] = {**(changed["metadata"].get("annotations") or {}), key: value}
+    return changed
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(edits=st.lists(NODE_EDITS, max_size=12), calls=near_duplicates_st() | one_field_apart_st())
 def test_a_warm_memo_answers_as_a_cold_index_does(
@@ -1392,6 +1407,13 @@ def test_a_warm_memo_answers_as_a_cold_index_does(
         event(f"reason {cold.reason or cold.outcome}")
         assert warm == cold
         assert warm.reasons == cold.reasons
+        # A denial that names a fix decided the Pod again with that value (its request remembered in the
+        # shape memo, its plan in the index's): the Pod that follows the advice meets those memos warm.
+        for key, value in named_fixes(cold.message):
+            event("a fix named")
+            fixed = with_annotation(obj, key, value)
+            fixed_cold = evaluate(fixed, namespace, policy, build_index(objects, policy, "generated"))
+            assert evaluate(fixed, namespace, policy, warm_index, shapes=memo) == fixed_cold
 
 
 def placed_in_edited_fleet(

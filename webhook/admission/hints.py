@@ -1,0 +1,161 @@
+"""Denials that say how to fix them: the one annotation value that would place the Pod now.
+
+When no pool takes a Pod, some of the pools `decide` (webhook.admission.decision) passed over may fail
+only on what one annotation says: a class the namespace allows that the Pod did not ask for, a device
+kind it did not list, another product. For the nearest of those, the Pod's request is read again with
+that one annotation changed (`gpupool.io/gpu-class`, `gpupool.io/fallback`, `gpupool.io/device`,
+`gpupool.io/gpu-product`) and decided as its admission would be: the plan, its workload group, every
+quota. A value is named only when it places the Pod now, on a node with room for it. Each alternative
+is decided under the same rules, so a hint never names a class the namespace does not allow, nor goes
+over a quota; the Pod's count, memory, driver, compute capability and CUDA are its needs, never changed.
+
+Bounded, as a denial may be asked for thousands of times a second: at most MAX_TRIES alternatives, their
+requests read once per Pod shape (one entry of the shape memo), each decided with one plan lookup (the
+index's memo, keyed by the whole request). Free GPUs, groups and quotas are read at every denial, as for
+every admission.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from webhook.admission.decision import CLASS as CLASS_MISS
+from webhook.admission.decision import DEVICE as DEVICE_MISS
+from webhook.admission.decision import PRODUCT as PRODUCT_MISS
+from webhook.admission.decision import Candidate, Decision, Rejection, decide, judged
+from webhook.admission.devices import DEVICE
+from webhook.admission.groups import decide_for_group
+from webhook.admission.pod import PodShape, PodView
+from webhook.admission.quotas import check_quotas
+from webhook.admission.request import CLASS, FALLBACK, PRODUCT, GpuRequest, RequestError, parse_request
+from webhook.domain.devices import NOUNS, device_kind
+from webhook.domain.model import PREFIX
+from webhook.domain.policy import Policy
+from webhook.domain.products import without_prefixes
+from webhook.domain.quantity import format_mib
+from webhook.pools.index import PoolIndex
+from webhook.pools.memo import NO_MEMO, Memo
+
+MAX_TRIES = 4  # alternative requests decided per denial
+MAX_HINTS = 2  # of those, named in the message (besides the fallback)
+# A denial with its hints stays within this (the server cuts messages at 2048 characters, so the hints
+# at the end are never cut off).
+MAX_MESSAGE_CHARS = 1536
+HINTED = ("no-match", "no-capacity", "class-quota", "memory-quota", "group")  # denials a hint can fix
+
+
+class Alternative(NamedTuple):
+    """One annotation (without the prefix) set to another value."""
+
+    key: str
+    value: str
+
+    @property
+    def setting(self) -> str:
+        return f"{PREFIX}{self.key}: {self.value}"
+
+
+def hinted(
+    decision: Decision, req: GpuRequest, view: PodView, index: PoolIndex, policy: Policy, *, shapes: Memo = NO_MEMO
+) -> str:
+    """The decision's denial, followed by the annotation values that would place the Pod now (if any)."""
+    if decision.denial_reason not in HINTED:
+        return decision.denial
+    found: list[tuple[Alternative, Candidate]] = []
+    tried = alternatives(judged(req, index, policy), req, policy)
+    for alt, again in zip(tried, _reread(view.shape, policy, tried, shapes), strict=True):
+        chosen = _placed(again, view.group, index, policy)
+        # (A class named that falls back to another is not what the hint would say.)
+        if chosen is not None and (alt.key != CLASS or chosen.pool.gpu_class == alt.value):
+            found.append((alt, chosen))
+            if sum(a.key != FALLBACK for a, _ in found) == MAX_HINTS:  # the fallback goes in parentheses
+                break
+    hint = _say(found, req)
+    if not hint:
+        return decision.denial
+    room = MAX_MESSAGE_CHARS - len(hint) - 2
+    denial = decision.denial if len(decision.denial) <= room else decision.denial[: room - 3] + "..."
+    return f"{denial}. {hint}"
+
+
+def alternatives(rejections: tuple[Rejection, ...], req: GpuRequest, policy: Policy) -> list[Alternative]:
+    """The values worth deciding again with: for each pool (`judged`, nearest first) passed over only
+    for its class (one the namespace allows), only for its device kind or only for its product, the value
+    that makes it a candidate. Classes first, more capable ones first and the nearest of those first (with
+    `fallback: true` after the first one), then less capable ones; then devices, nearest pool first; then
+    products, only as near to the one asked for as the nearest (H100 or H200 for an H20, never an RTX 3060).
+    At most MAX_TRIES."""
+    top = max(policy.class_rank(c) for c in req.classes or req.allowed_classes)
+    classes: set[str] = set()
+    found: dict[str, list[Alternative]] = {DEVICE: [], PRODUCT: []}
+    product_distance = 0  # of the nearest pool that lacks only its product
+    for r in rejections:
+        if r.fix == CLASS_MISS:
+            classes.add(r.pool.gpu_class)
+        elif r.fix == DEVICE_MISS:
+            found[DEVICE].append(Alternative(DEVICE, device_kind(r.pool.product)))
+        elif r.fix == PRODUCT_MISS and r.distance == (product_distance or r.distance):
+            product_distance = r.distance
+            found[PRODUCT].append(Alternative(PRODUCT, without_prefixes(r.pool.product, req.vendor.product_prefixes)))
+    ranked = sorted(classes, key=lambda c: (policy.class_rank(c) < top, abs(policy.class_rank(c) - top)))
+    tried = [Alternative(CLASS, c) for c in ranked]
+    if ranked and policy.class_rank(ranked[0]) > top and not req.fallback:
+        tried.insert(1, Alternative(FALLBACK, "true"))
+    ordered = dict.fromkeys([*tried, *found[DEVICE], *found[PRODUCT]])  # each once, in order
+    return list(ordered)[:MAX_TRIES]
+
+
+def _reread(shape: PodShape, policy: Policy, tried: list[Alternative], shapes: Memo) -> tuple[GpuRequest | None, ...]:
+    """The requests of the Pod with each one annotation changed (None where that is refused). They
+    depend on the shape and the policy alone, so the shape memo keeps them: one entry per denied shape."""
+    if not tried:
+        return ()
+    return shapes.get(("hints", shape, tuple(tried)), lambda: tuple(_parsed(shape, policy, alt) for alt in tried))
+
+
+def _parsed(shape: PodShape, policy: Policy, alt: Alternative) -> GpuRequest | None:
+    name = PREFIX + alt.key
+    annotations = (*((k, v) for k, v in shape.annotations or () if k != name), (name, alt.value))
+    try:
+        return parse_request(shape._replace(annotations=annotations), policy)
+    except RequestError:
+        return None
+
+
+def _placed(req: GpuRequest | None, group: str, index: PoolIndex, policy: Policy) -> Candidate | None:
+    """Where the request is placed now, as its admission would place it (its group, then the namespace's
+    ResourceQuotas), on a node with room for it; None when it is not."""
+    if req is None:
+        return None
+    decision, _ = decide_for_group(decide(req, index, policy), req, group, index, policy)
+    chosen = decision.chosen
+    if chosen is None or not chosen.fits or check_quotas(req, index, policy, chosen.resource):
+        return None
+    return chosen
+
+
+def _say(found: list[tuple[Alternative, Candidate]], req: GpuRequest) -> str:
+    """`class high fits 2 x 40Gi and team-a allows it: set gpupool.io/gpu-class: high`, and the next one.
+    The fallback reaches a class: in parentheses after that class's own hint, if there is one."""
+    said: list[str] = []
+    classes: dict[str, int] = {}  # a class named, and where
+    for alt, chosen in sorted(found, key=lambda found: found[0].key == FALLBACK):
+        what = _what(req, chosen)
+        where = chosen.pool.gpu_class
+        if alt.key == FALLBACK and where in classes:
+            said[classes[where]] += f" (or {alt.setting})"
+        elif alt.key == FALLBACK:
+            said.append(f"class {where} fits {what} and {req.namespace} allows it as a fallback: set {alt.setting}")
+        elif alt.key == CLASS:
+            classes[where] = len(said)
+            said.append(f"class {where} fits {what} and {req.namespace} allows it: set {alt.setting}")
+        else:
+            said.append(f"{chosen.pool.product} fits {what}: set {alt.setting}")
+    return "; or ".join(said)
+
+
+def _what(req: GpuRequest, chosen: Candidate) -> str:
+    """The Pod's devices as a hint says them: `2 x 40Gi`, `1 MIG instance`."""
+    if req.min_memory_mib:
+        return f"{req.pod_total} x {format_mib(req.min_memory_mib)}"
+    return f"{req.pod_total} {NOUNS[chosen.kind]}{'s' if req.pod_total != 1 else ''}"
