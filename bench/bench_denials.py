@@ -42,14 +42,32 @@ def _pod(annotations: dict[str, str]) -> dict[str, Any]:
     return {"metadata": {"name": "job", "annotations": annotations}, "spec": {"containers": [{"name": "main"}]}}
 
 
-# (what it shows, namespace, Pod)
-CASES: list[tuple[str, str, dict[str, Any]]] = [
-    ("a class fixes it", "ml", _pod({"gpupool.io/gpu-class": "medium", "gpupool.io/min-memory": "40Gi"})),
-    ("another product (H20)", "ml", _pod({"gpupool.io/gpu-product": "H20"})),
-    ("every alternative fails", "capped", _pod({"gpupool.io/min-memory": "40Gi"})),
-    ("nothing to try", "ml", _pod({"gpupool.io/min-memory": "200Gi"})),
-    ("placed (no denial)", "ml", _pod({"gpupool.io/gpu-class": "medium"})),
+NEW_SHAPES = 5_000  # more than the shape memo and the plan memo hold (4,096 each): every call misses both
+# The dearest denial to search a fix for: a new request each time (one product differs), in class
+# medium, listing A100 and 7 products no pool has (8, the most that is searched): the A100 pool lacks
+# only its class, so `gpu-class: high` and `fallback: true` are decided, each a plan of its own, and the
+# medium pools lack only their product, so one more. A list of 51 products gets no search at all.
+NEW: list[dict[str, Any]] = [
+    _pod({"gpupool.io/gpu-class": "medium",
+          "gpupool.io/gpu-product": ",".join(["A100", *(f"X{i}-{j}" for j in range(7))])})
+    for i in range(NEW_SHAPES)
+]  # fmt: skip
+LONG: list[dict[str, Any]] = [
+    _pod({"gpupool.io/gpu-class": "medium",
+          "gpupool.io/gpu-product": ",".join(["A100", *(f"X{i}-{j}" for j in range(50))])})
+    for i in range(NEW_SHAPES)
+]  # fmt: skip
+# (what it shows, namespace, the Pods cycled through)
+CASES: list[tuple[str, str, list[dict[str, Any]]]] = [
+    ("a class fixes it", "ml", [_pod({"gpupool.io/gpu-class": "medium", "gpupool.io/min-memory": "40Gi"})]),
+    ("another product (H20)", "ml", [_pod({"gpupool.io/gpu-product": "H20"})]),
+    ("every alternative fails", "capped", [_pod({"gpupool.io/min-memory": "40Gi"})]),
+    ("nothing to try", "ml", [_pod({"gpupool.io/min-memory": "200Gi"})]),
+    ("placed (no denial)", "ml", [_pod({"gpupool.io/gpu-class": "medium"})]),
+    ("a new shape every time", "ml", NEW),
+    ("the same, 51 products", "ml", LONG),
 ]
+_turn = dict.fromkeys((name for name, _, _ in CASES), 0)  # where each case is in its Pods
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -59,9 +77,11 @@ def percentile(values: list[float], q: float) -> float:
 
 def time_round(index: PoolIndex, memo: Memo, per_round: int, out: dict[str, list[float]], tries: int) -> None:
     hints.MAX_TRIES = tries
-    for name, namespace, pod in CASES:
+    for name, namespace, pods in CASES:
         samples = out[name]
         for _ in range(per_round):
+            pod = pods[_turn[name] % len(pods)]
+            _turn[name] += 1
             start = time.thread_time_ns()
             evaluate(pod, namespace, index.policy, index, explain=False, shapes=memo)
             samples.append((time.thread_time_ns() - start) / 1e6)
@@ -78,8 +98,8 @@ def main() -> int:
     gc.freeze()  # as the server does once the inventory is loaded: a full collection skips the index
     tries = hints.MAX_TRIES
     memo = Memo()
-    for name, namespace, pod in CASES:
-        print(f"{name}: {evaluate(pod, namespace, policy, index, explain=False, shapes=memo).message}")
+    for name, namespace, pods in CASES:
+        print(f"{name}: {evaluate(pods[0], namespace, policy, index, explain=False, shapes=memo).message[-160:]}")
     on: dict[str, list[float]] = {name: [] for name, _, _ in CASES}
     off: dict[str, list[float]] = {name: [] for name, _, _ in CASES}
     for _ in range(3):  # warm up both

@@ -25,7 +25,7 @@ from tests.admission.test_core import (
 )
 from tests.builders import fleet, gpu_node, index_of, mig_mixed_node, pod, policy
 from webhook.admission.core import evaluate
-from webhook.admission.decision import decide
+from webhook.admission.decision import MAX_NEAR_PRODUCTS, decide
 from webhook.admission.hints import HINTED, MAX_MESSAGE_CHARS, MAX_TRIES, hinted
 from webhook.admission.pod import read_pod
 from webhook.admission.request import parse_request
@@ -86,11 +86,13 @@ def test_no_value_is_named_that_would_go_over_a_quota() -> None:
 
 
 def test_no_class_is_named_that_the_namespace_does_not_allow() -> None:
-    """students may use low and medium: 40Gi fits only class high, which is not theirs to name."""
+    """students may use low and medium: 40Gi fits only class high (in ml-train, which may use every
+    class, the same Pod is placed there), which is not theirs to name."""
     obj = pod("big", "students", annotations={"gpupool.io/min-memory": "40Gi", "gpupool.io/device": "gpu"})
     result = evaluate(obj, "students", demo_policy(), shared_demo_index())
     assert not result.allowed and named_fixes(result.message) == []
-    assert "high" in evaluate(obj, "ml-train", demo_policy(), shared_demo_index()).message  # elsewhere it is
+    elsewhere = evaluate(obj, "ml-train", demo_policy(), shared_demo_index())
+    assert elsewhere.placement is not None and elsewhere.placement.pool.gpu_class == "high"
 
 
 def test_the_class_hint_sample() -> None:
@@ -177,6 +179,17 @@ def test_a_capacity_denial_names_the_class_with_room() -> None:
         "and ml allows it: set gpupool.io/gpu-class: high (or gpupool.io/fallback: true); or class low fits 1 GPU "
         "and ml allows it: set gpupool.io/gpu-class: low"
     )
+
+
+def test_a_long_list_of_products_is_not_searched_for_a_fix() -> None:
+    """A list of more than MAX_NEAR_PRODUCTS products (what a hostile Pod sends to make every search a
+    plan over all of them) gets no fix named; one of at most that many does."""
+    listed = ["A100", *(f"X{i}" for i in range(MAX_NEAR_PRODUCTS))]
+    short, long = ",".join(listed[:MAX_NEAR_PRODUCTS]), ",".join(listed)
+    for products, fixes in ((short, [("gpupool.io/gpu-class", "high")]), (long, [])):
+        obj = pod(annotations={"gpupool.io/gpu-class": "medium", "gpupool.io/gpu-product": products})
+        result = evaluate(obj, "ml", policy(), index_of(fleet()))
+        assert (result.reason, named_fixes(result.message)[:1]) == ("no-match", fixes), result.message
 
 
 def test_a_long_denial_is_cut_so_that_the_hint_stays_whole() -> None:

@@ -7,7 +7,6 @@ messages can show the user the nearest misses.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -55,6 +54,9 @@ MEMORY, DRIVER, COMPUTE, CUDA, PLACE, TAINTS, SIZE, QUOTA = (
 )  # fmt: skip
 FIXABLE = frozenset((CLASS, DEVICE, PRODUCT))
 NEAREST = 3  # pools a "no GPU pool matches" denial describes
+# A list of more products is not judged for how near each pool's product is (it would cost a pass over
+# every product for every pool, for a list no one writes by hand): each counts as one requirement.
+MAX_NEAR_PRODUCTS = 8
 MAX_DESCRIBED_CHARS = 300  # of one pool's reasons in a denial (a reason may quote the Pod's own values)
 
 
@@ -77,15 +79,16 @@ class Rejection(NamedTuple):
     distance: int = 2  # how far the pool is from taking the Pod (the sum of its misses' distances)
     fix: str = ""  # CLASS, DEVICE or PRODUCT when every miss is of that one kind (one annotation would do)
     complete: bool = True  # False: judged on its key alone (what placing the Pod needs), see `judged`
+    kinds: tuple[str, ...] = ()  # what each reason is about, while it is not complete
 
 
 def _rejection(pool: PoolKey, misses: list[Miss], other_device: bool = False, *, complete: bool = True) -> Rejection:
-    texts = tuple(m.text for m in misses)
+    kinds, texts, distances = zip(*misses, strict=True)  # one pass in C: one is built per pool per plan
     if not complete:  # only placing the Pod reads it: how near, and what fixes it, are worked out later
-        return Rejection(pool, texts, other_device, 2 * len(misses), "", False)
-    first = misses[0].kind
-    fix = first if first in FIXABLE and all(m.kind == first for m in misses) else ""
-    return Rejection(pool, texts, other_device, sum(m.distance for m in misses), fix)
+        return Rejection(pool, texts, other_device, 2 * len(misses), "", False, kinds)
+    first = kinds[0]
+    fix = first if first in FIXABLE and all(k == first for k in kinds) else ""
+    return Rejection(pool, texts, other_device, sum(distances), fix)
 
 
 def _nearness(r: Rejection) -> tuple[bool, int, str, str, str, str]:
@@ -285,26 +288,28 @@ def judged(req: GpuRequest, index: PoolIndex, policy: Policy) -> tuple[Rejection
 
 def _judged(req: GpuRequest, index: PoolIndex, policy: Policy) -> tuple[Rejection, ...]:
     plan: _Plan = index.memo(req, lambda: _plan(req, index, policy), size=lambda plan: _plan_bytes(req, plan))
-    done = {r.pool: r for r in plan.rejections if r.complete}
-    requested, fallback_classes = _classes(req, policy)
+    pools = {pool.key: pool for pool in index.pools(req.vendor.name)}
+    queries = _with_families(req.products) if len(req.products) <= MAX_NEAR_PRODUCTS else ()  # once per request
     rejections = []
-    for pool in index.pools(req.vendor.name):
-        if pool.key in done:
-            rejections.append(done[pool.key])
+    for r in plan.rejections:
+        if r.complete or r.pool not in pools:
+            rejections.append(r)
             continue
-        misses = _key_misses(req, pool, requested, fallback_classes, near=True)
-        if misses:
-            misses += _fit_misses(req, index.memo(("alike", pool.key), partial(_alike, pool)))[1]
-            rejections.append(_rejection(pool.key, misses, _other_device(req, pool)))
+        pool = pools[r.pool]
+        misses = [Miss(kind, text) for kind, text in zip(r.kinds, r.reasons, strict=True)]
+        for i, miss in enumerate(misses):
+            if miss.kind == PRODUCT and queries:
+                product = tokens(pool.key.product, req.vendor.product_prefixes)
+                misses[i] = miss._replace(distance=_product_distance(queries, product))
+        misses += _fit_misses(req, index.memo(("alike", pool.key), partial(_alike, pool)))[1]
+        rejections.append(_rejection(pool.key, misses, r.other_device))
     rejections.sort(key=_nearness)
     return tuple(rejections)
 
 
-def _key_misses(
-    req: GpuRequest, pool: Pool, requested: tuple[str, ...], fallback: tuple[str, ...], *, near: bool = False
-) -> list[Miss]:
-    """Why the pool cannot take the Pod, from its key alone; `near`: with how near its product is."""
-    misses = _pool_misses(req, pool.key, pool.kind, requested, fallback, devices=req.devices, near=near)
+def _key_misses(req: GpuRequest, pool: Pool, requested: tuple[str, ...], fallback: tuple[str, ...]) -> list[Miss]:
+    """Why the pool cannot take the Pod, from its key alone."""
+    misses = _pool_misses(req, pool.key, pool.kind, requested, fallback, devices=req.devices)
     if not misses and pool.kind == SHARED and req.count > 1:  # in a list of devices: skipped
         text = f"a shared replica is not a GPU: {PREFIX}gpu-count {req.count} needs gpu or mig"
         misses = [Miss(SHARED_COUNT, text)]
@@ -324,11 +329,10 @@ def _pool_misses(
     fallback: tuple[str, ...],
     *,
     devices: tuple[str, ...],
-    near: bool = False,
 ) -> list[Miss]:
     """Why a pool (of devices of `kind`) cannot take the Pod at all, from its key alone (not counting its
-    nodes or capacity); empty when it can. `near`: a product that does not match says how near it is
-    (else it counts as one requirement)."""
+    nodes or capacity); empty when it can. (How near a product that does not match is, `judged` works
+    out: placing the Pod does not need it.)"""
     misses = []
     if req.pool_pin is not None and req.pool_pin != key:
         misses.append(Miss(PIN, f"{PREFIX}pool pins {req.pool_pin}"))
@@ -345,26 +349,37 @@ def _pool_misses(
         product = tokens(key.product, req.vendor.product_prefixes)
         if not any(matches(q, product) for q in req.products):
             text = f"product {key.product} does not match {PREFIX}gpu-product {req.product_text}"
-            misses.append(Miss(PRODUCT, text, product_distance(req.products, product) if near else 2))
+            misses.append(Miss(PRODUCT, text))
     return misses
 
 
-_FAMILY = re.compile(r"[a-z]*")
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 
 def product_distance(queries: tuple[Tokens, ...], product: Tokens) -> int:
     """How far a product is from one a query matches (the nearest query), in half tokens: 2 for each
     query token it lacks, 1 when it has a token of the same family (the same leading letters: `h100` for
     `h20`, `a100` for `a10`); at least 1 (every token there, but out of order). Linear in the tokens."""
+    return _product_distance(_with_families(queries), product)
+
+
+_Families = tuple[tuple[tuple[str, str], ...], ...]  # per query, each token with its family
+
+
+def _with_families(queries: tuple[Tokens, ...]) -> _Families:
+    return tuple(tuple((t, _family(t)) for t in q) for q in queries)
+
+
+def _product_distance(queries: _Families, product: Tokens) -> int:
     have = set(product)
     families = {f for p in product if (f := _family(p))}
-    return max(1, min(sum(1 if _family(t) in families else 2 for t in q if t not in have) for q in queries))
+    return max(1, min((sum(1 if f in families else 2 for t, f in q if t not in have) for q in queries), default=2))
 
 
 def _family(token: str) -> str:
-    """A product token's leading letters (`h` of `h100`, `rtx`, `mi` of `mi300x`); "" for `3060` or `80gb`."""
-    match = _FAMILY.match(token)
-    return match.group() if match else ""
+    """A product token's leading letters (`h` of `h100`, `rtx`, `mi` of `mi300x`); "" for `3060` or `80gb`.
+    (Tokens are lower case.)"""
+    return token[: len(token) - len(token.lstrip(_LETTERS))]
 
 
 def _option(req: GpuRequest, pool: Pool, fallback: bool, index: PoolIndex) -> _Option | list[Miss]:

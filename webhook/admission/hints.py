@@ -11,7 +11,8 @@ over a quota; the Pod's count, memory, driver, compute capability and CUDA are i
 
 Bounded, as a denial may be asked for thousands of times a second: at most MAX_TRIES alternatives, their
 requests read once per Pod shape (one entry of the shape memo), each decided with one plan lookup (the
-index's memo, keyed by the whole request). Free GPUs, groups and quotas are read at every denial, as for
+index's memo, keyed by the whole request), and none for a request that lists more than
+MAX_NEAR_PRODUCTS products. Free GPUs, groups and quotas are read at every denial, as for
 every admission.
 """
 
@@ -21,8 +22,8 @@ from typing import NamedTuple
 
 from webhook.admission.decision import CLASS as CLASS_MISS
 from webhook.admission.decision import DEVICE as DEVICE_MISS
+from webhook.admission.decision import MAX_NEAR_PRODUCTS, Candidate, Decision, Rejection, decide, judged
 from webhook.admission.decision import PRODUCT as PRODUCT_MISS
-from webhook.admission.decision import Candidate, Decision, Rejection, decide, judged
 from webhook.admission.devices import DEVICE
 from webhook.admission.groups import decide_for_group
 from webhook.admission.pod import PodShape, PodView
@@ -59,7 +60,9 @@ def hinted(
     decision: Decision, req: GpuRequest, view: PodView, index: PoolIndex, policy: Policy, *, shapes: Memo = NO_MEMO
 ) -> str:
     """The decision's denial, followed by the annotation values that would place the Pod now (if any)."""
-    if decision.denial_reason not in HINTED:
+    # A long list of products gets none: each value decided would be a plan over all of them (a hostile
+    # list of 100 costs a millisecond a plan), and no one writes such a list by hand.
+    if decision.denial_reason not in HINTED or len(req.products) > MAX_NEAR_PRODUCTS:
         return decision.denial
     found: list[tuple[Alternative, Candidate]] = []
     tried = alternatives(judged(req, index, policy), req, policy)
