@@ -166,14 +166,13 @@ def test_strict_keeps_the_group_together_and_follows_on_no_capacity() -> None:
 
 def test_strict_refuses_a_pod_that_cannot_use_its_groups_pool() -> None:
     """A strict Pod whose own request rules out the group's pool is refused saying why, rather than
-    placed apart from its group, and told the product that joins it."""
+    placed apart from its group."""
     objects = [*twins(), running("train-a", "l4-0", L4)]
     result = evaluate(job_pod(group_policy="strict", gpu_product="A10"), "ml", make_policy(), index_of(objects))
     assert (result.allowed, result.reason) == (False, "group")
     assert result.message == (
         "group Job/train is on pool nvidia/medium/NVIDIA-L4, which the Pod cannot use: product NVIDIA-L4 does not "
-        "match gpupool.io/gpu-product A10; gpupool.io/group-policy strict keeps the group on one pool. NVIDIA-L4 "
-        "fits 1 GPU: set gpupool.io/gpu-product: L4"
+        "match gpupool.io/gpu-product A10; gpupool.io/group-policy strict keeps the group on one pool"
     )
 
 

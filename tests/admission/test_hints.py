@@ -116,6 +116,14 @@ def test_another_product_of_the_same_family_with_room_is_named() -> None:
     )
 
 
+def test_a_product_unrelated_to_the_one_asked_for_is_never_named() -> None:
+    """`A100` in class medium: the A100 lacks only its class, so class high is named; the T4s and L4s
+    lack only their product and have room, but share neither a token nor a family with A100: not named."""
+    obj = pod(annotations={"gpupool.io/gpu-product": "A100", "gpupool.io/gpu-class": "medium"})
+    result = evaluate(obj, "ml", policy(), index_of(fleet()))
+    assert named_fixes(result.message) == [("gpupool.io/gpu-class", "high"), ("gpupool.io/fallback", "true")]
+
+
 def test_a_device_kind_that_fits_is_named() -> None:
     """16Gi where the only whole GPUs are 15Gi T4s (the MIG node's GPUs are all cut) and a 3g.20gb MIG
     instance is free: `device: mig`."""

@@ -52,6 +52,7 @@ PIN, RESOURCE, DEVICE, SHARED_COUNT, CLASS_RULE, CLASS, PRODUCT = (
 MEMORY, DRIVER, COMPUTE, CUDA, PLACE, TAINTS, SIZE, QUOTA = (
     "memory", "driver", "compute", "cuda", "place", "taints", "size", "quota"
 )  # fmt: skip
+OTHER_PRODUCT = "other-product"  # a product that shares neither a token nor a family with any asked for
 FIXABLE = frozenset((CLASS, DEVICE, PRODUCT))
 NEAREST = 3  # pools a "no GPU pool matches" denial describes
 # A list of more products is not judged for how near each pool's product is (it would cost a pass over
@@ -269,11 +270,17 @@ def _plan_bytes(req: GpuRequest, plan: _Plan) -> int:
     """What a plan's memo entry holds: its request (REQUEST_WEIGHT times the shape it is read from, whose
     strings it keeps), each option (its own tuples; its pool, selector and groups are the index's) and
     each rejection's reasons. An estimate at or above what they hold (tests/pools/test_memo.py)."""
-    reasons = sum(_REJECTION_BYTES + sum(map(getsizeof, r.reasons)) for r in plan.rejections)
-    return REQUEST_WEIGHT * req.shape_bytes + _OPTION_BYTES * len(plan.options) + reasons
+    return REQUEST_WEIGHT * req.shape_bytes + _OPTION_BYTES * len(plan.options) + _rejections_bytes(plan.rejections)
 
 
-_OPTION_BYTES, _REJECTION_BYTES = 512, 256
+def _rejections_bytes(rejections: Sequence[Rejection]) -> int:
+    """What rejections hold: each its tuples (itself, its reasons, what they are about) and its reasons'
+    strings; its pool is the index's."""
+    return sum(_REJECTION_BYTES + sum(map(getsizeof, r.reasons)) for r in rejections)
+
+
+# A rejection's own tuples: 7 fields, and two of up to 7 reasons and kinds (96 + 2 x 96 bytes).
+_OPTION_BYTES, _REJECTION_BYTES = 512, 320
 
 
 def judged(req: GpuRequest, index: PoolIndex, policy: Policy) -> tuple[Rejection, ...]:
@@ -283,7 +290,11 @@ def judged(req: GpuRequest, index: PoolIndex, policy: Policy) -> tuple[Rejection
     is to the one asked for. What a denial shows and a hint (webhook.admission.hints) starts from; worked
     out only for denials, since placing a Pod needs none of it, and remembered per request until a node
     changes."""
-    return index.memo(("judged", req), lambda: _judged(req, index, policy))
+    return index.memo(
+        ("judged", req),
+        lambda: _judged(req, index, policy),
+        size=lambda judged: REQUEST_WEIGHT * req.shape_bytes + _rejections_bytes(judged),
+    )
 
 
 def _judged(req: GpuRequest, index: PoolIndex, policy: Policy) -> tuple[Rejection, ...]:
@@ -299,8 +310,8 @@ def _judged(req: GpuRequest, index: PoolIndex, policy: Policy) -> tuple[Rejectio
         misses = [Miss(kind, text) for kind, text in zip(r.kinds, r.reasons, strict=True)]
         for i, miss in enumerate(misses):
             if miss.kind == PRODUCT and queries:
-                product = tokens(pool.key.product, req.vendor.product_prefixes)
-                misses[i] = miss._replace(distance=_product_distance(queries, product))
+                distance, related = _product_nearness(queries, tokens(pool.key.product, req.vendor.product_prefixes))
+                misses[i] = Miss(PRODUCT if related else OTHER_PRODUCT, miss.text, distance)
         misses += _fit_misses(req, index.memo(("alike", pool.key), partial(_alike, pool)))[1]
         rejections.append(_rejection(pool.key, misses, r.other_device))
     rejections.sort(key=_nearness)
@@ -360,7 +371,7 @@ def product_distance(queries: tuple[Tokens, ...], product: Tokens) -> int:
     """How far a product is from one a query matches (the nearest query), in half tokens: 2 for each
     query token it lacks, 1 when it has a token of the same family (the same leading letters: `h100` for
     `h20`, `a100` for `a10`); at least 1 (every token there, but out of order). Linear in the tokens."""
-    return _product_distance(_with_families(queries), product)
+    return _product_nearness(_with_families(queries), product)[0]
 
 
 _Families = tuple[tuple[tuple[str, str], ...], ...]  # per query, each token with its family
@@ -370,10 +381,15 @@ def _with_families(queries: tuple[Tokens, ...]) -> _Families:
     return tuple(tuple((t, _family(t)) for t in q) for q in queries)
 
 
-def _product_distance(queries: _Families, product: Tokens) -> int:
+def _product_nearness(queries: _Families, product: Tokens) -> tuple[int, bool]:
+    """The product's distance (`product_distance`), and whether it is related to one asked for: it has a
+    token, or a token of the family, of some query (an H100 for `H20`, an A100-40GB for `A100-80GB`; not
+    an RTX 3060 for `H20`)."""
     have = set(product)
     families = {f for p in product if (f := _family(p))}
-    return max(1, min((sum(1 if f in families else 2 for t, f in q if t not in have) for q in queries), default=2))
+    distances = [(sum(1 if f in families else 2 for t, f in q if t not in have), len(q)) for q in queries]
+    related = any(d < 2 * n for d, n in distances)
+    return max(1, min((d for d, _ in distances), default=2)), related
 
 
 def _family(token: str) -> str:

@@ -12,8 +12,8 @@ over a quota; the Pod's count, memory, driver, compute capability and CUDA are i
 Bounded, as a denial may be asked for thousands of times a second: at most MAX_TRIES alternatives, their
 requests read once per Pod shape (one entry of the shape memo), each decided with one plan lookup (the
 index's memo, keyed by the whole request), and none for a request that lists more than
-MAX_NEAR_PRODUCTS products. Free GPUs, groups and quotas are read at every denial, as for
-every admission.
+MAX_NEAR_PRODUCTS products or a Pod too large for the shape memo to keep its alternatives. Free GPUs,
+groups and quotas are read at every denial, as for every admission.
 """
 
 from __future__ import annotations
@@ -28,14 +28,22 @@ from webhook.admission.devices import DEVICE
 from webhook.admission.groups import decide_for_group
 from webhook.admission.pod import PodShape, PodView
 from webhook.admission.quotas import check_quotas
-from webhook.admission.request import CLASS, FALLBACK, PRODUCT, GpuRequest, RequestError, parse_request
+from webhook.admission.request import (
+    CLASS,
+    FALLBACK,
+    PRODUCT,
+    REQUEST_WEIGHT,
+    GpuRequest,
+    RequestError,
+    parse_request,
+)
 from webhook.domain.devices import NOUNS, device_kind
 from webhook.domain.model import PREFIX
 from webhook.domain.policy import Policy
 from webhook.domain.products import without_prefixes
 from webhook.domain.quantity import format_mib
 from webhook.pools.index import PoolIndex
-from webhook.pools.memo import NO_MEMO, Memo
+from webhook.pools.memo import ENTRY_SHARE, MEMO_BYTES, NO_MEMO, Memo
 
 MAX_TRIES = 4  # alternative requests decided per denial
 MAX_HINTS = 2  # of those, named in the message (besides the fallback)
@@ -43,6 +51,7 @@ MAX_HINTS = 2  # of those, named in the message (besides the fallback)
 # at the end are never cut off).
 MAX_MESSAGE_CHARS = 1536
 HINTED = ("no-match", "no-capacity", "class-quota", "memory-quota", "group")  # denials a hint can fix
+MAX_WEIGHT = MEMO_BYTES // ENTRY_SHARE  # the heaviest entry the shape memo keeps
 
 
 class Alternative(NamedTuple):
@@ -61,12 +70,17 @@ def hinted(
 ) -> str:
     """The decision's denial, followed by the annotation values that would place the Pod now (if any)."""
     # A long list of products gets none: each value decided would be a plan over all of them (a hostile
-    # list of 100 costs a millisecond a plan), and no one writes such a list by hand.
-    if decision.denial_reason not in HINTED or len(req.products) > MAX_NEAR_PRODUCTS:
+    # list of 100 costs a millisecond a plan), and no one writes such a list by hand. Nor does a Pod too
+    # large for the requests of its values to be remembered: they would be read again at every denial.
+    if (
+        decision.denial_reason not in HINTED
+        or len(req.products) > MAX_NEAR_PRODUCTS
+        or _weight(req.shape_bytes, MAX_TRIES) > MAX_WEIGHT
+    ):
         return decision.denial
     found: list[tuple[Alternative, Candidate]] = []
     tried = alternatives(judged(req, index, policy), req, policy)
-    for alt, again in zip(tried, _reread(view.shape, policy, tried, shapes), strict=True):
+    for alt, again in zip(tried, _reread(view.shape, req.shape_bytes, policy, tried, shapes), strict=True):
         chosen = _placed(again, view.group, index, policy)
         # (A class named that falls back to another is not what the hint would say.)
         if chosen is not None and (alt.key != CLASS or chosen.pool.gpu_class == alt.value):
@@ -86,8 +100,8 @@ def alternatives(rejections: tuple[Rejection, ...], req: GpuRequest, policy: Pol
     for its class (one the namespace allows), only for its device kind or only for its product, the value
     that makes it a candidate. Classes first, more capable ones first and the nearest of those first (with
     `fallback: true` after the first one), then less capable ones; then devices, nearest pool first; then
-    products, only as near to the one asked for as the nearest (H100 or H200 for an H20, never an RTX 3060).
-    At most MAX_TRIES."""
+    products related to one asked for (a token or a family in common: H100 or H200 for an H20, never an
+    RTX 3060), only as near as the nearest of them. At most MAX_TRIES."""
     top = max(policy.class_rank(c) for c in req.classes or req.allowed_classes)
     classes: set[str] = set()
     found: dict[str, list[Alternative]] = {DEVICE: [], PRODUCT: []}
@@ -108,12 +122,28 @@ def alternatives(rejections: tuple[Rejection, ...], req: GpuRequest, policy: Pol
     return list(ordered)[:MAX_TRIES]
 
 
-def _reread(shape: PodShape, policy: Policy, tried: list[Alternative], shapes: Memo) -> tuple[GpuRequest | None, ...]:
+def _reread(
+    shape: PodShape, shape_bytes: int, policy: Policy, tried: list[Alternative], shapes: Memo
+) -> tuple[GpuRequest | None, ...]:
     """The requests of the Pod with each one annotation changed (None where that is refused). They
     depend on the shape and the policy alone, so the shape memo keeps them: one entry per denied shape."""
     if not tried:
         return ()
-    return shapes.get(("hints", shape, tuple(tried)), lambda: tuple(_parsed(shape, policy, alt) for alt in tried))
+    return shapes.get(
+        ("hints", shape, tuple(tried)),
+        lambda: tuple(_parsed(shape, policy, alt) for alt in tried),
+        size=lambda requests: _weight(shape_bytes, len(requests)),
+    )
+
+
+def _weight(shape_bytes: int, requests: int) -> int:
+    """What the memo entry of a shape's `requests` alternatives holds: each request mirrors the shape
+    (REQUEST_WEIGHT times it, as webhook.admission.core weighs one), with one value changed (at most
+    _VALUE_BYTES more); the key is the shape, which the shape memo holds anyway."""
+    return requests * (REQUEST_WEIGHT * shape_bytes + _VALUE_BYTES)
+
+
+_VALUE_BYTES = 1024  # a value named (at most a product's name, 63 characters) and its tokens, in a request
 
 
 def _parsed(shape: PodShape, policy: Policy, alt: Alternative) -> GpuRequest | None:
