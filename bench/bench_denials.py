@@ -45,8 +45,9 @@ def _pod(annotations: dict[str, str]) -> dict[str, Any]:
 NEW_SHAPES = 5_000  # more than the shape memo and the plan memo hold (4,096 each): every call misses both
 # The dearest denial to search a fix for: a new request each time (one product differs), in class
 # medium, listing A100 and 7 products no pool has (8, the most that is searched): the A100 pool lacks
-# only its class, so `gpu-class: high` and `fallback: true` are decided, each a plan of its own, and the
-# medium pools lack only their product, so one more. A list of 51 products gets no search at all.
+# only its class, so `gpu-class: high` and `fallback: true` are decided, each a plan of its own (the
+# medium pools lack only their product, but none is related to those asked for). A list of 51 products
+# gets no search at all.
 NEW: list[dict[str, Any]] = [
     _pod({"gpupool.io/gpu-class": "medium",
           "gpupool.io/gpu-product": ",".join(["A100", *(f"X{i}-{j}" for j in range(7))])})
