@@ -58,9 +58,9 @@ def large_pod(i: int) -> bytes:
 
 
 def memos(adm: Admitter) -> list[Memo]:
-    """The Admitter's shape memo and the decision plans' (the index's)."""
+    """The shape memo of the policy the Admitter decides by, and the decision plans' (the index's)."""
     with adm.inventory.read() as index:
-        return [adm._shapes, index._capacity._memo]
+        return [adm.bound.shapes, index._capacity._memo]
 
 
 @pytest.fixture

@@ -181,8 +181,9 @@ def test_the_plugin_lists_the_live_queue_with_the_installed_policy(
     assert status == 0
     assert columns(out)[1:] == ROWS
     assert err.splitlines() == [
-        "kubectl gpupool queue: note: with the installed policy: ConfigMap gpupool-system/gpupool-policy-5c8m2k9g7t "
-        "(key policy.yaml), which Deployment gpupool-system/gpupool-webhook runs with",
+        "kubectl gpupool queue: note: with the installed policy: ConfigMap gpupool-system/gpupool-policy "
+        "(key policy.yaml), which Deployment gpupool-system/gpupool-webhook follows: its Pods take up a change "
+        "of it within about 2 minutes, without a restart",
         "kubectl gpupool queue: note: 1 of these Pods fits now: the queue's leader releases it at its next pass; "
         "if it is still listed a few seconds from now, no gpupool replica may be leading "
         "(kubectl -n gpupool-system get lease gpupool)",

@@ -94,6 +94,24 @@ class TestParseReview:
         """admission.k8s.io/v1beta1 reviews are decoded like v1 ones."""
         assert parse(admission_review(gpu_pod(), api_version="admission.k8s.io/v1beta1")).is_pod_create
 
+    def test_an_update_carries_the_old_object_and_who_makes_it(self) -> None:
+        """For the validating call's UPDATE check: oldObject, userInfo.username and its groups (strings
+        only; anything else in userInfo reads as nobody, never an error)."""
+        review = admission_review(gpu_pod(), operation="UPDATE")
+        review["request"]["oldObject"] = gpu_pod("before")
+        review["request"]["userInfo"] = {"username": "bob", "groups": ["oncall", 7, "system:authenticated"]}
+        req = parse(review)
+        assert req.is_pod_update and not req.is_pod_create
+        assert (req.old_object["metadata"]["name"], req.username, req.groups) == (
+            "before",
+            "bob",
+            ("oncall", "system:authenticated"),
+        )
+        for odd in ({"username": 5, "groups": "oncall"}, "bob", None):
+            review["request"]["userInfo"] = odd
+            assert (parse(review).username, parse(review).groups) == ("", ())
+        assert not parse(admission_review(gpu_pod(), operation="UPDATE", sub_resource="status")).is_pod_update
+
 
 class TestSkipVerdict:
     @pytest.mark.parametrize(

@@ -3,7 +3,8 @@
 `evaluate` is the pure core (no I/O, no clock): the same function answers kube-apiserver through the
 Flask app and the user through `gpupool explain`. It is `prepare` (what the Pod alone decides) then
 `place` (what the pools decide). `Admitter` binds them to a policy and an inventory, holds the
-inventory's lock only for `place`, and records a reservation for each real (not dry-run) placement.
+inventory's lock only for `place`, and records a reservation for each real (not dry-run) placement; the
+server rebinds it when the policy file changes (webhook.serving.policyfile).
 """
 
 from __future__ import annotations
@@ -33,11 +34,12 @@ from webhook.admission.request import (
     wants_gpus,
 )
 from webhook.admission.verdict import GroupNote, Placement, Verdict
-from webhook.domain.model import QUEUE_GATE
+from webhook.domain.model import QUEUE_GATE, PoolKey
 from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
 from webhook.pools.inventory import Inventory
 from webhook.pools.memo import NO_MEMO, Memo, held_bytes
+from webhook.pools.nodes import NodeFacts
 
 
 def evaluate(
@@ -224,60 +226,91 @@ def evaluate_ephemeral(pod: Any, old: Any, namespace: str, policy: Policy) -> Ve
     return verdict.allow("ephemeral containers: none sets NVIDIA_VISIBLE_DEVICES")
 
 
+class Bound(NamedTuple):
+    """What an Admitter decides with: a policy, an inventory whose index was built for it, and what Pod
+    shapes decide under that policy (webhook.pools.memo; valid for this policy only)."""
+
+    policy: Policy
+    inventory: Inventory
+    shapes: Memo
+
+
 class Admitter:
-    """The core bound to a policy and an inventory, as the server uses it."""
+    """The core bound to a policy and an inventory, as the server uses it. `use` binds it to another
+    policy (and inventory) between two admissions: each admission is decided by one policy, whole."""
 
     def __init__(self, policy: Policy, inventory: Inventory, clock: Callable[[], float] = time.monotonic) -> None:
-        self.policy = policy
-        self.inventory = inventory
+        self._bound = Bound(policy, inventory, Memo())
         self._clock = clock
-        self._shapes = Memo()
+        # An inventory being built for the next policy: every reservation (and echo) made meanwhile is made
+        # in it too, so it holds what the current one holds once the reservations made before are gone.
+        self._successor: Inventory | None = None
+
+    @property
+    def bound(self) -> Bound:
+        return self._bound
+
+    @property
+    def policy(self) -> Policy:
+        return self._bound.policy
+
+    @property
+    def inventory(self) -> Inventory:
+        return self._bound.inventory
+
+    def use(self, policy: Policy, inventory: Inventory | None = None) -> None:
+        """Decide by `policy` from the next admission on, with `inventory` (built for it; by default the
+        current one, for a policy whose pools are the same). Set under the current inventory's lock: an
+        admission inside it finishes by the old policy, one that read the old binding decides again."""
+        old = self._bound
+        with old.inventory.read():
+            self._bound = Bound(policy, inventory or old.inventory, Memo())
+            self._successor = None
+
+    def mirror_into(self, successor: Inventory | None) -> None:
+        """From now on, also make every reservation in `successor` (None: stop)."""
+        with self._bound.inventory.read():
+            self._successor = successor
 
     def admit(self, pod: Any, *, namespace: str, dry_run: bool = False) -> Verdict:
-        # Only reading the pools and reserving hold the inventory's lock (which the watches need too).
-        prepared = prepare(pod, namespace, self.policy, self._shapes)
-        if isinstance(prepared, Verdict):
-            return prepared
-        stale = self.stale_seconds()
+        while True:
+            bound = self._bound
+            prepared = prepare(pod, namespace, bound.policy, bound.shapes)
+            if isinstance(prepared, Verdict):
+                return prepared
+            result = self._place(bound, prepared, dry_run)
+            if result is not None:
+                return result
+
+    def _place(self, bound: Bound, prepared: Prepared, dry_run: bool) -> Verdict | None:
+        """Place a prepared Pod; None when the binding changed before the lock was had (decide again)."""
+        policy, inventory, shapes = bound
+        stale = self.stale_of(bound)
         view, req, node, devices = prepared
-        with self.inventory.read() as index:
+        # Only reading the pools and reserving hold the inventory's lock (which the watches need too).
+        with inventory.read() as index:
+            if bound is not self._bound:
+                return None
             now = self._clock()
-            index.expire(now, self.inventory.current_since())
+            index.expire(now, inventory.current_since())
             # kube-apiserver may call again with gpupool's own placement applied (reinvocationPolicy
             # IfNeeded): that Pod's reservation is taken back first, so it is not counted against itself.
-            echoed = (
-                not dry_run
-                and (node or req.pool_pin is not None)
-                and index.take_echo(
-                    view.namespace, view.name, view.generate_name, pool=req.pool_pin, node=node, gpus=devices
-                )
+            echo = not dry_run and bool(node or req.pool_pin is not None)
+            echoed = echo and index.take_echo(
+                view.namespace, view.name, view.generate_name, pool=req.pool_pin, node=node, gpus=devices
             )
-            result = place(prepared, self.policy, index, explain=False, shapes=self._shapes)
+            result = place(prepared, policy, index, explain=False, shapes=shapes)
             placement = result.placement
-            if placement is not None and stale and self.policy.defaults.on_stale == "deny":
-                return verdict.deny(
-                    f"the GPU inventory is stale (no contact with the API for {stale:.0f} s); "
-                    "policy onStale is deny, so GPU Pods are refused until it re-syncs",
-                    code=verdict.CODE_UNAVAILABLE,
-                    reason="stale",
-                )
+            if placement is not None and stale and policy.defaults.on_stale == "deny":
+                placement = None
+                result = stale_denial(stale)
             # Every placed Pod counts until the watch shows it, pre-patched and bound ones too (only its
             # own re-invocation, recognised above, is not counted twice).
-            if placement is not None and not dry_run:
-                index.reserve(
-                    view.namespace,
-                    placement.pool,
-                    placement.selector,
-                    placement.pod_total,
-                    now,
-                    name=view.name,
-                    generate_name=view.generate_name,
-                    node=placement.node,
-                    echoed=bool(echoed),
-                    # A member of its group on the pool, as the Pod will be once the watch shows it
-                    # carrying gpupool.io/pool (a Pod that names its node gets no pool written).
-                    group="" if placement.node else view.group,
-                )
+            reserve = placement if not dry_run else None
+            if reserve is not None:
+                _reserve(index, view, reserve, now, echoed=echoed)
+            if self._successor is not None and not dry_run:
+                _mirror(self._successor, prepared, reserve, now, echo=echo)
         if placement is not None and stale:
             note = f"gpupool: placed from a GPU inventory {stale:.0f} s stale; the pool may have changed"
             result = replace(result, warnings=(*result.warnings, note))
@@ -289,5 +322,75 @@ class Admitter:
 
     def stale_seconds(self) -> float:
         """How stale the inventory is beyond the policy's threshold (0 when fresh)."""
-        age = self.inventory.age_seconds()
-        return age if age > self.policy.defaults.stale_after_seconds else 0.0
+        return self.stale_of(self._bound)
+
+    @staticmethod
+    def stale_of(bound: Bound) -> float:
+        """How stale `bound`'s inventory is beyond its policy's threshold (0 when fresh)."""
+        age = bound.inventory.age_seconds()
+        return age if age > bound.policy.defaults.stale_after_seconds else 0.0
+
+    @property
+    def shapes(self) -> Memo:
+        """What Pod shapes decide under the current policy; the validating call (webhook.admission.validation)
+        reads the same Pods, patched."""
+        return self._bound.shapes
+
+    def now(self) -> float:
+        """The clock reservations are made and expired by."""
+        return self._clock()
+
+
+def _reserve(index: PoolIndex, view: PodView, placement: Placement, now: float, *, echoed: bool) -> None:
+    index.reserve(
+        view.namespace,
+        placement.pool,
+        placement.selector,
+        placement.pod_total,
+        now,
+        name=view.name,
+        generate_name=view.generate_name,
+        node=placement.node,
+        echoed=echoed,
+        # A member of its group on the pool, as the Pod will be once the watch shows it carrying
+        # gpupool.io/pool (a Pod that bypasses placement gets no pool written).
+        group="" if placement.node else view.group,
+    )
+
+
+def _mirror(successor: Inventory, prepared: Prepared, placement: Placement | None, now: float, *, echo: bool) -> None:
+    """Make in the inventory being built for the next policy what this admission did to the current one:
+    take back a re-invoked Pod's reservation, reserve for the placement, in the pool the next policy puts
+    those devices in. Where that is not one pool, nothing is reserved: the Pod counts once the watch
+    shows it."""
+    view, req, node, devices = prepared
+    with successor.read() as index:
+        index.expire(now, successor.current_since())
+        echoed = echo and index.take_echo(
+            view.namespace, view.name, view.generate_name, pool=req.pool_pin, node=node, gpus=devices
+        )
+        pool = None if placement is None else _pool_in(index, placement)
+        if placement is not None and pool is not None:
+            _reserve(index, view, replace(placement, pool=pool), now, echoed=echoed)
+
+
+def _pool_in(index: PoolIndex, placement: Placement) -> PoolKey | None:
+    """The pool of another index (built for another policy) that holds what `placement` places: the pool
+    of the devices of the one node a Pod that bypasses placement lands on, or the one pool its nodeSelector
+    reaches, as the ledger will count the Pod once the watch shows it (webhook.pools.claims)."""
+    if placement.node:
+        facts = index.node_facts(placement.node, placement.resource)
+        return facts.pool if isinstance(facts, NodeFacts) else None
+    pins = tuple(sorted((k, v) for k, v in placement.selector if index.policy.pins_pool(k)))
+    reached = [p.key for p in index.pools(placement.pool.vendor) if p.resource == placement.resource and p.reach(pins)]
+    return reached[0] if len(reached) == 1 else None
+
+
+def stale_denial(stale: float) -> Verdict:
+    """A GPU Pod refused because the inventory is `stale` seconds old under policy onStale: deny."""
+    return verdict.deny(
+        f"the GPU inventory is stale (no contact with the API for {stale:.0f} s); "
+        "policy onStale is deny, so GPU Pods are refused until it re-syncs",
+        code=verdict.CODE_UNAVAILABLE,
+        reason="stale",
+    )

@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 
 from webhook.commands.output import say
-from webhook.domain.policy import Policy, load_policy, load_policy_text
+from webhook.domain.policy import Policy, PolicyError, load_policy, load_policy_text
 from webhook.pools.inventory import Inventory
 from webhook.queue.waiting import Waiting
 from webhook.sources.installed import WEBHOOK_DEPLOYMENT, read_installed_policy
@@ -122,7 +122,15 @@ def policy_from_args(args: argparse.Namespace) -> Policy:
         raise InventoryConnectError(f"{exc} (or give --inventory FILE for a snapshot)") from None
     installed = read_installed_policy(api, args.webhook)
     say(args, "note", installed.note)
-    return load_policy_text(installed.text, installed.source)
+    try:
+        return load_policy_text(installed.text, installed.source)
+    except PolicyError as exc:
+        # The webhook's Pods refuse the same file and keep deciding by the one they had, which the
+        # cluster does not hold any more: only the user can say what that was.
+        raise PolicyError(
+            f"{exc}; the webhook refuses it too and keeps the policy it had (its /readyz policy.error says "
+            "so): fix the ConfigMap, or pass --policy FILE"
+        ) from None
 
 
 def namespace_type(value: str) -> str:

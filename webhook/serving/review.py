@@ -50,10 +50,17 @@ class AdmissionRequest(NamedTuple):
     dry_run: bool
     object: Any  # the Pod as sent (the core checks it), None when absent
     old_object: Any = None  # on an UPDATE, the object before it
+    username: str = ""  # request.userInfo: who makes the request (the validating call's UPDATE check)
+    groups: tuple[str, ...] = ()
 
     @property
     def is_pod_create(self) -> bool:
         return self.group == "" and self.resource == "pods" and not self.sub_resource and (self.operation == "CREATE")
+
+    @property
+    def is_pod_update(self) -> bool:
+        """An UPDATE (or PATCH) of a Pod itself, not of a subresource such as pods/status."""
+        return self.group == "" and self.resource == "pods" and not self.sub_resource and (self.operation == "UPDATE")
 
     @property
     def is_ephemeral_update(self) -> bool:
@@ -96,6 +103,9 @@ def parse_review(body: bytes) -> AdmissionRequest:
     resource = request.get("resource")
     resource = resource if isinstance(resource, dict) else {}
     obj = request.get("object")
+    user = request.get("userInfo")
+    user = user if isinstance(user, dict) else {}
+    groups = user.get("groups")
     return AdmissionRequest(
         api_version=api_version,
         uid=uid,
@@ -107,6 +117,8 @@ def parse_review(body: bytes) -> AdmissionRequest:
         dry_run=request.get("dryRun") is True,
         object=obj,
         old_object=request.get("oldObject"),
+        username=_text(user.get("username")),
+        groups=tuple(g for g in groups if isinstance(g, str)) if isinstance(groups, list) else (),
     )
 
 
@@ -127,6 +139,16 @@ def skip_verdict(request: AdmissionRequest) -> Verdict | None:
     if not (request.is_pod_create or request.is_ephemeral_update):
         sub = f"/{request.sub_resource}" if request.sub_resource else ""
         return allow(f"not a Pod CREATE ({shorten(request.operation, 40)} {shorten(request.resource, 60) or '?'}{sub})")
+    return None
+
+
+def validate_skip_verdict(request: AdmissionRequest) -> Verdict | None:
+    """For the validating call: the answer for a request that is neither a Pod CREATE nor an UPDATE of a
+    Pod itself (only those are checked), or None when the core must decide."""
+    if not (request.is_pod_create or request.is_pod_update):
+        sub = f"/{request.sub_resource}" if request.sub_resource else ""
+        operation, resource = shorten(request.operation, 40), shorten(request.resource, 60) or "?"
+        return allow(f"not a Pod CREATE or UPDATE ({operation} {resource}{sub})")
     return None
 
 

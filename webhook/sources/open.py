@@ -6,7 +6,7 @@ Errors are ConfigErrors naming the file or the connection, with what to do inste
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from webhook.domain.policy import Policy
 from webhook.pools.inventory import Inventory
@@ -48,3 +48,19 @@ def open_inventory(
             "(check the API server address and RBAC: get/list/watch on the three resources)"
         )
     return live
+
+
+def reopen_inventory(
+    inventory: Inventory, policy: Policy, prepare: Callable[[LiveInventory], None] | None = None
+) -> Inventory:
+    """The same source, read again for another policy: the snapshot file re-read (a ConfigError naming it
+    when it no longer loads), or the live cluster listed and watched anew (started, not yet ready).
+    `prepare` is given a new live inventory before it starts, to add observers that must see its first list."""
+    if isinstance(inventory, SnapshotInventory):
+        return SnapshotInventory.from_file(inventory.source, policy)
+    if isinstance(inventory, LiveInventory):
+        successor = inventory.for_policy(policy)
+        if prepare is not None:
+            prepare(successor)
+        return successor.start()
+    raise TypeError(f"cannot open {type(inventory).__name__} again")
