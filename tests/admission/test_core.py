@@ -1380,6 +1380,15 @@ def named_fixes(message: str) -> list[tuple[str, str]]:
     return _FIX.findall(message)
 
 
+_STOPPED = re.compile(r" with (gpupool\.io/[a-z-]+): ([A-Za-z0-9._-]+), but not now: ")
+
+
+def stopped_fixes(message: str) -> list[tuple[str, str]]:
+    """The annotation values a denial names as the Pod's to set but stopped now by a quota
+    (`with gpupool.io/gpu-class: high, but not now: ...`)."""
+    return _STOPPED.findall(message)
+
+
 def with_annotation(obj: dict[str, Any], key: str, value: str) -> dict[str, Any]:
     changed = copy.deepcopy(obj)
     changed["metadata"]["annotations"] = {**(changed["metadata"].get("annotations") or {}), key: value}

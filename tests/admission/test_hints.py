@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from tests.admission.test_core import (
+    EXAMPLES,
     NODE_EDITS,
     TAINTS,
     TWIN_NAMESPACES,
@@ -20,6 +21,7 @@ from tests.admission.test_core import (
     named_fixes,
     sample_verdict,
     shared_demo_index,
+    stopped_fixes,
     twin_policy,
     with_annotation,
 )
@@ -78,11 +80,66 @@ def test_a_class_the_namespace_allows_that_fits_is_named_with_its_annotation() -
         assert str(fixed.placement.pool) == "nvidia/high/NVIDIA-A100-SXM4-40GB"
 
 
-def test_no_value_is_named_that_would_go_over_a_quota() -> None:
-    """The demo cluster as it is: team-a holds 3 of its 4 GPUs and 70Gi of its 100Gi GPU memory, so class
-    high would take it over both quotas: the denial names the nearest pools and no fix."""
+def test_the_class_the_namespace_allows_is_named_with_the_quota_that_stops_it_now() -> None:
+    """The demo cluster as it is (issue 21, finding 7): team-a holds 70Gi of its 100Gi GPU memory, so
+    class high would take it over: the denial still says that team-a may ask for high, and with which
+    annotation, then what stops it now; it names no value to set (the Pod would be denied again)."""
     result = evaluate(TEAM_A_POD, "team-a", demo_policy(), shared_demo_index())
-    assert (result.allowed, result.reason, result.message) == (False, "no-match", NEAREST_FOR_TEAM_A)
+    assert (result.allowed, result.reason) == (False, "no-match")
+    assert result.message == (
+        f"{NEAREST_FOR_TEAM_A}. class high fits 2 x 40Gi and team-a allows it with gpupool.io/gpu-class: high, "
+        "but not now: GPU memory quota in namespace team-a exceeded: used 70Gi + requested 80Gi > hard 100Gi"
+    )
+    assert named_fixes(result.message) == []
+    fixed = evaluate(
+        with_annotation(TEAM_A_POD, *stopped_fixes(result.message)[0]), "team-a", demo_policy(), shared_demo_index()
+    )
+    assert (fixed.allowed, fixed.reason) == (False, "memory-quota")
+    assert result.message.endswith(fixed.message)
+
+
+def test_a_value_a_quota_could_never_allow_is_not_named() -> None:
+    """team-a's class quota for high cut to 1: 2 GPUs of class high are over its hard limit whatever
+    team-a holds, so high is not offered, not even as stopped for now."""
+    text = (EXAMPLES / "policy.yaml").read_text("utf-8").replace("classQuota: {high: 4,", "classQuota: {high: 1,", 1)
+    assert "{high: 1," in text
+    result = evaluate(TEAM_A_POD, "team-a", policy(text), shared_demo_index())
+    assert (result.allowed, result.message) == (False, NEAREST_FOR_TEAM_A)
+
+
+def test_a_resource_quota_that_stops_the_class_now_is_quoted() -> None:
+    """team-a's Pods finished, but the quota controller still counts 3 of its 4 GPUs: class high fits
+    and every policy quota has room; its ResourceQuota is what stops the Pod now, and the denial says so."""
+    objects = team_a_finished()
+    for obj in objects:
+        if obj["kind"] == "ResourceQuota" and obj["metadata"].get("namespace") == "team-a":
+            obj["status"]["used"] = {"requests.nvidia.com/gpu": "3"}
+    result = evaluate(TEAM_A_POD, "team-a", demo_policy(), build_index(objects, demo_policy(), "demo, quota counted"))
+    [(key, value)] = stopped_fixes(result.message)
+    assert (key, value, named_fixes(result.message)) == ("gpupool.io/gpu-class", "high", [])
+    fixed = evaluate(
+        with_annotation(TEAM_A_POD, key, value), "team-a", demo_policy(), build_index(objects, demo_policy(), "again")
+    )
+    assert (fixed.allowed, fixed.reason) == (False, "quota")
+    assert result.message.endswith(f"but not now: {fixed.message}")
+
+
+def test_a_queued_namespace_is_told_the_value_that_queues_the_pod() -> None:
+    """team-a queuing its Pods (policy `placement: queue`): a queued Pod is held only to its quotas' hard
+    limits, and 2 x 40Gi of class high is within them, so the denial names the value, and it queues."""
+    text = (EXAMPLES / "policy.yaml").read_text("utf-8")
+    queued = policy(text.replace("    memoryQuota: 100Gi\n", "    memoryQuota: 100Gi\n    placement: queue\n", 1))
+    index = shared_demo_index()
+    result = evaluate(TEAM_A_POD, "team-a", queued, index)
+    assert (result.allowed, result.reason) == (False, "no-match")
+    assert result.message == (
+        f"{NEAREST_FOR_TEAM_A}. class high fits 2 x 40Gi and team-a allows it: set gpupool.io/gpu-class: high "
+        "(or gpupool.io/fallback: true)"
+    )
+    for key, value in named_fixes(result.message):
+        fixed = evaluate(with_annotation(TEAM_A_POD, key, value), "team-a", queued, index)
+        assert (fixed.allowed, fixed.outcome, fixed.placement) == (True, "mutated", None)
+        assert any("queued" in w for w in fixed.warnings)
 
 
 def test_no_class_is_named_that_the_namespace_does_not_allow() -> None:
@@ -259,6 +316,15 @@ def test_every_value_a_denial_names_places_the_pod_now(
         fixed = evaluate(with_annotation(obj, key, value), namespace, policy_, index)
         assert placed_now(fixed), (key, value, fixed.message)
         assert fixed.placement is not None and fixed.placement.pool.gpu_class in allowed
+    # A value named as stopped by a quota now is one that admission denies for that quota, and only then.
+    stopped = stopped_fixes(result.message)
+    assert len(stopped) <= 1 and not (stopped and fixes), result.message
+    for key, value in stopped:
+        event("a value stopped by a quota named")
+        fixed = evaluate(with_annotation(obj, key, value), namespace, policy_, index)
+        assert (fixed.allowed, fixed.reason) in ((False, "quota"), (False, "class-quota"), (False, "memory-quota"))
+        assert fixed.message.startswith(result.message.split("but not now: ", 1)[1]), (result.message, fixed.message)
+    assert not (stopped and result.reason in ("quota", "class-quota", "memory-quota")), result.message
     if result.reason in HINTED and len(allowed) - 1 <= MAX_TRIES and not fixes:
         for gpu_class in allowed:
             fixed = evaluate(with_annotation(obj, "gpupool.io/gpu-class", gpu_class), namespace, policy_, index)

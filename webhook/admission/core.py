@@ -124,7 +124,7 @@ def place(
             result = _partitions(req, policy, index)
         return replace(result, group=GroupNote(view.group, None, 0)) if view.group else result
     if policy.placement(req.namespace) == "queue":
-        return queue_verdict(view, req, decide(req, index, policy, quotas=False), policy, index)
+        return queue_verdict(view, req, decide(req, index, policy, quotas=False), policy, index, shapes=shapes)
     # The group is read from the ledger now, after the (memoised) plan: it is identity, not shape.
     decision, group = decide_for_group(decide(req, index, policy), req, view.group, index, policy)
     reasons = decision.explain() if explain else ()

@@ -22,12 +22,12 @@ from typing import NamedTuple
 
 from webhook.admission.decision import CLASS as CLASS_MISS
 from webhook.admission.decision import DEVICE as DEVICE_MISS
-from webhook.admission.decision import MAX_NEAR_PRODUCTS, Candidate, Decision, Rejection, decide, judged
+from webhook.admission.decision import MAX_NEAR_PRODUCTS, Decision, Rejection, decide, judged
 from webhook.admission.decision import PRODUCT as PRODUCT_MISS
 from webhook.admission.devices import DEVICE
 from webhook.admission.groups import decide_for_group
 from webhook.admission.pod import PodShape, PodView
-from webhook.admission.quotas import check_quotas
+from webhook.admission.quotas import check_quotas, hard_limit_problem
 from webhook.admission.request import (
     CLASS,
     FALLBACK,
@@ -38,7 +38,7 @@ from webhook.admission.request import (
     parse_request,
 )
 from webhook.domain.devices import NOUNS, device_kind
-from webhook.domain.model import PREFIX
+from webhook.domain.model import PREFIX, PoolKey
 from webhook.domain.policy import Policy
 from webhook.domain.products import without_prefixes
 from webhook.domain.quantity import format_mib
@@ -66,9 +66,19 @@ class Alternative(NamedTuple):
 
 
 def hinted(
-    decision: Decision, req: GpuRequest, view: PodView, index: PoolIndex, policy: Policy, *, shapes: Memo = NO_MEMO
+    decision: Decision,
+    req: GpuRequest,
+    view: PodView,
+    index: PoolIndex,
+    policy: Policy,
+    *,
+    shapes: Memo = NO_MEMO,
+    queued: bool = False,
 ) -> str:
-    """The decision's denial, followed by the annotation values that would place the Pod now (if any)."""
+    """The decision's denial, followed by the annotation values that would place the Pod now (if any),
+    or else the first value only a quota stops now, with the quota's denial. `queued`: the namespace
+    queues its Pods (policy `placement: queue`), so a value is named when it would queue the Pod: some
+    pool matches it within every quota's hard limit."""
     # A long list of products gets none: each value decided would be a plan over all of them (a hostile
     # list of 100 costs a millisecond a plan), and no one writes such a list by hand. Nor does a Pod too
     # large for the requests of its values to be remembered: they would be read again at every denial.
@@ -78,16 +88,23 @@ def hinted(
         or _weight(req.shape_bytes, MAX_TRIES) > MAX_WEIGHT
     ):
         return decision.denial
-    found: list[tuple[Alternative, Candidate]] = []
+    found: list[tuple[Alternative, Outcome]] = []
+    stopped: tuple[Alternative, Outcome] | None = None  # the first value a quota alone stops now
     tried = alternatives(judged(req, index, policy), req, policy)
     for alt, again in zip(tried, _reread(view.shape, req.shape_bytes, policy, tried, shapes), strict=True):
-        chosen = _placed(again, view.group, index, policy)
+        outcome = _outcome(again, view.group, index, policy, queued=queued)
         # (A class named that falls back to another is not what the hint would say.)
-        if chosen is not None and (alt.key != CLASS or chosen.pool.gpu_class == alt.value):
-            found.append((alt, chosen))
+        if outcome is None or (alt.key == CLASS and outcome.pool.gpu_class != alt.value):
+            continue
+        if not outcome.stopped_by:
+            found.append((alt, outcome))
             if sum(a.key != FALLBACK for a, _ in found) == MAX_HINTS:  # the fallback goes in parentheses
                 break
-    hint = _say(found, req)
+        elif stopped is None and alt.key != FALLBACK and decision.denial_reason not in QUOTA_DENIALS:
+            # (The fallback reaches a class stopped alike; a Pod a quota stops already learns nothing from
+            # another value a quota stops.)
+            stopped = (alt, outcome)
+    hint = _say(found, req) or (_say_stopped(*stopped, req) if stopped else "")
     if not hint:
         return decision.denial
     room = MAX_MESSAGE_CHARS - len(hint) - 2
@@ -155,26 +172,62 @@ def _parsed(shape: PodShape, policy: Policy, alt: Alternative) -> GpuRequest | N
         return None
 
 
-def _placed(req: GpuRequest | None, group: str, index: PoolIndex, policy: Policy) -> Candidate | None:
-    """Where the request is placed now, as its admission would place it (its group, then the namespace's
-    ResourceQuotas), on a node with room for it; None when it is not."""
+class Outcome(NamedTuple):
+    """What an alternative request gets: the pool it goes to, its devices' kind, and the denial of the
+    quota that stops it there now ("" when it is placed now)."""
+
+    pool: PoolKey
+    kind: str
+    stopped_by: str = ""
+
+
+QUOTA_DENIALS = ("class-quota", "memory-quota")  # a decision's denials that mean a quota alone
+
+
+def _outcome(req: GpuRequest | None, group: str, index: PoolIndex, policy: Policy, *, queued: bool) -> Outcome | None:
+    """Where the request goes, as its admission would decide it, or None when it is not placed on a node
+    with room now (nor stopped only by what a quota holds now, within its hard limit). Admitted: its
+    group, then the quotas the namespace uses now (the class and GPU-memory quotas in `decide`, then its
+    ResourceQuotas). Queued: the first pool that matches within every quota's hard limit, as
+    webhook.admission.queueing holds a queued Pod to."""
     if req is None:
+        return None
+    if queued:
+        decision = decide(req, index, policy, quotas=False)
+        for c in decision.candidates:
+            if not hard_limit_problem(req, c.pool, index, policy, resource=c.resource, memory_mib=c.memory_mib)[0]:
+                return Outcome(c.pool, c.kind)
         return None
     decision, _ = decide_for_group(decide(req, index, policy), req, group, index, policy)
     chosen = decision.chosen
-    if chosen is None or not chosen.fits or check_quotas(req, index, policy, chosen.resource):
+    if chosen is None:
+        if decision.denial_reason not in QUOTA_DENIALS:
+            return None
+        # Every pool that matched is over the class or GPU-memory quota: the first is the denial's.
+        pool = next((r.pool for r in decision.rejections if r.reasons == (decision.denial,)), None)
+        if pool is None:
+            return None
+        got = Outcome(pool, device_kind(pool.product), decision.denial)
+        resource, memory_mib = pool.resource or req.vendor.resource, index.pool_memory_mib(pool)
+    elif not chosen.fits:
         return None
-    return chosen
+    else:
+        got = Outcome(chosen.pool, chosen.kind, check_quotas(req, index, policy, chosen.resource))
+        resource, memory_mib = chosen.resource, chosen.memory_mib
+    # A quota the request alone is over (a class quota of 0) stops it for good, not only now: not named.
+    if got.stopped_by and hard_limit_problem(req, got.pool, index, policy, resource=resource, memory_mib=memory_mib)[0]:
+        return None
+    return got
 
 
-def _say(found: list[tuple[Alternative, Candidate]], req: GpuRequest) -> str:
+def _say(found: list[tuple[Alternative, Outcome]], req: GpuRequest) -> str:
     """`class high fits 2 x 40Gi and team-a allows it: set gpupool.io/gpu-class: high`, and the next one.
     The fallback reaches a class: in parentheses after that class's own hint, if there is one."""
     said: list[str] = []
     classes: dict[str, int] = {}  # a class named, and where
-    for alt, chosen in sorted(found, key=lambda found: found[0].key == FALLBACK):
-        what = _what(req, chosen)
-        where = chosen.pool.gpu_class
+    for alt, got in sorted(found, key=lambda found: found[0].key == FALLBACK):
+        what = _what(req, got.kind)
+        where = got.pool.gpu_class
         if alt.key == FALLBACK and where in classes:
             said[classes[where]] += f" (or {alt.setting})"
         elif alt.key == FALLBACK:
@@ -183,12 +236,23 @@ def _say(found: list[tuple[Alternative, Candidate]], req: GpuRequest) -> str:
             classes[where] = len(said)
             said.append(f"class {where} fits {what} and {req.namespace} allows it: set {alt.setting}")
         else:
-            said.append(f"{chosen.pool.product} fits {what}: set {alt.setting}")
+            said.append(f"{got.pool.product} fits {what}: set {alt.setting}")
     return "; or ".join(said)
 
 
-def _what(req: GpuRequest, chosen: Candidate) -> str:
+def _say_stopped(alt: Alternative, got: Outcome, req: GpuRequest) -> str:
+    """`class high fits 2 x 40Gi and team-a allows it with gpupool.io/gpu-class: high, but not now: ...`:
+    the value is the Pod's to set, the quota is what stops it (never worded as a fix to set now)."""
+    what = _what(req, got.kind)
+    if alt.key == CLASS:
+        fits = f"class {got.pool.gpu_class} fits {what} and {req.namespace} allows it"
+    else:
+        fits = f"{got.pool.product} fits {what}"
+    return f"{fits} with {alt.setting}, but not now: {got.stopped_by}"
+
+
+def _what(req: GpuRequest, kind: str) -> str:
     """The Pod's devices as a hint says them: `2 x 40Gi`, `1 MIG instance`."""
     if req.min_memory_mib:
         return f"{req.pod_total} x {format_mib(req.min_memory_mib)}"
-    return f"{req.pod_total} {NOUNS[chosen.kind]}{'s' if req.pod_total != 1 else ''}"
+    return f"{req.pod_total} {NOUNS[kind]}{'s' if req.pod_total != 1 else ''}"
