@@ -20,12 +20,13 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from webhook.admission.decision import CLASS as CLASS_MISS
-from webhook.admission.decision import DEVICE as DEVICE_MISS
-from webhook.admission.decision import MAX_NEAR_PRODUCTS, Decision, Rejection, decide, judged
-from webhook.admission.decision import PRODUCT as PRODUCT_MISS
+from webhook.admission.decision import Decision, decide, judged
 from webhook.admission.devices import DEVICE
 from webhook.admission.groups import decide_for_group
+from webhook.admission.misses import CLASS as CLASS_MISS
+from webhook.admission.misses import DEVICE as DEVICE_MISS
+from webhook.admission.misses import MAX_NEAR_PRODUCTS, Rejection
+from webhook.admission.misses import PRODUCT as PRODUCT_MISS
 from webhook.admission.pod import PodShape, PodView
 from webhook.admission.quotas import check_quotas, hard_limit_problem
 from webhook.admission.request import (
@@ -92,7 +93,10 @@ def hinted(
     stopped: tuple[Alternative, Outcome] | None = None  # the first value a quota alone stops now
     tried = alternatives(judged(req, index, policy), req, policy)
     for alt, again in zip(tried, _reread(view.shape, req.shape_bytes, policy, tried, shapes), strict=True):
-        outcome = _outcome(again, view.group, index, policy, queued=queued)
+        # (The fallback reaches a class stopped alike; a Pod a quota stops already learns nothing from
+        # another value a quota stops.)
+        wanted = stopped is None and alt.key != FALLBACK and decision.denial_reason not in QUOTA_DENIALS
+        outcome = _outcome(again, view.group, index, policy, queued=queued, stopped=wanted)
         # (A class named that falls back to another is not what the hint would say.)
         if outcome is None or (alt.key == CLASS and outcome.pool.gpu_class != alt.value):
             continue
@@ -100,9 +104,7 @@ def hinted(
             found.append((alt, outcome))
             if sum(a.key != FALLBACK for a, _ in found) == MAX_HINTS:  # the fallback goes in parentheses
                 break
-        elif stopped is None and alt.key != FALLBACK and decision.denial_reason not in QUOTA_DENIALS:
-            # (The fallback reaches a class stopped alike; a Pod a quota stops already learns nothing from
-            # another value a quota stops.)
+        else:
             stopped = (alt, outcome)
     hint = _say(found, req) or (_say_stopped(*stopped, req) if stopped else "")
     if not hint:
@@ -184,12 +186,14 @@ class Outcome(NamedTuple):
 QUOTA_DENIALS = ("class-quota", "memory-quota")  # a decision's denials that mean a quota alone
 
 
-def _outcome(req: GpuRequest | None, group: str, index: PoolIndex, policy: Policy, *, queued: bool) -> Outcome | None:
+def _outcome(
+    req: GpuRequest | None, group: str, index: PoolIndex, policy: Policy, *, queued: bool, stopped: bool
+) -> Outcome | None:
     """Where the request goes, as its admission would decide it, or None when it is not placed on a node
-    with room now (nor stopped only by what a quota holds now, within its hard limit). Admitted: its
-    group, then the quotas the namespace uses now (the class and GPU-memory quotas in `decide`, then its
-    ResourceQuotas). Queued: the first pool that matches within every quota's hard limit, as
-    webhook.admission.queueing holds a queued Pod to."""
+    with room now (nor, when `stopped` is asked for, stopped only by what a quota holds now, within its
+    hard limit). Admitted: its group, then the quotas the namespace uses now (the class and GPU-memory
+    quotas in `decide`, then its ResourceQuotas). Queued: the first pool that matches within every
+    quota's hard limit, as webhook.admission.queueing holds a queued Pod to."""
     if req is None:
         return None
     if queued:
@@ -201,7 +205,7 @@ def _outcome(req: GpuRequest | None, group: str, index: PoolIndex, policy: Polic
     decision, _ = decide_for_group(decide(req, index, policy), req, group, index, policy)
     chosen = decision.chosen
     if chosen is None:
-        if decision.denial_reason not in QUOTA_DENIALS:
+        if not stopped or decision.denial_reason not in QUOTA_DENIALS:
             return None
         # Every pool that matched is over the class or GPU-memory quota: the first is the denial's.
         pool = next((r.pool for r in decision.rejections if r.reasons == (decision.denial,)), None)
@@ -213,6 +217,8 @@ def _outcome(req: GpuRequest | None, group: str, index: PoolIndex, policy: Polic
         return None
     else:
         got = Outcome(chosen.pool, chosen.kind, check_quotas(req, index, policy, chosen.resource))
+        if got.stopped_by and not stopped:
+            return None
         resource, memory_mib = chosen.resource, chosen.memory_mib
     # A quota the request alone is over (a class quota of 0) stops it for good, not only now: not named.
     if got.stopped_by and hard_limit_problem(req, got.pool, index, policy, resource=resource, memory_mib=memory_mib)[0]:
