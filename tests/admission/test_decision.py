@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from tests.builders import GPU_TAINT, fleet, gpu_node, index_of, issue_fleet, mig_mixed_node, pod, policy
-from webhook.admission.decision import Decision, decide, product_distance
+from webhook.admission.decision import Decision, decide
+from webhook.admission.misses import product_distance
 from webhook.admission.pod import read_pod
 from webhook.admission.request import parse_request
 from webhook.domain.model import PoolKey

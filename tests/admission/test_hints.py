@@ -27,8 +27,9 @@ from tests.admission.test_core import (
 )
 from tests.builders import fleet, gpu_node, index_of, mig_mixed_node, pod, policy
 from webhook.admission.core import evaluate
-from webhook.admission.decision import MAX_NEAR_PRODUCTS, decide
+from webhook.admission.decision import decide
 from webhook.admission.hints import HINTED, MAX_MESSAGE_CHARS, MAX_TRIES, hinted
+from webhook.admission.misses import MAX_NEAR_PRODUCTS
 from webhook.admission.pod import read_pod
 from webhook.admission.request import parse_request
 from webhook.admission.verdict import Verdict
