@@ -229,6 +229,18 @@ def test_a_pod_refused_before_its_request_is_read_drops_its_reservation() -> Non
     assert replica.reservations == 0
 
 
+def test_a_denial_of_the_validating_call_says_how_to_fix_it_as_the_mutating_call_does() -> None:
+    """A Pod whose mutating call never ran (failurePolicy Ignore and a timeout): the validating call
+    denies it as that call would have, with the same words on how to fix it (issue 21, finding 7)."""
+    replica = Replica(DEMO_OBJECTS, demo_policy())
+    obj = pod("big", "team-a", annotations={"gpupool.io/gpu-count": "2", "gpupool.io/min-memory": "40Gi"})
+    mutating = replica.admitter.admit(obj, namespace="team-a", dry_run=True)
+    checked = replica.validator.validate_create(obj, namespace="team-a")
+    assert (checked.verdict.allowed, checked.verdict.reason, checked.reservation) == (False, "no-match", "")
+    assert checked.verdict.message == mutating.message
+    assert "team-a allows it with gpupool.io/gpu-class: high, but not now: GPU memory quota" in mutating.message
+
+
 # --- CREATE: reservations ---------------------------------------------------------------------------
 
 

@@ -18,6 +18,7 @@ from webhook.admission import verdict
 from webhook.admission.bound import check_bound, reachable, single_named_node
 from webhook.admission.decision import decide
 from webhook.admission.groups import decide_for_group
+from webhook.admission.hints import hinted
 from webhook.admission.patch import PatchSpec, build_patch
 from webhook.admission.pod import PodError, PodShape, PodView, read_ephemeral_containers, read_pod, shape_bytes
 from webhook.admission.queueing import queue_verdict
@@ -132,13 +133,14 @@ def place(
             result = _partitions(req, policy, index)
         return replace(result, group=GroupNote(view.group, None, 0)) if view.group else result
     if policy.placement(req.namespace) == "queue":
-        return queue_verdict(view, req, decide(req, index, policy, quotas=False), policy, index)
+        return queue_verdict(view, req, decide(req, index, policy, quotas=False), policy, index, shapes=shapes)
     # The group is read from the ledger now, after the (memoised) plan: it is identity, not shape.
     decision, group = decide_for_group(decide(req, index, policy), req, view.group, index, policy)
     reasons = decision.explain() if explain else ()
     chosen = decision.chosen
     if chosen is None:
-        return verdict.deny(decision.denial, reasons=reasons, reason=decision.denial_reason, group=group)
+        message = hinted(decision, req, view, index, policy, shapes=shapes)
+        return verdict.deny(message, reasons=reasons, reason=decision.denial_reason, group=group)
     quota_problem = check_quotas(req, index, policy, chosen.resource)
     if quota_problem:
         return verdict.deny(quota_problem, reasons=reasons, reason="quota", group=group)
