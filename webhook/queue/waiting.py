@@ -47,8 +47,12 @@ class Queued(NamedTuple):
 
 
 def is_queued(obj: Obj) -> bool:
-    """Does the raw Pod still wait behind gpupool's gate?"""
-    return any(as_map(g).get("name") == QUEUE_GATE for g in as_list(as_map(obj.get("spec")).get("schedulingGates")))
+    """Does the raw Pod still wait behind gpupool's gate? (Asked of every Pod of every list page: a Pod
+    with no gates, nearly all of them, costs two lookups.)"""
+    gates = as_map(obj.get("spec")).get("schedulingGates")
+    if not gates:
+        return False
+    return any(as_map(g).get("name") == QUEUE_GATE for g in as_list(gates))
 
 
 class Waiting:
@@ -90,10 +94,11 @@ class Waiting:
         self.wake.set()
 
     def _take(self, obj: Obj) -> PodKey | None:
-        key = _key(obj)
         if not is_queued(obj):
-            self._drop(key)
+            if self._pods:  # else there is nothing to drop, and no key to work out
+                self._drop(_key(obj))
             return None
+        key = _key(obj)
         meta, spec = as_map(obj.get("metadata")), as_map(obj.get("spec"))
         try:
             view = read_pod(obj)

@@ -12,6 +12,7 @@ The reflector knows nothing about GPUs: it hands raw objects to a `Sink`.
 
 from __future__ import annotations
 
+import gc
 import logging
 import random
 import threading
@@ -51,6 +52,40 @@ class ReflectorConfig:
     backoff_max: float = 30.0
     # Served this long without a failure, the API is healthy: its next drop is retried at backoff_initial.
     backoff_reset_after: float = 10.0
+
+
+class _CollectorPause:
+    """`with COLLECTOR_PAUSED:` keeps Python's cyclic garbage collector from running, in every thread,
+    until the last of the overlapping `with` blocks ends (it runs again only if it ran before the first).
+
+    A list page is a tree of about 35,000 dicts and lists that orjson builds and the sink reads and drops
+    within milliseconds. Decoded JSON holds no reference cycles, so reference counting frees all of it and
+    the collector can find nothing there; yet allocating it sets the collector off dozens of times per
+    page, and the page's objects, alive while it runs, are promoted and walked again by full collections
+    of the whole heap. On a cold sync of 150,000 Pods that was as much CPU as the decoding itself. While
+    paused, other threads' garbage waits, for one page, until the collector runs next.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._resume = False
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if not self._depth:
+                self._resume = gc.isenabled()
+                gc.disable()
+            self._depth += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._depth -= 1
+            if not self._depth and self._resume:
+                gc.enable()
+
+
+COLLECTOR_PAUSED = _CollectorPause()
 
 
 class Gone(Exception):
@@ -151,19 +186,25 @@ class Reflector:
                 if exc.status == 410 and cont:  # the continue token expired mid-list: start over
                     raise Gone from None
                 raise
-            page = orjson.loads(body)
-            self._mark_up()
-            meta = page.get("metadata") or {}
-            cont = meta.get("continue") or ""
-            items = page.get("items") or []
-            self._sink.replace(self.kind, items, first=first, final=not cont)
+            with COLLECTOR_PAUSED:
+                cont, version = self._deliver(body, first)
             if first:
                 self.relists += 1
                 first = False
             if not cont:
-                self.resource_version = str(meta.get("resourceVersion", ""))
+                self.resource_version = version
                 self.synced.set()
                 return
+
+    def _deliver(self, body: bytes, first: bool) -> tuple[str, str]:
+        """Decode a list page and hand its objects to the sink; returns its continue token and its
+        resourceVersion. The page is gone when this returns (nothing else refers to it)."""
+        page = orjson.loads(body)
+        self._mark_up()
+        meta = page.get("metadata") or {}
+        cont = meta.get("continue") or ""
+        self._sink.replace(self.kind, page.get("items") or [], first=first, final=not cont)
+        return cont, str(meta.get("resourceVersion", ""))
 
     def _watch(self) -> None:
         resp = self._call(
