@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 from typing import Any
-from unittest.mock import patch
 
 import orjson
 import pytest
@@ -15,7 +14,6 @@ from tests.builders import gpu_node, mig_mixed_node, pod, quota
 from webhook.admission.pod import read_pod
 from webhook.domain.model import Taint
 from webhook.domain.quantity import QuantityError
-from webhook.pools import kubeobj
 from webhook.pools.kubeobj import names_gpus, node_from_obj, pod_from_obj, pod_gpu_requests, quota_from_obj
 from webhook.testing.synthetic import iter_synthetic_cluster
 
@@ -183,8 +181,7 @@ _spec = st.fixed_dictionaries(
 
 def _full_projection(obj: dict[str, Any]) -> Any:
     """pod_from_obj reading every Pod whole, as it did before the fast path."""
-    with patch.object(kubeobj, "names_gpus", lambda *args: True):
-        return _outcome(lambda: kubeobj.pod_from_obj(obj, RESOURCES, PREFIXES))
+    return _outcome(lambda: pod_from_obj(obj, RESOURCES, PREFIXES, screen=False))
 
 
 def _outcome(project: Any) -> Any:

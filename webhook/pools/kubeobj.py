@@ -106,9 +106,9 @@ def pod_gpu_requests(
     containers = [as_map(c) for c in as_list(spec.get("containers"))]
     inits = [as_map(c) for c in as_list(spec.get("initContainers"))]
     result: dict[str, int] = {}
-    if prefixes:
-        resources = {*resources, *_named_with(prefixes, [*containers, *inits])}
-    for resource in resources:
+    # Only the resources some container names can add up to GPUs: the policy's others are not summed.
+    named = _named_with(resources, prefixes, [*containers, *inits])
+    for resource in sorted(named):
         total = effective_gpus(
             [container_gpus(c, resource) for c in containers],
             [(container_gpus(c, resource), c.get("restartPolicy") == "Always") for c in inits],
@@ -118,57 +118,105 @@ def pod_gpu_requests(
     return result
 
 
-def _named_with(prefixes: tuple[str, ...], containers: list[Mapping[str, Any]]) -> set[str]:
+def _named_with(resources: Collection[str], prefixes: tuple[str, ...], containers: list[Mapping[str, Any]]) -> set[str]:
+    """The `resources`, and the resources with one of the `prefixes`, that a container requests or limits."""
     return {
         name
         for c in containers
         for part in ("limits", "requests")
         for name in as_map(as_map(c.get("resources")).get(part))
-        if isinstance(name, str) and name.startswith(prefixes)
+        if isinstance(name, str) and (name in resources or (prefixes and name.startswith(prefixes)))
     }
 
 
 # Resources most containers request and no GPU is: a requests or limits map of these alone is passed over
-# with one set comparison (`names_gpus`).
+# with one set comparison (`GpuNames.named_by`).
 _STANDARD = frozenset({"cpu", "memory", "ephemeral-storage"})
 
 
+class GpuNames:
+    """The GPU resources and partition prefixes of a policy, as the one question asked of every Pod of a
+    list: does any of its containers name one of them? (`gpu_names` makes one per policy.)"""
+
+    __slots__ = ("_plain", "prefixes", "resources")
+
+    def __init__(self, resources: frozenset[str], prefixes: tuple[str, ...]) -> None:
+        self.resources, self.prefixes = resources, prefixes
+        # The standard resources that are neither GPU resources nor GPU partitions under this policy.
+        self._plain = frozenset(r for r in _STANDARD if r not in resources and not r.startswith(prefixes))
+
+    def named_by(self, spec: Mapping[str, Any]) -> bool:
+        """Whether any container or init container names a GPU resource (or a resource with one of the
+        prefixes) in its requests or limits. A Pod that names none requests no GPU (`pod_gpu_requests` is
+        empty), and that is most Pods of a cluster: a cold sync of 150,000 Pods asks this of every one, so
+        it is written for the common shape (dicts all the way down, a map of standard resources) at the
+        cost of a few dict lookups, and reads the rest only when that shape is not what it finds."""
+        containers = spec.get("containers")
+        if isinstance(containers, list) and self._in(containers):
+            return True
+        inits = spec.get("initContainers")
+        return bool(inits) and isinstance(inits, list) and self._in(inits)
+
+    def _in(self, containers: list[Any]) -> bool:
+        plain = self._plain
+        for container in containers:
+            if not isinstance(container, dict):
+                continue
+            res = container.get("resources")
+            if not isinstance(res, dict):
+                continue
+            requests, limits = res.get("requests"), res.get("limits")
+            if isinstance(requests, dict) and not plain.issuperset(requests) and self._gpu(requests):
+                return True
+            if isinstance(limits, dict) and not plain.issuperset(limits) and self._gpu(limits):
+                return True
+        return False
+
+    def pod(self, obj: Mapping[str, Any]) -> PodInfo | None:
+        """`pod_from_obj` under this policy. A Pod that names no GPU resource is read no further than
+        whether it carries a gpupool placement."""
+        spec = as_map(obj.get("spec"))
+        if self.named_by(spec):
+            return _pod(obj, spec, pod_gpu_requests(spec, self.resources, self.prefixes))
+        meta = obj.get("metadata")
+        annotations = meta.get("annotations") if isinstance(meta, dict) else None
+        if not isinstance(annotations, dict) or POOL_ANNOTATION not in annotations:
+            return None
+        return _pod(obj, spec, {})
+
+    def _gpu(self, names: dict[Any, Any]) -> bool:
+        if not self.resources.isdisjoint(names):
+            return True
+        prefixes = self.prefixes
+        return bool(prefixes) and any(isinstance(name, str) and name.startswith(prefixes) for name in names)
+
+
 @lru_cache(maxsize=16)
-def _plain(resources: frozenset[str], prefixes: tuple[str, ...]) -> frozenset[str]:
-    """The standard resources that are neither GPU resources nor GPU partitions under this policy."""
-    return frozenset(r for r in _STANDARD if r not in resources and not r.startswith(prefixes))
+def gpu_names(resources: frozenset[str], prefixes: tuple[str, ...] = ()) -> GpuNames:
+    """The `GpuNames` of a policy's `gpu_resources` and `partition_prefixes` (one per policy, kept)."""
+    return GpuNames(resources, prefixes)
 
 
 def names_gpus(spec: Mapping[str, Any], resources: Collection[str], prefixes: tuple[str, ...] = ()) -> bool:
-    """Whether any container or init container names one of `resources` (or a resource with one of the
-    `prefixes`) in its requests or limits. A Pod that names none requests no GPU (`pod_gpu_requests` is
-    empty), and that is most Pods of a cluster: a cold sync of 150,000 Pods asks this of every one, and
-    reads the rest of a Pod only when the answer is yes, or when it carries a gpupool placement."""
-    resources = frozenset(resources)  # the policy's own set, not a copy, when it is one already
-    plain = _plain(resources, prefixes)
-    for part in ("containers", "initContainers"):
-        containers = spec.get(part)
-        if not isinstance(containers, list):
-            continue
-        for container in containers:
-            res = container.get("resources") if isinstance(container, dict) else None
-            if not isinstance(res, dict):
-                continue
-            for names in (res.get("requests"), res.get("limits")):
-                if not isinstance(names, dict) or names.keys() <= plain:
-                    continue
-                if not resources.isdisjoint(names):
-                    return True
-                if prefixes and any(isinstance(name, str) and name.startswith(prefixes) for name in names):
-                    return True
-    return False
+    """`GpuNames.named_by` for these resources and prefixes."""
+    return gpu_names(frozenset(resources), prefixes).named_by(spec)
 
 
-def pod_from_obj(obj: Mapping[str, Any], resources: Collection[str], prefixes: tuple[str, ...] = ()) -> PodInfo | None:
+def pod_from_obj(
+    obj: Mapping[str, Any], resources: Collection[str], prefixes: tuple[str, ...] = (), *, screen: bool = True
+) -> PodInfo | None:
     """The Pod, or None when it neither requests a GPU (or GPU partition) nor carries a gpupool placement.
-    Its workload group is worked out by the same rule as on admission (webhook.domain.groups)."""
-    meta, spec = as_map(obj.get("metadata")), as_map(obj.get("spec"))
-    requests = pod_gpu_requests(spec, resources, prefixes) if names_gpus(spec, resources, prefixes) else {}
+    Its workload group is worked out by the same rule as on admission (webhook.domain.groups).
+    `screen=False` reads every Pod whole: the reference the screen (`GpuNames.named_by`) is tested against."""
+    names = gpu_names(frozenset(resources), prefixes)
+    if screen:
+        return names.pod(obj)
+    spec = as_map(obj.get("spec"))
+    return _pod(obj, spec, pod_gpu_requests(spec, names.resources, prefixes))
+
+
+def _pod(obj: Mapping[str, Any], spec: Mapping[str, Any], requests: dict[str, int]) -> PodInfo | None:
+    meta = as_map(obj.get("metadata"))
     annotations = as_map(meta.get("annotations"))
     pool = str(annotations.get(POOL_ANNOTATION, ""))
     if not requests and not pool:

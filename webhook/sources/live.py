@@ -25,7 +25,7 @@ from webhook.domain.errors import ConfigError
 from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
 from webhook.pools.inventory import LockedIndex
-from webhook.pools.kubeobj import node_from_obj, pod_from_obj, quota_from_obj
+from webhook.pools.kubeobj import gpu_names, node_from_obj, quota_from_obj
 from webhook.pools.quotas import unenforced
 from webhook.sources.reflector import Reflector, ReflectorConfig
 
@@ -176,8 +176,10 @@ class LiveInventory(LockedIndex):
             value = node_from_obj(obj, resources, prefixes)
             return value.name, value  # the projection's own copy of the name (webhook.pools.kubeobj.own)
 
+        screen = gpu_names(resources, prefixes)  # pod_from_obj's, made once
+
         def pod(obj: Obj) -> tuple[Any, Any]:
-            value = pod_from_obj(obj, resources, prefixes)
+            value = screen.pod(obj)
             return (value.key if value is not None else _namespaced(obj)), value
 
         def quota(obj: Obj) -> tuple[Any, Any]:
