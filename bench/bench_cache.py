@@ -10,9 +10,11 @@ measured; each client runs in a fresh process of its own, and its peak RSS is th
    - bare, collector paused: the same with Python's garbage collector paused while a page is decoded,
      as gpupool's reflector does (webhook.sources.reflector): the floor on this stack;
    - gpupool: `LiveInventory` with the queue's observer (webhook.queue.waiting), as `gpupool serve` runs
-     it, until ready.
+     it, until ready. Its reflectors ask for the next page while they deliver one; the bare clients ask
+     in turn, as a client does by default.
 2. Where the time goes: the same lists in one thread, step by step (list pages, decode, project, index,
-   observe), CPU time per step beside the floor of each step.
+   observe), CPU time per step beside the floor of each step, and the wall time of the list calls (the
+   simulator's share: serving, encoding, the wire).
 3. Watch events: MODIFIED Pod events (raw JSON lines, as the watch delivers them) decoded, projected and
    applied to the loaded cache: 1-GPU Pods turning Running and Succeeded on 500 of its GPU nodes, so
    every event changes a pool's free GPUs.
@@ -197,6 +199,7 @@ def child_steps(kubeconfig: str) -> dict[str, Any]:
     live, waiting = LiveInventory(policy, api), Waiting(policy)  # not started: driven page by page here
     cpu: dict[str, dict[str, float]] = {}
     floors: dict[str, dict[str, float]] = {}
+    list_wall: dict[str, float] = {}
 
     @contextmanager
     def timed(table: dict[str, dict[str, float]], kind: str, step: str) -> Iterator[None]:
@@ -208,8 +211,10 @@ def child_steps(kubeconfig: str) -> dict[str, Any]:
     for kind, call in list_calls(api).items():
         cont, first = "", True
         while True:
+            wall = time.perf_counter()
             with timed(cpu, kind, "list"):
                 body = call(_preload_content=False, limit=PAGE, **({"_continue": cont} if cont else {})).data
+            list_wall[kind] = list_wall.get(kind, 0.0) + time.perf_counter() - wall
             with COLLECTOR_PAUSED:
                 with timed(cpu, kind, "decode"):
                     page = orjson.loads(body)
@@ -243,7 +248,7 @@ def child_steps(kubeconfig: str) -> dict[str, Any]:
                 break
     with live.read() as index:
         kept = len(index.pod_keys())
-    return {"cpu_s": cpu, "floor_cpu_s": floors, "kept": kept}
+    return {"cpu_s": cpu, "floor_cpu_s": floors, "list_wall_s": list_wall, "kept": kept}
 
 
 def child_typed(kubeconfig: str, pods: int) -> dict[str, Any]:
@@ -333,10 +338,11 @@ def report_sync(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]],
 def report_steps(steps: dict[str, Any]) -> None:
     cpu, floors = steps["cpu_s"], steps["floor_cpu_s"]
     print("\nwhere the CPU goes: the same lists step by step in one thread (CPU seconds; floor in brackets)")
-    print(f"{'kind':<16}" + "".join(f"{s:>18}" for s in STEPS) + f"{'total':>9}")
+    print(f"{'kind':<16}" + "".join(f"{s:>18}" for s in STEPS) + f"{'total':>9}{'list wall s':>13}")
     for kind, row in cpu.items():
         cells = [f"{row[s]:.3f}" + (f" [{floors[kind][s]:.3f}]" if s in floors[kind] else " [same]") for s in STEPS]
-        print(f"{kind:<16}" + "".join(f"{c:>18}" for c in cells) + f"{sum(row.values()):>9.2f}")
+        wall = steps["list_wall_s"][kind]
+        print(f"{kind:<16}" + "".join(f"{c:>18}" for c in cells) + f"{sum(row.values()):>9.2f}{wall:>13.2f}")
 
 
 def main() -> int:
