@@ -309,3 +309,58 @@ def test_overlapping_pauses_end_with_the_last_one() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+# --- reading ahead: the next page while the sink takes this one -------------------------------------------
+
+
+class SlowSink(RecordingSink):
+    """Holds the first page it is given until the simulator has seen a second list request, and records
+    how many it had seen by then; `during_first_page` runs then too."""
+
+    def __init__(self, sim: KubeSim, during_first_page: Any = None) -> None:
+        super().__init__()
+        self.sim, self.during_first_page = sim, during_first_page
+        self.requests_by_first_page_end: list[int] = []
+
+    def replace(self, kind: str, objects: list[Obj], first: bool, final: bool) -> None:
+        if first and not self.requests_by_first_page_end:
+            eventually(lambda: self.sim.list_requests("nodes") >= 2, what="the next page asked for")
+            if self.during_first_page is not None:
+                self.during_first_page()
+            self.requests_by_first_page_end.append(self.sim.list_requests("nodes"))
+        super().replace(kind, objects, first, final)
+
+
+@slow
+def test_the_next_page_is_asked_for_while_the_sink_takes_this_one(sim: KubeSim, api: Any) -> None:
+    """A sink slow over a page does not hold up the API's work on the next: its request is made while the
+    sink still has the page, and the list still arrives whole, in pages, once."""
+    sink = SlowSink(sim)
+    reflector = Reflector("nodes", api.list_node, sink, CONFIG)
+    reflector.start()
+    try:
+        assert reflector.synced.wait(10)
+        assert sink.requests_by_first_page_end == [2]
+        assert (sink.names(), sink.lists, sim.list_requests("nodes")) == (names(10), 1, 4)
+    finally:
+        reflector.stop()
+
+
+@slow
+def test_a_continue_token_that_expires_while_pages_are_read_ahead_starts_the_list_over(sim: KubeSim, api: Any) -> None:
+    """The history is compacted while the first page is delivered and the second already read: the third
+    page's request is 410, and the list starts over and ends whole, with the node written meanwhile."""
+
+    def compact() -> None:
+        sim.add(gpu_node("n10"))
+        sim.compact()
+
+    sink = SlowSink(sim, during_first_page=compact)
+    reflector = Reflector("nodes", api.list_node, sink, CONFIG)
+    reflector.start()
+    try:
+        assert reflector.synced.wait(10)
+        assert (sink.names(), sink.lists, reflector.relists) == (names(11), 2, 2)
+    finally:
+        reflector.stop()

@@ -18,7 +18,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -179,32 +179,44 @@ class Reflector:
         read in a thread of its own while this one is delivered: the API server's work on a page (etcd,
         encoding, the wire) overlaps the sink's, so a cold sync takes about the longer of the two rather
         than their sum. At most one page waits, read and undecoded, beside the one being delivered."""
-        reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"reflector-{self.kind}-list")
-        try:
-            pending = reader.submit(self._page, "")
-            first = True
-            while True:
-                body = pending.result()
-                with COLLECTOR_PAUSED:
-                    page = orjson.loads(body)
-                    del body
-                    self._mark_up()
-                    meta = page.get("metadata") or {}
-                    cont, version = meta.get("continue") or "", str(meta.get("resourceVersion", ""))
-                    if cont:
-                        pending = reader.submit(self._page, cont)
-                    self._sink.replace(self.kind, page.get("items") or [], first=first, final=not cont)
-                    del page  # the page is gone here: nothing else refers to it
-                if first:
-                    self.relists += 1
-                    first = False
-                if not cont:
-                    self.resource_version = version
-                    self.synced.set()
-                    return
-        finally:
-            # A list that failed starts over: a page still being read is dropped when it comes, unwaited.
-            reader.shutdown(wait=False, cancel_futures=True)
+        pending = self._read_page("")
+        first = True
+        while True:
+            body = pending.result()
+            with COLLECTOR_PAUSED:
+                page = orjson.loads(body)
+                del body
+                self._mark_up()
+                meta = page.get("metadata") or {}
+                cont, version = meta.get("continue") or "", str(meta.get("resourceVersion", ""))
+                if cont:
+                    # If delivering this page fails, the list starts over: that page is dropped when it comes.
+                    pending = self._read_page(cont)
+                self._sink.replace(self.kind, page.get("items") or [], first=first, final=not cont)
+                del page  # the page is gone here: nothing else refers to it
+            if first:
+                self.relists += 1
+                first = False
+            if not cont:
+                self.resource_version = version
+                self.synced.set()
+                return
+
+    def _read_page(self, cont: str) -> Future[bytes]:
+        """`_page(cont)`, read in a daemon thread of its own (one per page, so that none outlives its call
+        by more than the list timeout, and none keeps the process from exiting)."""
+        future: Future[bytes] = Future()
+
+        def read() -> None:
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                future.set_result(self._page(cont))
+            except BaseException as exc:  # handed to the reflector's thread, which handles or raises it
+                future.set_exception(exc)
+
+        threading.Thread(target=read, name=f"reflector-{self.kind}-page", daemon=True).start()
+        return future
 
     def _page(self, cont: str) -> bytes:
         """One page of the list, undecoded; Gone when its continue token has expired."""
