@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -274,3 +275,15 @@ def test_missing_policy_file_is_a_clear_error(tmp_path: Path) -> None:
     """A path that does not exist names the path."""
     with pytest.raises(PolicyError, match="cannot read policy file .*nope.yaml"):
         load_policy(str(tmp_path / "nope.yaml"))
+
+
+def test_a_policy_with_another_product_table_answers_from_its_own_table() -> None:
+    """The product table's answers are remembered per policy: a policy made from another with a different
+    table (dataclasses.replace, as reloading and pooling make them) answers from its own table, even after
+    the first one was asked about the same product."""
+    policy = load_policy(None)
+    t4 = tokens("Tesla-T4", policy.vendors["nvidia"].product_prefixes)
+    assert (policy.product_class(t4), policy.product_memory_mib(t4)) == ("medium", 16384)
+    other = dataclasses.replace(policy, products=())
+    assert (other.product_class(t4), other.product_memory_mib(t4), other.product_compute(t4)) == ("", 0, None)
+    assert policy.product_class(t4) == "medium"

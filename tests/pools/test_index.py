@@ -164,6 +164,65 @@ def test_incremental_index_matches_a_rebuild_in_any_order(ops: list[tuple[str, A
         assert view(index) == view(feed(PoolIndex(POLICY), order))
 
 
+def _apply_batch(index: PoolIndex, kind: str, args: list[Any]) -> None:
+    """One page's worth of changes of one kind, as the live inventory applies a list page."""
+    if kind == "node":
+        index.upsert_nodes(node_from_obj(arg, RES) for arg in args)
+    elif kind == "del-node":
+        index.remove_nodes(args)
+    elif kind in ("pod", "del-pod"):
+        index.upsert_pods(
+            [((a["metadata"]["namespace"], a["metadata"]["name"]), pod_from_obj(a, RES)) for a in args]
+            if kind == "pod"
+            else [(key, None) for key in args]
+        )
+    else:
+        for gpus in args:
+            index.reserve("ml", T4, T4_SELECTOR, gpus, now=0.0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops_st, st.data())
+def test_a_batch_of_changes_is_the_same_as_its_changes_one_by_one(
+    ops: list[tuple[str, Any]], data: st.DataObject
+) -> None:
+    """Nodes and Pods applied a batch at a time (`upsert_nodes`, `remove_nodes`, `upsert_pods`: a page
+    of a list, settled once) leave what decisions read as applying them one by one does, after every
+    batch, and the free GPUs right."""
+    cuts = data.draw(st.lists(st.booleans(), min_size=len(ops), max_size=len(ops)))
+    batched, single = PoolIndex(POLICY), PoolIndex(POLICY)
+    nodes: dict[str, dict[str, Any]] = {}
+    pods: dict[Any, dict[str, Any]] = {}
+    batch: list[Any] = []
+    for i, (kind, arg) in enumerate(ops):
+        if kind == "node":
+            nodes[arg["metadata"]["name"]] = arg
+        elif kind == "pod":
+            pods[(arg["metadata"]["namespace"], arg["metadata"]["name"])] = arg
+        elif kind == "del-node":
+            nodes.pop(arg, None)
+        elif kind == "del-pod":
+            pods.pop(arg, None)
+        _apply_batch(single, kind, [arg])
+        batch.append(arg)
+        if i == len(ops) - 1 or cuts[i] or ops[i + 1][0] != kind:
+            _apply_batch(batched, kind, batch)
+            batch = []
+            _check_free_gpus(batched, nodes, pods)
+            assert view(batched) == view(single)
+
+
+def test_a_pod_that_holds_nothing_changes_nothing() -> None:
+    """A GPU-less Pod (None) the index never held, the bulk of every list page, leaves the view as it was;
+    one it held is taken out."""
+    index = index_of([*fleet(), pod("a", gpus=1, node="t4-a", phase="Running")])
+    before = view(index)
+    index.upsert_pods([(("ml", f"cpu-{i}"), None) for i in range(100)])
+    assert view(index) == before
+    index.upsert_pods([(("ml", "a"), None)])
+    assert ("ml", "a") not in index.pod_keys()
+
+
 # --- the view does not depend on the order objects arrive in (issue 12) ---------------------------------
 
 

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
 from tests.builders import gpu_node, mig_mixed_node, pod, quota
 from webhook.admission.pod import read_pod
 from webhook.domain.model import Taint
-from webhook.pools.kubeobj import node_from_obj, pod_from_obj, pod_gpu_requests, quota_from_obj
+from webhook.domain.quantity import QuantityError
+from webhook.pools.kubeobj import names_gpus, node_from_obj, pod_from_obj, pod_gpu_requests, quota_from_obj
+from webhook.testing.synthetic import iter_synthetic_cluster
 
 GPU = frozenset({"nvidia.com/gpu", "amd.com/gpu"})
 
@@ -124,3 +134,125 @@ def test_quotas_on_mig_instances_are_kept() -> None:
     info = quota_from_obj(obj, GPU, ("nvidia.com/mig-",))
     assert info is not None
     assert (info.hard, info.used) == ({"requests.nvidia.com/mig-3g.20gb": 2}, {"requests.nvidia.com/mig-3g.20gb": 1})
+
+
+# --- the fast path: most Pods are read no further than their resource names ------------------------------
+
+PREFIXES = ("nvidia.com/mig-",)
+RESOURCES = frozenset({"nvidia.com/gpu", "amd.com/gpu", "huawei.com/Ascend910"})
+_names = st.sampled_from(
+    [
+        "cpu",
+        "memory",
+        "ephemeral-storage",
+        "hugepages-2Mi",
+        "example.com/fpga",
+        "nvidia.com/gpu",
+        "amd.com/gpu",
+        "nvidia.com/mig-1g.5gb",
+        "nvidia.com/mig-",
+        "nvidia.com/gpu.shared",
+        "NVIDIA.COM/GPU",
+        "",
+    ]
+)
+_values = st.sampled_from(["1", "0", "2", "500m", "2Gi", 3, 0, None, "x", -1])
+_amounts = st.one_of(st.dictionaries(_names, _values, max_size=4), st.none(), st.just([]), st.just("1"))
+_resources = st.one_of(
+    st.fixed_dictionaries({}, optional={"requests": _amounts, "limits": _amounts}), st.none(), st.just("cpu")
+)
+_container = st.one_of(
+    st.fixed_dictionaries(
+        {"name": st.just("c")}, optional={"resources": _resources, "restartPolicy": st.just("Always")}
+    ),
+    st.none(),
+    st.just("c"),
+    st.just([]),
+)
+_spec = st.fixed_dictionaries(
+    {},
+    optional={
+        "containers": st.one_of(st.lists(_container, max_size=3), st.none(), st.just({})),
+        "initContainers": st.one_of(st.lists(_container, max_size=2), st.none()),
+        "nodeName": st.sampled_from(["", "t4-a", None]),
+    },
+)
+
+
+def _full_projection(obj: dict[str, Any]) -> Any:
+    """pod_from_obj reading every Pod whole, as it did before the fast path."""
+    return _outcome(lambda: pod_from_obj(obj, RESOURCES, PREFIXES, screen=False))
+
+
+def _outcome(project: Any) -> Any:
+    try:
+        return project()
+    except QuantityError as exc:  # a GPU amount that is not one: the same error either way
+        return ("QuantityError", str(exc))
+
+
+def _spec_with(part: str, amounts: Any) -> dict[str, Any]:
+    return {part: [{"name": "c", "resources": {"limits": amounts}}]}
+
+
+@settings(max_examples=400, deadline=None)
+@given(_spec, st.sampled_from([None, {"gpupool.io/pool": "nvidia/medium/Tesla-T4"}, {"other": "x"}]))
+@example(_spec_with("containers", {"cpu": "1", "nvidia.com/mig-1g.5gb": "2"}), None)  # a partition alone
+@example(_spec_with("initContainers", {"amd.com/gpu": "1"}), None)  # an init container's GPUs alone
+@example(_spec_with("containers", {1: "1", "memory": "1Gi"}), None)  # a key that is no string
+@example(_spec_with("containers", {"nvidia.com/gpu": "two"}), None)  # an amount that is no quantity
+@example({"containers": [{"resources": {"requests": {"nvidia.com/gpu": "0"}}}]}, None)  # zero GPUs
+def test_the_fast_path_projects_a_hostile_pod_as_reading_it_whole(spec: dict[str, Any], annotations: Any) -> None:
+    """Containers of every shape (resources, requests or limits missing, null, of another type; GPU names
+    in other cases, partition prefixes, amounts that are not quantities): a Pod the fast path passes over
+    is one that requests no GPU, and every Pod projects as when it is read whole."""
+    obj = {"metadata": {"name": "p", "namespace": "ml", "annotations": annotations}, "spec": spec}
+    if not names_gpus(spec, RESOURCES, PREFIXES):
+        assert pod_gpu_requests(spec, RESOURCES, PREFIXES) == {}
+    assert _outcome(lambda: pod_from_obj(obj, RESOURCES, PREFIXES)) == _full_projection(obj)
+
+
+@pytest.mark.parametrize("partitioned", [0.0, 0.25], ids=["whole-gpus", "partitioned"])
+def test_the_fast_path_projects_a_synthetic_cluster_as_reading_it_whole(partitioned: float) -> None:
+    """Every Pod of a synthetic cluster (GPU Pods of every device kind, pinned Pending Pods, the GPU-less
+    bulk) projects as when it is read whole, and only the GPU Pods and placed Pods are kept."""
+    pods = [o for o in iter_synthetic_cluster(60, 3000, seed=3, partitioned=partitioned) if o["kind"] == "Pod"]
+    projected = [pod_from_obj(o, RESOURCES, PREFIXES) for o in pods]
+    assert projected == [_full_projection(o) for o in pods]
+    assert 0 < sum(p is not None for p in projected) < len(pods) / 2
+
+
+def test_a_projection_keeps_none_of_the_decoded_pages_strings() -> None:
+    """What the inventory keeps of a Pod or node is its own, so that a list page's memory is freed whole
+    when the page is dropped (webhook.pools.kubeobj.own)."""
+    page = orjson.loads(
+        orjson.dumps(
+            [
+                pod(
+                    gpus=1,
+                    node="t4-a",
+                    annotations={"gpupool.io/pool": "nvidia/medium/Tesla-T4", "gpupool.io/group": "sweep"},
+                    node_selector={"a": "b"},
+                ),
+                pod(gpus=1),
+                gpu_node("t4-a", taints=[{"key": "k", "value": "v", "effect": "NoSchedule"}]),
+            ]
+        )
+    )
+    decoded = {id(s) for s in _strings(page)}
+    kept = [pod_from_obj(page[0], RESOURCES), pod_from_obj(page[1], RESOURCES), node_from_obj(page[2], RESOURCES)]
+    assert all(p is not None for p in kept)
+    assert not [s for s in _strings(kept) if id(s) in decoded and len(s) > 1]
+
+
+def _strings(value: Any) -> list[str]:
+    """Every string a value holds, through dicts, lists, tuples and dataclasses."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in (*_strings(k), *_strings(v))]
+    if isinstance(value, (list, tuple)):
+        return [s for v in value for s in _strings(v)]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [s for f in dataclasses.fields(value) for s in _strings(getattr(value, f.name))]
+    return []

@@ -7,6 +7,7 @@ never oversubscribes a pool.
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,12 +18,15 @@ import pytest
 
 from tests.builders import GPU_TAINT, decision_view, eventually, gpu_node, pod, policy, quota
 from webhook.admission.core import Admitter
-from webhook.domain.model import PoolKey
+from webhook.domain.model import POOL_ANNOTATION, PoolKey
 from webhook.domain.policy import Policy
+from webhook.pools.index import PoolIndex
+from webhook.pools.kubeobj import node_from_obj, pod_from_obj, quota_from_obj
 from webhook.sources.live import InventoryConnectError, LiveInventory, context_namespace
 from webhook.sources.reflector import ReflectorConfig
 from webhook.sources.snapshot import build_index, parse_objects
 from webhook.testing.kubesim import KubeSim
+from webhook.testing.synthetic import iter_synthetic_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -390,3 +394,75 @@ def test_the_contexts_namespace_is_kubectls(tmp_path: Path) -> None:
     assert context_namespace(str(tmp_path / "missing")) == "default"
     with pytest.raises(InventoryConnectError, match="context 'nope' is not in the kubeconfig"):
         context_namespace(str(kubeconfig), "nope")
+
+
+# --- the screen: a list page's GPU-less Pods are read no further than their resource names -----------------
+
+
+def _eager_index(lists: dict[str, list[dict[str, Any]]], pol: Policy) -> PoolIndex:
+    """The index of the same objects, every Pod read whole (no screen), one object at a time."""
+    index = PoolIndex(pol)
+    resources, prefixes = pol.gpu_resources, pol.partition_prefixes
+    for obj in lists["nodes"]:
+        index.upsert_node(node_from_obj(obj, resources, prefixes))
+    for obj in lists["pods"]:
+        meta = obj["metadata"]
+        index.upsert_pod(pod_from_obj(obj, resources, prefixes, screen=False), (meta["namespace"], meta["name"]))
+    for obj in lists["resourcequotas"]:
+        meta = obj["metadata"]
+        index.upsert_quota(quota_from_obj(obj, resources, prefixes), meta["namespace"], meta["name"])
+    return index
+
+
+def _synthetic_lists(partitioned: float) -> dict[str, list[dict[str, Any]]]:
+    lists: dict[str, list[dict[str, Any]]] = {"nodes": [], "pods": [], "resourcequotas": []}
+    kinds = {"Node": "nodes", "Pod": "pods", "ResourceQuota": "resourcequotas"}
+    for obj in iter_synthetic_cluster(40, 2400, seed=11, partitioned=partitioned):
+        lists[kinds[obj["kind"]]].append({k: v for k, v in obj.items() if k not in ("kind", "apiVersion")})
+    return lists
+
+
+def _changed(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What a re-list after a 410 may find: a third of the Pods gone, some finished, a placement written on
+    GPU-less Pods and taken off placed ones."""
+    result = []
+    for i, listed in enumerate(pods):
+        if i % 3 == 0:
+            continue
+        obj = copy.deepcopy(listed)
+        annotations = obj["metadata"].setdefault("annotations", {})
+        if i % 5 == 1:
+            obj.setdefault("status", {})["phase"] = "Succeeded"
+        elif i % 7 == 2:
+            annotations[POOL_ANNOTATION] = "nvidia/medium/Tesla-T4"
+        elif i % 7 == 3:
+            annotations.pop(POOL_ANNOTATION, None)
+        result.append(obj)
+    return result
+
+
+@pytest.mark.parametrize("partitioned", [0.0, 0.3], ids=["whole-gpus", "partitioned"])
+def test_pages_screened_hold_what_reading_every_pod_whole_holds_and_a_relist_converges(partitioned: float) -> None:
+    """A synthetic cluster listed in pages (GPU-less Pods screened out by their resource names) gives the
+    index that reading every Pod whole gives, the same Pods held; a re-list of a changed cluster (Pods
+    gone, finished, placed, unplaced) gives the index of the changed cluster."""
+    lists = _synthetic_lists(partitioned)
+    namespaces = sorted({o["metadata"]["namespace"] for o in lists["pods"]})
+    live = LiveInventory(POLICY, _UnusedApi())
+    for kind in ("pods", "nodes", "resourcequotas"):
+        relist(live, kind, lists[kind], size=50)
+    eager = _eager_index(lists, POLICY)
+    with live.read() as index:
+        assert 0 < len(index.pod_keys()) < len(lists["pods"]) / 2
+        assert (index.pod_keys(), decision_view(index, namespaces)) == (
+            eager.pod_keys(),
+            decision_view(eager, namespaces),
+        )
+    lists["pods"] = _changed(lists["pods"])
+    relist(live, "pods", lists["pods"], size=50)
+    eager = _eager_index(lists, POLICY)
+    with live.read() as index:
+        assert (index.pod_keys(), decision_view(index, namespaces)) == (
+            eager.pod_keys(),
+            decision_view(eager, namespaces),
+        )

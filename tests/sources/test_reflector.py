@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +14,7 @@ import urllib3
 from kubernetes import client, config
 
 from tests.builders import eventually, gpu_node
-from webhook.sources.reflector import Obj, Reflector, ReflectorConfig
+from webhook.sources.reflector import COLLECTOR_PAUSED, Obj, Reflector, ReflectorConfig
 from webhook.testing.kubesim import KubeSim
 
 slow = pytest.mark.slow  # starts the API simulator
@@ -249,3 +250,117 @@ def test_watches_that_drop_as_soon_as_they_connect_still_back_off() -> None:
     clock = FakeClock()
     waits = reconnect_waits(ScriptedApi(clock, healthy_for=0), clock, count=12)
     assert waits[-1] >= DEFAULTS.backoff_max * LOW_JITTER and max(waits) <= DEFAULTS.backoff_max * JITTER
+
+
+# --- the garbage collector and list pages ---------------------------------------------------------------
+
+
+class CollectorProbe(RecordingSink):
+    """Records whether Python's garbage collector could run while each page was delivered."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.collector_on: list[bool] = []
+
+    def replace(self, kind: str, objects: list[Obj], first: bool, final: bool) -> None:
+        self.collector_on.append(gc.isenabled())
+        super().replace(kind, objects, first, final)
+
+
+@slow
+def test_the_collector_waits_while_a_list_page_is_delivered_and_runs_again_after(sim: KubeSim, api: Any) -> None:
+    """A page's objects are decoded, delivered and dropped with the collector paused (they hold no
+    cycles to find); between pages and once the list is done it runs as before."""
+    sink = CollectorProbe()
+    reflector = Reflector("nodes", api.list_node, sink, CONFIG)
+    reflector.start()
+    try:
+        assert reflector.synced.wait(10)
+        assert sink.collector_on == [False] * 4 and sink.names() == names(10)
+        assert gc.isenabled()
+    finally:
+        reflector.stop()
+
+
+def test_overlapping_pauses_end_with_the_last_one() -> None:
+    """Reflectors of several resources list at once: the collector runs again only when the last page
+    in flight is done, and stays off if something else had turned it off."""
+    assert gc.isenabled()
+    first_in, release = threading.Event(), threading.Event()
+
+    def page() -> None:
+        with COLLECTOR_PAUSED:
+            first_in.set()
+            release.wait(5)
+
+    other = threading.Thread(target=page)
+    other.start()
+    assert first_in.wait(5)
+    with COLLECTOR_PAUSED:
+        assert not gc.isenabled()
+    assert not gc.isenabled()  # the other page is still in flight
+    release.set()
+    other.join(5)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with COLLECTOR_PAUSED:
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+# --- reading ahead: the next page while the sink takes this one -------------------------------------------
+
+
+class SlowSink(RecordingSink):
+    """Holds the first page it is given until the simulator has seen a second list request, and records
+    how many it had seen by then; `during_first_page` runs then too."""
+
+    def __init__(self, sim: KubeSim, during_first_page: Any = None) -> None:
+        super().__init__()
+        self.sim, self.during_first_page = sim, during_first_page
+        self.requests_by_first_page_end: list[int] = []
+
+    def replace(self, kind: str, objects: list[Obj], first: bool, final: bool) -> None:
+        if first and not self.requests_by_first_page_end:
+            eventually(lambda: self.sim.list_requests("nodes") >= 2, what="the next page asked for")
+            if self.during_first_page is not None:
+                self.during_first_page()
+            self.requests_by_first_page_end.append(self.sim.list_requests("nodes"))
+        super().replace(kind, objects, first, final)
+
+
+@slow
+def test_the_next_page_is_asked_for_while_the_sink_takes_this_one(sim: KubeSim, api: Any) -> None:
+    """A sink slow over a page does not hold up the API's work on the next: its request is made while the
+    sink still has the page, and the list still arrives whole, in pages, once."""
+    sink = SlowSink(sim)
+    reflector = Reflector("nodes", api.list_node, sink, CONFIG)
+    reflector.start()
+    try:
+        assert reflector.synced.wait(10)
+        assert sink.requests_by_first_page_end == [2]
+        assert (sink.names(), sink.lists, sim.list_requests("nodes")) == (names(10), 1, 4)
+    finally:
+        reflector.stop()
+
+
+@slow
+def test_a_continue_token_that_expires_while_pages_are_read_ahead_starts_the_list_over(sim: KubeSim, api: Any) -> None:
+    """The history is compacted while the first page is delivered and the second already read: the third
+    page's request is 410, and the list starts over and ends whole, with the node written meanwhile."""
+
+    def compact() -> None:
+        sim.add(gpu_node("n10"))
+        sim.compact()
+
+    sink = SlowSink(sim, during_first_page=compact)
+    reflector = Reflector("nodes", api.list_node, sink, CONFIG)
+    reflector.start()
+    try:
+        assert reflector.synced.wait(10)
+        assert (sink.names(), sink.lists, reflector.relists) == (names(11), 2, 2)
+    finally:
+        reflector.stop()

@@ -163,6 +163,10 @@ class Policy:
     pool_labels: frozenset[str] = frozenset()  # the class label and every product label; likewise
     partition_prefixes: tuple[str, ...] = ()  # every vendor's partitionResourcePrefix; likewise
     _vendor_cache: dict[str, VendorPolicy | None] = field(default_factory=dict, compare=False, repr=False)
+    # init=False: a policy made by dataclasses.replace (another product table, maybe) starts a cache of its own.
+    _product_cache: dict[tuple[str, Tokens], ProductRule | None] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpu_resources", frozenset(r for v in self.vendors.values() for r in v.resources))
@@ -205,17 +209,34 @@ class Policy:
 
     def product_class(self, product: Tokens) -> str:
         """The class the product table gives, most specific matching entry first; "" when none."""
-        rule = _most_specific(r for r in self.products if r.gpu_class and matches(r.tokens, product))
+        rule = self._product_rule("class", product)
         return rule.gpu_class if rule else ""
 
     def product_memory_mib(self, product: Tokens) -> int:
-        rule = _most_specific(r for r in self.products if r.memory_mib and matches(r.tokens, product))
+        rule = self._product_rule("memory", product)
         return rule.memory_mib if rule else 0
 
     def product_compute(self, product: Tokens) -> tuple[int, ...] | None:
         """The compute capability the product table gives (most specific entry); None when none does."""
-        rule = _most_specific(r for r in self.products if r.compute and matches(r.tokens, product))
+        rule = self._product_rule("compute", product)
         return rule.compute if rule else None
+
+    def _product_rule(self, what: str, product: Tokens) -> ProductRule | None:
+        """The most specific entry of the product table that gives `what` for the product. Remembered per
+        product, up to a bound: every node of a list asks about its product, and a cluster has few."""
+        try:
+            return self._product_cache[what, product]
+        except KeyError:
+            pass
+        if what == "class":
+            rule = _most_specific(r for r in self.products if r.gpu_class and matches(r.tokens, product))
+        elif what == "memory":
+            rule = _most_specific(r for r in self.products if r.memory_mib and matches(r.tokens, product))
+        else:
+            rule = _most_specific(r for r in self.products if r.compute and matches(r.tokens, product))
+        if len(self._product_cache) < 4096:
+            self._product_cache[what, product] = rule
+        return rule
 
     def placement(self, namespace: str) -> Placement:
         """When the namespace's Pods get their pool: at admission (now), or when the queue releases them."""

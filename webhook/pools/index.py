@@ -23,7 +23,7 @@ Not thread-safe: the inventory that owns it serialises access.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Hashable, Iterator
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator
 from dataclasses import replace
 from typing import TypeVar
 
@@ -74,10 +74,11 @@ class PoolIndex:
         self._ledger = Ledger(policy, self._capacity)
         self._quotas: dict[str, dict[str, QuotaInfo]] = {}
 
-    def _settle(self) -> None:
+    def _settle(self, reshaped: bool = False) -> None:
         """End of one change: place unbound Pods again if a selector came or went (or those a changed node
-        may let run or stop), then pack the holds of every pool whose nodes or holds changed."""
-        if self._capacity.take_reshaped():
+        may let run or stop), then pack the holds of every pool whose nodes or holds changed. `reshaped`:
+        a selector came or went earlier in a batch of changes (`upsert_nodes`)."""
+        if self._capacity.take_reshaped() or reshaped:
             self._capacity.take_changed()
             self._ledger.place_unbound_again()
         else:
@@ -89,23 +90,48 @@ class PoolIndex:
     # --- nodes ---------------------------------------------------------------------------------------
 
     def upsert_node(self, node: NodeInfo) -> None:
-        if self._capacity.upsert_node(node, self._ledger.used_on(node.name)):
-            self._ledger.reclass(node.name)
-        self._settle()
+        self.upsert_nodes((node,))
+
+    def upsert_nodes(self, nodes: Iterable[NodeInfo]) -> None:
+        """Add or replace nodes (a page of a list) as one change: the unbound Pods they may let run or stop
+        are placed again, and their pools packed, once for all of them rather than once per node (a cold
+        sync's nodes would otherwise place again the Pods listed before them, one node at a time)."""
+        reshaped = False
+        for node in nodes:
+            if self._capacity.upsert_node(node, self._ledger.used_on(node.name)):
+                self._ledger.reclass(node.name)
+            reshaped |= self._capacity.take_reshaped()
+        self._settle(reshaped)
 
     def remove_node(self, name: str) -> None:
-        self._capacity.remove_node(name)
-        self._ledger.reclass(name)
-        self._settle()
+        self.remove_nodes((name,))
+
+    def remove_nodes(self, names: Iterable[str]) -> None:
+        """Forget nodes (those a re-list did not show) as one change, as `upsert_nodes`."""
+        reshaped = False
+        for name in names:
+            self._capacity.remove_node(name)
+            self._ledger.reclass(name)
+            reshaped |= self._capacity.take_reshaped()
+        self._settle(reshaped)
 
     # --- Pods ----------------------------------------------------------------------------------------
 
     def upsert_pod(self, pod: PodInfo | None, key: PodKey | None = None) -> None:
         """Add or replace a Pod. None (a Pod that holds no GPUs) just removes what `key` held."""
         key = pod.key if pod is not None else key
-        if key is None:
-            return
-        self._ledger.upsert_pod(pod, key)
+        if key is not None:
+            self.upsert_pods(((key, pod),))
+
+    def upsert_pods(self, pods: Iterable[tuple[PodKey, PodInfo | None]]) -> None:
+        """Add or replace Pods (a page of a list) as one change, their pools packed once for all of them.
+        None removes what the key held; for the GPU-less bulk of a cluster, which the index never held,
+        it costs one lookup."""
+        ledger = self._ledger
+        held = ledger.held()
+        for key, pod in pods:
+            if pod is not None or key in held:
+                ledger.upsert_pod(pod, key)
         self._settle()
 
     def pod_info(self, key: PodKey) -> PodInfo | None:
@@ -117,8 +143,7 @@ class PoolIndex:
         return self._ledger.is_queued(key)
 
     def remove_pod(self, key: PodKey) -> None:
-        self._ledger.remove_pod(key)
-        self._settle()
+        self.upsert_pods(((key, None),))
 
     # --- reservations --------------------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ once per change. Not thread-safe: the inventory that owns the index serialises a
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Collection, KeysView
 
 from webhook.domain.model import PodInfo, PodKey, PoolKey
 from webhook.domain.policy import Policy
@@ -272,6 +272,10 @@ class Ledger:
 
     def pod_keys(self) -> set[PodKey]:
         return set(self._pods)
+
+    def held(self) -> KeysView[PodKey]:
+        """The keys of the Pods the ledger holds, as a live view (no copy: do not hold it across changes)."""
+        return self._pods.keys()
 
     def reserved(self, namespace: str, resource: str) -> int:
         """GPUs admitted in the namespace that no quota's status.used can include yet."""

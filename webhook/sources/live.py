@@ -15,18 +15,17 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, NamedTuple, Protocol
 
 from kubernetes import client
 from kubernetes import config as kube_config
 
 from webhook.domain.errors import ConfigError
-from webhook.domain.model import NodeInfo, PodInfo, QuotaInfo
 from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
 from webhook.pools.inventory import LockedIndex
-from webhook.pools.kubeobj import node_from_obj, pod_from_obj, quota_from_obj
+from webhook.pools.kubeobj import gpu_names, node_from_obj, quota_from_obj
 from webhook.pools.quotas import unenforced
 from webhook.sources.reflector import Reflector, ReflectorConfig
 
@@ -64,6 +63,7 @@ class LiveInventory(LockedIndex):
         self._observers: list[Observer] = []
         self.api_client = getattr(core_v1, "api_client", None)  # for the writes beside these reads
         config = config or ReflectorConfig()
+        self._kinds = self._handlers()
         self._core_v1, self._config = core_v1, config
         self.reflectors = {
             NODES: Reflector(NODES, core_v1.list_node, self, config, clock),
@@ -129,46 +129,80 @@ class LiveInventory(LockedIndex):
     # --- Sink: called from the reflectors' threads ---------------------------------------------------
 
     def replace(self, kind: str, objects: list[Obj], first: bool, final: bool) -> None:
-        projected = [self._project(kind, obj) for obj in objects]
+        self.apply_page(kind, objects, self.project_page(kind, objects), first, final)
+
+    def project_page(self, kind: str, objects: list[Obj]) -> list[tuple[Any, Any]]:
+        """A list page's objects projected onto the domain, with their keys: the part of `replace` done
+        outside the lock."""
+        project = self._kinds[kind].project
+        return [project(obj) for obj in objects]
+
+    def apply_page(
+        self, kind: str, objects: list[Obj], projected: list[tuple[Any, Any]], first: bool, final: bool
+    ) -> None:
+        """The part of `replace` done under the lock: the page's projections to the index, then its objects to
+        the observers."""
+        handler = self._kinds[kind]
         with self._lock:
             if first:
                 self._listing[kind] = set()
             seen = self._listing[kind]
-            for key, value in projected:
-                seen.add(key)
-                self._upsert(kind, key, value)
+            # What projects to nothing leaves the index with its page: only what it keeps can be left over
+            # from before the list (and the page's keys die with it, rather than strew its memory).
+            seen.update(key for key, value in projected if value is not None)
+            handler.upsert(projected)  # the page is one change of the index, its pools packed once
             if final:
-                for key in self._held(kind) - seen:
-                    self._remove(kind, key)
+                handler.remove(handler.held() - seen)
                 del self._listing[kind]
             for observer in self._observers:
                 observer.replace(kind, objects, first, final)
 
     def apply(self, kind: str, event: str, obj: Obj) -> None:
-        key, value = self._project(kind, obj)
+        handler = self._kinds[kind]
+        key, value = handler.project(obj)
         with self._lock:
             if event == "DELETED":
-                self._remove(kind, key)
+                handler.remove((key,))
             else:
-                self._upsert(kind, key, value)
+                handler.upsert([(key, value)])
             for observer in self._observers:
                 observer.apply(kind, event, obj)
 
-    def _project(self, kind: str, obj: Obj) -> tuple[Any, NodeInfo | PodInfo | QuotaInfo | None]:
-        meta = obj.get("metadata") or {}
-        if kind == NODES:
-            return meta.get("name", ""), node_from_obj(obj, self._resources, self.policy.partition_prefixes)
-        key = (meta.get("namespace", ""), meta.get("name", ""))
-        if kind == PODS:
-            return key, pod_from_obj(obj, self._resources, self.policy.partition_prefixes)
-        return key, quota_from_obj(obj, self._resources, self.policy.partition_prefixes)
+    def _handlers(self) -> dict[str, _Kind]:
+        index, policy = self._index, self.policy
+        resources, prefixes = policy.gpu_resources, policy.partition_prefixes
 
-    def _upsert(self, kind: str, key: Any, value: Any) -> None:
-        if kind == NODES:
-            self._index.upsert_node(value)
-        elif kind == PODS:
-            self._index.upsert_pod(value, key=key)
-        else:
+        def node(obj: Obj) -> tuple[Any, Any]:
+            value = node_from_obj(obj, resources, prefixes)
+            return value.name, value  # the projection's own copy of the name (webhook.pools.kubeobj.own)
+
+        screen = gpu_names(resources, prefixes)  # pod_from_obj's, made once
+
+        def pod(obj: Obj) -> tuple[Any, Any]:
+            value = screen.pod(obj)
+            return (value.key if value is not None else _namespaced(obj)), value
+
+        def quota(obj: Obj) -> tuple[Any, Any]:
+            return _namespaced(obj), quota_from_obj(obj, resources, prefixes)
+
+        return {
+            NODES: _Kind(
+                node,
+                lambda page: index.upsert_nodes(value for _, value in page),
+                index.remove_nodes,
+                index.node_names,
+            ),
+            PODS: _Kind(
+                pod,
+                index.upsert_pods,  # a GPU-less Pod projects to None: nothing to hold
+                lambda keys: index.upsert_pods((key, None) for key in keys),
+                index.pod_keys,  # a new set already
+            ),
+            QUOTAS: _Kind(quota, self._upsert_quotas, self._remove_quotas, index.quota_keys),
+        }
+
+    def _upsert_quotas(self, page: list[tuple[Any, Any]]) -> None:
+        for key, value in page:
             self._index.upsert_quota(value, *key)
             messages = unenforced(value, self.policy) if value is not None and key not in self._flagged else []
             if messages:
@@ -176,21 +210,25 @@ class LiveInventory(LockedIndex):
                 for message in messages:
                     log.warning(message)
 
-    def _remove(self, kind: str, key: Any) -> None:
-        if kind == NODES:
-            self._index.remove_node(key)
-        elif kind == PODS:
-            self._index.remove_pod(key)
-        else:
+    def _remove_quotas(self, keys: Iterable[Any]) -> None:
+        for key in keys:
             self._index.remove_quota(*key)
             self._flagged.discard(key)
 
-    def _held(self, kind: str) -> set[Any]:
-        if kind == NODES:
-            return self._index.node_names()
-        if kind == PODS:
-            return self._index.pod_keys()  # a new set already
-        return self._index.quota_keys()
+
+class _Kind(NamedTuple):
+    """How the inventory keeps one resource: its objects projected onto the domain (outside the lock), then
+    applied to the index (under it) a page or an event at a time."""
+
+    project: Callable[[Obj], tuple[Any, Any]]  # the object's key and its projection
+    upsert: Callable[[list[tuple[Any, Any]]], None]  # (key, projection) pairs, as one change
+    remove: Callable[[Iterable[Any]], None]  # keys gone
+    held: Callable[[], set[Any]]  # the keys the index holds
+
+
+def _namespaced(obj: Obj) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return (meta.get("namespace", ""), meta.get("name", ""))
 
 
 class InventoryConnectError(ConfigError):
