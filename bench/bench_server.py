@@ -38,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -182,11 +182,12 @@ def free_port() -> int:
 
 @contextmanager
 def running(
-    argv: list[str], health_port: int, log: Path, ready_timeout: float = 60.0
+    argv: list[str], health_port: int, log: Path, ready_timeout: float = 60.0, env: Mapping[str, str] | None = None
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """Start a server, wait for its /readyz, yield its process; SIGTERM (then SIGKILL) at the end."""
+    """Start a server (with `env` added to the environment), wait for its /readyz, yield its process;
+    SIGTERM (then SIGKILL) at the end."""
     with open(log, "wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env={**os.environ, **(env or {})})
     try:
         deadline = time.monotonic() + ready_timeout
         while True:
