@@ -286,6 +286,21 @@ class TestMultiprocess:
         text = multiprocess_exposition(str(tmp_path)).decode()
         assert 'gpupool_admissions_total{outcome="mutated",pool="nvidia/medium/NVIDIA-L4"} 2.0' in text
 
+    def test_a_namespace_whose_queue_emptied_reads_zero_not_its_last_count(self, tmp_path: Path) -> None:
+        """Removing a label does not reach the multiprocess files: a namespace whose last waiting Pod was
+        released must read 0 at the next scrape, not the count it had before."""
+        env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+        worker = (
+            "from webhook.serving.metrics import Metrics\n"
+            "m = Metrics.private()\n"
+            "m.queue_waiting({'team-q': 44, 'team-r': 2})\n"
+            "m.queue_waiting({'team-r': 1})\n"
+        )
+        subprocess.run([sys.executable, "-c", worker], env=env, cwd=REPO, check=True, timeout=60)
+        text = multiprocess_exposition(str(tmp_path)).decode()
+        assert 'gpupool_queue_pods{namespace="team-q"} 0.0' in text
+        assert 'gpupool_queue_pods{namespace="team-r"} 1.0' in text
+
     def test_empty_directory_has_no_ready_worker(self, tmp_path: Path) -> None:
         """Before any worker writes, no worker is ready."""
         assert worker_readiness(str(tmp_path)) == {}

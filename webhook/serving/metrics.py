@@ -159,7 +159,7 @@ class Metrics:
     def queue_waiting(self, by_namespace: dict[str, int]) -> None:
         with self._lock:
             for gone in self._queue_namespaces - set(by_namespace):
-                self.queue_pods.remove(gone)
+                self.queue_pods.labels(gone).set(0)  # not remove(): it does not reach the multiprocess files
             for namespace, n in by_namespace.items():
                 self.queue_pods.labels(namespace).set(n)
             self._queue_namespaces = set(by_namespace)
