@@ -690,12 +690,13 @@ class Probes:
 
     def __init__(self, sim: Sim, ca: Path, roles: dict[str, Replica], rate: float = 10.0) -> None:
         ctx = multiprocessing.get_context("spawn")
-        self._stop = ctx.Event()
+        self._stop, started = ctx.Event(), ctx.Event()
         self._results: Any = ctx.Queue()
         ports = {role: rep.port for role, rep in roles.items()}
         target = (sim.port, sim.token, str(sim.kubeconfig), str(ca), ports, rate)
-        self._proc = ctx.Process(target=probe_main, args=(target, self._stop, self._results), daemon=True)
+        self._proc = ctx.Process(target=probe_main, args=(target, self._stop, started, self._results), daemon=True)
         self._proc.start()
+        started.wait(120)  # probing from the phase's first moment on
 
     def stop(self) -> dict[str, dict[str, float]]:
         self._stop.set()
@@ -706,7 +707,7 @@ class Probes:
         return {name: quantiles(t) for name, t in times.items()}
 
 
-def probe_main(target: tuple[Any, ...], stop: Any, results: Any) -> None:
+def probe_main(target: tuple[Any, ...], stop: Any, started: Any, results: Any) -> None:
     from webhook.sources.live import api_client
     from webhook.sources.writes import PodReleaser
 
@@ -732,6 +733,7 @@ def probe_main(target: tuple[Any, ...], stop: Any, results: Any) -> None:
         },
         "spec": {"containers": [{"name": "main", "image": "registry.example.com/cuda:12"}]},
     }
+    started.set()
     for i in itertools.count():
         if stop.wait(1 / rate):
             break
@@ -753,6 +755,64 @@ def probe_main(target: tuple[Any, ...], stop: Any, results: Any) -> None:
                 continue
             times[f"admission_{role}"].append(time.perf_counter() - began)
     results.put(times)
+
+
+def write_capacity(sim: Sim, seconds: float = 4.0) -> dict[str, dict[str, float]]:
+    """What the API takes from one writer and from eight at once: PATCHes of probe Pods through gpupool's
+    own writer (and one bare HTTP client), each for `seconds`, in a process of its own. The leader writes
+    its releases one at a time, so the first is its ceiling."""
+    ctx = multiprocessing.get_context("spawn")
+    results: Any = ctx.Queue()
+    proc = ctx.Process(target=capacity_main, args=((sim.port, sim.token, str(sim.kubeconfig), seconds), results))
+    proc.start()
+    try:
+        out: dict[str, dict[str, float]] = results.get(timeout=300)
+    finally:
+        proc.join(30)
+    return out
+
+
+def capacity_main(target: tuple[Any, ...], results: Any) -> None:
+    from webhook.sources.live import api_client
+    from webhook.sources.writes import PodReleaser
+
+    port, token, kubeconfig, seconds = target
+    api = SimApi(port, token)
+    for k in range(8):
+        if api.call("GET", f"/api/v1/namespaces/{PROBE_POD_NAMESPACE}/pods/capacity-{k}")[0] == 404:
+            api.create(probe_pod(f"capacity-{k}"))
+    api.close()
+    releaser = PodReleaser(api_client(kubeconfig))
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json-patch+json"}
+
+    def writer(k: int, raw: bool, until: float, times: list[float]) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        for i in itertools.count():
+            if time.perf_counter() >= until:
+                break
+            patch = [{"op": "add", "path": "/metadata/annotations", "value": {"bench/tick": str(i)}}]
+            began = time.perf_counter()
+            if raw:
+                path = f"/api/v1/namespaces/{PROBE_POD_NAMESPACE}/pods/capacity-{k}"
+                conn.request("PATCH", path, orjson.dumps(patch), headers)
+                conn.getresponse().read()
+            else:
+                releaser.release(PROBE_POD_NAMESPACE, f"capacity-{k}", patch)
+            times.append(time.perf_counter() - began)
+        conn.close()
+
+    out: dict[str, dict[str, float]] = {}
+    for name, raw, writers in (("raw x1", True, 1), ("gpupool x1", False, 1), ("gpupool x8", False, 8)):
+        per: list[list[float]] = [[] for _ in range(writers)]
+        until = time.perf_counter() + seconds
+        pool = [threading.Thread(target=writer, args=(k, raw, until, per[k])) for k in range(writers)]
+        for thread in pool:
+            thread.start()
+        for thread in pool:
+            thread.join()
+        flat = [t for p in per for t in p]
+        out[name] = {"patches_per_s": len(flat) / seconds, **quantiles(flat)}
+    results.put(out)
 
 
 def cpu_percent(pids: dict[str, int], seconds: float) -> dict[str, float]:
@@ -850,12 +910,12 @@ def phases(
             began = now()
             wait_queued(auditor, steady_targets, 600, creator)
             print(f"{args.queued:,} Pods queued in {now() - began:.1f} s; the leader is {r.notes['first_leader']}")
+            probes = Probes(sim, r.ca, roles_of(reps, auditor.snapshot()["holder"]))
+            leading = leader_of(reps, auditor.snapshot()["holder"])
+            spy = Profile(args, leading[1] if leading else 0, "steady", args.seconds - 5)
             cpu = meter(sim, reps)
             sim.command(f"finish-rate {args.finish_rate:g}")
             r.marks["steady"] = now()
-            leading = leader_of(reps, auditor.snapshot()["holder"])
-            spy = Profile(args, leading[1] if leading else 0, "steady", args.seconds - 5)
-            probes = Probes(sim, r.ca, roles_of(reps, auditor.snapshot()["holder"]))
             keep_topped_up(creator, auditor, steady_targets, now() + args.seconds)
             r.marks["steady_end"] = now()
             r.load["steady"] = cpu.read()
@@ -867,6 +927,7 @@ def phases(
             r.load["failover"] = cpu.read()
             sim.command("finish-rate 0")
             burst(r, sim, auditor, creator=creator, nodes=nodes, reps=reps)
+            r.notes["write_capacity"] = write_capacity(sim)
             if args.memory_queued:
                 memory(r, sim, reps, auditor, creator=creator, context=context)
         finally:
@@ -923,8 +984,16 @@ def burst(
     args = r.args
     medium = [space for space in OPEN if space.classes == ("medium",)]
     wanted = targets(args.queued, medium)
-    wait_queued(auditor, wanted, 600, creator)
-    time.sleep(2.0)  # let the queue settle: nothing more is released before the nodes come
+    medium_products = {m.product for m in GPU_MODELS if m.gpu_class == "medium"}
+    deadline = now() + 900
+    while True:  # the room left from the steady phase taken (a leader that fell behind still releases into it)
+        wait_queued(auditor, wanted, 600, creator)
+        snap = auditor.snapshot()
+        if not any(snap["room"].get(p, 0) for p in medium_products) and now() - snap["last_release_at"] > 2:
+            break
+        if now() > deadline:
+            raise TimeoutError(f"medium room never ran out before the burst: {snap['room']}")
+        time.sleep(0.5)
     template = next(
         n
         for n in nodes
@@ -1046,7 +1115,7 @@ def report(r: Run, auditor: Auditor) -> dict[str, Any]:
     failover_release = after[0].at if after else math.inf
     burst_ns = set(r.notes.get("burst_namespaces", []))
     burst = [x for x in between(auditor.releases, marks["burst"], marks["burst_end"] + 1) if x.namespace in burst_ns]
-    first_room = min((x.room_at for x in burst), default=marks["burst"])
+    first_room = min((at for at, name in auditor.nodes_added if at >= marks["burst"]), default=marks["burst"])
     last = max((x.at for x in burst), default=first_room)
     burst_rate = len(burst) / (last - first_room) if burst and last > first_room else 0.0
     quota = [
@@ -1177,6 +1246,8 @@ def print_report(result: dict[str, Any]) -> None:
         g = result[phase]["gaps_s"]
         if g:
             print(f"  {phase}: between consecutive releases p50 {g['p50'] * 1e3:.1f} ms")
+    for name, c in (result["notes"].get("write_capacity") or {}).items():
+        print(f"  API write capacity, {name}: {c['patches_per_s']:.0f} PATCH/s, p50 {c['p50'] * 1e3:.1f} ms")
     o = result["overbooked"]
     print(f"overbooked: peak {o['peak_gpus']} GPUs, {o['writes_over']} writes, {o['gpu_seconds']:.2f} GPU-seconds")
     for q in result["quotas"]:

@@ -251,6 +251,7 @@ class Auditor:
         self.releases: list[Release] = []
         self.binds: list[tuple[float, float]] = []  # (released at, bound at) of released Pods
         self.leases: list[tuple[float, str]] = []  # (store time, holderIdentity) of each Lease write
+        self.nodes_added: list[tuple[float, str]] = []  # (store time, name) of each node created
         self.waiting: Counter[str] = Counter()  # gated Pods per namespace
         self.gaps = 0
         self.writes = 0
@@ -285,6 +286,7 @@ class Auditor:
             elif kind == "Node":
                 if entry["type"] == "ADDED":
                     self._add_node(obj, at)
+                    self.nodes_added.append((at, str((obj.get("metadata") or {}).get("name") or "")))
                 else:
                     self.node_changes += 1
             elif kind == "Lease":
@@ -532,6 +534,7 @@ class Auditor:
                 "last_release_at": self.releases[-1].at if self.releases else BEFORE,
                 "last_at": self.last_at,
                 "holder": self.leases[-1][1] if self.leases else "",
+                "room": {product: room.total for product, room in self.capacity.items()},
             }
 
 
