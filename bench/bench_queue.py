@@ -566,34 +566,6 @@ def wait_queued(auditor: Auditor, wanted: dict[str, int], timeout: float, creato
 # --- measuring the replicas ---------------------------------------------------------------------------
 
 
-def probe_admissions(replicas: list[Replica], context: Any, rounds: int) -> dict[str, dict[str, float]]:
-    """Dry-run admissions of an ordinary Pod (a `placement: now` namespace) to each replica, interleaved."""
-    conns = {r.name: Connection(r.port, context) for r in replicas}
-    times: dict[str, list[float]] = {r.name: [] for r in replicas}
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "generateName": "probe-",
-            "namespace": PROBE_NAMESPACE,
-            "annotations": {"gpupool.io/gpu-class": "medium"},
-        },
-        "spec": {"containers": [{"name": "main", "image": "registry.example.com/cuda:12"}]},
-    }
-    for _ in range(rounds):
-        for replica in replicas:
-            uid = str(uuid.uuid4())
-            body = review_body(pod, uid, dry_run=True)
-            sent = time.perf_counter()
-            answer = read_answer(*conns[replica.name].post(body, DEADLINE_S), uid)
-            times[replica.name].append(time.perf_counter() - sent)
-            if answer.outcome != "mutated":
-                raise RuntimeError(f"probe answered {answer.outcome} {answer.warnings}")
-    for conn in conns.values():
-        conn.close()
-    return {name: quantiles(t) for name, t in times.items()}
-
-
 class Profile:
     """`py-spy record` of one process for a while (when --profile is given and py-spy is installed): folded
     stacks in bench/results/, summarized by function (share of the samples whose stack holds it)."""
@@ -755,6 +727,14 @@ def probe_main(target: tuple[Any, ...], stop: Any, started: Any, results: Any) -
                 continue
             times[f"admission_{role}"].append(time.perf_counter() - began)
     results.put(times)
+
+
+def timed_probes(sim: Sim, ca: Path, roles: dict[str, Replica], seconds: float) -> dict[str, dict[str, float]]:
+    """Admissions to each role (and the API's writes), interleaved, for `seconds`, 20 a second each."""
+    probes = Probes(sim, ca, roles, rate=20.0)
+    time.sleep(seconds)
+    timed = probes.stop()
+    return {name.removeprefix("admission_"): q for name, q in timed.items() if name.startswith("admission_")}
 
 
 def write_capacity(sim: Sim, seconds: float = 4.0) -> dict[str, dict[str, float]]:
@@ -929,7 +909,7 @@ def phases(
             burst(r, sim, auditor, creator=creator, nodes=nodes, reps=reps)
             r.notes["write_capacity"] = write_capacity(sim)
             if args.memory_queued:
-                memory(r, sim, reps, auditor, creator=creator, context=context)
+                memory(r, sim, reps, auditor, creator=creator)
         finally:
             creator.close()
         r.notes["created_by_replica"] = dict(creator.by_replica)
@@ -1025,17 +1005,17 @@ def burst(
     print(f"burst: {count} nodes of 8 GPUs for {sum(wanted.values())} queued Pods", flush=True)
 
 
-def memory(r: Run, sim: Sim, reps: list[Replica], auditor: Auditor, *, creator: Creator, context: Any) -> None:
+def memory(r: Run, sim: Sim, reps: list[Replica], auditor: Auditor, *, creator: Creator) -> None:
     """Many Pods queued with no room: the leader's RSS and CPU against a follower's, and their admissions."""
     args = r.args
     holder = auditor.snapshot()["holder"]
     roles = roles_of(reps, holder)
-    leader, follower = roles["leader"], roles["follower"]
+    leader = roles["leader"]
     r.marks["memory"] = now()
     before = {role: {"rss_mb": rss_mb(rep.worker()), "queued": rep.queued()} for role, rep in roles.items()}
     waiting_before = sum(auditor.snapshot()["waiting"].values())
     before_cpu = cpu_percent({role: rep.worker() for role, rep in roles.items()}, 10)
-    before_probe = probe_admissions([leader, follower], context, args.probes)
+    before_probe = timed_probes(sim, r.ca, roles, args.probe_seconds)
     waiting = auditor.snapshot()["waiting"]
     high = [space for space in OPEN if space.classes == ("high",)]
     wanted = {ns: waiting.get(ns, 0) + n for ns, n in targets(args.memory_queued, high).items()}
@@ -1054,9 +1034,8 @@ def memory(r: Run, sim: Sim, reps: list[Replica], auditor: Auditor, *, creator: 
     spy = Profile(args, leader.worker(), "memory", 10)
     after_cpu = cpu_percent({role: rep.worker() for role, rep in roles.items()}, 10)
     r.notes["profile_memory"] = spy.summary()
-    after_probe = probe_admissions([leader, follower], context, args.probes)
+    after_probe = timed_probes(sim, r.ca, roles, args.probe_seconds)
     r.marks["memory_end"] = now()
-    names = {leader.name: "leader", follower.name: "follower"}
     r.notes["memory"] = {
         "leader": f"{leader.name} ({holder})",
         "waiting_before": waiting_before,
@@ -1065,10 +1044,10 @@ def memory(r: Run, sim: Sim, reps: list[Replica], auditor: Auditor, *, creator: 
         "after": after,
         "cpu_before": {k: v for k, v in before_cpu.items() if k in roles or k == "others"},
         "cpu_after": {k: v for k, v in after_cpu.items() if k in roles or k == "others"},
-        "admission_before": {names[k]: v for k, v in before_probe.items()},
+        "admission_before": before_probe,
         "probes_while_queueing": during,
         "queueing_s": r.marks.get("memory_queued", 0.0) - r.marks["memory"],
-        "admission_after": {names[k]: v for k, v in after_probe.items()},
+        "admission_after": after_probe,
     }
 
 
@@ -1264,7 +1243,9 @@ def print_report(result: dict[str, Any]) -> None:
                 f"CPU {m['cpu_after'][role]:.0f} % of a core; admission p50/p99 "
                 f"{m['admission_after'][role]['p50'] * 1e3:.2f}/{m['admission_after'][role]['p99'] * 1e3:.2f} ms "
                 f"(before {m['admission_before'][role]['p50'] * 1e3:.2f}/"
-                f"{m['admission_before'][role]['p99'] * 1e3:.2f})"
+                f"{m['admission_before'][role]['p99'] * 1e3:.2f}; while queueing "
+                f"{m['probes_while_queueing'][f'admission_{role}']['p50'] * 1e3:.0f}/"
+                f"{m['probes_while_queueing'][f'admission_{role}']['p99'] * 1e3:.0f})"
             )
     print(
         "load (CPU % of one core): "
@@ -1284,7 +1265,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=60.0, help="length of the steady phase")
     parser.add_argument("--finish-rate", type=float, default=100.0, help="Pods finishing per second")
     parser.add_argument("--memory-queued", type=int, default=10_000, help="Pods queued for the memory phase (0: none)")
-    parser.add_argument("--probes", type=int, default=300, help="dry-run admissions per replica, per measurement")
+    parser.add_argument(
+        "--probe-seconds", type=float, default=15.0, help="memory phase: how long admissions are timed, idle"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--profile",
