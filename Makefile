@@ -7,7 +7,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PORT ?= 8443
-HEALTH_PORT ?= 8080
+# Not 8080: that is kubectl's default server when there is no kubeconfig, so `make deploy` (or any
+# kubectl) would talk to a running `make run`.
+HEALTH_PORT ?= 8081
+# What `pip install` gets in the virtualenv: gpupool and its development tools, at the lock's versions.
+PIP_INSTALL ?= -c build/constraints.txt -e '.[dev]'
+KUBECTL ?= kubectl
 POD ?= examples/pods/class-medium.yaml
 OVERLAY ?= self-signed
 FAILURE_POLICY ?= Fail
@@ -40,18 +45,19 @@ MANIFEST = build/gpupool-$(OVERLAY).yaml
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-# The runtime dependencies are installed at the versions of requirements.lock (what the image installs),
-# so the tests run on what ships; the lock's hashes are for the image, pip takes constraints without them.
+# One virtualenv however many makes ask for it at once (`make run & make test`): tools/ensure_venv.py makes it
+# under a lock and finds the work done when another make got there first. The runtime dependencies are
+# installed at the versions of requirements.lock (what the image installs), so the tests run on what ships;
+# the lock's hashes are for the image, pip takes constraints without them. The constraints file is replaced
+# whole (mv), so a pip that another make started reads the old file or the new one, never half of one.
 $(STAMP): pyproject.toml requirements.lock
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	@mkdir -p build && sed -n 's/^\([A-Za-z0-9_.-]*==[^ ]*\).*/\1/p' requirements.lock > build/constraints.txt
-	$(BIN)/python -m pip install --quiet -c build/constraints.txt -e '.[dev]'
-	@touch $@
+	@mkdir -p build && sed -n 's/^\([A-Za-z0-9_.-]*==[^ ]*\).*/\1/p' requirements.lock > build/constraints.txt.$$$$ \
+		&& mv -f build/constraints.txt.$$$$ build/constraints.txt
+	@$(PYTHON) tools/ensure_venv.py $(VENV) --stamp $@ --after pyproject.toml --after requirements.lock -- --quiet $(PIP_INSTALL)
 
 install: $(STAMP) ## create the virtualenv and install gpupool with its development tools
 
-run: $(STAMP) certs ## serve the demo inventory over TLS on https://127.0.0.1:8443 (health and metrics on :8080)
+run: $(STAMP) certs ## serve the demo inventory over TLS on https://127.0.0.1:8443 (health and metrics on :8081)
 	$(BIN)/gpupool serve --cert $(DEV_CERTS)/tls.crt --key $(DEV_CERTS)/tls.key --inventory examples/cluster.yaml \
 		--policy examples/policy.yaml --host 127.0.0.1 --port $(PORT) --health-port $(HEALTH_PORT)
 
@@ -73,14 +79,14 @@ test: lint typecheck ## lint, type check and run the whole test suite
 fuzz: $(STAMP) ## the test suite with new random examples for the property tests (repeat it; add finds as @example)
 	HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest -q
 
-PYCODE := webhook tests bench manifests/render.py
+PYCODE := webhook tests bench manifests/render.py tools
 
 lint: $(STAMP) ## ruff (lint and formatting) and import-linter (the layers of webhook/, see docs/development.md)
 	$(BIN)/ruff check $(PYCODE)
 	$(BIN)/ruff format --check $(PYCODE)
 	$(BIN)/lint-imports
 
-typecheck: $(STAMP) ## mypy --strict on the package and the manifest renderer
+typecheck: $(STAMP) ## mypy --strict on the package, the manifest renderer and tools/
 	$(BIN)/mypy
 
 format: $(STAMP) ## reformat the code with ruff
@@ -94,23 +100,51 @@ bench: $(STAMP) ## run every benchmark in bench/ (minutes; not part of make test
 	$(BIN)/python bench/bench_slow_clients.py
 	$(BIN)/python bench/bench_queue.py
 
+# Who may reach the two ports and which namespaces are left out: the same for `make manifests` and `make release`.
+ACCESS_OPTIONS = $(addprefix --control-plane-cidr ,$(CONTROL_PLANE_CIDRS)) \
+	$(addprefix --metrics-namespace ,$(METRICS_NAMESPACES)) $(addprefix --health-cidr ,$(HEALTH_CIDRS)) \
+	$(addprefix --exclude-namespace ,$(EXCLUDE_NAMESPACES)) $(if $(filter false,$(IGNORE_LABEL)),--no-ignore-label)
+
 manifests: $(STAMP) ## render deployable YAML into build/gpupool-<overlay>.yaml (OVERLAY=self-signed|cert-manager FAILURE_POLICY=Fail|Ignore IMAGE=ref CLIENT_CA=file CONTROL_PLANE_CIDRS="cidr ..." METRICS_NAMESPACES="ns ..." HEALTH_CIDRS="cidr ..." EXCLUDE_NAMESPACES="ns ..." IGNORE_LABEL=false SINGLE_NODE=true)
 	$(BIN)/python manifests/render.py --overlay $(OVERLAY) --failure-policy $(FAILURE_POLICY) $(if $(IMAGE),--image $(IMAGE)) $(addprefix --host ,$(CERT_HOSTS)) \
-		$(if $(CLIENT_CA),--client-ca $(CLIENT_CA)) $(addprefix --control-plane-cidr ,$(CONTROL_PLANE_CIDRS)) \
-		$(addprefix --metrics-namespace ,$(METRICS_NAMESPACES)) $(addprefix --health-cidr ,$(HEALTH_CIDRS)) \
-		$(addprefix --exclude-namespace ,$(EXCLUDE_NAMESPACES)) $(if $(filter false,$(IGNORE_LABEL)),--no-ignore-label) \
-		$(if $(filter true,$(SINGLE_NODE)),--single-node) \
+		$(if $(CLIENT_CA),--client-ca $(CLIENT_CA)) $(ACCESS_OPTIONS) $(if $(filter true,$(SINGLE_NODE)),--single-node) \
 		--out $(MANIFEST)
 
-deploy: manifests ## install on the current kubectl context; the webhook configuration goes last, once the Pods are ready
-	kubectl apply -f $(MANIFEST) -l 'app.kubernetes.io/component!=webhook-configuration'
-	kubectl -n gpupool-system rollout status deployment/gpupool-webhook --timeout=300s
-	kubectl apply -f $(MANIFEST)
+# The kubectl context deploy and undeploy act on, said first; without one they stop (kubectl would
+# otherwise fall back to http://localhost:8080). Every kubectl call then names it, so a context switched
+# in another terminal half-way cannot split an install between two clusters.
+KUBE_CONTEXT = context="$$($(KUBECTL) config current-context 2>/dev/null)" && [ -n "$$context" ] || { \
+	echo "make $@: no current kubectl context; choose one (kubectl config use-context NAME) or set KUBECONFIG" >&2; \
+	exit 2; }; \
+	server="$$($(KUBECTL) config view --minify -o jsonpath='{.clusters[0].cluster.server}' 2>/dev/null)"; \
+	[ -n "$$server" ] || { echo "make $@: context $$context names no cluster server in the kubeconfig" >&2; exit 2; }; \
+	echo "make $@: kubectl context $$context, server $$server"; \
+	kubectl=( $(KUBECTL) --context "$$context" )
 
-undeploy: ## remove gpupool from the current kubectl context: the webhook configuration first, then the rest
-	kubectl delete mutatingwebhookconfiguration gpupool-webhook --ignore-not-found
-	kubectl delete namespace gpupool-system --ignore-not-found
-	kubectl delete clusterrolebinding,clusterrole gpupool-webhook --ignore-not-found
+# The webhook configurations go last, once the Pods are ready: the mutating one, then the validating one
+# (kustomize writes them in that order, and kubectl applies a file in order), so no Pod is validated before
+# gpupool could place it.
+deploy: $(STAMP) ## install on the current kubectl context (says which; stops without one); the webhook configurations go last, once the Pods are ready
+	@set -e; $(KUBE_CONTEXT); \
+	$(MAKE) --no-print-directory manifests; \
+	"$${kubectl[@]}" apply -f $(MANIFEST) -l 'app.kubernetes.io/component!=webhook-configuration'; \
+	"$${kubectl[@]}" -n gpupool-system rollout status deployment/gpupool-webhook --timeout=300s; \
+	"$${kubectl[@]}" apply -f $(MANIFEST)
+
+# The validating webhook goes first: without the mutating one, it would refuse every GPU Pod as unplaced.
+undeploy: ## remove gpupool from the current kubectl context (says which; stops without one): the webhook configurations first (validating, then mutating), then the rest
+	@set -e; $(KUBE_CONTEXT); \
+	"$${kubectl[@]}" delete validatingwebhookconfiguration gpupool-webhook --ignore-not-found; \
+	"$${kubectl[@]}" delete mutatingwebhookconfiguration gpupool-webhook --ignore-not-found; \
+	"$${kubectl[@]}" delete namespace gpupool-system --ignore-not-found; \
+	"$${kubectl[@]}" delete clusterrolebinding,clusterrole gpupool-webhook --ignore-not-found
+
+# What a release decides itself: given on the command line, refused rather than silently dropped.
+RELEASE_FIXED = $(strip $(foreach v,OVERLAY FAILURE_POLICY IMAGE CLIENT_CA SINGLE_NODE,$(if $(filter command line,$(origin $(v))),$(v))))
+release: ## write a release into dist/: gpupool-VERSION.yaml for kubectl apply -f (image tag VERSION), gpupool-monitoring-VERSION.yaml, SHA256SUMS (VERSION=x.y.z; METRICS_NAMESPACES, CONTROL_PLANE_CIDRS, HEALTH_CIDRS, EXCLUDE_NAMESPACES, IGNORE_LABEL as for manifests)
+	@test -n "$(VERSION)" || { echo "make release: give the version, e.g. make release VERSION=0.1.0" >&2; exit 2; }
+	@test -z "$(RELEASE_FIXED)" || { echo "make release: a release is the cert-manager overlay, failurePolicy Fail, the image tagged VERSION and no file of this machine; $(RELEASE_FIXED) cannot be given" >&2; exit 2; }
+	$(PYTHON) manifests/render.py --release $(VERSION) $(ACCESS_OPTIONS) --out-dir dist
 
 # requirements.lock: every package the image installs, at an exact version with its hashes, resolved from
 # pyproject.toml's dependencies (and the build backend) for the image's Python. pip-compile keeps the pins
@@ -134,6 +168,6 @@ pin-images: ## re-pin the Dockerfile's base images to their tags' current digest
 	done
 
 clean: ## remove the virtualenv and caches
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist *.egg-info
+	rm -rf $(VENV) $(VENV).lock .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist *.egg-info
 
-.PHONY: help install run explain inventory certs test fuzz lint typecheck format bench manifests deploy undeploy lock pin-images clean
+.PHONY: help install run explain inventory certs test fuzz lint typecheck format bench manifests deploy undeploy release lock pin-images clean

@@ -1,9 +1,12 @@
 """Benchmark: POST /mutate with a full decision against a no-op handler on identical Flask + gunicorn.
 
-Starts four servers on the same gunicorn settings (`webhook.serving.server.serve`, TLS, gpupool's worker, keep-alive):
+Starts six servers on the same gunicorn settings (`webhook.serving.server.serve`, TLS, keep-alive), all
+but one on gpupool's worker:
 - a no-op: the same Flask app setup whose /mutate route only reads the body and returns a constant
   AdmissionReview (the issue's baseline);
 - the same no-op answered by a thin WSGI entry in front of Flask, the shortcut gpupool's /mutate takes;
+- a raw WSGI no-op (no Flask at all), on gpupool's worker and on gunicorn's stock gthread worker: the
+  difference is what gpupool's HTTP layer (webhook.serving.worker and its parser) costs;
 - gpupool's app with the core's answer computed once (what gpupool's HTTP layer costs alone);
 - the real `gpupool serve` on the demo inventory, measured twice: sending one Pod again and again (its
   shape is remembered after the first), and cycling through 5,000 Pods of distinct shapes (nothing is
@@ -23,6 +26,7 @@ Results are printed as a table and written to bench/results/server-<time>.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import multiprocessing
@@ -62,11 +66,14 @@ P50_LIMIT, THROUGHPUT_LIMIT = 1.3, 0.75  # the issue's targets: mutate vs no-op
 SERVERS = {  # measured in this order in every round
     "noop": "no-op handler",
     "noop_thin": "no-op behind a thin WSGI entry, like gpupool's",
+    "noop_raw": "raw WSGI no-op, gpupool's worker",
+    "noop_gthread": "raw WSGI no-op, stock gunicorn gthread",
     "layer": "gpupool app, core answer precomputed",
     "mutate": "/mutate, full decision (demo inventory)",
     "mutate_new": "/mutate, full decision, every Pod a new shape",
 }
 SAME_SERVER = {"mutate_new": "mutate"}  # measured on another server, with other request bodies
+AGAINST = ("noop_raw", "mutate", "mutate_new")  # measured on another checkout's code too with --against
 NEW_SHAPES = 5000  # distinct Pod shapes, cycled: more than the shape memo holds, so every request misses
 
 # Used when examples/admissionreview.json is not there: a Pod asking for 20Gi per GPU.
@@ -108,9 +115,17 @@ def noop_server(args: argparse.Namespace) -> int:
         {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {"uid": "", "allowed": True}}
     ).encode()
 
+    def raw(environ: dict[str, Any], start_response: Any) -> Any:
+        environ["wsgi.input"].read()
+        start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(answer)))])
+        return [answer]
+
     def load() -> WorkerApp:
         from webhook.serving.metrics import Metrics
 
+        Metrics.private().inventory_ready.set(1)
+        if args.raw:
+            return WorkerApp(raw)
         app = Flask("noop")
 
         @app.post("/mutate")
@@ -132,12 +147,12 @@ def noop_server(args: argparse.Namespace) -> int:
                 return flask_app(environ, start_response)
 
             app.wsgi_app = thin  # type: ignore[method-assign]
-        Metrics.private().inventory_ready.set(1)
         return WorkerApp(app)
 
     options = ServeOptions(
         cert=args.cert, key=args.key, inventory=None, policy=None, host="127.0.0.1", port=args.port,
         health_port=args.health_port, workers=args.workers, threads=args.threads, log_level="warning",
+        **({"worker_class": "gthread"} if args.gthread else {}),
     )  # fmt: skip
     return serve(options, load)
 
@@ -182,12 +197,20 @@ def free_port() -> int:
 
 @contextmanager
 def running(
-    argv: list[str], health_port: int, log: Path, ready_timeout: float = 60.0, env: Mapping[str, str] | None = None
+    argv: list[str],
+    health_port: int,
+    log: Path,
+    ready_timeout: float = 60.0,
+    tree: Path = REPO,
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """Start a server (with `env` added to the environment), wait for its /readyz, yield its process;
-    SIGTERM (then SIGKILL) at the end."""
+    """Start a server (gpupool's code from `tree`, `env` added to the environment), wait for its /readyz,
+    yield its process; SIGTERM (then SIGKILL) at the end."""
+    full_env = {**os.environ, **(env or {})}
+    if tree != REPO:
+        full_env["PYTHONPATH"] = str(tree)
     with open(log, "wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env={**os.environ, **(env or {})})
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=tree, env=full_env)
     try:
         deadline = time.monotonic() + ready_timeout
         while True:
@@ -346,33 +369,44 @@ def bench(args: argparse.Namespace) -> int:
             body_file.write_text(json.dumps(FALLBACK_REVIEW))
         new_shapes = tmp / "new-shapes.jsonl"
         new_shapes.write_bytes(b"\n".join(json.dumps(b).encode() for b in shape_variants(body_file, NEW_SHAPES)))
-        bodies = {name: new_shapes if name == "mutate_new" else body_file for name in SERVERS}
-        ports = {name: (free_port(), free_port()) for name in SERVERS if name not in SAME_SERVER}
-        ports.update({name: ports[other] for name, other in SAME_SERVER.items()})
+        servers = dict(SERVERS)
+        if args.against:  # the same two servers on the code of another checkout, in the same rounds
+            servers.update({f"{name}_before": f"{servers[name]}, {args.against}" for name in AGAINST})
+        same = {**SAME_SERVER, **{f"{a}_before": f"{b}_before" for a, b in SAME_SERVER.items()}}
+        bodies = {name: new_shapes if name.startswith("mutate_new") else body_file for name in servers}
+        ports = {name: (free_port(), free_port()) for name in servers if name not in same}
+        ports.update({name: ports[other] for name, other in same.items() if name in servers})
         common = ["--cert", str(tmp / "tls.crt"), "--key", str(tmp / "tls.key"),
                   "--workers", str(args.workers), "--threads", str(args.threads)]  # fmt: skip
-        argv = {
-            "mutate": [sys.executable, "-m", "webhook", "serve", *common, "--inventory", str(DEMO_INVENTORY),
-                       "--host", "127.0.0.1", "--port", str(ports["mutate"][0]),
-                       "--health-port", str(ports["mutate"][1]), "--log-level", args.log_level],
-            "noop": [sys.executable, str(Path(__file__).resolve()), "noop-server", *common,
-                     "--port", str(ports["noop"][0]), "--health-port", str(ports["noop"][1])],
-            "noop_thin": [sys.executable, str(Path(__file__).resolve()), "noop-server", "--thin", *common,
-                          "--port", str(ports["noop_thin"][0]), "--health-port", str(ports["noop_thin"][1])],
-            "layer": [sys.executable, str(Path(__file__).resolve()), "stub-server", *common,
-                      "--port", str(ports["layer"][0]), "--health-port", str(ports["layer"][1]),
-                      "--body", str(body_file), "--log-level", args.log_level],
-        }  # fmt: skip
-        samples: dict[str, list[Measure]] = {name: [] for name in SERVERS}
+        this = str(Path(__file__).resolve())
+
+        def server_argv(kind: str, port: int, health_port: int) -> list[str]:
+            listen = ["--port", str(port), "--health-port", str(health_port)]
+            return {
+                "mutate": [sys.executable, "-m", "webhook", "serve", *common, "--inventory", str(DEMO_INVENTORY),
+                           "--host", "127.0.0.1", *listen, "--log-level", args.log_level],
+                "noop": [sys.executable, this, "noop-server", *common, *listen],
+                "noop_thin": [sys.executable, this, "noop-server", "--thin", *common, *listen],
+                "noop_raw": [sys.executable, this, "noop-server", "--raw", *common, *listen],
+                "noop_gthread": [sys.executable, this, "noop-server", "--raw", "--gthread", *common, *listen],
+                "layer": [sys.executable, this, "stub-server", *common, *listen, "--body", str(body_file),
+                          "--log-level", args.log_level],
+            }[kind]  # fmt: skip
+
+        argv = {name: server_argv(name, *ports[name]) for name in SERVERS if name not in SAME_SERVER}
+        trees = dict.fromkeys(argv, REPO)
+        for name in [n for n in AGAINST if n not in SAME_SERVER] if args.against else []:
+            argv[f"{name}_before"] = server_argv(name, *ports[f"{name}_before"])
+            trees[f"{name}_before"] = Path(args.against).resolve()
+        samples: dict[str, list[Measure]] = {name: [] for name in servers}
         env_note = f"{platform.python_version()}, {os.cpu_count()} CPUs, client {client}"
         print(f"gpupool server benchmark: {args.rounds} rounds x {args.duration:g} s, workers {args.workers}, "
               f"threads {args.threads}, {env_note}", flush=True)  # fmt: skip
-        with running(argv["mutate"], ports["mutate"][1], tmp / "mutate.log"), \
-                running(argv["noop"], ports["noop"][1], tmp / "noop.log"), \
-                running(argv["noop_thin"], ports["noop_thin"][1], tmp / "noop_thin.log"), \
-                running(argv["layer"], ports["layer"][1], tmp / "layer.log"):  # fmt: skip
+        with contextlib.ExitStack() as stack:
+            for name, command in argv.items():
+                stack.enter_context(running(command, ports[name][1], tmp / f"{name}.log", tree=trees[name]))
             for round_no in range(1, args.rounds + 1):
-                for name in SERVERS:
+                for name in servers:
                     m = measure(client, ports[name][0], tmp / "ca.crt", bodies[name], args.duration)
                     samples[name].append(m)
                     print(f"  round {round_no} {name:6} p50 {m.p50_ms:.3f} ms  p99 {m.p99_ms:.3f} ms  "
@@ -391,7 +425,7 @@ def bench(args: argparse.Namespace) -> int:
     noop, thin = result["noop"], result["noop_thin"]
     for name, m in result.items():
         print(
-            f"| {SERVERS[name]} | {m.p50_ms:.3f} ms | {m.p99_ms:.3f} ms | {m.rps_1:,.0f} | {m.rps_4:,.0f} | "
+            f"| {servers[name]} | {m.p50_ms:.3f} ms | {m.p99_ms:.3f} ms | {m.rps_1:,.0f} | {m.rps_4:,.0f} | "
             f"{m.p50_ms / noop.p50_ms:.2f}x | {m.rps_4 / noop.rps_4:.2f}x | "
             f"{m.p50_ms / thin.p50_ms:.2f}x | {m.rps_4 / thin.rps_4:.2f}x |"
         )
@@ -407,6 +441,19 @@ def bench(args: argparse.Namespace) -> int:
         f"every Pod a new shape: {new.p50_ms / noop.p50_ms:.2f}x, {new.rps_4 / noop.rps_4:.2f}x against the "
         f"Flask-routed no-op; {new.p50_ms / thin.p50_ms:.2f}x, {new.rps_4 / thin.rps_4:.2f}x against the thin one"
     )
+    raw, gthread = result["noop_raw"], result["noop_gthread"]
+    print(
+        f"gpupool's worker against stock gthread, raw WSGI no-op: {raw.p50_ms / gthread.p50_ms:.2f}x the p50, "
+        f"{raw.rps_4 / gthread.rps_4:.2f}x the throughput; /mutate against the raw no-op on stock gthread: "
+        f"{result['mutate'].p50_ms / gthread.p50_ms:.2f}x, {result['mutate'].rps_4 / gthread.rps_4:.2f}x"
+    )
+    if args.against:
+        for name in AGAINST:
+            now, then = result[name], result[f"{name}_before"]
+            print(
+                f"{servers[name]}: {now.p50_ms / then.p50_ms:.2f}x the p50, {now.rps_4 / then.rps_4:.2f}x the "
+                f"throughput of the same on {args.against}"
+            )
     print(f"\noutcomes of the real server's admissions: {outcomes}")
     ok = p50_ratio <= P50_LIMIT and rps_ratio >= THROUGHPUT_LIMIT
     print("targets met" if ok else "TARGETS MISSED")
@@ -417,10 +464,11 @@ def bench(args: argparse.Namespace) -> int:
         "command": " ".join([Path(sys.executable).name, *sys.argv]), "environment": env_note,
         "settings": {"workers": args.workers, "threads": args.threads, "duration_s": args.duration,
                      "rounds": args.rounds, "log_level": args.log_level},
-        "servers": SERVERS, "median": {k: asdict(v) for k, v in result.items()},
+        "servers": servers, "against": args.against, "median": {k: asdict(v) for k, v in result.items()},
         "rounds": {k: [asdict(m) for m in v] for k, v in samples.items()},
         "p50_ratio": p50_ratio, "throughput_ratio": rps_ratio, "targets_met": ok, "outcomes": outcomes,
         "thin_p50_ratio": thin_p50, "thin_throughput_ratio": thin_rps,
+        "worker_vs_gthread": {"p50": raw.p50_ms / gthread.p50_ms, "throughput": raw.rps_4 / gthread.rps_4},
         "new_shapes": NEW_SHAPES,
     }, indent=2))  # fmt: skip
     print(f"written to {out.relative_to(REPO)}")
@@ -434,6 +482,8 @@ def main() -> int:
     stub = sub.add_parser("stub-server", help=argparse.SUPPRESS)
     stub.add_argument("--body", required=True)
     noop.add_argument("--thin", action="store_true")
+    noop.add_argument("--raw", action="store_true", help="a WSGI callable, no Flask")
+    noop.add_argument("--gthread", action="store_true", help="gunicorn's own gthread worker")
     for p in (parser, noop, stub):
         p.add_argument("--workers", type=int, default=1)
         p.add_argument("--threads", type=int, default=4)
@@ -447,6 +497,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per server (default 3)")
     parser.add_argument("--client", choices=("auto", "wrk", "python"), default="auto")
     parser.add_argument("--check", action="store_true", help="exit 1 when the targets are missed")
+    parser.add_argument(
+        "--against",
+        metavar="DIR",
+        help="also measure the raw no-op and /mutate on the code of another checkout (say, main before a change)",
+    )
     args = parser.parse_args()
     if args.mode == "noop-server":
         return noop_server(args)

@@ -14,11 +14,19 @@
 3. A scratch kustomization stacks the overlay, the failure-policy-ignore and single-node components if
    asked for, an image override if given, the client-ca component with a ConfigMap made from --client-ca, and the
    webhook-port-from-control-plane component with the --control-plane-cidr addresses, a patch of the
-   NetworkPolicy's health-port rule for --metrics-namespace and --health-cidr, and a patch of the
-   webhook's namespaceSelector for --exclude-namespace and --no-ignore-label; `kubectl kustomize`
-   renders it.
+   NetworkPolicy's health-port rule for --metrics-namespace and --health-cidr, and a patch of both
+   webhooks' namespaceSelector (mutating and validating) for --exclude-namespace and --no-ignore-label;
+   `kubectl kustomize` renders it.
 4. The output is checked for the one thing that breaks silently (a webhook without a CA source) and
    written to build/gpupool-<overlay>.yaml, mode 0600: the self-signed output holds the private key.
+
+`make release VERSION=x.y.z` (`--release x.y.z`) writes what a release ships instead, into dist/: one file
+for `kubectl apply -f` (the cert-manager overlay, failurePolicy Fail, the image tag pinned to the
+version), the monitoring component on its own, and their SHA-256 sums. It refuses a version that the
+package, pyproject.toml or the CHANGELOG do not name. The NetworkPolicy's and the namespace opt-out's
+options apply to it as to `make manifests` (CONTROL_PLANE_CIDRS, METRICS_NAMESPACES, HEALTH_CIDRS,
+EXCLUDE_NAMESPACES, IGNORE_LABEL), so a release can be made for one cluster; what the release fixes itself
+(overlay, failure policy, image, a client CA file, single-node) it refuses.
 
 Standard library only, so it runs before anything else is installed; `gpupool certs` runs with the
 same interpreter (`python -m webhook certs`).
@@ -27,6 +35,7 @@ same interpreter (`python -m webhook certs`).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import ipaddress
 import json
 import os
@@ -49,12 +58,29 @@ NAMESPACE = "gpupool-system"
 IMAGE_NAME = "ghcr.io/gpupool/gpupool-webhook"
 CERT_FILES = ("ca.crt", "tls.crt", "tls.key")
 CLIENT_CA_FILE = "client-ca.crt"  # the --client-ca copy, next to the scratch kustomization
+# A release needs no file from the machine that made it: cert-manager issues the certificates in the cluster.
+RELEASE_OVERLAY = "cert-manager"
+# The alerts' runbook_url points at docs/operations.md on main; a release points at its own tag's.
+RUNBOOKS = "https://github.com/gpupool/gpupool/blob/main/docs/"
+VERSION_FORMAT = re.compile(r"\d+\.\d+\.\d+(?:-[0-9A-Za-z.]+)?")
 # Who may reach the health port by default (manifests/base/networkpolicy.yaml): Prometheus' namespace.
 METRICS_NAMESPACES = ("monitoring",)
 # What the base's namespaceSelector leaves out by name (manifests/base/webhook.yaml), and its label.
 EXCLUDED_BY_DEFAULT = ("kube-system", NAMESPACE, "gpu-operator")
 IGNORE_LABEL = "gpupool.io/ignore"
+# The webhook configurations (manifests/base/webhook.yaml, validating-webhook.yaml), one webhook each.
+WEBHOOK_CONFIGURATIONS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 _NAMESPACE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+# What a release fixes itself (or would take from this machine): the options --release refuses, by flag.
+RELEASE_REFUSES = {
+    "--overlay": "overlay",
+    "--failure-policy": "failure_policy",
+    "--image": "image",
+    "--out": "out",
+    "--host": "host",
+    "--client-ca": "client_ca",
+    "--single-node": "single_node",
+}
 
 
 class RenderError(Exception):
@@ -191,9 +217,9 @@ def stacked_kustomization(
             *(f"      {line}" for line in policy_ops),
         ]
     selector = namespace_selector_patch(exclude_namespaces, ignore_label=ignore_label)
-    if selector:
+    for kind in WEBHOOK_CONFIGURATIONS if selector else ():  # both leave out the same namespaces
         patches += [
-            "  - target: {kind: MutatingWebhookConfiguration, name: gpupool-webhook}",
+            f"  - target: {{kind: {kind}, name: gpupool-webhook}}",
             "    patch: |-",
             *(f"      {line}" for line in selector),
         ]
@@ -251,11 +277,10 @@ def kustomize(kubectl: str, directory: Path) -> str:
 
 
 def check_ca_source(rendered: str, overlay: str) -> None:
-    """Refuse output whose webhook has no CA: kube-apiserver would reject every call (x509 errors)."""
-    if overlay == "self-signed" and "caBundle:" not in rendered:
-        raise RenderError("the rendered webhook configuration has no caBundle")
-    if overlay == "cert-manager" and "cert-manager.io/inject-ca-from:" not in rendered:
-        raise RenderError("the rendered webhook configuration has no cert-manager.io/inject-ca-from")
+    """Refuse output whose webhooks have no CA: kube-apiserver would reject every call (x509 errors)."""
+    mark = {"self-signed": "caBundle:", "cert-manager": "cert-manager.io/inject-ca-from:"}[overlay]
+    if rendered.count(mark) < len(WEBHOOK_CONFIGURATIONS):
+        raise RenderError(f"a rendered webhook configuration has no {mark.rstrip(':')}")
 
 
 def render(
@@ -316,13 +341,92 @@ def _write_private(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def release_version_problems(version: str, changelog: Path) -> list[str]:
+    """Why `version` cannot be released from this tree: its format, the version the package and
+    pyproject.toml say (what gpupool_build_info will report), a CHANGELOG without a section for it."""
+    if not VERSION_FORMAT.fullmatch(version):
+        return [f"VERSION {version!r} is not x.y.z (or x.y.z-suffix)"]
+    problems = []
+    package = re.search(r'^__version__ = "([^"]+)"', (REPO / "webhook" / "__init__.py").read_text(), re.M)
+    project = re.search(r'^version = "([^"]+)"', (REPO / "pyproject.toml").read_text(), re.M)
+    for where, found in (("webhook/__init__.py", package), ("pyproject.toml", project)):
+        if found is None or found.group(1) != version:
+            said = found.group(1) if found else "nothing"
+            problems.append(f"{where} says version {said}, not {version}: the image would report another version")
+    try:
+        text = changelog.read_text(encoding="utf-8")
+    except OSError as exc:
+        return [*problems, f"cannot read {changelog}: {exc.strerror}"]
+    if not re.search(rf"^## {re.escape(version)}(\s|$)", text, re.M):
+        problems.append(f"{changelog.name} has no section `## {version}`: say what the release changes")
+    return problems
+
+
+def release(
+    version: str,
+    *,
+    out_dir: Path,
+    kubectl: str,
+    changelog: Path,
+    control_plane_cidrs: Sequence[str] = (),
+    exclude_namespaces: Sequence[str] = (),
+    ignore_label: bool = True,
+    metrics_namespaces: Sequence[str] = (),
+    health_cidrs: Sequence[str] = (),
+) -> list[Path]:
+    """Write the release's files into `out_dir`; returns them. RenderError when the tree cannot be released.
+
+    Who may reach the two ports and which namespaces are left out are the cluster's to say, as for
+    `render`: a release built for one cluster passes them (the defaults are the base's)."""
+    problems = release_version_problems(version, changelog)
+    if problems:
+        raise RenderError("; ".join(problems))
+    if shutil.which(kubectl) is None:
+        raise RenderError(f"{kubectl!r} not found on PATH; kubectl (with kustomize) renders the manifests")
+    tag = f"https://github.com/gpupool/gpupool/blob/v{version}/docs/"
+    install = out_dir / f"gpupool-{version}.yaml"
+    monitoring = out_dir / f"gpupool-monitoring-{version}.yaml"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="gpupool-release-") as tmp:
+        scratch = Path(tmp)
+        stage(scratch, RELEASE_OVERLAY, scratch)
+        (scratch / "render").mkdir()
+        kustomization = stacked_kustomization(
+            RELEASE_OVERLAY,
+            "Fail",
+            f"{IMAGE_NAME}:{version}",
+            control_plane_cidrs=control_plane_cidrs,
+            exclude_namespaces=exclude_namespaces,
+            ignore_label=ignore_label,
+            metrics_namespaces=metrics_namespaces,
+            health_cidrs=health_cidrs,
+        )
+        (scratch / "render" / "kustomization.yaml").write_text(kustomization)
+        rendered = kustomize(kubectl, scratch / "render")
+        check_ca_source(rendered, RELEASE_OVERLAY)
+        (scratch / "monitoring").mkdir()
+        (scratch / "monitoring" / "kustomization.yaml").write_text(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+            "components:\n  - ../manifests/components/monitoring\n"
+        )
+        alerts = kustomize(kubectl, scratch / "monitoring")
+    if RUNBOOKS not in alerts:
+        raise RenderError(f"the alerts' runbook_url no longer starts with {RUNBOOKS}")
+    header = f"# gpupool {version}: {{}}\n"
+    install.write_text(header.format("kubectl apply -f (docs/install.md, Installing a release)") + rendered)
+    monitoring.write_text(header.format("monitoring for the Prometheus Operator") + alerts.replace(RUNBOOKS, tag))
+    sums = out_dir / "SHA256SUMS"
+    sums.write_text("".join(f"{hashlib.sha256(f.read_bytes()).hexdigest()}  {f.name}\n" for f in (install, monitoring)))
+    return [install, monitoring, sums]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="render.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--overlay", choices=OVERLAYS, default="self-signed")
+    # No argparse defaults for these two: --release refuses them when given (`RELEASE_REFUSES`).
+    parser.add_argument("--overlay", choices=OVERLAYS, help="default: self-signed")
     parser.add_argument(
         "--failure-policy",
         choices=FAILURE_POLICIES,
-        default="Fail",
         help="Ignore adds the failure-policy-ignore component, for a first rollout (default: Fail)",
     )
     parser.add_argument("--image", metavar="REF", help="image for the Deployment (default: the base's)")
@@ -393,16 +497,52 @@ def build_parser() -> argparse.ArgumentParser:
         "never on a cluster with real GPU workloads",
     )
     parser.add_argument("--kubectl", default="kubectl", metavar="PATH")
+    parser.add_argument(
+        "--release",
+        metavar="VERSION",
+        help="write the release's files into --out-dir instead: the cert-manager install with the image tag "
+        "VERSION, the monitoring component, SHA256SUMS; takes the options of the NetworkPolicy and of the "
+        "namespaces left out, and refuses the others",
+    )
+    parser.add_argument("--out-dir", metavar="DIR", type=Path, default=REPO / "dist", help="for --release")
+    parser.add_argument("--changelog", metavar="FILE", type=Path, default=REPO / "CHANGELOG.md", help=argparse.SUPPRESS)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    out: Path = args.out or REPO / "build" / f"gpupool-{args.overlay}.yaml"
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.release is not None:
+        given = [flag for flag, dest in RELEASE_REFUSES.items() if getattr(args, dest) not in (None, False, [])]
+        if given:
+            parser.error(
+                f"--release renders the cert-manager overlay, failurePolicy Fail, the image tagged VERSION and no "
+                f"file of this machine; {', '.join(given)} cannot be given with it"
+            )
+        try:
+            files = release(
+                args.release,
+                out_dir=args.out_dir,
+                kubectl=args.kubectl,
+                changelog=args.changelog,
+                control_plane_cidrs=args.control_plane_cidr,
+                exclude_namespaces=args.exclude_namespace,
+                ignore_label=args.ignore_label,
+                metrics_namespaces=args.metrics_namespace,
+                health_cidrs=args.health_cidr,
+            )
+        except RenderError as exc:
+            print(f"render.py: error: {exc}", file=sys.stderr)
+            return 1
+        print(f"wrote {', '.join(str(f) for f in files)} (release {args.release})")
+        return 0
+    overlay: str = args.overlay or "self-signed"
+    failure_policy: str = args.failure_policy or "Fail"
+    out: Path = args.out or REPO / "build" / f"gpupool-{overlay}.yaml"
     try:
         render(
-            args.overlay,
-            failure_policy=args.failure_policy,
+            overlay,
+            failure_policy=failure_policy,
             image=args.image,
             out=out,
             certs_dir=args.certs_dir,
@@ -431,7 +571,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         extras += f", {IGNORE_LABEL} not honoured"
     if args.single_node:
         extras += ", both replicas may share a node (single-node test cluster)"
-    print(f"wrote {out} ({args.overlay}, failurePolicy {args.failure_policy}{extras})")
+    print(f"wrote {out} ({overlay}, failurePolicy {failure_policy}{extras})")
     return 0
 
 

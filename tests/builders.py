@@ -108,6 +108,38 @@ def shared_node(
     return gpu_node(name, f"{product}-SHARED", gpus * replicas, memory_mib=memory_mib, labels=labels, **kw)
 
 
+def renamed_shared_node(
+    name: str, product: str = "NVIDIA-H100-80GB-HBM3", gpus: int = 4, replicas: int = 4, **kw: Any
+) -> dict[str, Any]:
+    """A node time-sliced with GFD's `renameByDefault: true`: the replicas are on nvidia.com/gpu.shared
+    (and nvidia.com/gpu is gone), described by the nvidia.com/gpu.* labels, the product not suffixed."""
+    labels = {
+        "nvidia.com/gpu.replicas": str(replicas),
+        "nvidia.com/gpu.sharing-strategy": "time-slicing",
+        "nvidia.com/gpu.count": str(gpus),
+        **kw.pop("labels", {}),
+    }
+    kw.setdefault("memory_mib", 81559)
+    kw.setdefault("gpu_class", None)
+    obj = gpu_node(name, product, gpus * replicas, labels=labels, **kw)
+    allocatable = obj["status"]["allocatable"]
+    allocatable["nvidia.com/gpu.shared"] = allocatable.pop("nvidia.com/gpu")
+    return obj
+
+
+def ascend_node(name: str, card: str = "Ascend910", devices: dict[str, int] | None = None, **kw: Any) -> dict[str, Any]:
+    """An Ascend node as its device plugin and labels show it: `accelerator=huawei-<card>`, and per
+    resource (`huawei.com/Ascend910`, a virtual NPU `huawei.com/Ascend910-4c`) its count."""
+    kw.setdefault("gpu_class", None)
+    labels = {"accelerator": f"huawei-{card}", **kw.pop("labels", {})}
+    devices = {f"huawei.com/{card}": 8} if devices is None else devices
+    obj = gpu_node(name, card, 0, labels=labels, resource="ascend", **kw)
+    allocatable = obj["status"]["allocatable"]
+    del allocatable["ascend"]
+    allocatable.update({resource: str(n) for resource, n in devices.items()})
+    return obj
+
+
 def issue_fleet() -> list[dict[str, Any]]:
     """The nodes of issue 10: an A100 in single-strategy MIG (56 1g.5gb) beside whole A100-40GBs (8 and 4
     GPUs); a time-sliced T4 (4 replicas) beside a dedicated one; a mixed-strategy A100 with two 3g.20gb."""

@@ -101,7 +101,7 @@ def test_the_public_interface_is_read_from_the_code() -> None:
     assert "certs --days" in cli_flags()
     assert {"quota --namespace", "quota -n", "quota --output", "explain --context"} <= set(cli_flags())
     assert "--all-namespaces" in KUBECTL_FLAGS
-    assert {"gpupool_quota_used", "gpupool_quota_hard"} <= set(metric_names())
+    assert {"gpupool_quota_used_gpus", "gpupool_quota_hard_bytes", "gpupool_build_info"} <= set(metric_names())
     assert {"GPUPOOL_CERT", "GPUPOOL_CERTS_HOSTS"} <= set(environment_variables())
     assert {"gpupool_admissions_total", "gpupool_pool_gpus_free"} <= set(metric_names())
     assert "gpupool.io/gpu-class" in annotations()

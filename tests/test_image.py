@@ -121,7 +121,7 @@ class TestDockerfile:
         pod_spec = deployment_pod_spec()
         security = pod_spec["securityContext"]
         assert (int(uid), int(gid)) == (security["runAsUser"], security["runAsGroup"])
-        env = {e["name"]: e["value"] for e in pod_spec["containers"][0]["env"]}
+        env = {e["name"]: e["value"] for e in pod_spec["containers"][0]["env"] if "value" in e}
         options = resolve_options(build_parser(["serve"]).parse_args(["serve"]), env)
         assert {int(p) for p in by_keyword["EXPOSE"].split()} == {options.port, options.health_port}
         assert "HEALTHCHECK" not in by_keyword

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import hashlib
 import ipaddress
 import re
 import shutil
@@ -32,10 +33,11 @@ from cryptography import x509
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import webhook
 from webhook.admission.pod import read_pod
 from webhook.admission.request import wants_gpus
 from webhook.commands.cli import build_parser
-from webhook.commands.serve import SERVE_ENV, check_client_ca, resolve_options
+from webhook.commands.serve import DOWNWARD_ENV, NAMESPACE_ENV, SERVE_ENV, check_client_ca, resolve_options
 from webhook.domain.policy import Policy, default_policy_text, load_policy_text
 from webhook.domain.quantity import parse_bytes
 from webhook.serving.certs import dns_names, ensure_certificates
@@ -52,7 +54,8 @@ TLS_SECRET = "gpupool-webhook-tls"
 # For the property test of the webhook's matchConditions: GPU resources, and names that only look like one.
 RESOURCE_NAMES = (
     *("nvidia.com/gpu", "nvidia.com/mig-1g.5gb", "amd.com/gpu", "huawei.com/Ascend910", "huawei.com/Ascend310P"),
-    *("cpu", "memory", "nvidia.com/gpux", "nvidia.com/mig", "example.com/gpu", "amd.com/gpu-x"),
+    *("nvidia.com/gpu.shared", "nvidia.com/mig-1g.5gb.shared", "huawei.com/Ascend910-4c"),
+    *("cpu", "memory", "nvidia.com/gpux", "nvidia.com/mig", "example.com/gpu", "amd.com/gpu-x", "nvidia.com/gpu.x"),
 )
 ENV_NAMES = ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "nvidia_visible_devices", "PATH")
 # Schemas to validate against. 1.30 is the first release where webhook matchConditions are GA (its
@@ -73,7 +76,13 @@ DEPLOYABLE = ("self-signed", "self-signed+ignore", "cert-manager", "cert-manager
 # As given to render.py, and as the NetworkPolicy must hold them (a bare address is a /32).
 CONTROL_PLANE = {"10.0.0.10": "10.0.0.10/32", "192.0.2.0/28": "192.0.2.0/28", "fd00::5": "fd00::5/128"}
 COMPONENT = "app.kubernetes.io/component"
-CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration"}
+CLUSTER_SCOPED = {
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "MutatingWebhookConfiguration",
+    "ValidatingWebhookConfiguration",
+}
 
 pytestmark = pytest.mark.skipif(
     KUBECTL is None, reason="kubectl is not on PATH: the manifests are rendered with `kubectl kustomize`"
@@ -203,10 +212,22 @@ def deployable(request: pytest.FixtureRequest, rendered: dict[str, Rendering]) -
     return rendered[request.param]
 
 
+def env_value(r: Rendering, entry: Obj) -> str:
+    """An env entry's value as the kubelet sets it: `value`, or the downward API's Pod name, namespace or
+    service account."""
+    if "value" in entry:
+        return str(entry["value"])
+    path = entry["valueFrom"]["fieldRef"]["fieldPath"]
+    deployment = r.one("Deployment")["metadata"]
+    fields = {"metadata.namespace": deployment["namespace"], "metadata.name": f"{deployment['name']}-5d8f7c9b4-x2kqp"}
+    fields["spec.serviceAccountName"] = r.pod_spec["serviceAccountName"]
+    return fields[path]
+
+
 def serve_options(r: Rendering) -> ServeOptions:
     """The options `gpupool serve` resolves from the Deployment's args and environment."""
     container = r.container
-    env = {e["name"]: e["value"] for e in container.get("env", [])}
+    env = {e["name"]: env_value(r, e) for e in container.get("env", [])}
     args = build_parser(["serve"]).parse_args(["serve", *container.get("args", [])])
     return resolve_options(args, env)
 
@@ -300,6 +321,7 @@ class TestRender:
             "PodDisruptionBudget",
             "NetworkPolicy",
             "MutatingWebhookConfiguration",
+            "ValidatingWebhookConfiguration",
         }
         namespaced = [o for o in deployable.objects if o["kind"] not in CLUSTER_SCOPED]
         assert {o["metadata"].get("namespace") for o in namespaced} == {NAMESPACE}
@@ -316,10 +338,16 @@ class TestRender:
 
     def test_deploy_applies_the_webhook_configuration_last(self, deployable: Rendering) -> None:
         """`make deploy` first applies what `-l app.kubernetes.io/component!=webhook-configuration`
-        selects: everything except the webhook configuration, which it applies once the Pods are ready."""
+        selects: everything except the webhook configurations, which it applies once the Pods are ready,
+        the mutating one first (kubectl applies a file in order): a Pod validated before gpupool could
+        place it would be refused as unplaced. `make undeploy` deletes them the other way round."""
         first = {"matchExpressions": [{"key": COMPONENT, "operator": "NotIn", "values": ["webhook-configuration"]}]}
         held_back = [o["kind"] for o in deployable.objects if not selects(first, o["metadata"].get("labels", {}))]
-        assert held_back == ["MutatingWebhookConfiguration"]
+        assert held_back == ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"]
+        kinds = [o["kind"] for o in deployable.objects]
+        assert kinds[-2:] == held_back
+        deleted = re.findall(r"delete (\w+webhookconfiguration)", make_dry_run("undeploy"))
+        assert deleted == ["validatingwebhookconfiguration", "mutatingwebhookconfiguration"]
 
     def test_every_object_is_labelled_part_of_gpupool(self, deployable: Rendering) -> None:
         """`kubectl get -l app.kubernetes.io/part-of=gpupool` finds every object of the install."""
@@ -488,23 +516,27 @@ class TestPolicyConfigMap:
         assert volume["configMap"]["name"] == cm["metadata"]["name"]
         assert serve_options(rendering).policy == f"{mount_of(rendering, 'policy')}/policy.yaml"
 
-    def test_a_policy_change_rolls_the_deployment(self, tmp_path: Path) -> None:
-        """Editing policy.yaml renames the ConfigMap (content hash), which changes the Pod template."""
+    def test_a_policy_change_is_made_in_place_without_a_rollout(self, tmp_path: Path) -> None:
+        """Editing policy.yaml changes the ConfigMap's data under the same name, and not the Pod template:
+        `kubectl apply` updates the mounted file and the running Pods switch to it (the server follows the
+        file, tests/serving/test_policyfile.py) instead of a rollout re-listing the cluster per Pod."""
         shutil.copytree(MANIFESTS / "base", tmp_path / "base")
         before = parse_objects(kustomize(tmp_path / "base"), "before")
         with (tmp_path / "base" / "policy.yaml").open("a", encoding="utf-8") as f:
             f.write("\n# an admin's edit\n")
         after = parse_objects(kustomize(tmp_path / "base"), "after")
-        assert volume_named(before, "policy") != volume_named(after, "policy")
-        assert before.one("Deployment")["spec"]["template"] != after.one("Deployment")["spec"]["template"]
+        assert self.policy_map(before)["metadata"]["name"] == self.policy_map(after)["metadata"]["name"]
+        assert self.policy_map(before)["data"] != self.policy_map(after)["data"]
+        assert before.one("Deployment")["spec"]["template"] == after.one("Deployment")["spec"]["template"]
 
 
 # --- the webhook configuration -------------------------------------------------------------------
 
 
 class TestWebhookConfiguration:
-    def test_only_pod_create_is_sent(self, rendering: Rendering) -> None:
-        """Only CREATE of core/v1 Pods: no UPDATE, no DELETE, no subresource such as pods/binding."""
+    def test_only_pod_create_and_ephemeral_containers_are_sent(self, rendering: Rendering) -> None:
+        """Only CREATE of core/v1 Pods and UPDATE of pods/ephemeralcontainers (`kubectl debug`): no other
+        UPDATE, no DELETE, no other subresource such as pods/binding."""
         assert rendering.webhook["rules"] == [
             {
                 "apiGroups": [""],
@@ -512,7 +544,14 @@ class TestWebhookConfiguration:
                 "operations": ["CREATE"],
                 "resources": ["pods"],
                 "scope": "Namespaced",
-            }
+            },
+            {
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "operations": ["UPDATE"],
+                "resources": ["pods/ephemeralcontainers"],
+                "scope": "Namespaced",
+            },
         ]
 
     def test_call_settings(self, rendering: Rendering) -> None:
@@ -643,17 +682,21 @@ class TestKubeApiserverSide:
         config: Obj = yaml.safe_load((MANIFESTS / "kube-apiserver" / "admission-configuration.yaml").read_text())
         return config
 
-    def test_the_mutating_webhook_plugin_gets_a_kubeconfig(self) -> None:
-        """The AdmissionConfiguration (apiserver.config.k8s.io/v1) gives the MutatingAdmissionWebhook plugin
-        a WebhookAdmissionConfiguration with an absolute kubeConfigFile, and nothing else."""
+    def test_both_webhook_plugins_get_the_kubeconfig(self) -> None:
+        """The AdmissionConfiguration (apiserver.config.k8s.io/v1) gives the MutatingAdmissionWebhook and
+        the ValidatingAdmissionWebhook plugin the same WebhookAdmissionConfiguration with an absolute
+        kubeConfigFile, and nothing else: both webhooks call the Service, and under client certificates a
+        plugin without them would have every call refused."""
         config = self.admission_configuration()
         assert (config["apiVersion"], config["kind"]) == ("apiserver.config.k8s.io/v1", "AdmissionConfiguration")
-        (plugin,) = config["plugins"]
-        assert plugin["name"] == "MutatingAdmissionWebhook"
-        assert set(plugin["configuration"]) == {"apiVersion", "kind", "kubeConfigFile"}
-        assert plugin["configuration"]["apiVersion"] == "apiserver.config.k8s.io/v1"
-        assert plugin["configuration"]["kind"] == "WebhookAdmissionConfiguration"
-        assert plugin["configuration"]["kubeConfigFile"].startswith("/etc/kubernetes/pki/")
+        plugins = {p["name"]: p["configuration"] for p in config["plugins"]}
+        assert set(plugins) == {"MutatingAdmissionWebhook", "ValidatingAdmissionWebhook"}
+        assert plugins["MutatingAdmissionWebhook"] == plugins["ValidatingAdmissionWebhook"]
+        configuration = plugins["MutatingAdmissionWebhook"]
+        assert set(configuration) == {"apiVersion", "kind", "kubeConfigFile"}
+        assert configuration["apiVersion"] == "apiserver.config.k8s.io/v1"
+        assert configuration["kind"] == "WebhookAdmissionConfiguration"
+        assert configuration["kubeConfigFile"].startswith("/etc/kubernetes/pki/")
 
     def test_the_install_guide_names_the_user_kube_apiserver_looks_up(self, rendered: dict[str, Rendering]) -> None:
         """kube-apiserver picks the kubeconfig user named <service>.<namespace>.svc for a webhook that calls
@@ -700,28 +743,31 @@ class TestCertManager:
 # --- matchConditions, evaluated with CEL ---------------------------------------------------------
 
 
-Condition = Callable[[Obj], Any]
+Condition = Callable[..., Any]  # (object, subresource="") -> CEL result
 
 
 @pytest.fixture(scope="module")
 def conditions(rendered: dict[str, Rendering]) -> dict[str, Condition]:
-    """The webhook's matchConditions compiled with cel-python, by name."""
+    """The webhook's matchConditions compiled with cel-python, by name; each takes the object and the
+    request's subresource ("" for a Pod CREATE, "ephemeralcontainers" for its UPDATE)."""
     env = celpy.Environment()
     compiled: dict[str, Condition] = {}
     for condition in rendered["base"].webhook["matchConditions"]:
         program = env.program(env.compile(condition["expression"]))
 
-        def evaluate(obj: Obj, program: Any = program) -> Any:
-            request = {"operation": "CREATE", "namespace": "team-a", "object": obj, "dryRun": False}
+        def evaluate(obj: Obj, sub_resource: str = "", program: Any = program) -> Any:
+            request: Obj = {"operation": "CREATE", "namespace": "team-a", "object": obj, "dryRun": False}
+            if sub_resource:  # kube-apiserver leaves the field out when there is none
+                request |= {"operation": "UPDATE", "subResource": sub_resource, "oldObject": obj}
             return program.evaluate({"object": json_to_cel(obj), "request": json_to_cel(request)})
 
         compiled[condition["name"]] = evaluate
     return compiled
 
 
-def sent(conditions: Mapping[str, Condition], obj: Obj) -> bool:
+def sent(conditions: Mapping[str, Condition], obj: Obj, sub_resource: str = "") -> bool:
     """What kube-apiserver does: send the request only when every condition is true."""
-    results = [conditions[name](obj) for name in conditions]
+    results = [conditions[name](obj, sub_resource) for name in conditions]
     assert all(isinstance(r, celtypes.BoolType) for r in results), results
     return all(bool(r) for r in results)
 
@@ -730,7 +776,9 @@ MIRROR = "kubernetes.io/config.mirror"
 
 
 def is_gpu_resource(name: str) -> bool:
-    return name in ("nvidia.com/gpu", "amd.com/gpu") or name.startswith(("nvidia.com/mig-", "huawei.com/Ascend"))
+    return name in ("nvidia.com/gpu", "nvidia.com/gpu.shared", "amd.com/gpu") or name.startswith(
+        ("nvidia.com/mig-", "huawei.com/Ascend")
+    )
 
 
 DEFAULT_POLICY = load_policy_text(default_policy_text())
@@ -739,7 +787,7 @@ DEFAULT_POLICY = load_policy_text(default_policy_text())
 def should_be_sent(obj: Obj) -> bool:
     """The rule the matchConditions implement, for a Pod CREATE in a namespace the namespaceSelector lets
     through: sent exactly when it is not a mirror Pod (annotation kubernetes.io/config.mirror) and it
-    carries a gpupool.io/ annotation, or names a GPU resource (nvidia.com/gpu, nvidia.com/mig-*,
+    carries a gpupool.io/ annotation, or names a GPU resource (nvidia.com/gpu, nvidia.com/gpu.shared, nvidia.com/mig-*,
     amd.com/gpu, huawei.com/Ascend*) in the limits or requests of any container or init container, or
     has an env entry named NVIDIA_VISIBLE_DEVICES in any of them. spec.nodeName and DaemonSet owners
     make no difference."""
@@ -809,6 +857,8 @@ class TestMatchConditions:
             pod(limits={"cpu": "1"}, init_limits={"nvidia.com/gpu": "1"}),
             pod(init_requests={"amd.com/gpu": "1"}),
             pod(limits={"nvidia.com/mig-1g.5gb": "1"}),
+            pod(limits={"nvidia.com/gpu.shared": "1"}),
+            pod(requests={"huawei.com/Ascend910-4c": "1"}),
             pod(requests={"nvidia.com/mig-3g.20gb": "1"}),
             pod(limits={"amd.com/gpu": "1"}),
             pod(limits={"huawei.com/Ascend910": "1"}),
@@ -828,6 +878,8 @@ class TestMatchConditions:
             "init-container-gpu",
             "init-container-requests",
             "mig-limit",
+            "renamed-shared-replica",
+            "ascend-virtual-npu",
             "mig-requests",
             "amd",
             "ascend",
@@ -877,10 +929,13 @@ class TestMatchConditions:
         assert should_be_sent(obj) is False
         assert sent(conditions, obj) is False
 
-    def test_every_vendor_of_the_policy_is_sent(self, conditions: dict[str, Condition]) -> None:
-        """Each vendor's GPU resource in the default policy is one the conditions recognise."""
-        for vendor in load_policy_text(default_policy_text()).vendors.values():
-            assert sent(conditions, pod(limits={vendor.resource: "1"})), vendor.resource
+    def test_every_resource_of_the_policy_is_sent(self, conditions: dict[str, Condition]) -> None:
+        """Every device resource of the default policy's vendors (their GPUs, other cards, renamed
+        replicas) and a partition of each partition prefix is one the conditions recognise."""
+        for vendor in DEFAULT_POLICY.vendors.values():
+            for resource in (*vendor.resources, *(f"{p}x" for p in vendor.partition_prefixes)):
+                assert DEFAULT_POLICY.vendor_of(resource) is vendor
+                assert sent(conditions, pod(limits={resource: "1"})), resource
 
     @pytest.mark.parametrize(
         "obj",
@@ -931,19 +986,84 @@ class TestMatchConditions:
             assert should_be_sent(obj)
 
 
+def debugged(*envs: list[str], annotations: dict[str, str] | None = None) -> Obj:
+    """A GPU Pod as kube-apiserver sends it for an update of pods/ephemeralcontainers: one ephemeral
+    container per entry of `envs`, with those environment variables."""
+    obj = pod(annotations=annotations, limits={"nvidia.com/gpu": "1"}, env=["NVIDIA_VISIBLE_DEVICES"])
+    obj["spec"]["ephemeralContainers"] = [
+        {"name": f"debugger-{i}", "image": "busybox", "env": [{"name": n, "value": "all"} for n in names]}
+        for i, names in enumerate(envs)
+    ]
+    return obj
+
+
+class TestEphemeralContainerConditions:
+    @pytest.mark.parametrize(
+        "obj",
+        [debugged(["NVIDIA_VISIBLE_DEVICES"]), debugged(["PATH"], ["PATH", "NVIDIA_VISIBLE_DEVICES"])],
+        ids=["one", "the-second-of-two"],
+    )
+    def test_an_ephemeral_container_that_sets_visible_devices_is_sent(
+        self, conditions: dict[str, Condition], obj: Obj
+    ) -> None:
+        """`kubectl debug` adding a container that sets NVIDIA_VISIBLE_DEVICES is sent to gpupool."""
+        assert sent(conditions, obj, "ephemeralcontainers") is True
+
+    @pytest.mark.parametrize(
+        "obj",
+        [
+            debugged(["PATH"], annotations={"gpupool.io/gpu-class": "high"}),
+            debugged(),
+            debugged([], ["nvidia_visible_devices", "CUDA_VISIBLE_DEVICES"]),
+            {"metadata": {}, "spec": {"containers": [{"name": "a"}], "ephemeralContainers": [{"name": "d"}]}},
+            {"metadata": {}, "spec": {"containers": [{"name": "a"}]}},
+        ],
+        ids=["annotated-gpu-pod", "no-ephemeral-containers", "other-variables", "no-env", "no-list"],
+    )
+    def test_any_other_ephemeral_container_update_is_not_sent(self, conditions: dict[str, Condition], obj: Obj) -> None:
+        """Whatever the Pod (a GPU Pod that opted in, with NVIDIA_VISIBLE_DEVICES in a regular container),
+        `kubectl debug` without the variable never reaches gpupool, so it cannot be blocked by it."""
+        assert sent(conditions, obj, "ephemeralcontainers") is False
+        for name, evaluate in conditions.items():
+            assert isinstance(evaluate(obj, "ephemeralcontainers"), celtypes.BoolType), name
+
+    def test_the_ephemeral_condition_lets_every_pod_create_through(self, conditions: dict[str, Condition]) -> None:
+        """On a Pod CREATE the condition for ephemeral containers holds, so only the others decide."""
+        for obj in (pod(), pod(limits={"nvidia.com/gpu": "1"}), debugged()):
+            assert conditions["ephemeral-container-sets-visible-devices"](obj) == celtypes.BoolType(True)
+
+
 # --- RBAC ----------------------------------------------------------------------------------------
 
 
 class TestRbac:
-    def test_reads_nodes_pods_and_quotas_only(self, rendering: Rendering) -> None:
-        """The only permissions: get, list and watch on nodes, pods and resourcequotas."""
-        assert rendering.all("Role") == []
-        assert rendering.all("RoleBinding") == []
+    def test_reads_nodes_pods_and_quotas_and_writes_only_what_the_queue_needs(self, rendering: Rendering) -> None:
+        """Cluster-wide: get, list and watch on nodes, pods and resourcequotas; patch of pods (the queue's
+        release) and create of events (telling the Pod). In its own namespace only: the Lease."""
         granted = set()
         for rule in rendering.one("ClusterRole")["rules"]:
             assert set(rule) == {"apiGroups", "resources", "verbs"}  # no resourceNames, no nonResourceURLs
             granted |= {(g, r, v) for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
-        assert granted == {("", r, v) for r in ("nodes", "pods", "resourcequotas") for v in ("get", "list", "watch")}
+        reads = {("", r, v) for r in ("nodes", "pods", "resourcequotas") for v in ("get", "list", "watch")}
+        assert granted == reads | {("", "pods", "patch"), ("", "events", "create")}
+        (role,) = rendering.all("Role")
+        assert role["metadata"]["namespace"] == rendering.one("Deployment")["metadata"]["namespace"]
+        assert role["rules"] == [
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}
+        ]
+        (binding,) = rendering.all("RoleBinding")
+        assert binding["roleRef"]["name"] == role["metadata"]["name"]
+        account = rendering.one("ServiceAccount")["metadata"]
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": account["name"], "namespace": account["namespace"]}
+        ]
+
+    def test_the_replicas_know_who_they_are_for_leader_election(self, rendering: Rendering) -> None:
+        """POD_NAME and POD_NAMESPACE come from the downward API: the election's identity and the Lease's
+        namespace."""
+        (container,) = rendering.pod_spec["containers"]
+        env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in container["env"]}
+        assert (env["POD_NAME"], env["POD_NAMESPACE"]) == ("metadata.name", "metadata.namespace")
 
     def test_bound_to_the_deployments_service_account(self, rendering: Rendering) -> None:
         """The ClusterRoleBinding grants that role to the ServiceAccount the Pods run as, and no one else."""
@@ -962,6 +1082,10 @@ class TestRbac:
             }
         ]
         assert rendering.pod_spec["serviceAccountName"] == account["metadata"]["name"]
+        # ... and `gpupool serve` knows itself by that account, as kube-apiserver names it in userInfo.
+        env = {e["name"]: env_value(rendering, e) for e in rendering.container["env"]}
+        username = f"system:serviceaccount:{env[NAMESPACE_ENV]}:{serve_options(rendering).service_account}"
+        assert username == f"system:serviceaccount:{account['metadata']['namespace']}:{account['metadata']['name']}"
 
 
 # --- the Deployment and the objects around it ----------------------------------------------------
@@ -973,8 +1097,14 @@ class TestDeployment:
         container = rendering.container
         assert "command" not in container  # the image's entrypoint: gpupool serve
         names = [e["name"] for e in container["env"]]
-        assert set(names) <= set(SERVE_ENV), set(names) - set(SERVE_ENV)
-        assert all("valueFrom" not in e for e in container["env"])
+        assert set(names) <= {*SERVE_ENV, *DOWNWARD_ENV}, set(names) - set(SERVE_ENV) - set(DOWNWARD_ENV)
+        # Only who gpupool is comes from the downward API, so it cannot drift from the install.
+        from_api = {e["name"]: e["valueFrom"] for e in container["env"] if "valueFrom" in e}
+        assert from_api == {
+            **{name: {"fieldRef": {"fieldPath": path}} for name, path in DOWNWARD_ENV.items()},
+            "GPUPOOL_SERVICE_ACCOUNT": {"fieldRef": {"fieldPath": "spec.serviceAccountName"}},
+        }
+        assert NAMESPACE_ENV in DOWNWARD_ENV
         options = serve_options(rendering)
         assert options.inventory is None  # the live cluster, through the ServiceAccount
 
@@ -1165,3 +1295,166 @@ def spread_filter(constraints: list[Obj], nodes: list[str], placed: list[str]) -
         if fits:
             allowed.append(node)
     return allowed
+
+
+# --- the release: make release VERSION=... ------------------------------------------------------------
+
+
+def selected(objects: tuple[Obj, ...], key: str, excluded: set[str]) -> list[Obj]:
+    """The objects `kubectl -l 'key notin (excluded)'` acts on: those whose label is absent or not excluded."""
+    return [o for o in objects if (o["metadata"].get("labels") or {}).get(key) not in excluded]
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    """`render.py --release` at the package's version, as `make release VERSION=<it>` runs it."""
+    version = webhook.__version__
+    out = tmp_path_factory.mktemp("dist")
+    done = run_render("--release", version, "--out-dir", out)
+    assert done.returncode == 0, done.stderr
+    return version, out
+
+
+class TestRelease:
+    def test_one_file_installs_everything_with_the_image_pinned(self, release: tuple[str, Path]) -> None:
+        """gpupool-<version>.yaml is the cert-manager install (no key in it: the certificates are issued in
+        the cluster) with the image tag of the version, failurePolicy Fail, in the order `kubectl apply -f`
+        needs: the Namespace first, the webhook configurations last (the mutating one, then the validating one)."""
+        version, out = release
+        rendering = parse_objects((out / f"gpupool-{version}.yaml").read_text(), "release")
+        assert rendering.container["image"] == f"ghcr.io/gpupool/gpupool-webhook:{version}"
+        assert rendering.webhook["failurePolicy"] == "Fail"
+        assert rendering.objects[0]["kind"] == "Namespace"
+        assert [o["kind"] for o in rendering.objects[-2:]] == [
+            "MutatingWebhookConfiguration",
+            "ValidatingWebhookConfiguration",
+        ]
+        assert rendering.all("Certificate") and not rendering.all("Secret")
+        for obj in rendering.objects:
+            if not obj["apiVersion"].startswith("cert-manager.io/"):
+                kubernetes_validate.validate(obj, SCHEMA_VERSIONS[-1], strict=True)
+
+    def test_the_documented_selectors_split_the_file_as_the_install_guide_says(self, release: tuple[str, Path]) -> None:
+        """docs/install.md applies everything but the webhook configuration first, and upgrades without the
+        policy ConfigMap: each selector leaves out exactly that object."""
+        version, out = release
+        objects = parse_objects((out / f"gpupool-{version}.yaml").read_text(), "release").objects
+        guide = INSTALL_GUIDE.read_text(encoding="utf-8")
+        assert "-l 'app.kubernetes.io/component!=webhook-configuration'" in guide
+        assert "-l 'app.kubernetes.io/component notin (webhook-configuration,policy)'" in guide
+        left_out = [o for o in objects if o not in selected(objects, COMPONENT, {"webhook-configuration"})]
+        assert [o["kind"] for o in left_out] == ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"]
+        left_out = [o for o in objects if o not in selected(objects, COMPONENT, {"webhook-configuration", "policy"})]
+        assert sorted((o["kind"], o["metadata"]["name"]) for o in left_out) == [
+            ("ConfigMap", "gpupool-policy"),
+            ("MutatingWebhookConfiguration", "gpupool-webhook"),
+            ("ValidatingWebhookConfiguration", "gpupool-webhook"),
+        ]
+
+    def test_the_monitoring_file_holds_the_component_alone_with_runbooks_of_the_release(
+        self, release: tuple[str, Path]
+    ) -> None:
+        """gpupool-monitoring-<version>.yaml is the monitoring component, in gpupool's namespace, and each
+        alert's runbook_url points at the release's own docs (its tag), which say what that version does."""
+        version, out = release
+        rendering = parse_objects((out / f"gpupool-monitoring-{version}.yaml").read_text(), "monitoring")
+        assert sorted(o["kind"] for o in rendering.objects) == ["ConfigMap", "PodMonitor", "PrometheusRule"]
+        assert {o["metadata"]["namespace"] for o in rendering.objects} == {NAMESPACE}
+        urls = [r["annotations"]["runbook_url"] for g in rendering.one("PrometheusRule")["spec"]["groups"]
+                for r in g["rules"] if "alert" in r]  # fmt: skip
+        assert urls and all(u.startswith(f"https://github.com/gpupool/gpupool/blob/v{version}/docs/") for u in urls)
+
+    def test_the_release_takes_the_networkpolicy_and_namespace_options(self, tmp_path: Path) -> None:
+        """A release made for one cluster (make release METRICS_NAMESPACES=... CONTROL_PLANE_CIDRS=...
+        EXCLUDE_NAMESPACES=... IGNORE_LABEL=false) carries those choices, as make manifests does, and is
+        otherwise the release: the image tag pinned, failurePolicy Fail."""
+        version = webhook.__version__
+        args = ["--metrics-namespace", "gmp-system", "--control-plane-cidr", "10.9.0.1"]
+        args += ["--exclude-namespace", "nvidia-gpu-operator", "--no-ignore-label"]
+        done = run_render("--release", version, *args, "--out-dir", tmp_path)
+        assert done.returncode == 0, done.stderr
+        r = parse_objects((tmp_path / f"gpupool-{version}.yaml").read_text(), "release for a cluster")
+        assert network_policy_sources(r) == {8443: ["10.9.0.1/32"], 8080: ["ns:gmp-system"]}
+        assert r.webhook["namespaceSelector"] == {
+            "matchExpressions": [
+                {
+                    "key": "kubernetes.io/metadata.name",
+                    "operator": "NotIn",
+                    "values": ["kube-system", NAMESPACE, "gpu-operator", "nvidia-gpu-operator"],
+                }
+            ]
+        }
+        assert r.container["image"] == f"ghcr.io/gpupool/gpupool-webhook:{version}"
+        assert r.webhook["failurePolicy"] == "Fail"
+        (render,) = [
+            line
+            for line in make_dry_run(
+                "release", f"VERSION={version}", "METRICS_NAMESPACES=a b", "EXCLUDE_NAMESPACES=c", "IGNORE_LABEL=false"
+            ).splitlines()
+            if "render.py" in line
+        ]
+        for option in ("--metrics-namespace a --metrics-namespace b", "--exclude-namespace c", "--no-ignore-label"):
+            assert option in render, render
+
+    def test_the_release_of_the_base_admits_what_the_base_does(self, release: tuple[str, Path]) -> None:
+        """Without options, the release's NetworkPolicy is the base's: 8443 from anywhere, 8080 from the
+        monitoring namespace (where the monitoring component's Prometheus must run)."""
+        version, out = release
+        r = parse_objects((out / f"gpupool-{version}.yaml").read_text(), "release")
+        assert network_policy_sources(r) == {8443: None, 8080: ["ns:monitoring"]}
+
+    @pytest.mark.parametrize(
+        "given",
+        [["--image", "registry.example/gpupool:1"], ["--single-node"], ["--overlay", "self-signed"],
+         ["--failure-policy", "Ignore"], ["--client-ca", "ca.crt"], ["--host", "localhost"]],
+        ids=lambda g: g[0],
+    )  # fmt: skip
+    def test_what_a_release_decides_itself_is_refused(self, tmp_path: Path, given: list[str]) -> None:
+        """An option the release fixes (or a file of this machine) is refused naming it, not dropped."""
+        done = run_render("--release", webhook.__version__, *given, "--out-dir", tmp_path / "dist")
+        assert done.returncode == 2
+        assert f"{given[0]} cannot be given with it" in done.stderr
+        assert not (tmp_path / "dist").exists()
+
+    def test_make_release_refuses_them_too(self) -> None:
+        """Given to make on the command line, they stop it before anything is rendered."""
+        done = subprocess.run(
+            ["make", "-s", "release", f"VERSION={webhook.__version__}", "IMAGE=x", "SINGLE_NODE=true"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 2
+        assert "IMAGE SINGLE_NODE cannot be given" in done.stderr
+
+    def test_the_checksums_are_of_the_files(self, release: tuple[str, Path]) -> None:
+        version, out = release
+        sums = dict(reversed(line.split("  ")) for line in (out / "SHA256SUMS").read_text().splitlines())
+        assert set(sums) == {f"gpupool-{version}.yaml", f"gpupool-monitoring-{version}.yaml"}
+        for name, digest in sums.items():
+            assert hashlib.sha256((out / name).read_bytes()).hexdigest() == digest
+
+    @pytest.mark.parametrize(
+        ("version", "changelog", "message"),
+        [
+            ("v1", None, "is not x.y.z"),
+            ("99.0.0", None, "webhook/__init__.py says version"),
+            (webhook.__version__, "# Changelog\n\n## 0.0.1\n", f"has no section `## {webhook.__version__}`"),
+        ],
+        ids=["format", "not-the-package-version", "no-changelog-section"],
+    )
+    def test_a_version_the_tree_does_not_name_is_refused(
+        self, tmp_path: Path, version: str, changelog: str | None, message: str
+    ) -> None:
+        """A release whose image would report another version, or that the CHANGELOG says nothing about, is
+        refused with the reason, and nothing is written."""
+        args: list[str | Path] = ["--release", version, "--out-dir", tmp_path / "dist"]
+        if changelog is not None:
+            (tmp_path / "CHANGELOG.md").write_text(changelog)
+            args += ["--changelog", tmp_path / "CHANGELOG.md"]
+        done = run_render(*args)
+        assert done.returncode == 1
+        assert message in done.stderr
+        assert not (tmp_path / "dist").exists()

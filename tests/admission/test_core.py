@@ -2055,11 +2055,11 @@ class TestVisibleDevices:
         result = escape(self.with_env(value), "students")
         assert (result.allowed, result.patch) == (True, ())
 
-    def test_a_container_that_requests_gpus_may_set_it(self) -> None:
-        """With a GPU resource the device plugin decides what the container sees; only the class rules apply
-        (here: the H100 nodeSelector is refused for students, but not for the variable)."""
+    def test_a_container_that_requests_gpus_may_not_set_it_either(self) -> None:
+        """With a GPU resource the device plugin sets the variable itself: `all` would show the container
+        every GPU of the node, so it is refused too (webhook.admission.request.visible_devices_problem)."""
         result = escape(self.with_env("all", gpus=1), "students")
-        assert result.reason != "visible-devices"
+        assert result.reason == "visible-devices"
 
     def test_a_namespace_can_be_opted_out_and_the_check_switched_off(self) -> None:
         """allowVisibleDevices opts a namespace out; defaults.checkVisibleDevices: false turns the rule off."""

@@ -77,6 +77,7 @@ NEW_SHAPE = {
     "the nodeSelector": lambda p: p["spec"]["nodeSelector"].update({"gpu.accelerator/class": "low"}),
     "no nodeSelector": lambda p: p["spec"].pop("nodeSelector"),
     "a toleration": lambda p: p["spec"]["tolerations"].append({"operator": "Exists"}),
+    "privileged": lambda p: p["spec"]["containers"][0].update(securityContext={"privileged": True}),
     "no tolerations": lambda p: p["spec"].pop("tolerations"),
     "a GPU limit as a number": lambda p: p["spec"]["containers"][0].update(resources={"limits": {"nvidia.com/gpu": 1}}),
 }

@@ -7,11 +7,12 @@ from typing import Any
 import pytest
 
 from tests.builders import fleet, gpu_node, index_of, mig_mixed_node, pod, policy, quota
-from webhook.admission.core import evaluate
+from webhook.admission.core import Admitter, evaluate
 from webhook.admission.pod import read_pod
 from webhook.admission.quotas import check_quotas, memory_quota_problem
 from webhook.admission.request import GpuRequest, parse_request
 from webhook.domain.model import PoolKey
+from webhook.sources.snapshot import SnapshotInventory
 
 POLICY = policy()
 OFF = policy("defaults: {enforceAllGpuQuotaForms: false}")
@@ -160,3 +161,110 @@ def test_mig_instances_count_their_own_memory_against_the_quota() -> None:
         assert "used 20096Mi + requested 20096Mi > hard 30Gi" in again.message
     small = evaluate(pod("s", "team", gpus=1, resource="nvidia.com/mig-1g.5gb"), "team", pol, index)
     assert small.allowed and small.placement is not None and small.placement.resource == "nvidia.com/mig-1g.5gb"
+
+
+# --- several kinds of device in one Pod ------------------------------------------------------------------
+
+
+def several(name: str, namespace: str, *, node: str | None = None, gpus: int = 4, mig: int = 1) -> dict[str, Any]:
+    """A Pod asking `gpus` x nvidia.com/gpu and `mig` x nvidia.com/mig-1g.5gb, in two containers."""
+    obj = pod(name, namespace, gpus=gpus, node=node)
+    obj["spec"]["containers"].append(
+        {"name": "slice", "image": "x", "resources": {"limits": {"nvidia.com/mig-1g.5gb": str(mig)}}}
+    )
+    return obj
+
+
+def mixed_fleet(*more: dict[str, Any]) -> list[dict[str, Any]]:
+    """A mixed-strategy A100 (4 whole GPUs, 4 3g.20gb, 14 1g.5gb; classes from the product table) and T4s."""
+    return [mig_mixed_node("mixed-a", gpu_class=None), *fleet(), *more]
+
+
+@pytest.mark.parametrize("node", [None, "mixed-a"], ids=["unplaced", "naming-its-node"])
+def test_several_kinds_are_held_to_the_tutorials_quota_again_and_again(node: str | None) -> None:
+    """team-b may hold 4 nvidia.com/gpu (the tutorial's form, enforced by gpupool) and runs 1: a Pod asking
+    4 GPUs plus a 1g.5gb MIG slice is refused for its 4 GPUs, every time it is tried (server-side dry runs
+    included), whether gpupool places it or it names its node."""
+    objects = mixed_fleet(running("a", 1, namespace="team-b"), quota("gpu-quota", "team-b", {"nvidia.com/gpu": "4"}))
+    index = index_of(objects)
+    for _ in range(3):
+        result = evaluate(several("p", "team-b", node=node), "team-b", POLICY, index)
+        assert (result.allowed, result.code, result.reason) == (False, 403, "quota")
+        assert "exceeded quota gpu-quota in namespace team-b: nvidia.com/gpu used 1 + requested 4 > hard 4" in (
+            result.message
+        )
+
+
+@pytest.mark.parametrize("node", [None, "mixed-a"], ids=["unplaced", "naming-its-node"])
+def test_each_kind_is_counted_as_itself_against_its_own_resource_quota(node: str | None) -> None:
+    """ResourceQuotas name a resource: the MIG slice counts against requests.nvidia.com/mig-1g.5gb, the GPUs
+    against requests.nvidia.com/gpu, neither against the other's. 2 GPUs + 1 slice fit quotas of 2 and 1;
+    a second slice does not."""
+    hard = {"requests.nvidia.com/gpu": "2", "requests.nvidia.com/mig-1g.5gb": "1"}
+    index = index_of(mixed_fleet(quota("q", "team", hard)))
+    assert evaluate(several("p", "team", node=node, gpus=2), "team", POLICY, index).allowed
+    over = evaluate(several("p", "team", node=node, gpus=2, mig=2), "team", POLICY, index)
+    assert (over.allowed, over.reason) == (False, "quota")
+    assert "requests.nvidia.com/mig-1g.5gb used 0 + requested 2 > hard 1" in over.message
+
+
+def test_a_pod_naming_its_node_counts_every_kind_against_the_class_quota_together() -> None:
+    """On the mixed A100 node whole GPUs and 1g.5gb slices are both high: with classQuota high: 4 and 1
+    held, 2 GPUs and 2 slices (4 high devices) are refused, though each kind alone would fit."""
+    pol = policy("namespaces: {team: {classQuota: {high: 4}}}")
+    index = index_of(mixed_fleet(pod("a", "team", gpus=1, node="mixed-a", phase="Running")), pol)
+    assert evaluate(pod("g", "team", gpus=2, node="mixed-a"), "team", pol, index).allowed
+    together = evaluate(several("p", "team", node="mixed-a", gpus=2, mig=2), "team", pol, index)
+    assert (together.allowed, together.reason) == (False, "class-quota")
+    assert "class quota high in namespace team exceeded: used 1 + requested 4 > hard 4" in together.message
+
+
+def test_a_pod_naming_its_node_counts_every_kind_against_the_memory_quota_together() -> None:
+    """2 whole A100-40GB GPUs (80Gi) and a 1g.5gb slice (4864Mi) are 84.75Gi together: over 84Gi."""
+    pol = policy("namespaces: {team: {memoryQuota: 84Gi}}")
+    index = index_of(mixed_fleet(), pol)
+    assert evaluate(pod("g", "team", gpus=2, node="mixed-a"), "team", pol, index).allowed
+    together = evaluate(several("p", "team", node="mixed-a", gpus=2), "team", pol, index)
+    assert (together.allowed, together.reason) == (False, "memory-quota")
+    assert "used 0Mi + requested 86784Mi > hard 84Gi" in together.message
+
+
+def test_a_pod_naming_its_node_is_held_to_the_class_of_every_kind_it_requests() -> None:
+    """Where whole A100s are medium and 1g.5gb slices high, a students Pod (medium only) naming the node
+    may take a whole GPU but not a GPU and a slice: the slice's class is checked too."""
+    pol = policy(
+        "products: [{match: A100, class: medium}, {match: A100-MIG-1g.5gb, class: high}]\n"
+        "namespaces: {students: {allowedClasses: [low, medium]}}\n"
+    )
+    index = index_of(mixed_fleet(), pol)
+    assert evaluate(pod("g", "students", gpus=1, node="mixed-a"), "students", pol, index).allowed
+    result = evaluate(several("p", "students", node="mixed-a", gpus=1), "students", pol, index)
+    assert (result.allowed, result.reason) == (False, "bound-node")
+    assert "class high is not allowed in namespace students" in result.message
+
+
+def test_a_pod_naming_a_node_gpupool_does_not_know_is_still_held_to_its_resource_quotas() -> None:
+    """A node gpupool cannot check (not seen yet) leaves the node's class unchecked where the namespace has
+    no class rules, but its ResourceQuotas hold wherever the Pod runs."""
+    index = index_of(mixed_fleet(running("a", 3), quota("q", "team", {"requests.nvidia.com/gpu": "4"},
+                                                        {"requests.nvidia.com/gpu": "3"})))  # fmt: skip
+    assert evaluate(pod("b", "team", gpus=1, node="unseen"), "team", POLICY, index).allowed
+    result = evaluate(several("b", "team", node="unseen", gpus=2), "team", POLICY, index)
+    assert (result.allowed, result.reason) == (False, "quota")
+    assert "requests.nvidia.com/gpu used 3 + requested 2 > hard 4" in result.message
+
+
+def test_a_pod_naming_its_node_reserves_its_first_kind_exactly() -> None:
+    """Until the watch shows it, a Pod naming its node holds its first resource's devices on the node (the
+    whole GPUs here), not the sum of every kind: 2 GPUs + 1 slice leave 2 of 4 whole GPUs for the next."""
+    pol = policy("namespaces: {team: {classQuota: {high: 4}}}")
+    index = index_of(mixed_fleet(), pol)
+    admitter = Admitter(pol, SnapshotInventory(index, "test"))
+    first = admitter.admit(several("p", "team", node="mixed-a", gpus=2), namespace="team")
+    assert first.placement is not None and (first.placement.resource, first.placement.pod_total) == (
+        "nvidia.com/gpu",
+        2,
+    )
+    assert index.class_used("team", "high") == 2
+    assert admitter.admit(pod("q", "team", gpus=2, node="mixed-a"), namespace="team").allowed
+    assert not admitter.admit(pod("r", "team", gpus=1, node="mixed-a"), namespace="team").allowed

@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from tests.commands.kubeconfigs import kubeconfig
+from tests.commands.queued import A100, L4, write_snapshot
 from webhook.commands.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,7 +33,7 @@ ERROR_PREFIX = "gpupool explain: error:"
 # the patch and the patched Pod.
 JSON_KEYS = {
     "namespace", "name", "workload", "note", "allowed", "outcome", "code", "reason", "message", "warnings", "pool",
-    "patch", "group", "poolsConsidered", "patchedPod",
+    "patch", "group", "queued", "queue", "poolsConsidered", "patchedPod",
 }  # fmt: skip
 DEFAULT_POLICY_NOTE = (
     "gpupool explain: note: with gpupool's built-in default policy (a snapshot holds none); pass --policy FILE\n"
@@ -150,6 +151,7 @@ def test_json_output_for_a_denied_pod(capsys: pytest.CaptureFixture[str]) -> Non
     assert (answer["outcome"], answer["reason"]) == ("denied", "quota")
     assert "gpu-quota" in answer["message"]
     assert answer["pool"] is None and answer["patch"] == [] and answer["patchedPod"] is None
+    assert answer["queued"] is None and answer["queue"] is None
 
 
 def test_json_output_for_a_bad_annotation_is_a_400(capsys: pytest.CaptureFixture[str]) -> None:
@@ -448,3 +450,112 @@ def test_module_bad_policy_exits_2_without_traceback(tmp_path: Path) -> None:
     assert proc.stdout == ""
     assert proc.stderr.startswith(ERROR_PREFIX) and "Traceback" not in proc.stderr
     assert str(policy_file) in proc.stderr and "defaultClas" in proc.stderr
+
+
+# --- a Pod the queue takes -----------------------------------------------------------------------------------
+
+
+def queued_manifest(tmp_path: Path, name: str, annotations: dict[str, str], **spec: Any) -> str:
+    obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "annotations": annotations},
+           "spec": {"containers": [{"name": "main", "image": "pytorch"}], **spec}}  # fmt: skip
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(obj), "utf-8")
+    return str(path)
+
+
+@pytest.fixture
+def queue_cluster(tmp_path: Path) -> list[str]:
+    """The cluster of tests/commands/queued.py: five Pods queued, one L4 and the A100s free."""
+    inventory, policy_file = write_snapshot(tmp_path)
+    return ["--inventory", inventory, "--policy", policy_file]
+
+
+def test_a_pod_whose_namespace_queues_is_said_to_be_queued_and_where_it_would_go(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, queue_cluster: list[str]
+) -> None:
+    """A high Pod in q2: queued with its device resource fixed (not "allowed unchanged"), last of six in
+    the queue, and the leader's pass with it added would release it now to the A100s (after `hi`, before
+    it, takes one of their four free GPUs)."""
+    pod_file = queued_manifest(tmp_path, "train", {"gpupool.io/gpu-class": "high"})
+    status, out, err = explain(capsys, pod_file, *queue_cluster, "-n", "q2")
+    assert (status, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[:3] == [
+        "Pod q2/train",
+        "Decision: queued: 1 x nvidia.com/gpu (the device resource is fixed now), behind the scheduling gate "
+        "gpupool.io/queue until the queue's leader releases it to a pool",
+        f"Queue: position 6 of 6, priority 0: would be released now to {A100} (constraints: "
+        "gpu.accelerator/class=high, nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB)",
+    ]
+    assert "allowed unchanged" not in out
+
+
+def test_a_queued_pod_that_would_wait_is_told_what_for(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, queue_cluster: list[str]
+) -> None:
+    """A medium Pod in q: the one free L4 is left to `big`, before it in the order, so it would wait
+    behind it; with spec.priority above big's it would come first and take that L4; one of class high
+    in q3 would wait for its class quota."""
+    medium = {"gpupool.io/gpu-class": "medium"}
+    _, out, _ = explain(capsys, queued_manifest(tmp_path, "later", medium), *queue_cluster, "-n", "q")
+    assert out.splitlines()[2] == (
+        "Queue: position 6 of 6, priority 0: would wait: behind Pods of higher priority or older that wait for "
+        "NVIDIA-L4"
+    )
+    urgent = queued_manifest(tmp_path, "urgent", medium, priority=100)
+    _, out, _ = explain(capsys, urgent, *queue_cluster, "-n", "q")
+    assert out.splitlines()[2].startswith(f"Queue: position 1 of 6, priority 100: would be released now to {L4} ")
+    over = queued_manifest(tmp_path, "over2", {"gpupool.io/gpu-class": "high"})
+    _, out, _ = explain(capsys, over, *queue_cluster, "-n", "q3")
+    assert out.splitlines()[2] == (
+        "Queue: position 6 of 6, priority 0: would wait: class quota high in namespace q3 exceeded: used 1 + "
+        "requested 1 > hard 1"
+    )
+
+
+def test_a_priority_class_the_explain_cannot_resolve_is_noted(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, queue_cluster: list[str]
+) -> None:
+    pod_file = queued_manifest(tmp_path, "pc", {"gpupool.io/gpu-class": "high"}, priorityClassName="research")
+    _, out, _ = explain(capsys, pod_file, *queue_cluster, "-n", "q2")
+    assert out.splitlines()[3] == (
+        "Note: priorityClassName research: kube-apiserver sets spec.priority from it when the Pod is created; its "
+        "place above counts priority 0"
+    )
+
+
+def test_the_queue_outcome_is_in_json_and_yaml(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, queue_cluster: list[str]
+) -> None:
+    """`queued` is the device resource fixed at admission; `queue` what the `Queue:` line says, as the
+    `gpupool queue -o json` entries say it; null for a Pod its namespace places at admission."""
+    pod_file = queued_manifest(tmp_path, "later", {"gpupool.io/gpu-class": "medium"})
+    status, answer = explain_json(capsys, pod_file, *queue_cluster, "-n", "q")
+    assert status == 0 and set(answer) == JSON_KEYS
+    assert (answer["queued"], answer["pool"]) == ("nvidia.com/gpu", None)
+    assert answer["queue"] == {
+        "position": 6, "waiting": 6, "priority": 0, "outcome": "wait", "pool": None, "constraints": None,
+        "code": "behind", "reason": "behind Pods of higher priority or older that wait for NVIDIA-L4",
+        "waitsFor": "behind Pods of higher priority or older that wait for NVIDIA-L4",
+    }  # fmt: skip
+    _, out, _ = explain(capsys, pod_file, *queue_cluster, "-n", "q", "-o", "yaml")
+    assert yaml.safe_load(out) == answer
+    placed = explain_json(capsys, pod_file, *queue_cluster, "-n", "now")[1]
+    assert (placed["queued"], placed["queue"], placed["pool"]["product"]) == (None, None, "NVIDIA-L4")
+
+
+def test_each_pod_of_a_file_is_put_in_the_queue_as_it_is(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, queue_cluster: list[str]
+) -> None:
+    """Two urgent Pods in one List: nothing is reserved, so each is judged on the queue as the cluster has
+    it and each would take the one free L4; the second is not behind the first."""
+    path = Path(queued_manifest(tmp_path, "urgent", {"gpupool.io/gpu-class": "medium"}, priority=100))
+    one = yaml.safe_load(path.read_text())
+    two = {**one, "metadata": {**one["metadata"], "name": "urgent-2"}}
+    path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [one, two]}))
+    status, answer = explain_json(capsys, str(path), *queue_cluster, "-n", "q")
+    assert status == 0
+    assert [(i["name"], i["queue"]["position"], i["queue"]["pool"]) for i in answer["items"]] == [
+        ("urgent", 1, L4),
+        ("urgent-2", 1, L4),
+    ]

@@ -147,9 +147,10 @@ def test_with_a_snapshot_and_no_policy_file_the_plugin_says_it_uses_the_default(
 # --- the installed policy ---------------------------------------------------------------------------------
 
 
-def installed(configmap: str = "gpupool-policy-5c8m2k9g7t") -> list[dict[str, Any]]:
+def installed(configmap: str = "gpupool-policy") -> list[dict[str, Any]]:
     """The webhook's Deployment as manifests/base/deployment.yaml has it, in gpupool-system, its policy
-    volume naming `configmap` (kustomize's name with its hash), and that ConfigMap with the demo policy."""
+    volume naming `configmap` (the shipped name; an older install's had kustomize's hash suffix), and that
+    ConfigMap with the demo policy."""
     deployment: dict[str, Any] = yaml.safe_load((REPO / "manifests" / "base" / "deployment.yaml").read_text())
     deployment["metadata"]["namespace"] = "gpupool-system"
     (volume,) = [v for v in deployment["spec"]["template"]["spec"]["volumes"] if "configMap" in v]
@@ -181,17 +182,18 @@ def quotas_listed(out: str) -> list[str]:
 def test_the_plugin_answers_with_the_policy_the_installed_webhook_runs_with(
     capsys: pytest.CaptureFixture[str], cluster: Cluster
 ) -> None:
-    """Without --policy the plugin reads the webhook Deployment's policy volume, whatever its hash suffix,
-    and that ConfigMap's policy.yaml: team-a's classQuota and memoryQuota (the demo policy's) are listed,
-    and stderr says which ConfigMap was used. --policy FILE still wins, and says nothing."""
+    """Without --policy the plugin reads the webhook Deployment's policy volume and that ConfigMap's
+    policy.yaml: team-a's classQuota and memoryQuota (the demo policy's) are listed, and stderr says which
+    ConfigMap was used and that the Pods follow it. --policy FILE still wins, and says nothing."""
     for obj in installed():
         cluster.sim.serve_object(obj)
     status, out, err = run(capsys, "quota", "--kubeconfig", cluster.kubeconfig)
     assert status == 0
     assert quotas_listed(out) == ["classQuota", "classQuota", "enforced", "memoryQuota"]
     assert err == (
-        "kubectl gpupool quota: note: with the installed policy: ConfigMap gpupool-system/gpupool-policy-5c8m2k9g7t "
-        "(key policy.yaml), which Deployment gpupool-system/gpupool-webhook runs with\n"
+        "kubectl gpupool quota: note: with the installed policy: ConfigMap gpupool-system/gpupool-policy "
+        "(key policy.yaml), which Deployment gpupool-system/gpupool-webhook follows: its Pods take up a change "
+        "of it within about 2 minutes, without a restart\n"
     )
     default = Path(cluster.kubeconfig).parent / "default-policy.yaml"
     default.write_text("{}\n")
@@ -212,7 +214,7 @@ def test_explain_follows_the_installed_policy_too(capsys: pytest.CaptureFixture[
         capsys, "explain", pod_file, "--as-namespace", "students", "--kubeconfig", cluster.kubeconfig
     )
     assert status == 1 and "DENIED" in out
-    assert "with the installed policy: ConfigMap gpupool-system/gpupool-policy-5c8m2k9g7t" in err
+    assert "with the installed policy: ConfigMap gpupool-system/gpupool-policy (key policy.yaml)" in err
 
 
 @pytest.mark.parametrize(
@@ -220,7 +222,7 @@ def test_explain_follows_the_installed_policy_too(capsys: pytest.CaptureFixture[
     [
         ("none installed", "no Deployment gpupool-system/gpupool-webhook"),
         ("forbidden", "not allowed (403 Forbidden) to read Deployment gpupool-system/gpupool-webhook"),
-        ("configmap gone", "no ConfigMap gpupool-system/gpupool-policy-5c8m2k9g7t, which Deployment "
+        ("configmap gone", "no ConfigMap gpupool-system/gpupool-policy, which Deployment "
                            "gpupool-system/gpupool-webhook mounts"),
     ],
 )  # fmt: skip
@@ -245,8 +247,9 @@ def test_without_the_installed_policy_the_default_is_used_and_the_reason_said(
 def test_another_install_of_the_webhook_is_named_with_webhook(
     capsys: pytest.CaptureFixture[str], cluster: Cluster
 ) -> None:
-    """An install in another namespace or under another name: --webhook NAMESPACE/NAME finds it."""
-    for obj in installed():
+    """An install in another namespace or under another name: --webhook NAMESPACE/NAME finds it, and its
+    ConfigMap whatever its name (here an older install's, with kustomize's hash suffix)."""
+    for obj in installed("gpupool-policy-5c8m2k9g7t"):
         obj["metadata"]["namespace"] = "platform"
         cluster.sim.serve_object(obj)
     status, out, err = run(capsys, "quota", "--kubeconfig", cluster.kubeconfig, "--webhook", "platform/gpupool-webhook")
@@ -264,14 +267,32 @@ def test_an_invalid_installed_policy_is_an_error_naming_the_configmap(
     cluster.sim.serve_object(configmap)
     status, out, err = run(capsys, "quota", "--kubeconfig", cluster.kubeconfig)
     assert (status, out) == (2, "")
-    assert "error: ConfigMap gpupool-system/gpupool-policy-5c8m2k9g7t (key policy.yaml):" in err
+    assert "error: ConfigMap gpupool-system/gpupool-policy (key policy.yaml):" in err
     assert "fallbak" in err
+    assert "the webhook refuses it too and keeps the policy it had" in err
+
+
+def test_a_policy_mounted_by_sub_path_is_said_to_need_a_restart(
+    capsys: pytest.CaptureFixture[str], cluster: Cluster
+) -> None:
+    """The kubelet never updates a file mounted by subPath, so the Pods do not follow the ConfigMap: the
+    note says the policy applies once they restart, not within minutes."""
+    deployment, configmap = installed()
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "policy")
+    mount.update(mountPath="/etc/gpupool/policy/policy.yaml", subPath="policy.yaml")
+    cluster.sim.serve_object(deployment)
+    cluster.sim.serve_object(configmap)
+    status, out, err = run(capsys, "quota", "--kubeconfig", cluster.kubeconfig)
+    assert (status, quotas_listed(out)) == (0, ["classQuota", "classQuota", "enforced", "memoryQuota"])
+    assert "which Deployment gpupool-system/gpupool-webhook mounts by subPath: its Pods see a change" in err
 
 
 @pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH: the base is rendered with `kubectl kustomize`")
 def test_the_policy_of_the_rendered_manifests_is_found(capsys: pytest.CaptureFixture[str], cluster: Cluster) -> None:
     """The Deployment and the ConfigMap exactly as `kubectl kustomize manifests/base` renders them (the
-    ConfigMap with the hash kustomize gave it), the ConfigMap's policy replaced by the demo's."""
+    ConfigMap under its fixed name, which the running Pods follow), the ConfigMap's policy replaced by the
+    demo's."""
     assert KUBECTL is not None
     done = subprocess.run(
         [KUBECTL, "kustomize", str(REPO / "manifests" / "base")],
@@ -283,10 +304,11 @@ def test_the_policy_of_the_rendered_manifests_is_found(capsys: pytest.CaptureFix
     assert done.returncode == 0, done.stderr
     objects = [o for o in yaml.safe_load_all(done.stdout) if o and o["kind"] in ("Deployment", "ConfigMap")]
     (configmap,) = [o for o in objects if o["kind"] == "ConfigMap" and "policy.yaml" in o.get("data", {})]
-    assert configmap["metadata"]["name"].startswith("gpupool-policy-")
+    assert configmap["metadata"]["name"] == "gpupool-policy"
     configmap["data"]["policy.yaml"] = Path(POLICY).read_text()
     for obj in objects:
         cluster.sim.serve_object(obj)
     status, out, err = run(capsys, "quota", "--kubeconfig", cluster.kubeconfig)
     assert (status, quotas_listed(out)) == (0, ["classQuota", "classQuota", "enforced", "memoryQuota"])
-    assert f"ConfigMap gpupool-system/{configmap['metadata']['name']} (key policy.yaml)" in err
+    assert "ConfigMap gpupool-system/gpupool-policy (key policy.yaml), which Deployment" in err
+    assert "follows: its Pods take up a change" in err

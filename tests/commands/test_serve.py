@@ -14,7 +14,8 @@ import pytest
 
 from tests.conftest import DEMO_INVENTORY, REPO, free_port, server_env
 from tests.serving.test_server import client_certificate, new_ca
-from webhook.commands.serve import DEFAULTS, SERVE_ENV, configure, resolve_options
+from webhook.admission.validation import Trusted
+from webhook.commands.serve import DEFAULTS, SERVE_ENV, configure, load_core, resolve_options
 from webhook.domain.errors import ConfigError
 
 
@@ -55,6 +56,24 @@ class TestOptions:
         ) == ("0.0.0.0", 8443, 8080, 1, 4, "info")
         assert DEFAULTS["--port"] == "8443"
 
+    def test_who_may_change_what_gpupool_guards(self) -> None:
+        """gpupool knows itself as the service account of its Pods: GPUPOOL_SERVICE_ACCOUNT in POD_NAMESPACE
+        (both from the downward API in the Deployment; gpupool-webhook in gpupool-system by default). The
+        trusted users and groups are comma-separated lists, none by default."""
+        default = resolve_options(serve_args(cert="c", key="k", inventory=str(DEMO_INVENTORY)), {})
+        assert (default.service_account, default.trusted_users, default.trusted_groups) == ("gpupool-webhook", (), ())
+        assert load_core(default, {}).trusted == Trusted.of("gpupool-system", "gpupool-webhook")
+        env = {
+            "GPUPOOL_SERVICE_ACCOUNT": "pool",
+            "GPUPOOL_TRUSTED_USERS": "alice, system:serviceaccount:kueue-system:kueue-controller-manager,,alice",
+            "GPUPOOL_TRUSTED_GROUPS": "oncall",
+        }
+        options = resolve_options(serve_args(cert="c", key="k", inventory=str(DEMO_INVENTORY)), env)
+        assert options.trusted_users == ("alice", "system:serviceaccount:kueue-system:kueue-controller-manager")
+        trusted = load_core(options, {"POD_NAMESPACE": "gpu"}).trusted
+        assert trusted.service_account == "system:serviceaccount:gpu:pool"
+        assert (trusted.users, trusted.groups) == (frozenset(options.trusted_users), frozenset({"oncall"}))
+
     @pytest.mark.parametrize(
         ("given", "env", "words"),
         [
@@ -63,6 +82,9 @@ class TestOptions:
             pytest.param({"cert": "c", "key": "k", "workers": "0"}, {}, "--workers", id="zero-workers"),
             pytest.param({"cert": "c", "key": "k", "port": "8080"}, {}, "must differ", id="same-ports"),
             pytest.param({"cert": "c", "key": "k", "log_level": "loud"}, {}, "--log-level", id="bad-level"),
+            pytest.param(
+                {"cert": "c", "key": "k", "service_account": "web hook"}, {}, "--service-account", id="bad-account"
+            ),
         ],
     )
     def test_bad_options_are_usage_errors(self, given: dict[str, str], env: dict[str, str], words: str) -> None:

@@ -146,6 +146,53 @@ def test_reservations_of_forged_reviews_are_short_lived_and_bounded_by_default()
     assert (changed.reservation_settle_seconds, changed.max_reservations_per_namespace) == (12.0, 2000)
 
 
+@pytest.mark.parametrize(
+    ("resource", "vendor", "kinds"),
+    [
+        ("nvidia.com/gpu", "nvidia", ()),
+        ("nvidia.com/gpu.shared", "nvidia", ("shared",)),
+        ("nvidia.com/mig-3g.20gb", "nvidia", ("mig", "shared")),
+        ("nvidia.com/mig-1g.5gb.shared", "nvidia", ("shared",)),
+        ("amd.com/gpu", "amd", ()),
+        ("huawei.com/Ascend910", "ascend", ()),
+        ("huawei.com/Ascend310P", "ascend", ()),
+        ("huawei.com/Ascend310", "ascend", ()),
+        ("huawei.com/Ascend910-4c", "ascend", ("mig", "shared")),
+        ("huawei.com/Ascend310P-4c.3cpu.ndvpp", "ascend", ("mig", "shared")),
+    ],
+)
+def test_every_device_resource_belongs_to_its_vendor(resource: str, vendor: str, kinds: tuple[str, ...]) -> None:
+    """Renamed replicas, other cards and virtual NPUs are their vendor's, and a Pod that requests one gets
+    the kinds of device it carries (() for whole devices: the Pod's device preference says)."""
+    policy = load_policy(None)
+    owner = policy.vendor_of(resource)
+    assert owner is not None and owner.name == vendor
+    assert owner.device_kinds(resource) == kinds
+    assert resource in policy.gpu_resources or resource.startswith(policy.partition_prefixes)
+
+
+@pytest.mark.parametrize(
+    "resource", ["nvidia.com/gpux", "nvidia.com/gpu.shared.shared", "nvidia.com/mig-", "huawei.com/Ascend", "cpu"]
+)
+def test_look_alike_resources_belong_to_no_vendor(resource: str) -> None:
+    assert load_policy(None).vendor_of(resource) is None
+
+
+def test_a_partition_prefix_list_and_a_suffix_are_read() -> None:
+    policy = load_policy_text(
+        "vendors: {acme: {resource: acme.io/npu, productLabel: acme.io/model, otherResources: [acme.io/lite],"
+        " partitionResourcePrefix: [acme.io/npu-, acme.io/lite-], sharedResourceSuffix: .shared}}"
+    )
+    acme = policy.vendors["acme"]
+    assert (acme.partition_prefixes, acme.other_resources, acme.shared_suffix) == (
+        ("acme.io/npu-", "acme.io/lite-"),
+        ("acme.io/lite",),
+        ".shared",
+    )
+    assert acme.resources == ("acme.io/npu", "acme.io/lite", "acme.io/npu.shared", "acme.io/lite.shared")
+    assert acme.device_kinds("acme.io/lite-2c.shared") == ("shared",)
+
+
 def test_empty_user_file_is_the_default() -> None:
     """An empty ConfigMap entry is valid and means the default."""
     assert load_policy_text("") == load_policy(None)
@@ -174,6 +221,22 @@ def test_empty_user_file_is_the_default() -> None:
             "vendors.nvidia.taints[0].effect",
         ),
         ("vendors: {amd: {resource: nvidia.com/gpu, productLabel: y}}", "two vendors share a resource"),
+        (
+            "vendors: {amd: {resource: amd.com/gpu, productLabel: y, otherResources: [nvidia.com/gpu.shared]}}",
+            "two vendors share a resource",
+        ),
+        (
+            "vendors: {amd: {resource: amd.com/gpu, productLabel: y, partitionResourcePrefix: amd.com/}}",
+            "vendors.amd.partitionResourcePrefix: 'amd.com/' would take 'amd.com/gpu', a resource of whole devices",
+        ),
+        (
+            "vendors: {amd: {resource: amd.com/gpu, productLabel: y, partitionResourcePrefix: [5]}}",
+            "vendors.amd.partitionResourcePrefix: expected a list of strings",
+        ),
+        (
+            "vendors: {amd: {resource: amd.com/gpu, productLabel: y, sharedResourceSuffix: [x]}}",
+            "vendors.amd.sharedResourceSuffix: expected a non-empty string",
+        ),
         ("products: [{match: T4, class: mid}]", "products[0].class: 'mid' is not a class"),
         ("products: [{match: T4, memory: lots}]", "products[0].memory"),
         ("products: [{match: T4}]", "products[0]: gives neither class, memory nor computeCapability"),

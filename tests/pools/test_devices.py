@@ -7,7 +7,15 @@ from typing import Any
 
 import pytest
 
-from tests.builders import gpu_node, mig_mixed_node, mig_single_node, policy, shared_node
+from tests.builders import (
+    ascend_node,
+    gpu_node,
+    mig_mixed_node,
+    mig_single_node,
+    policy,
+    renamed_shared_node,
+    shared_node,
+)
 from webhook.pools.devices import Device, node_devices
 from webhook.pools.kubeobj import node_from_obj
 
@@ -140,3 +148,97 @@ def test_a_node_without_gpu_resources_offers_nothing() -> None:
     obj = gpu_node("cpu", labels={"nvidia.com/mig.config.state": "pending"})
     del obj["status"]["allocatable"]["nvidia.com/gpu"]
     assert devices_of(obj) == ([], [])
+
+
+# --- replicas on a resource of their own, other cards and virtual NPUs -----------------------------------
+
+
+def test_replicas_renamed_by_default_are_shared_devices_of_their_gpu() -> None:
+    """GFD's `renameByDefault: true`: 16 replicas of 4 H100s on nvidia.com/gpu.shared, the product not
+    suffixed. One shared device: its own resource, the product as GFD would suffix it, a quarter of the
+    GPU's memory, pinned by the product label (the resource itself reaches only nodes that offer it)."""
+    ((device,), problems) = devices_of(renamed_shared_node("ts-h100"))
+    assert problems == []
+    assert device == Device(
+        resource="nvidia.com/gpu.shared",
+        kind="shared",
+        product="NVIDIA-H100-80GB-HBM3-SHARED",
+        profile="",
+        replicas=4,
+        selector=(("nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3"),),
+        memory_mib=81559 // 4,
+        allocatable=16,
+    )
+
+
+def test_renamed_replicas_beside_whole_gpus_leave_the_whole_gpus_whole() -> None:
+    """While a node still shows nvidia.com/gpu beside the renamed replicas, the sharing labels describe
+    the replicas: the GPUs stay whole GPUs of their own product."""
+    obj = renamed_shared_node("ts-h100")
+    obj["status"]["allocatable"]["nvidia.com/gpu"] = "2"
+    devices, _ = devices_of(obj)
+    assert sorted((d.resource, d.kind, d.product) for d in devices) == [
+        ("nvidia.com/gpu", "gpu", "NVIDIA-H100-80GB-HBM3"),
+        ("nvidia.com/gpu.shared", "shared", "NVIDIA-H100-80GB-HBM3-SHARED"),
+    ]
+
+
+def test_renamed_replicas_of_a_mig_profile_are_shared_instances() -> None:
+    """Mixed strategy with renaming: nvidia.com/mig-1g.5gb.shared carries replicas of 1g.5gb instances,
+    described by the nvidia.com/mig-1g.5gb.* labels (its product not suffixed)."""
+    obj = mig_mixed_node("mixed-a", whole=0, instances={"1g.5gb": (7, 4864)})
+    obj["metadata"]["labels"]["nvidia.com/mig-1g.5gb.replicas"] = "2"
+    allocatable = obj["status"]["allocatable"]
+    allocatable["nvidia.com/mig-1g.5gb.shared"] = str(2 * int(allocatable.pop("nvidia.com/mig-1g.5gb")))
+    devices, _ = devices_of(obj)
+    shared = next(d for d in devices if d.resource == "nvidia.com/mig-1g.5gb.shared")
+    assert (shared.kind, shared.product, shared.profile, shared.replicas, shared.memory_mib, shared.allocatable) == (
+        "shared",
+        "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb-SHARED",
+        "1g.5gb",
+        2,
+        4864 // 2,
+        14,
+    )
+
+
+ASCEND = POLICY.vendors["ascend"]
+
+
+def ascend_devices(obj: dict[str, Any]) -> list[Device]:
+    devices, problems = node_devices(
+        node_from_obj(obj, POLICY.gpu_resources, POLICY.partition_prefixes), ASCEND, POLICY
+    )
+    assert problems == []
+    return devices
+
+
+def test_an_ascend_310p_card_is_a_whole_device_on_its_own_resource() -> None:
+    """A 310P node (`accelerator=huawei-Ascend310P`, huawei.com/Ascend310P): whole devices of the Ascend
+    vendor on that resource, with the product table's memory."""
+    (device,) = ascend_devices(ascend_node("a310p", "Ascend310P", {"huawei.com/Ascend310P": 4}))
+    assert (device.resource, device.kind, device.product, device.memory_mib, device.allocatable) == (
+        "huawei.com/Ascend310P",
+        "gpu",
+        "huawei-Ascend310P",
+        24 * 1024,
+        4,
+    )
+    assert device.selector == (("accelerator", "huawei-Ascend310P"),)
+
+
+@pytest.mark.parametrize(
+    ("card", "resource", "product"),
+    [
+        ("Ascend910", "huawei.com/Ascend910-4c", "huawei-Ascend910-vNPU-4c"),
+        ("Ascend310P", "huawei.com/Ascend310P-2c.1cpu", "huawei-Ascend310P-vNPU-2c.1cpu"),
+    ],
+)
+def test_a_virtual_npu_is_a_partition_of_its_card(card: str, resource: str, product: str) -> None:
+    """Static vNPUs are partitions of the card: kind mig, named after the card and the template, pinned
+    to nodes of the card, their memory unknown (no label says it)."""
+    devices = ascend_devices(ascend_node("v", card, {f"huawei.com/{card}": 1, resource: 4}))
+    vnpu = next(d for d in devices if d.resource == resource)
+    assert (vnpu.kind, vnpu.product, vnpu.memory_mib, vnpu.allocatable) == ("mig", product, 0, 4)
+    assert vnpu.selector == (("accelerator", f"huawei-{card}"),)
+    assert {d.resource for d in devices} == {f"huawei.com/{card}", resource}

@@ -3,17 +3,20 @@ in, and stays right through every change (the capacity index and the ledger kept
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.builders import decision_view, fleet, gpu_node, index_of, pod, quota
 from tests.pools.probes import POLICY, RES, T4, T4_SELECTOR, feed, free_per_node, stats
+from webhook.domain.policy import Defaults, load_policy, load_policy_text
 from webhook.pools import capacity as capacity_module
 from webhook.pools import pool as pool_module
-from webhook.pools.index import Group, Pool, PoolIndex, PoolStats
+from webhook.pools.index import ADMISSION_ONLY_DEFAULTS, Group, Pool, PoolIndex, PoolStats, pooling
 from webhook.pools.kubeobj import node_from_obj, pod_from_obj, quota_from_obj
 
 
@@ -199,3 +202,37 @@ def test_pod_bound_to_a_node_not_yet_seen_counts_once_the_node_arrives() -> None
     assert index.class_used("ml", "medium") == 0  # no node, no class yet
     index.upsert_node(node_from_obj(gpu_node("t4-a"), RES))
     assert (stats(index, T4).gpus_free, index.class_used("ml", "medium")) == (1, 3)
+
+
+def another(value: Any) -> Any:
+    """A value of the same type that differs from `value`."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int | float):
+        return value + 1
+    return (*value, "x") if isinstance(value, tuple) else f"{value}x"
+
+
+class TestPooling:
+    """`pooling`: which policy changes keep an index (webhook.serving.policyfile switches without reading
+    the cluster again) and which need one built anew."""
+
+    @pytest.mark.parametrize("name", [f.name for f in dataclasses.fields(Defaults)])
+    def test_only_the_defaults_admission_reads_keep_the_index(self, name: str) -> None:
+        """Changing a default admission alone reads keeps the pooling; changing any other default,
+        including one added later and not yet listed, changes it, so the index is rebuilt: exact unless
+        known to be safe."""
+        base = load_policy(None)
+        changed = dataclasses.replace(
+            base, defaults=dataclasses.replace(base.defaults, **{name: another(getattr(base.defaults, name))})
+        )
+        assert (pooling(changed) == pooling(base)) is (name in ADMISSION_ONLY_DEFAULTS)
+
+    def test_namespace_rules_keep_the_index_and_the_product_table_does_not(self) -> None:
+        base = load_policy_text("namespaces: {ml: {allowedClasses: [medium]}}")
+        assert pooling(
+            load_policy_text("namespaces: {ml: {allowedClasses: [high], classQuota: {high: 2}}}")
+        ) == pooling(base)
+        assert pooling(load_policy_text("defaultVendor: amd")) == pooling(base)
+        assert pooling(load_policy_text("products: [{match: T4, class: high}]")) != pooling(base)
+        assert pooling(load_policy_text("classLabel: example.com/class")) != pooling(base)

@@ -238,3 +238,44 @@ def test_each_reservation_is_one_object_for_the_garbage_collector() -> None:
         add(reservations, 0.0)
     gc.collect()
     assert len(gc.get_objects()) - before < 2000 * 1.05
+
+
+def test_a_validating_call_finds_its_pods_reservation_by_name_then_generate_name() -> None:
+    """By the time of the validating call the Pod has its generated name: its reservation is found under
+    that name, else under its generateName (oldest first), in its pool or on its node; one of another
+    pool (the Pod changed since) only when none of its own is there; never one of another Pod."""
+    reservations = Reservations(POLICY)
+    l4 = PoolKey("nvidia", "medium", "NVIDIA-L4")
+
+    def make(pool: PoolKey, *, name: str = "", generate_name: str = "", node: str = "") -> int:
+        claim = reservations.make("ml", pool, (), 1, name=name, generate_name=generate_name, node=node, echoed=False)
+        return reservations.add(claim, 0.0)[0]
+
+    named = make(T4, name="infer")
+    older, newer = make(T4, generate_name="train-"), make(T4, generate_name="train-")
+    on_l4 = make(l4, generate_name="train-")
+    on_node = make(T4, name="bound", node="t4-a")
+    assert reservations.admitted("ml", "infer", "", pool=T4, node="") == named
+    assert reservations.admitted("ml", "train-x7k2p", "train-", pool=T4, node="") == older
+    assert reservations.admitted("ml", "train-x7k2p", "train-", pool=l4, node="") == on_l4
+    assert reservations.admitted("ml", "train-x7k2p", "train-", pool=None, node="") == older
+    assert reservations.admitted("ml", "bound", "", pool=None, node="t4-a") == on_node
+    assert reservations.admitted("ml", "bound", "", pool=T4, node="") == on_node  # a later webhook unbound it
+    assert reservations.admitted("ml", "web-1", "web-", pool=T4, node="") is None
+    assert reservations.admitted("other", "infer", "", pool=T4, node="") is None
+    reservations.pop(older)
+    assert reservations.admitted("ml", "train-x7k2p", "train-", pool=T4, node="") == newer
+
+
+def test_a_confirmed_reservation_is_found_by_the_watch_but_no_longer_by_a_validating_call() -> None:
+    """Confirmed (made by the validating call, under the Pod's name): the watch takes it over as any
+    other; no second validating call or re-invocation takes it back."""
+    reservations = Reservations(POLICY)
+    claim = reservations.make("ml", T4, T4_SELECTOR, 1, name="train-x7k2p", generate_name="train-", node="",
+                              echoed=True, confirmed=True)  # fmt: skip
+    token, _ = reservations.add(claim, 0.0)
+    assert claim.confirmed and claim.who == ("ml", "train-x7k2p", "")
+    assert reservations.admitted("ml", "train-x7k2p", "train-", pool=T4, node="") is None
+    assert reservations.echo("ml", "train-x7k2p", "train-", pool=T4, node="", gpus=1) is None
+    made = pod("train-x7k2p", gpus=1, annotations={"gpupool.io/pool": str(T4)})
+    assert reservations.shown(pod_from_obj(made, RES)) == token

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from webhook.queue.leader import Elector, LeaseTimes
+from webhook.queue.runner import TokenBucket
 from webhook.sources.live import api_client
 from webhook.sources.writes import LeaseError, LeaseRecord, LeaseStore
 from webhook.testing import KubeSim
@@ -132,3 +133,13 @@ def test_two_candidates_elect_one_leader_on_the_simulated_api(tmp_path: Path) ->
         a.run()
         assert b.try_once() and b.leading()
         assert sim.handler_errors == []
+
+
+def test_the_writes_are_limited_to_qps_after_a_burst() -> None:
+    """client-go's shape of limit: `burst` writes at once, then `qps` a second."""
+    clock = Clock()
+    bucket = TokenBucket(qps=10, burst=3, clock=clock)
+    assert [bucket.delay() for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert bucket.delay() == pytest.approx(0.1)
+    clock.now += 1.0
+    assert bucket.delay() == 0.0

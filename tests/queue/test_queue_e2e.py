@@ -39,6 +39,8 @@ namespaces:
   team-u: {placement: queue}
   team-v: {placement: queue, classQuota: {medium: 4}}
   team-g: {placement: queue}
+  team-w: {placement: queue, memoryQuota: 45Gi}
+  team-x: {placement: queue}
 """
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 WAIT = 40.0  # generous: a loaded machine must not fail these
@@ -164,24 +166,26 @@ def test_a_waiting_pod_goes_to_the_pool_that_frees_first(cluster: Cluster) -> No
 
 
 def test_a_burst_through_both_replicas_never_exceeds_a_quota(cluster: Cluster) -> None:
-    """team-u's tutorial quota (`nvidia.com/gpu: 2`, which only gpupool enforces) and team-v's
-    classQuota (medium: 4): ten Pods each, created through both replicas at once, room for all. Exactly 2
-    and 4 are released; the rest wait."""
-    hard = {"nvidia.com/gpu": "2"}
-    meta = {"name": "tutorial", "namespace": "team-u"}
-    cluster.sim.add({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": meta, "spec": {"hard": hard},
-                     "status": {"hard": hard}})  # fmt: skip
-    time.sleep(1.0)  # both replicas' watches have the quota
-    for i in range(10):
-        cluster.create(f"u-{i}", "team-u", run=600)
-        cluster.create(f"v-{i}", "team-v", run=600)
+    """team-u's tutorial quota (`nvidia.com/gpu: 2`) and team-x's `limits.nvidia.com/gpu: 1` (which only
+    gpupool enforces), team-v's classQuota (medium: 4) and team-w's memoryQuota (45Gi: three 15Gi T4s):
+    Pods created through both replicas at once, room for all. Exactly 2, 1, 4 and 3 are released."""
+    for namespace, hard in (("team-u", {"nvidia.com/gpu": "2"}), ("team-x", {"limits.nvidia.com/gpu": "1"})):
+        meta = {"name": "gpus", "namespace": namespace}
+        cluster.sim.add({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": meta, "spec": {"hard": hard},
+                         "status": {"hard": hard}})  # fmt: skip
+    time.sleep(1.0)  # both replicas' watches have the quotas
+    wanted = {"team-u": 2, "team-v": 4, "team-w": 3, "team-x": 1}
+    products = {"team-v": "L4"}  # room for all: the classQuota's four on the L4s, the other six on the T4s
+    for i in range(6):
+        for namespace in wanted:
+            extra = {"gpupool.io/gpu-product": products.get(namespace, "T4")}
+            cluster.create(f"b-{i}", namespace, run=600, extra=extra)
     time.sleep(6.0)
-    released_u = [i for i in range(10) if cluster.released("team-u", f"u-{i}")]
-    released_v = [i for i in range(10) if cluster.released("team-v", f"v-{i}")]
-    assert (len(released_u), len(released_v)) == (2, 4)
-    for i in range(10):
-        cluster.sim.delete("Pod", "team-u", f"u-{i}")
-        cluster.sim.delete("Pod", "team-v", f"v-{i}")
+    got = {ns: sum(cluster.released(ns, f"b-{i}") for i in range(6)) for ns in wanted}
+    assert got == wanted
+    for i in range(6):
+        for namespace in wanted:
+            cluster.sim.delete("Pod", namespace, f"b-{i}")
 
 
 def test_priority_decides_who_gets_the_one_free_gpu(cluster: Cluster) -> None:

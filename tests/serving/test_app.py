@@ -311,12 +311,39 @@ class TestMetricsAndLog:
 @pytest.fixture(scope="module")
 def real() -> Harness:
     """The app with the real core on the demo inventory (examples/cluster.yaml)."""
+    return real_harness()
+
+
+def real_harness() -> Harness:
     policy = load_policy(None)
     inventory = SnapshotInventory.from_file(str(DEMO_INVENTORY), policy)
     registry = CollectorRegistry()
     lines: list[bytes] = []
     config = AppConfig(admitter=Admitter(policy, inventory), metrics=Metrics(registry), write_line=lines.append)
     return Harness(create_app(config).test_client(), FakeAdmitter(), registry, lines)
+
+
+def debugged(value: str) -> dict[str, Any]:
+    """An update of pods/ephemeralcontainers adding a debug container that sets NVIDIA_VISIBLE_DEVICES."""
+    running = gpu_pod(namespace="ml")
+    added = {**running, "spec": {**running["spec"], "ephemeralContainers": [
+        {"name": "dbg", "image": "busybox", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": value}]}]}}  # fmt: skip
+    review = admission_review(added, operation="UPDATE", sub_resource="ephemeralcontainers", uid="dbg-1")
+    review["request"]["oldObject"] = running
+    return review
+
+
+class TestEphemeralContainers:
+    def test_an_ephemeral_container_with_all_is_refused_and_one_without_is_allowed_unchanged(self) -> None:
+        """`kubectl debug` with NVIDIA_VISIBLE_DEVICES=all is refused in the review; with void it is allowed
+        with no patch (never a patch on the subresource); both are counted as admissions of no pool."""
+        real = real_harness()
+        refused = real.review(debugged("all"))["response"]
+        assert (refused["allowed"], refused["status"]["code"]) == (False, 403)
+        assert "container 'dbg' sets NVIDIA_VISIBLE_DEVICES='all'" in refused["status"]["message"]
+        assert real.review(debugged("void"))["response"] == {"uid": "dbg-1", "allowed": True}
+        assert real.counter("gpupool_admissions_total", outcome="denied", pool="") == 1
+        assert real.counter("gpupool_admissions_total", outcome="unchanged", pool="") == 1
 
 
 class TestRealCore:

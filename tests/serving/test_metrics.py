@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 import sys
 import textwrap
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
+import webhook
 from tests.builders import gpu_node, index_of, mig_single_node, pod, quota, shared_node
 from tests.conftest import (
     DEMO_INVENTORY,
@@ -46,6 +48,7 @@ L4 = PoolKey("nvidia", "medium", "NVIDIA-L4")
 T4 = PoolKey("nvidia", "medium", "Tesla-T4")
 A100 = PoolKey("nvidia", "high", "NVIDIA-A100-SXM4-40GB")
 LABELS = ("namespace", "quota", "resource")
+STALE_AFTER_10 = load_policy_text("defaults: {staleAfterSeconds: 10}")
 
 
 def stats(pool: PoolKey, nodes: int, gpus: int, free: int) -> PoolStats:
@@ -132,6 +135,19 @@ class TestRecord:
         assert value(registry, "gpupool_quota_denials_total", namespace="ml") == 1
         assert value(registry, "gpupool_admissions_total", outcome="denied", pool="") == 1
 
+    def test_policy_reloads_counted_by_result(self) -> None:
+        """Both results are exposed from the start (at 0), so an alert on a failure sees the first one;
+        the gauge says whether the file's newest version is in use."""
+        registry = CollectorRegistry()
+        metrics = Metrics(registry)
+        assert value(registry, "gpupool_policy_reloads_total", result="failure") == 0
+        metrics.policy_reloaded(False)
+        assert value(registry, "gpupool_policy_reloads_total", result="failure") == 1
+        assert value(registry, "gpupool_policy_last_reload_successful") == 0
+        metrics.policy_reloaded(True)
+        assert value(registry, "gpupool_policy_reloads_total", result="success") == 1
+        assert value(registry, "gpupool_policy_last_reload_successful") == 1
+
 
 class TestRefresh:
     def test_pool_gauges_follow_the_inventory(self) -> None:
@@ -151,19 +167,20 @@ class TestRefresh:
         wrong = QuotaInfo("team-b", "gpu", {"nvidia.com/gpu": 4})
         right = QuotaInfo("team-a", "gpu", {"requests.nvidia.com/gpu": 4})
         inventory = FakeInventory([stats(L4, 2, 8, 3)], age=30.0, quotas=[wrong, right], reservations=3)
-        Metrics(registry).refresh(inventory, stale_after_seconds=10)
+        Metrics(registry).refresh(inventory, STALE_AFTER_10)
         assert value(registry, "gpupool_inventory_stale") == 1
         assert value(registry, "gpupool_quotas_unenforced") == 1
         assert value(registry, "gpupool_reservations") == 3
         inventory.age = 0.0
-        Metrics(registry2 := CollectorRegistry()).refresh(inventory, stale_after_seconds=10)
+        Metrics(registry2 := CollectorRegistry()).refresh(inventory, STALE_AFTER_10)
         assert value(registry2, "gpupool_inventory_stale") == 0
 
-    def test_every_quota_gpupool_checks_has_used_and_hard_gauges(self) -> None:
+    def test_every_quota_gpupool_checks_has_used_and_hard_gauges_in_one_unit_each(self) -> None:
         """One pair of gauges per quota limit, labelled namespace, quota, resource: ResourceQuotas in both
-        forms (used: status.used, or gpupool's own count; plus pending admissions), the policy's class
-        quotas and its memory quota (in bytes), so "a namespace at 90% of its H100s" is one alert. A quota
-        that is gone reads 0."""
+        forms (used: status.used, or gpupool's own count; plus pending admissions) and the policy's class
+        quotas in devices (`_gpus`), its memory quota in bytes (`_bytes`): one unit per metric, so "a
+        namespace at 90% of its H100s" is one alert and no query mixes GPUs with bytes. A quota that is
+        gone reads 0."""
         pol = load_policy_text("namespaces: {team-a: {classQuota: {high: 4}, memoryQuota: 100Gi}}")
         objects = [
             gpu_node("a100-a", "NVIDIA-A100-SXM4-40GB", 8, memory_mib=40960, gpu_class="high"),
@@ -177,23 +194,45 @@ class TestRefresh:
         registry = CollectorRegistry()
         metrics = Metrics(registry)
         metrics.refresh(SnapshotInventory(index, "test"))
-        gauges = {
-            labels: (value(registry, "gpupool_quota_used", **dict(zip(LABELS, labels, strict=True))),
-                     value(registry, "gpupool_quota_hard", **dict(zip(LABELS, labels, strict=True))))
-            for labels in [("team-a", "gpu-quota", "requests.nvidia.com/gpu"), ("team-a", "classQuota", "high"),
-                           ("team-a", "memoryQuota", "gpu-memory"), ("team-b", "tutorial", "nvidia.com/gpu")]
-        }  # fmt: skip
-        assert gauges == {
+
+        def gauges(unit: str) -> dict[tuple[str, ...], tuple[float, float]]:
+            used, hard = f"gpupool_quota_used_{unit}", f"gpupool_quota_hard_{unit}"
+            return {
+                tuple(s.labels[k] for k in LABELS): (s.value, value(registry, hard, **s.labels) or 0.0)
+                for m in registry.collect()
+                for s in m.samples
+                if s.name == used
+            }
+
+        assert gauges("gpus") == {
             ("team-a", "gpu-quota", "requests.nvidia.com/gpu"): (3, 4),
             ("team-a", "classQuota", "high"): (3, 4),
-            ("team-a", "memoryQuota", "gpu-memory"): (3 * 40 * 2**30, 100 * 2**30),
             ("team-b", "tutorial", "nvidia.com/gpu"): (1, 4),
         }
+        assert gauges("bytes") == {("team-a", "memoryQuota", "gpu-memory"): (3 * 40 * 2**30, 100 * 2**30)}
         index.remove_quota("team-b", "tutorial")
         metrics.refresh(SnapshotInventory(index, "test"))
-        assert (
-            value(registry, "gpupool_quota_hard", namespace="team-b", quota="tutorial", resource="nvidia.com/gpu") == 0
-        )
+        assert gauges("gpus")[("team-b", "tutorial", "nvidia.com/gpu")] == (0, 0)
+
+    def test_quotas_follow_the_policy_admissions_use(self) -> None:
+        """After a policy reload that keeps the inventory (new namespace rules only), the class quotas
+        shown are the new policy's, not those of the policy the index was built with."""
+        objects = [gpu_node("a100-a", "NVIDIA-A100-SXM4-40GB", 8, gpu_class="high")]
+        inventory = SnapshotInventory(build_index(objects, load_policy_text(None)), "test")
+        registry = CollectorRegistry()
+        Metrics(registry).refresh(inventory, load_policy_text("namespaces: {team-a: {classQuota: {high: 6}}}"))
+        labels = {"namespace": "team-a", "quota": "classQuota", "resource": "high"}
+        assert value(registry, "gpupool_quota_hard_gpus", **labels) == 6
+
+    def test_build_info_names_the_version(self) -> None:
+        """`gpupool_build_info` is 1, labelled with gpupool's version and Python's, for "which version
+        runs where" queries and joins."""
+        registry = CollectorRegistry()
+        Metrics(registry)
+        (sample,) = [s for m in registry.collect() for s in m.samples if s.name == "gpupool_build_info"]
+        assert sample.value == 1
+        assert sample.labels["version"] == webhook.__version__
+        assert sample.labels["python"] == platform.python_version()
 
     def test_vanished_pool_reads_zero(self) -> None:
         """A pool that is gone from the inventory shows 0, not its last capacity."""
@@ -242,7 +281,7 @@ class TestRefresh:
         """The background refresher picks up inventory changes on its own."""
         registry = CollectorRegistry()
         inventory = FakeInventory([stats(L4, 2, 8, 3)])
-        refresher = GaugeRefresher(Metrics(registry), inventory, interval=0.05).start()
+        refresher = GaugeRefresher(Metrics(registry), lambda: (inventory, None), interval=0.05).start()
         try:
             inventory.pools = [stats(L4, 2, 8, 0)]
             wait_until(lambda: value(registry, "gpupool_pool_gpus_free", pool=str(L4)) == 0, 30, "a refresh")

@@ -94,6 +94,24 @@ class TestParseReview:
         """admission.k8s.io/v1beta1 reviews are decoded like v1 ones."""
         assert parse(admission_review(gpu_pod(), api_version="admission.k8s.io/v1beta1")).is_pod_create
 
+    def test_an_update_carries_the_old_object_and_who_makes_it(self) -> None:
+        """For the validating call's UPDATE check: oldObject, userInfo.username and its groups (strings
+        only; anything else in userInfo reads as nobody, never an error)."""
+        review = admission_review(gpu_pod(), operation="UPDATE")
+        review["request"]["oldObject"] = gpu_pod("before")
+        review["request"]["userInfo"] = {"username": "bob", "groups": ["oncall", 7, "system:authenticated"]}
+        req = parse(review)
+        assert req.is_pod_update and not req.is_pod_create
+        assert (req.old_object["metadata"]["name"], req.username, req.groups) == (
+            "before",
+            "bob",
+            ("oncall", "system:authenticated"),
+        )
+        for odd in ({"username": 5, "groups": "oncall"}, "bob", None):
+            review["request"]["userInfo"] = odd
+            assert (parse(review).username, parse(review).groups) == ("", ())
+        assert not parse(admission_review(gpu_pod(), operation="UPDATE", sub_resource="status")).is_pod_update
+
 
 class TestSkipVerdict:
     @pytest.mark.parametrize(
@@ -103,6 +121,10 @@ class TestSkipVerdict:
             pytest.param(admission_review(gpu_pod(), operation="DELETE"), id="delete"),
             pytest.param(admission_review(gpu_pod(), sub_resource="status"), id="status-subresource"),
             pytest.param(admission_review(gpu_pod(), sub_resource="binding"), id="binding-subresource"),
+            pytest.param(
+                admission_review(gpu_pod(), sub_resource="ephemeralcontainers", operation="CREATE"),
+                id="ephemeralcontainers-create",
+            ),
             pytest.param(admission_review({"kind": "ConfigMap"}, resource="configmaps"), id="configmap"),
             pytest.param(
                 admission_review({"kind": "Deployment"}, resource="deployments", group="apps"), id="deployment"
@@ -110,7 +132,8 @@ class TestSkipVerdict:
         ],
     )
     def test_anything_but_a_pod_create_is_allowed_unchanged(self, review: dict[str, Any]) -> None:
-        """Other resources, operations and subresources never reach the core and get no patch."""
+        """Other resources, operations and subresources (ephemeralcontainers but on UPDATE) never reach the
+        core and get no patch."""
         verdict = skip_verdict(parse(review))
         assert verdict is not None
         assert (verdict.allowed, verdict.outcome, verdict.patch) == (True, "unchanged", ())
@@ -131,6 +154,16 @@ class TestSkipVerdict:
         core's to answer in the review with its uid: an HTTP error instead would let the Pod through
         unplaced under failurePolicy Ignore."""
         assert skip_verdict(parse(admission_review(obj, namespace=""))) is None
+
+    def test_an_ephemeral_containers_update_goes_to_the_core_with_the_pod_before_it(self) -> None:
+        """`kubectl debug` updates pods/ephemeralcontainers, sending the whole Pod and the Pod before: the
+        core holds the containers it adds to the NVIDIA_VISIBLE_DEVICES rule."""
+        review = admission_review(gpu_pod(), operation="UPDATE", sub_resource="ephemeralcontainers")
+        review["request"]["oldObject"] = gpu_pod(name="before")
+        request = parse(review)
+        assert skip_verdict(request) is None
+        assert (request.is_ephemeral_update, request.is_pod_create) == (True, False)
+        assert request.old_object["metadata"]["name"] == "before"
 
 
 class TestPodRef:

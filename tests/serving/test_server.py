@@ -446,12 +446,13 @@ class TestBadInput:
         assert reply.status == 413 and self.status_of(reply.body)["code"] == 413
 
     @pytest.mark.parametrize(
-        ("method", "path", "code"), [("GET", "/mutate", 405), ("POST", "/validate", 404), ("GET", "/metrics", 404)]
+        ("method", "path", "code"),
+        [("GET", "/mutate", 405), ("GET", "/validate", 405), ("POST", "/admit", 404), ("GET", "/metrics", 404)],
     )
     def test_not_found_and_wrong_method_are_json(
         self, client: ApiServerClient, method: str, path: str, code: int
     ) -> None:
-        """The TLS port serves POST /mutate only; everything else is a JSON 404 or 405."""
+        """The TLS port serves POST /mutate and POST /validate only; everything else is a JSON 404 or 405."""
         reply = client.post(b"{}", method=method, path=path)
         assert reply.status == code and self.status_of(reply.body)["code"] == code
 

@@ -17,7 +17,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def base() -> dict[str, Any]:
-    """manifests/base/deployment.yaml, in its namespace, as kustomize renders its volume's ConfigMap."""
+    """manifests/base/deployment.yaml, in its namespace, its volume's ConfigMap renamed as an older install
+    named it (kustomize's hash suffix; the shipped name is gpupool-policy), so the name is read, not assumed."""
     deployment: dict[str, Any] = yaml.safe_load((REPO / "manifests" / "base" / "deployment.yaml").read_text())
     deployment["metadata"]["namespace"] = "gpupool-system"
     for volume in deployment["spec"]["template"]["spec"]["volumes"]:
@@ -55,7 +56,9 @@ def test_items_and_sub_paths_map_the_file_to_its_key() -> None:
     deployment = base()
     mount = next(m for m in container(deployment)["volumeMounts"] if m["name"] == "policy")
     mount.update(mountPath="/etc/gpupool/policy/policy.yaml", subPath="rules.yaml")
-    assert locate_policy(deployment) == PolicyLocation("gpupool-system", "gpupool-policy-7b9g2hd5mt", "rules.yaml")
+    assert locate_policy(deployment) == PolicyLocation(
+        "gpupool-system", "gpupool-policy-7b9g2hd5mt", "rules.yaml", sub_path=True
+    )
 
 
 def test_a_webhook_told_no_policy_runs_the_built_in_default() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -108,3 +109,32 @@ def test_yaml_stream_of_objects_is_accepted(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump_all(fleet()))
     with SnapshotInventory.from_file(str(path), POLICY).read() as index:
         assert len(index.pool_stats()) == 5
+
+
+class Recorder:
+    """An observer, as the queue's waiting Pods follow the live inventory (webhook.sources.live.Observer)."""
+
+    def __init__(self) -> None:
+        self.lists: list[tuple[str, list[str], bool, bool]] = []
+
+    def replace(self, kind: str, objects: list[Any], first: bool, final: bool) -> None:
+        self.lists.append((kind, [o["metadata"]["name"] for o in objects], first, final))
+
+    def apply(self, kind: str, event: str, obj: Any) -> None:
+        raise AssertionError("a snapshot has no events")
+
+
+def test_observers_get_each_kind_as_one_full_list(tmp_path: Path) -> None:
+    """What the live inventory's first list gives its observers, a snapshot gives them at once: every
+    object of each kind, in one list that is both the first and the last page."""
+    path = tmp_path / "cluster.yaml"
+    path.write_text(
+        yaml.safe_dump(as_list([*fleet()[:1], pod("a", gpus=1), quota("q", "team", {"nvidia.com/gpu": "1"})]))
+    )
+    recorder = Recorder()
+    SnapshotInventory.from_file(str(path), POLICY, [recorder])
+    assert recorder.lists == [
+        ("nodes", [fleet()[0]["metadata"]["name"]], True, True),
+        ("pods", ["a"], True, True),
+        ("resourcequotas", ["q"], True, True),
+    ]

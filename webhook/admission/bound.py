@@ -8,25 +8,27 @@ strand them, but holds them to their namespace's rules on every node they can la
 - the nodes are the one it names, or every node its nodeSelector and any term of its required node
   affinity reach (the scheduler ORs the terms, so a term that names one node and another that asks for
   an H100 reach both); nodes a term names by `metadata.name` that gpupool does not know are reached too;
-- on each node it reaches, the class of the node's pool must be allowed, the Pod's own annotations must
+- on each node it reaches, for every kind of device it requests (whole GPUs and MIG slices of a node may
+  be of different classes), the class of the node's pool must be allowed, the Pod's own annotations must
   hold (class, device, product, memory, driver, compute capability, CUDA), and its classQuota and
-  memoryQuota must have room for the class and memory of that node;
-- its ResourceQuotas must have room whatever node it lands on; a node gpupool does not know is no
-  exemption: its quotas are checked as if it were of every class the namespace has a quota for, and of
-  unknown memory (refused under a memoryQuota), and in a namespace limited to some classes it is refused.
+  memoryQuota must have room for all its devices of that node's classes and memory together;
+- its ResourceQuotas must have room for each resource whatever node it lands on; a node gpupool does not
+  know is no exemption: its quotas are checked as if it were of every class the namespace has a quota
+  for, and of unknown memory (refused under a memoryQuota), and in a namespace limited to some classes
+  it is refused.
 """
 
 from __future__ import annotations
 
 from webhook.admission import verdict
-from webhook.admission.decision import bound_problem, class_quota_problem
-from webhook.admission.quotas import check_quotas, memory_quota_problem
+from webhook.admission.decision import bound_problem
+from webhook.admission.quotas import Held, Holding, held_quota_problem
 from webhook.admission.request import GpuRequest
 from webhook.admission.verdict import Placement, Verdict
 from webhook.domain.affinity import IN, NODE_NAME_FIELD, NodeRequirements
 from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
-from webhook.pools.nodes import NodeFacts
+from webhook.pools.nodes import NodeFacts, Unclassified
 
 MAX_NAMED = 5  # nodes a message names before it says how many more
 
@@ -71,30 +73,35 @@ def _names_every_term(requirements: NodeRequirements) -> frozenset[str] | None:
 def check_bound(
     req: GpuRequest, nodes: tuple[list[str], list[str]], devices: int, policy: Policy, index: PoolIndex
 ) -> Verdict:
-    """The verdict for a Pod that bypasses placement, over the nodes it could reach (`reachable`). No
-    patch; the placement is the node's pool when it reaches exactly one node. `nodes`: (known, unknown)."""
+    """The verdict for a Pod that bypasses placement, over the nodes it could reach (`reachable`), for every
+    kind of device it requests itself (whole GPUs and a MIG slice are held together). No patch; the
+    placement is the node's pool of its first resource when it reaches exactly one node, for `devices`
+    (what its reservation holds). `nodes`: (known, unknown)."""
     known, unknown = nodes
     where = _where(known, unknown)
-    if not devices:
+    kinds = req.own_requests  # (resource, devices) per resource it requests, sorted
+    if not kinds:
         return verdict.allow(f"bypasses placement ({where}); requests no {req.vendor.name} GPUs")
-    resource = req.resource or req.vendor.resource  # the devices the Pod requests: a node may offer several
     rule = policy.namespace(req.namespace)
-    facts: list[NodeFacts] = []
-    unclassed: list[str] = []  # reached, but no pool of the resource gpupool can class there
+    on: list[tuple[str, list[tuple[int, NodeFacts]]]] = []  # the nodes every kind is classed on
+    unclassed: list[str] = []  # reached, but some kind has no pool gpupool can class there
     for name in known:
-        found = index.node_facts(name, resource)
-        if isinstance(found, NodeFacts):
-            facts.append(found)
+        found = [(n, index.node_facts(name, resource)) for resource, n in kinds]
+        missing = next((f for _, f in found if not isinstance(f, NodeFacts)), _CLASSED)
+        if missing is _CLASSED:
+            on.append((name, [(n, f) for n, f in found if isinstance(f, NodeFacts)]))
         else:
-            unclassed.append(f"{name} ({found.reason})" if found is not None else name)
+            unclassed.append(f"{name} ({missing.reason})" if isinstance(missing, Unclassified) else name)
     unclassed.extend(unknown)
-    what = f"{req.vendor.name} GPUs" if resource == req.vendor.resource else f"{resource} devices"
-    if not facts and not unclassed:
+    resources = [resource for resource, _ in kinds]
+    what = f"{req.vendor.name} GPUs" if resources == [req.vendor.resource] else f"{', '.join(resources)} devices"
+    if not on and not unclassed:
         unclassed.append("no node gpupool knows")
-    for f in facts:
-        problem = bound_problem(req, f)
-        if problem:
-            return verdict.deny(problem, reason="bound-node")
+    for _, held in on:
+        for _, f in held:
+            problem = bound_problem(req, f)
+            if problem:
+                return verdict.deny(problem, reason="bound-node")
     if unclassed and rule.restricted:
         which = (
             f"names node {unclassed[0]}, which has"
@@ -106,30 +113,31 @@ def check_bound(
             "classes, so the Pod must leave its node to gpupool",
             reason="bound-node",
         )
-    classes = sorted({f.pool.gpu_class for f in facts} | (set(rule.class_quota) if unclassed else set()))
-    for gpu_class in classes:
-        over = class_quota_problem(req.namespace, gpu_class, devices, index, policy)
-        if over:
-            return verdict.deny(over, reason="class-quota")
-    # The memory it would hold: unknown where a node is not classed (refused under a memoryQuota), else
-    # the most of any node it can reach.
-    largest = max(facts, key=lambda f: f.memory_mib) if facts and not unclassed else None
-    mib, at = (largest.memory_mib, f"node {largest.node}") if largest is not None else (0, f"node {unclassed[0]}")
-    memory = memory_quota_problem(req.namespace, devices, mib, index, policy, where=at)
-    if memory:
-        return verdict.deny(memory, reason="memory-quota")
-    quota_problem = check_quotas(req, index, policy, resource, devices)
-    if quota_problem:
-        return verdict.deny(quota_problem, reason="quota")
-    if len(facts) != 1 or unclassed:
+    # Every quota must have room wherever it lands: on each node its devices of each class and their
+    # memory; on a node gpupool cannot class, of every class with a quota and of unknown memory.
+    holdings: list[Holding] = [
+        (f"node {name}", [Held(f.resource, n, f.pool.gpu_class, f.memory_mib) for n, f in held]) for name, held in on
+    ]
+    if unclassed:
+        holdings.append((f"node {unclassed[0]}", [Held(resource, n) for resource, n in kinds]))
+    problem, reason = held_quota_problem(req, holdings, index, policy)
+    if problem:
+        return verdict.deny(problem, reason=reason)
+    if len(on) != 1 or unclassed:
         note = f"gpupool: no GPUs gpupool can class on {_listed(unclassed)}: class not checked, quotas are"
         notes = (note,) if unclassed else ()
-        return verdict.allow(f"bypasses placement ({where}); checked on {len(facts)} nodes").with_warnings(notes)
-    (f,) = facts
-    free = index.node_free(f)
-    warnings = () if free >= devices else (f"gpupool: node {f.node} has {free} free {f.resource} now",)
-    placement = Placement(f.pool, f.resource, devices, devices, f.selector, free >= devices, False, f.kind, node=f.node)
-    return verdict.place(placement, [], warnings=warnings, message=f"already bound to node {f.node} in pool {f.pool}")
+        return verdict.allow(f"bypasses placement ({where}); checked on {len(on)} nodes").with_warnings(notes)
+    ((name, held),) = on
+    free = [(n, f, index.node_free(f)) for n, f in held]
+    warnings = tuple(f"gpupool: node {name} has {left} free {f.resource} now" for n, f, left in free if left < n)
+    # The placement (and the reservation until the watch shows the Pod) is the first resource's.
+    f = held[0][1]
+    placement = Placement(f.pool, f.resource, devices, devices, f.selector, not warnings, False, f.kind, node=f.node)
+    pools = " and ".join(str(f.pool) for _, f in held)
+    return verdict.place(placement, [], warnings=warnings, message=f"already bound to node {name} in pool {pools}")
+
+
+_CLASSED = object()  # no kind is missing on the node
 
 
 def _where(known: list[str], unknown: list[str]) -> str:

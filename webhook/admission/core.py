@@ -3,7 +3,8 @@
 `evaluate` is the pure core (no I/O, no clock): the same function answers kube-apiserver through the
 Flask app and the user through `gpupool explain`. It is `prepare` (what the Pod alone decides) then
 `place` (what the pools decide). `Admitter` binds them to a policy and an inventory, holds the
-inventory's lock only for `place`, and records a reservation for each real (not dry-run) placement.
+inventory's lock only for `place`, and records a reservation for each real (not dry-run) placement; the
+server rebinds it when the policy file changes (webhook.serving.policyfile).
 """
 
 from __future__ import annotations
@@ -18,24 +19,26 @@ from webhook.admission.bound import check_bound, reachable, single_named_node
 from webhook.admission.decision import decide
 from webhook.admission.groups import decide_for_group
 from webhook.admission.patch import PatchSpec, build_patch
-from webhook.admission.pod import PodError, PodShape, PodView, read_pod
+from webhook.admission.pod import PodError, PodShape, PodView, read_ephemeral_containers, read_pod, shape_bytes
 from webhook.admission.queueing import queue_verdict
-from webhook.admission.quotas import check_quotas
+from webhook.admission.quotas import Held, check_quotas, held_quota_problem
 from webhook.admission.request import (
+    REQUEST_WEIGHT,
     GpuRequest,
     RequestError,
+    all_containers,
     parse_request,
-    pod_devices,
     requested_resources,
     visible_devices_problem,
     wants_gpus,
 )
 from webhook.admission.verdict import GroupNote, Placement, Verdict
-from webhook.domain.model import QUEUE_GATE
+from webhook.domain.model import QUEUE_GATE, PoolKey
 from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
 from webhook.pools.inventory import Inventory
-from webhook.pools.memo import NO_MEMO, Memo
+from webhook.pools.memo import NO_MEMO, Memo, held_bytes
+from webhook.pools.nodes import NodeFacts
 
 
 def evaluate(
@@ -67,7 +70,9 @@ class Prepared(NamedTuple):
     pod: PodView
     request: GpuRequest
     node: str  # the one node a Pod that bypasses placement names (nodeName, or a DaemonSet's); "" for none
-    devices: int  # the GPUs it takes: the request's for a Pod gpupool places, its own if it bypasses placement
+    # The GPUs its reservation holds: the request's for a Pod gpupool places; for one that bypasses
+    # placement, its own request of the first resource it requests (the one its placement names).
+    devices: int
 
     @property
     def bypasses(self) -> bool:
@@ -84,20 +89,20 @@ def prepare(pod: Any, namespace: str, policy: Policy, shapes: Memo = NO_MEMO) ->
         return verdict.deny(str(exc), code=verdict.CODE_INVALID, reason="invalid")
     if view.mirror:  # the kubelet's copy of a static Pod: already running, nothing to decide
         return verdict.allow("mirror Pod: created by the kubelet, not placed by gpupool")
-    req = shapes.get(view.shape, lambda: _request(view.shape, policy))
+    req = shapes.get(view.shape, lambda: _request(view.shape, policy), size=lambda r: _weight(r, view.shape))
     if isinstance(req, Verdict):
         return req
     # A DaemonSet's Pod is placed by the DaemonSet controller's node affinity; pinning it to a pool could
     # only strand it, but like a Pod that names its node it is checked on the nodes it can reach.
     bypasses = bool(view.node_name or view.daemonset)
     node = view.node_name or (single_named_node(view.shape.requirements) if view.daemonset else "")
-    devices = pod_devices(view.shape, {req.vendor.resource, *req.partitions}) if bypasses else req.pod_total
+    devices = (req.own_requests[0][1] if req.own_requests else 0) if bypasses else req.pod_total
     return Prepared(view, req, node, devices)
 
 
 def prepare_view(view: PodView, policy: Policy, shapes: Memo = NO_MEMO) -> Prepared | Verdict:
     """`prepare` for a Pod already read (the queue keeps the views of the Pods it holds)."""
-    req = shapes.get(view.shape, lambda: _request(view.shape, policy))
+    req = shapes.get(view.shape, lambda: _request(view.shape, policy), size=lambda r: _weight(r, view.shape))
     if isinstance(req, Verdict):
         return req
     return Prepared(view, req, "", req.pod_total)
@@ -115,7 +120,7 @@ def place(
             nodes = reachable(view.shape.requirements, view.node_name, index)
             result = check_bound(req, nodes, devices, policy, index)
         else:
-            result = _partitions(req, policy)
+            result = _partitions(req, policy, index)
         return replace(result, group=GroupNote(view.group, None, 0)) if view.group else result
     if policy.placement(req.namespace) == "queue":
         return queue_verdict(view, req, decide(req, index, policy, quotas=False), policy, index)
@@ -143,23 +148,42 @@ def place(
         chosen.constraint, chosen.gpu_taints, req.container_index, chosen.resource, req.count, str(chosen.pool)
     )
     # The key is the patch's whole input, so nothing it reads can be left out of it.
-    patch = shapes.get((view.shape, spec), lambda: build_patch(view.shape, spec))
+    patch = shapes.get(
+        (view.shape, spec), lambda: build_patch(view.shape, spec), size=lambda p: req.shape_bytes + _PATCH_OP * len(p)
+    )
     return verdict.place(placement, patch, warnings=decision.warnings, reasons=reasons, group=group)
 
 
-def _partitions(req: GpuRequest, policy: Policy) -> Verdict:
+def _partitions(req: GpuRequest, policy: Policy, index: PoolIndex) -> Verdict:
     """A Pod that requests several kinds of device itself (a MIG profile and whole GPUs, or two profiles)
     and names no node: no one pool offers them all, so gpupool cannot place it, nor keep it inside a
-    namespace's classes."""
-    listed = ", ".join(req.partitions) if len(req.partitions) > 1 else f"{req.vendor.resource}, {req.partitions[0]}"
+    namespace's classes; its ResourceQuotas hold for every kind it requests."""
+    listed = ", ".join(r for r, _ in req.own_requests)
     if policy.namespace(req.namespace).restricted:
         return verdict.deny(
             f"the Pod requests {listed}: several kinds of device, which no one pool offers; namespace "
             f"{req.namespace} may only use some GPU classes, so request one and let gpupool choose",
             reason="no-match",
         )
+    held = [Held(resource, count) for resource, count in req.own_requests]
+    problem, reason = held_quota_problem(req, [("the Pod's devices", held)], index, policy)
+    if problem:
+        return verdict.deny(problem, reason=reason)
     note = f"gpupool: {listed} are several kinds of device, which gpupool does not place; the Pod keeps its requests"
     return verdict.allow(f"requests {listed}, which gpupool does not place").with_warnings((note,))
+
+
+# What one op of a patch holds, at most: its path, and a value made of the pool's labels, taints, resource
+# and name (the cluster's, never the Pod's strings; node labels are validated: keys 317 characters, values 63).
+_PATCH_OP = 2048
+
+
+def _weight(value: GpuRequest | Verdict, shape: PodShape) -> int:
+    """What a memo entry of a shape and what it decides holds: a request mirrors the shape; a verdict is
+    a message (bounded by the core) beside it."""
+    if isinstance(value, GpuRequest):
+        return REQUEST_WEIGHT * value.shape_bytes
+    return shape_bytes(shape) + held_bytes(value)
 
 
 def _request(shape: PodShape, policy: Policy) -> GpuRequest | Verdict:
@@ -174,7 +198,7 @@ def _request(shape: PodShape, policy: Policy) -> GpuRequest | Verdict:
         )
     if not wants_gpus(shape, policy):
         return verdict.allow("no gpupool.io/ annotation and no GPU resource")
-    problem = visible_devices_problem(shape, policy)
+    problem = visible_devices_problem(all_containers(shape), shape.namespace, policy)
     if problem:
         return verdict.deny(problem, reason="visible-devices")
     if not shape.annotations and not requested_resources(shape, policy):
@@ -185,66 +209,186 @@ def _request(shape: PodShape, policy: Policy) -> GpuRequest | Verdict:
         return verdict.deny(str(exc), code=verdict.CODE_INVALID, reason="invalid")
 
 
+def evaluate_ephemeral(pod: Any, old: Any, namespace: str, policy: Policy) -> Verdict:
+    """The verdict for an update of `pods/ephemeralcontainers` (`kubectl debug`): the ephemeral containers
+    it adds to the Pod (`old` is the Pod before it) are held to the NVIDIA_VISIBLE_DEVICES rule, as any
+    container is. They request no resources (Kubernetes forbids it), so nothing is placed or counted,
+    and the answer is a denial or allowed unchanged: never a patch."""
+    try:
+        added = read_ephemeral_containers(pod, old)
+    except PodError as exc:
+        return verdict.deny(str(exc), code=verdict.CODE_INVALID, reason="invalid")
+    problem = visible_devices_problem(added, namespace, policy)
+    if problem:
+        return verdict.deny(problem, reason="visible-devices")
+    return verdict.allow("ephemeral containers: none sets NVIDIA_VISIBLE_DEVICES")
+
+
+class Bound(NamedTuple):
+    """What an Admitter decides with: a policy, an inventory whose index was built for it, and what Pod
+    shapes decide under that policy (webhook.pools.memo; valid for this policy only)."""
+
+    policy: Policy
+    inventory: Inventory
+    shapes: Memo
+
+
 class Admitter:
-    """The core bound to a policy and an inventory, as the server uses it."""
+    """The core bound to a policy and an inventory, as the server uses it. `use` binds it to another
+    policy (and inventory) between two admissions: each admission is decided by one policy, whole."""
 
     def __init__(self, policy: Policy, inventory: Inventory, clock: Callable[[], float] = time.monotonic) -> None:
-        self.policy = policy
-        self.inventory = inventory
+        self._bound = Bound(policy, inventory, Memo())
         self._clock = clock
-        self._shapes = Memo()
+        # An inventory being built for the next policy: every reservation (and echo) made meanwhile is made
+        # in it too, so it holds what the current one holds once the reservations made before are gone.
+        self._successor: Inventory | None = None
+
+    @property
+    def bound(self) -> Bound:
+        return self._bound
+
+    @property
+    def policy(self) -> Policy:
+        return self._bound.policy
+
+    @property
+    def inventory(self) -> Inventory:
+        return self._bound.inventory
+
+    def use(self, policy: Policy, inventory: Inventory | None = None) -> None:
+        """Decide by `policy` from the next admission on, with `inventory` (built for it; by default the
+        current one, for a policy whose pools are the same). Set under the current inventory's lock: an
+        admission inside it finishes by the old policy, one that read the old binding decides again."""
+        old = self._bound
+        with old.inventory.read():
+            self._bound = Bound(policy, inventory or old.inventory, Memo())
+            self._successor = None
+
+    def mirror_into(self, successor: Inventory | None) -> None:
+        """From now on, also make every reservation in `successor` (None: stop)."""
+        with self._bound.inventory.read():
+            self._successor = successor
 
     def admit(self, pod: Any, *, namespace: str, dry_run: bool = False) -> Verdict:
-        # Only reading the pools and reserving hold the inventory's lock (which the watches need too).
-        prepared = prepare(pod, namespace, self.policy, self._shapes)
-        if isinstance(prepared, Verdict):
-            return prepared
-        stale = self.stale_seconds()
+        while True:
+            bound = self._bound
+            prepared = prepare(pod, namespace, bound.policy, bound.shapes)
+            if isinstance(prepared, Verdict):
+                return prepared
+            result = self._place(bound, prepared, dry_run)
+            if result is not None:
+                return result
+
+    def _place(self, bound: Bound, prepared: Prepared, dry_run: bool) -> Verdict | None:
+        """Place a prepared Pod; None when the binding changed before the lock was had (decide again)."""
+        policy, inventory, shapes = bound
+        stale = self.stale_of(bound)
         view, req, node, devices = prepared
-        with self.inventory.read() as index:
+        # Only reading the pools and reserving hold the inventory's lock (which the watches need too).
+        with inventory.read() as index:
+            if bound is not self._bound:
+                return None
             now = self._clock()
-            index.expire(now, self.inventory.current_since())
+            index.expire(now, inventory.current_since())
             # kube-apiserver may call again with gpupool's own placement applied (reinvocationPolicy
             # IfNeeded): that Pod's reservation is taken back first, so it is not counted against itself.
-            echoed = (
-                not dry_run
-                and (node or req.pool_pin is not None)
-                and index.take_echo(
-                    view.namespace, view.name, view.generate_name, pool=req.pool_pin, node=node, gpus=devices
-                )
+            echo = not dry_run and bool(node or req.pool_pin is not None)
+            echoed = echo and index.take_echo(
+                view.namespace, view.name, view.generate_name, pool=req.pool_pin, node=node, gpus=devices
             )
-            result = place(prepared, self.policy, index, explain=False, shapes=self._shapes)
+            result = place(prepared, policy, index, explain=False, shapes=shapes)
             placement = result.placement
-            if placement is not None and stale and self.policy.defaults.on_stale == "deny":
-                return verdict.deny(
-                    f"the GPU inventory is stale (no contact with the API for {stale:.0f} s); "
-                    "policy onStale is deny, so GPU Pods are refused until it re-syncs",
-                    code=verdict.CODE_UNAVAILABLE,
-                    reason="stale",
-                )
+            if placement is not None and stale and policy.defaults.on_stale == "deny":
+                placement = None
+                result = stale_denial(stale)
             # Every placed Pod counts until the watch shows it, pre-patched and bound ones too (only its
             # own re-invocation, recognised above, is not counted twice).
-            if placement is not None and not dry_run:
-                index.reserve(
-                    view.namespace,
-                    placement.pool,
-                    placement.selector,
-                    placement.pod_total,
-                    now,
-                    name=view.name,
-                    generate_name=view.generate_name,
-                    node=placement.node,
-                    echoed=bool(echoed),
-                    # A member of its group on the pool, as the Pod will be once the watch shows it
-                    # carrying gpupool.io/pool (a Pod that names its node gets no pool written).
-                    group="" if placement.node else view.group,
-                )
+            reserve = placement if not dry_run else None
+            if reserve is not None:
+                _reserve(index, view, reserve, now, echoed=echoed)
+            if self._successor is not None and not dry_run:
+                _mirror(self._successor, prepared, reserve, now, echo=echo)
         if placement is not None and stale:
             note = f"gpupool: placed from a GPU inventory {stale:.0f} s stale; the pool may have changed"
             result = replace(result, warnings=(*result.warnings, note))
         return result
 
+    def admit_ephemeral(self, pod: Any, *, namespace: str, old: Any = None) -> Verdict:
+        """An update of pods/ephemeralcontainers; reads neither the inventory nor the clock."""
+        return evaluate_ephemeral(pod, old, namespace, self.policy)
+
     def stale_seconds(self) -> float:
         """How stale the inventory is beyond the policy's threshold (0 when fresh)."""
-        age = self.inventory.age_seconds()
-        return age if age > self.policy.defaults.stale_after_seconds else 0.0
+        return self.stale_of(self._bound)
+
+    @staticmethod
+    def stale_of(bound: Bound) -> float:
+        """How stale `bound`'s inventory is beyond its policy's threshold (0 when fresh)."""
+        age = bound.inventory.age_seconds()
+        return age if age > bound.policy.defaults.stale_after_seconds else 0.0
+
+    @property
+    def shapes(self) -> Memo:
+        """What Pod shapes decide under the current policy; the validating call (webhook.admission.validation)
+        reads the same Pods, patched."""
+        return self._bound.shapes
+
+    def now(self) -> float:
+        """The clock reservations are made and expired by."""
+        return self._clock()
+
+
+def _reserve(index: PoolIndex, view: PodView, placement: Placement, now: float, *, echoed: bool) -> None:
+    index.reserve(
+        view.namespace,
+        placement.pool,
+        placement.selector,
+        placement.pod_total,
+        now,
+        name=view.name,
+        generate_name=view.generate_name,
+        node=placement.node,
+        echoed=echoed,
+        # A member of its group on the pool, as the Pod will be once the watch shows it carrying
+        # gpupool.io/pool (a Pod that bypasses placement gets no pool written).
+        group="" if placement.node else view.group,
+    )
+
+
+def _mirror(successor: Inventory, prepared: Prepared, placement: Placement | None, now: float, *, echo: bool) -> None:
+    """Make in the inventory being built for the next policy what this admission did to the current one:
+    take back a re-invoked Pod's reservation, reserve for the placement, in the pool the next policy puts
+    those devices in. Where that is not one pool, nothing is reserved: the Pod counts once the watch
+    shows it."""
+    view, req, node, devices = prepared
+    with successor.read() as index:
+        index.expire(now, successor.current_since())
+        echoed = echo and index.take_echo(
+            view.namespace, view.name, view.generate_name, pool=req.pool_pin, node=node, gpus=devices
+        )
+        pool = None if placement is None else _pool_in(index, placement)
+        if placement is not None and pool is not None:
+            _reserve(index, view, replace(placement, pool=pool), now, echoed=echoed)
+
+
+def _pool_in(index: PoolIndex, placement: Placement) -> PoolKey | None:
+    """The pool of another index (built for another policy) that holds what `placement` places: the pool
+    of the devices of the one node a Pod that bypasses placement lands on, or the one pool its nodeSelector
+    reaches, as the ledger will count the Pod once the watch shows it (webhook.pools.claims)."""
+    if placement.node:
+        facts = index.node_facts(placement.node, placement.resource)
+        return facts.pool if isinstance(facts, NodeFacts) else None
+    pins = tuple(sorted((k, v) for k, v in placement.selector if index.policy.pins_pool(k)))
+    reached = [p.key for p in index.pools(placement.pool.vendor) if p.resource == placement.resource and p.reach(pins)]
+    return reached[0] if len(reached) == 1 else None
+
+
+def stale_denial(stale: float) -> Verdict:
+    """A GPU Pod refused because the inventory is `stale` seconds old under policy onStale: deny."""
+    return verdict.deny(
+        f"the GPU inventory is stale (no contact with the API for {stale:.0f} s); "
+        "policy onStale is deny, so GPU Pods are refused until it re-syncs",
+        code=verdict.CODE_UNAVAILABLE,
+        reason="stale",
+    )

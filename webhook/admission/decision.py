@@ -8,10 +8,11 @@ messages can show the user the nearest misses.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from sys import getsizeof
 from typing import NamedTuple
 
-from webhook.admission.quotas import memory_quota_problem
-from webhook.admission.request import GpuRequest
+from webhook.admission.quotas import class_quota_problem, memory_quota_problem
+from webhook.admission.request import REQUEST_WEIGHT, GpuRequest
 from webhook.admission.verdict import Reason
 from webhook.domain.affinity import PoolConstraint
 from webhook.domain.devices import GPU, KINDS, NOUNS, SHARED
@@ -106,7 +107,7 @@ def decide(req: GpuRequest, index: PoolIndex, policy: Policy, *, quotas: bool = 
     and GPU-memory quotas the namespace uses now (a Pod queued at admission holds nothing yet)."""
     requested = req.classes or req.allowed_classes
     # Keyed by the whole request, the plan's only input besides the nodes: nothing it reads is left out.
-    plan = index.memo(req, lambda: _plan(req, index, policy))
+    plan = index.memo(req, lambda: _plan(req, index, policy), size=lambda plan: _plan_bytes(req, plan))
     candidates = [_candidate(req, option) for option in plan.options]
     rejections = list(plan.rejections)
 
@@ -184,6 +185,17 @@ def _plan(req: GpuRequest, index: PoolIndex, policy: Policy) -> _Plan:
         key=lambda r: (r.other_device, len(r.reasons), r.pool.vendor, r.pool.gpu_class, r.pool.product, r.pool.resource)
     )
     return _Plan(tuple(options), tuple(rejections))
+
+
+def _plan_bytes(req: GpuRequest, plan: _Plan) -> int:
+    """What a plan's memo entry holds: its request (REQUEST_WEIGHT times the shape it is read from, whose
+    strings it keeps), each option (its own tuples; its pool, selector and groups are the index's) and
+    each rejection's reasons. An estimate at or above what they hold (tests/pools/test_memo.py)."""
+    reasons = sum(_REJECTION_BYTES + sum(map(getsizeof, r.reasons)) for r in plan.rejections)
+    return REQUEST_WEIGHT * req.shape_bytes + _OPTION_BYTES * len(plan.options) + reasons
+
+
+_OPTION_BYTES, _REJECTION_BYTES = 512, 256
 
 
 def _pool_reasons(
@@ -367,15 +379,6 @@ def pool_quota_problem(req: GpuRequest, pool: PoolKey, index: PoolIndex, policy:
         req.namespace, req.pod_total, index.pool_memory_mib(pool), index, policy, where=str(pool)
     )
     return (note, "memory-quota") if note else ("", "")
-
-
-def class_quota_problem(namespace: str, gpu_class: str, count: int, index: PoolIndex, policy: Policy) -> str:
-    """Why `count` more GPUs of `gpu_class` would exceed the namespace's per-class quota; "" if not."""
-    limit = policy.namespace(namespace).class_quota.get(gpu_class)
-    used = index.class_used(namespace, gpu_class)
-    if limit is None or used + count <= limit:
-        return ""
-    return f"class quota {gpu_class} in namespace {namespace} exceeded: used {used} + requested {count} > hard {limit}"
 
 
 def bound_problem(req: GpuRequest, facts: NodeFacts) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from webhook.domain.devices import DEVICE_LIST_HELP, MIG, SHARED, parse_device_list
+from webhook.domain.devices import DEVICE_LIST_HELP, SHARED, parse_device_list
 from webhook.domain.model import PREFIX
 from webhook.domain.policy import Policy, VendorPolicy
 from webhook.domain.products import parse_version
@@ -21,7 +21,6 @@ from webhook.domain.quantity import shown
 DEVICE, COMPUTE, CUDA = "device", "min-compute-capability", "min-cuda"
 ANNOTATIONS = (DEVICE, COMPUTE, CUDA)
 MAX_CHARS = {DEVICE: 32, COMPUTE: 16, CUDA: 16}  # the longest value each accepts, checked before parsing
-PARTITION_KINDS = (MIG, SHARED)  # what a partition resource (nvidia.com/mig-3g.20gb) can carry
 
 
 class DeviceError(ValueError):
@@ -36,8 +35,9 @@ class DeviceRequest(NamedTuple):
 
 
 def device_resource(requested: set[str], vendor: VendorPolicy) -> str:
-    """The one device resource of the vendor the Pod requests itself (its GPUs, or one MIG profile): it
-    pins the pools as it pins the vendor. "" when it requests none, or several (then nothing is placed)."""
+    """The one device resource of the vendor the Pod requests itself (its GPUs, another card's resource,
+    renamed replicas, one MIG profile or virtual NPU): it pins the pools as it pins the vendor. "" when it
+    requests none, or several (then nothing is placed)."""
     owned = sorted(r for r in requested if vendor.owns(r))
     return owned[0] if len(owned) == 1 else ""
 
@@ -63,10 +63,11 @@ def parse_device_request(
 def _devices(
     ann: dict[str, str], policy: Policy, namespace: str, vendor: VendorPolicy, resource: str
 ) -> tuple[tuple[str, ...], str]:
-    partition = bool(resource) and resource != vendor.resource
+    # A partition's resource (a MIG instance, a virtual NPU) or renamed replicas' carry only some kinds.
+    kinds = vendor.device_kinds(resource) if resource else ()
     if DEVICE not in ann:
-        if partition:  # the Pod's own MIG request says which device it takes
-            return PARTITION_KINDS, "requested resource"
+        if kinds:  # the Pod's own request says which device it takes
+            return kinds, "requested resource"
         own = bool(policy.namespace(namespace).device)
         return policy.device_default(namespace), "namespace default" if own else "policy default"
     value = ann[DEVICE]
@@ -74,10 +75,11 @@ def _devices(
         devices = parse_device_list(value)
     except ValueError as exc:
         raise DeviceError(f"annotation {PREFIX}{DEVICE}: {shown(value)} {exc}; accepted: {DEVICE_LIST_HELP}") from None
-    if partition and not set(devices) & set(PARTITION_KINDS):
+    if kinds and not set(devices) & set(kinds):
+        what = "shared replicas" if kinds == (SHARED,) else "a partition of a device"
         raise DeviceError(
-            f"annotation {PREFIX}{DEVICE}: {shown(value)} contradicts the Pod's own {resource} request (a MIG "
-            f"instance); accepted here: {', '.join(PARTITION_KINDS)}"
+            f"annotation {PREFIX}{DEVICE}: {shown(value)} contradicts the Pod's own {resource} request ({what}); "
+            f"accepted here: {', '.join(kinds)}"
         )
     return devices, "annotation"
 

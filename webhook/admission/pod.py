@@ -14,12 +14,15 @@ workload group) stays outside the shape: the replicas of a Deployment share one 
 
 from __future__ import annotations
 
+from itertools import chain
+from sys import getsizeof
 from typing import Any, NamedTuple
 
-from webhook.domain.affinity import AffinityError, AffinityView, NodeRequirements, read_affinity
+from webhook.domain.affinity import NO_AFFINITY_VIEW, AffinityError, AffinityView, NodeRequirements, read_affinity
 from webhook.domain.groups import GROUP_ANNOTATION, MAX_OWNERS, WORKLOAD_LABELS, controller_of, workload_group
 from webhook.domain.model import PREFIX, Toleration
 from webhook.domain.quantity import shown
+from webhook.pools.memo import held_bytes
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
@@ -27,7 +30,7 @@ VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 # At most this many items of each list the core reads: far more than any real Pod has, and what keeps
 # the worst review (3 MiB of one field) at milliseconds. Kubernetes sets no such limit; gpupool refuses
 # such a Pod with a message saying so (documented in docs/policy.md).
-MAX_CONTAINERS = 256  # each of containers and initContainers
+MAX_CONTAINERS = 256  # each of containers, initContainers and ephemeralContainers
 MAX_TOLERATIONS = 1024
 MAX_SELECTOR_ENTRIES = 256  # nodeSelector labels
 MAX_OWN_ANNOTATIONS = 64  # gpupool.io/ annotations (gpupool knows nine)
@@ -50,6 +53,7 @@ class ContainerView(NamedTuple):
     sidecar: bool  # restartPolicy Always: an init container that keeps running beside the others
     visible_devices: str | None  # NVIDIA_VISIBLE_DEVICES as the env sets it; None when unset
     visible_devices_from: str  # "" unless NVIDIA_VISIBLE_DEVICES comes from a valueFrom (its source)
+    privileged: bool = False  # securityContext.privileged: the container sees every device of the node anyway
 
 
 class PodShape(NamedTuple):
@@ -70,6 +74,13 @@ class PodShape(NamedTuple):
         return NodeRequirements(tuple(sorted(self.node_selector or ())), self.affinity.required)
 
 
+_SHAPE = getsizeof(PodShape("", None, None, None, (), None, NO_AFFINITY_VIEW))
+_AFFINITY_LIMIT = 4 * 1024 * 1024
+_PAIR = getsizeof(("", ""))
+_TOLERATION = getsizeof(Toleration())
+_CONTAINER = getsizeof(ContainerView("", False, None, None, False, None, ""))
+
+
 class PodView(NamedTuple):
     """Who the Pod is and where it is headed, and its shape."""
 
@@ -86,6 +97,32 @@ class PodView(NamedTuple):
     def ref(self) -> str:
         """`namespace/name`, or `namespace/generateName` before the name is generated."""
         return f"{self.namespace}/{self.name or self.generate_name}"
+
+
+def shape_bytes(shape: PodShape) -> int:
+    """The bytes a shape holds (every tuple and string in it, as sys.getsizeof counts them): what the memo
+    weighs its entries by. Exact for what it counts; small ints, None and booleans are shared objects.
+    (Summed with map over chains: this runs for every Pod of a shape not seen before.)"""
+    total = _SHAPE + getsizeof(shape.namespace)
+    for entries in (shape.annotations, shape.node_selector):
+        if entries:
+            total += getsizeof(entries) + _PAIR * len(entries) + sum(map(getsizeof, chain.from_iterable(entries)))
+    tolerations = shape.tolerations
+    if tolerations:
+        total += getsizeof(tolerations) + _TOLERATION * len(tolerations)
+        total += sum(map(getsizeof, chain.from_iterable(tolerations)))
+    for containers in (shape.containers, shape.init_containers):
+        if containers:
+            total += getsizeof(containers) + _CONTAINER * len(containers)
+            for c in containers:
+                total += getsizeof(c.name) + getsizeof(c.visible_devices) + getsizeof(c.visible_devices_from)
+                for quantities in (c.limits, c.requests):
+                    if quantities:
+                        total += getsizeof(quantities) + _PAIR * len(quantities)
+                        total += sum(map(getsizeof, chain.from_iterable(quantities)))
+    if shape.affinity.terms:  # terms of requirements of values: walked, up to more than any entry may weigh
+        total += held_bytes(shape.affinity, limit=_AFFINITY_LIMIT)
+    return total
 
 
 def read_pod(obj: Any, namespace: str = "") -> PodView:
@@ -261,6 +298,39 @@ def _container(c: Any, field: str, i: int) -> ContainerView:
         sidecar=_text(c, "restartPolicy", f"{path}.restartPolicy") == "Always",
         visible_devices=devices,
         visible_devices_from=source,
+        privileged=_privileged(c, path) if "securityContext" in c else False,
+    )
+
+
+def _privileged(c: dict[str, Any], path: str) -> bool:
+    context = _map(c, "securityContext", f"{path}.securityContext") or {}
+    value = context.get("privileged")
+    if value is None or isinstance(value, bool):
+        return value is True
+    raise PodError(f"{path}.securityContext.privileged: expected true or false, got {shown(value)}")
+
+
+def read_ephemeral_containers(obj: Any, old: Any = None) -> tuple[ContainerView, ...]:
+    """The ephemeral containers an update of `pods/ephemeralcontainers` adds: those of the Pod `obj`
+    whose names the Pod before the update, `old`, does not have (an ephemeral container can be neither
+    changed nor removed once added). Each is checked as a container is; with no readable `old`, all of
+    them are new."""
+    if not isinstance(obj, dict):
+        raise PodError(f"the object is not a Pod: expected an object, got {shown(obj)}")
+    containers = _containers(_object(obj, "spec"), "ephemeralContainers") or ()
+    before = _ephemeral_names(old)
+    return tuple(c for c in containers if c.name not in before)
+
+
+def _ephemeral_names(old: Any) -> frozenset[str]:
+    """The names of the ephemeral containers of the Pod before the update; kube-apiserver sends it, so
+    it is read as it comes, without refusing anything."""
+    spec = old.get("spec") if isinstance(old, dict) else None
+    items = spec.get("ephemeralContainers") if isinstance(spec, dict) else None
+    if not isinstance(items, list):
+        return frozenset()
+    return frozenset(
+        c["name"] for c in items[:MAX_CONTAINERS] if isinstance(c, dict) and isinstance(c.get("name"), str)
     )
 
 

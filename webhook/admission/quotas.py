@@ -1,5 +1,10 @@
 """The namespace's quotas, checked on admission: its ResourceQuotas on GPUs, in every form they are
-written in, and the policy's GPU-memory quota. (Per-class quotas are in webhook.admission.decision.)
+written in, and the policy's per-class and GPU-memory quotas.
+
+A Pod that gpupool places holds one kind of device, in one pool (webhook.admission.decision checks the
+pools' classes and memory). A Pod it does not place, because it names its node or requests several kinds
+of device itself, holds what it requests: `held_quota_problem` holds every kind to every quota at once,
+so 4 GPUs and a MIG slice are counted together, as the scheduler will run them.
 
 ResourceQuotas in the `requests.<resource>` form are enforced by Kubernetes; gpupool checks them too,
 against what it admitted that the quota controller has not counted yet. The forms Kubernetes stores but
@@ -10,14 +15,77 @@ own count of the namespace's Pods (policy `defaults.enforceAllGpuQuotaForms`, on
 
 from __future__ import annotations
 
-from typing import Literal
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Literal, NamedTuple
 
 from webhook.admission.request import GpuRequest
+from webhook.admission.verdict import Reason
 from webhook.domain.policy import Policy
 from webhook.domain.quantity import format_mib
 from webhook.pools.index import PoolIndex
 
 QuotaUse = Literal["now", "charged", "hard"]
+
+
+class Held(NamedTuple):
+    """Devices of one resource a Pod holds, and what is known of them where it runs."""
+
+    resource: str
+    devices: int
+    gpu_class: str = ""  # the class of the node's pool for the resource; "" when not known
+    memory_mib: int = 0  # per device; 0 when unknown
+
+
+Holding = tuple[str, Sequence[Held]]  # where the Pod may run (for messages: "node x") and what it holds there
+
+
+def held_quota_problem(
+    req: GpuRequest, holdings: Sequence[Holding], index: PoolIndex, policy: Policy
+) -> tuple[str, Reason]:
+    """Why a Pod that holds devices of several resources would exceed one of the namespace's quotas, and
+    which kind of quota; ("", "") when none. `holdings`: each place it may run (every node it can reach;
+    at least one) and what it holds there; every quota must have room wherever it lands. On each, a
+    class counts the Pod's devices of every resource of that class, and a device of unknown class counts
+    against every class the namespace has a quota for; GPU memory counts all its devices (unknown memory
+    is refused under a memoryQuota); and every ResourceQuota is checked for its own resource."""
+    quota_classes = tuple(policy.namespace(req.namespace).class_quota)
+    worst: Counter[str] = Counter()
+    for _, held in holdings:
+        here: Counter[str] = Counter()
+        for h in held:
+            for gpu_class in (h.gpu_class,) if h.gpu_class else quota_classes:
+                here[gpu_class] += h.devices
+        for gpu_class, count in here.items():
+            worst[gpu_class] = max(worst[gpu_class], count)
+    for gpu_class, count in sorted(worst.items()):
+        over = class_quota_problem(req.namespace, gpu_class, count, index, policy)
+        if over:
+            return over, "class-quota"
+    # Where its memory is unknown if anywhere (refused under a memoryQuota), else where it holds the most.
+    unknown = next(((w, held) for w, held in holdings if any(h.devices and not h.memory_mib for h in held)), None)
+    where, held = unknown or max(holdings, key=lambda o: sum(h.devices * h.memory_mib for h in o[1]))
+    memory = memory_total_problem(req.namespace, [(h.devices, h.memory_mib) for h in held], index, policy, where=where)
+    if memory:
+        return memory, "memory-quota"
+    per_resource: Counter[str] = Counter()
+    for _, held in holdings:
+        for h in held:
+            per_resource[h.resource] = max(per_resource[h.resource], h.devices)
+    for resource, count in sorted(per_resource.items()):
+        quota = check_quotas(req, index, policy, resource, count)
+        if quota:
+            return quota, "quota"
+    return "", ""
+
+
+def class_quota_problem(namespace: str, gpu_class: str, count: int, index: PoolIndex, policy: Policy) -> str:
+    """Why `count` more GPUs of `gpu_class` would exceed the namespace's per-class quota; "" if not."""
+    limit = policy.namespace(namespace).class_quota.get(gpu_class)
+    used = index.class_used(namespace, gpu_class)
+    if limit is None or used + count <= limit:
+        return ""
+    return f"class quota {gpu_class} in namespace {namespace} exceeded: used {used} + requested {count} > hard {limit}"
 
 
 def check_quotas(
@@ -72,15 +140,23 @@ def memory_quota_problem(
     exceed the namespace's memoryQuota; "" if they would not (or it has none). Used counts the
     namespace's Pods and the admissions the watch has not shown yet. Devices whose memory is unknown
     cannot be counted, so under a memoryQuota they are refused, as min-memory refuses them."""
+    return memory_total_problem(namespace, [(devices, mib_each)], index, policy, where=where)
+
+
+def memory_total_problem(
+    namespace: str, parts: Iterable[tuple[int, int]], index: PoolIndex, policy: Policy, *, where: str
+) -> str:
+    """`memory_quota_problem` for devices of several kinds at once: `parts` are (devices, MiB each)."""
     hard = policy.namespace(namespace).memory_quota_mib
-    if hard is None or not devices:
+    parts = [(devices, mib_each) for devices, mib_each in parts if devices]
+    if hard is None or not parts:
         return ""
-    if not mib_each:
+    if not all(mib_each for _, mib_each in parts):
         return (
             f"GPU memory quota in namespace {namespace}: the GPU memory of {where} is unknown, so it cannot be "
             "counted (label the nodes with their GPU memory, or give the product's memory in the policy)"
         )
-    mib = devices * mib_each
+    mib = sum(devices * mib_each for devices, mib_each in parts)
     used = index.memory_used(namespace)
     if used + mib <= hard:
         return ""

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from webhook.admission import devices
 from webhook.admission.devices import DeviceError, device_resource, parse_device_request
-from webhook.admission.pod import ContainerView, PodShape
+from webhook.admission.pod import ContainerView, PodShape, shape_bytes
 from webhook.domain.affinity import NO_REQUIREMENTS, NodeRequirements
 from webhook.domain.groups import GROUP_POLICIES, MAX_GROUP_SIZE, NO_GROUP_RULE, GroupRule, valid_name
 from webhook.domain.groups import MAX_NAME_CHARS as MAX_GROUP_NAME
@@ -38,6 +38,9 @@ MAX_CHARS = {CLASS: 256, MEMORY: 32, COUNT: 8, PRODUCT: 512, DRIVER: 32, VENDOR:
              FALLBACK: 8, POOL: 512, GROUP: MAX_GROUP_NAME, GROUP_POLICY: 16, GROUP_SIZE: 8}  # fmt: skip
 KNOWN = (*KNOWN, *devices.ANNOTATIONS)  # the device's kind, compute capability and CUDA
 MAX_CHARS |= devices.MAX_CHARS
+# A request mirrors the shape it is read from (tuples of its entries, an index of its tolerations): a memo
+# entry of a shape and its request, or of a request, weighs at most this many times the shape.
+REQUEST_WEIGHT = 3
 MAX_COUNT = 64
 MAX_PROBLEMS = 5  # a denial names this many problems, then says how many more there are
 T = TypeVar("T")
@@ -77,6 +80,11 @@ class GpuRequest:
     min_cuda: tuple[int, ...] | None = None  # the CUDA version the node's driver must support
     node_selector: tuple[tuple[str, str], ...] = ()  # the Pod's whole nodeSelector (pins are its pool labels)
     requirements: NodeRequirements = NO_REQUIREMENTS  # its nodeSelector and required node affinity
+    # The Pod's own effective request per device resource of its vendor, as the scheduler counts it
+    # (before any patch), sorted by resource: what a Pod gpupool does not place holds.
+    own_requests: tuple[tuple[str, int], ...] = ()
+    # What the shape it was read from holds (pod.shape_bytes), by which memos weigh it: not part of it.
+    shape_bytes: int = field(default=0, compare=False)
 
 
 def gpupool_annotations(shape: PodShape) -> dict[str, str]:
@@ -98,7 +106,7 @@ def requested_resources(shape: PodShape, policy: Policy) -> set[str]:
     Pod already requests or limits."""
     return {
         name
-        for c in _all_containers(shape)
+        for c in all_containers(shape)
         for entries in (c.limits, c.requests)
         for name, _ in entries or ()
         if policy.vendor_of(name) is not None
@@ -111,7 +119,7 @@ def wants_gpus(shape: PodShape, policy: Policy) -> bool:
     return (
         bool(shape.annotations)
         or bool(requested_resources(shape, policy))
-        or any(c.visible_devices is not None for c in _all_containers(shape))
+        or any(c.visible_devices is not None for c in all_containers(shape))
     )
 
 
@@ -131,33 +139,45 @@ def pod_devices(shape: PodShape, resources: set[str]) -> int:
 NO_DEVICES = ("", "void", "none")
 
 
-def visible_devices_problem(shape: PodShape, policy: Policy) -> str:
-    """Why a container that requests no GPU must not set NVIDIA_VISIBLE_DEVICES (a runtime that honours it
-    for unprivileged containers would expose GPUs no device plugin, scheduler or quota counts); "" when
-    none does, or the policy or the namespace's rule turns the check off."""
-    if not policy.defaults.check_visible_devices or policy.namespace(shape.namespace).allow_visible_devices:
+def visible_devices_problem(containers: Iterable[ContainerView], namespace: str, policy: Policy) -> str:
+    """Why one of `containers` must not set NVIDIA_VISIBLE_DEVICES; "" when none does, or the policy or
+    the namespace's rule turns the check off. A runtime that honours the variable for unprivileged
+    containers gives the container the GPUs it names, whatever the container requests: every GPU of the
+    node with `all`, GPUs no device plugin, scheduler or quota counts. With a GPU resource the device
+    plugin sets the variable itself, so a container has no reason to. Only `void`, `none` and empty
+    (which expose nothing) are accepted, and privileged containers, which see every device anyway."""
+    if not policy.defaults.check_visible_devices or policy.namespace(namespace).allow_visible_devices:
         return ""
-    for c in _all_containers(shape):
-        if c.visible_devices is None or any(
-            policy.vendor_of(name) is not None for entries in (c.limits, c.requests) for name, _ in entries or ()
-        ):
+    for c in containers:
+        if c.visible_devices is None or c.privileged:
             continue
         if c.visible_devices_from:
-            setting = f"sets NVIDIA_VISIBLE_DEVICES from a {c.visible_devices_from}, which gpupool cannot read,"
+            setting = f"sets NVIDIA_VISIBLE_DEVICES from a {c.visible_devices_from}, which gpupool cannot read"
         elif c.visible_devices.strip().lower() in NO_DEVICES:
             continue
         else:
             setting = f"sets NVIDIA_VISIBLE_DEVICES={shown(c.visible_devices)}"
+        owned = sorted(
+            {name for entries in (c.limits, c.requests) for name, _ in entries or () if policy.vendor_of(name)}
+        )
+        allow = f"set it to void, or ask an admin to allow it in namespace {namespace} (allowVisibleDevices)"
+        if owned:
+            return (
+                f"container {shown(c.name)} {setting}: where the NVIDIA runtime honours the variable it would see "
+                f"the GPUs it names, not only the {', '.join(owned)} it requests; leave it unset (the device "
+                f"plugin sets it for the devices the container is given), {allow}"
+            )
         return (
-            f"container {shown(c.name)} {setting} but requests no GPU resource: where the NVIDIA runtime honours "
-            "the variable it would use GPUs that no quota counts; request the GPUs (for example "
-            f"{policy.vendors[policy.default_vendor].resource}: 1), set it to void, or ask an admin to allow it "
-            f"in namespace {shape.namespace} (allowVisibleDevices)"
+            f"container {shown(c.name)} {setting} but requests no GPU resource itself: where the NVIDIA runtime "
+            "honours the variable it would use GPUs that no quota counts; leave it unset and request the GPUs "
+            f"(gpupool.io/ annotations, or a resource such as {policy.vendors[policy.default_vendor].resource}: 1), "
+            f"{allow}"
         )
     return ""
 
 
-def _all_containers(shape: PodShape) -> tuple[ContainerView, ...]:
+def all_containers(shape: PodShape) -> tuple[ContainerView, ...]:
+    """The Pod's containers and init containers."""
     return (*shape.containers, *(shape.init_containers or ()))
 
 
@@ -258,6 +278,8 @@ def parse_request(shape: PodShape, policy: Policy) -> GpuRequest:
         min_cuda=device.min_cuda,
         node_selector=tuple(sorted(shape.node_selector or ())),
         requirements=shape.requirements,
+        own_requests=tuple((r, n) for r in sorted(owned) if (n := pod_devices(shape, {r}))) if already else (),
+        shape_bytes=shape_bytes(shape),
     )
 
 

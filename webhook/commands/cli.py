@@ -29,6 +29,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "certs": ("webhook.commands.certs", "create or renew the CA and serving certificate"),
     "inventory": ("webhook.commands.inventory", "show the GPU pools, their capacity and quota warnings"),
     "quota": ("webhook.commands.quota", "show every quota gpupool checks: used, pending, hard, who enforces it"),
+    "queue": ("webhook.commands.queue", "show the Pods waiting in gpupool's queue: position, wait time, what for"),
     "version": ("webhook.commands.version", "print the version of gpupool"),
 }
 # kubectl's flags that may also come before the command (`kubectl gpupool -n team-a quota`), with

@@ -1,5 +1,5 @@
-"""What the commands that read a cluster share (`explain`, `inventory`, `quota`): where the inventory and
-the policy come from, the namespace as kubectl means it, and opening them.
+"""What the commands that read a cluster share (`explain`, `inventory`, `quota`, `queue`): where the inventory
+and the policy come from, the namespace as kubectl means it, and opening them.
 
 The same arguments mean the same in `gpupool` and `kubectl gpupool`: `-n` is the namespace of the
 objects read (else the kubeconfig context's, else `default`), `--context` and `--kubeconfig` pick the
@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Sequence
 
 from webhook.commands.output import say
-from webhook.domain.policy import Policy, load_policy, load_policy_text
+from webhook.domain.policy import Policy, PolicyError, load_policy, load_policy_text
 from webhook.pools.inventory import Inventory
+from webhook.queue.waiting import Waiting
 from webhook.sources.installed import WEBHOOK_DEPLOYMENT, read_installed_policy
-from webhook.sources.live import InventoryConnectError, api_client, context_namespace
+from webhook.sources.live import InventoryConnectError, Observer, api_client, context_namespace
 from webhook.sources.open import open_inventory
 
 # Kubernetes' name rules (linear patterns, on values argparse has already bounded to one argument).
@@ -84,12 +86,25 @@ def namespace_of(args: argparse.Namespace) -> str:
 def open_from_args(args: argparse.Namespace) -> tuple[Policy, Inventory]:
     """The policy and the inventory the arguments name, listed and watching."""
     policy = policy_from_args(args)
-    return policy, open_inventory(
+    return policy, _open(args, policy)
+
+
+def open_with_queue(args: argparse.Namespace) -> tuple[Policy, Inventory, Waiting]:
+    """`open_from_args`, and the Pods waiting in gpupool's queue, kept from the same list and watch (a
+    snapshot's Pods that carry the gate)."""
+    policy = policy_from_args(args)
+    waiting = Waiting(policy)
+    return policy, _open(args, policy, (waiting,)), waiting
+
+
+def _open(args: argparse.Namespace, policy: Policy, observers: Sequence[Observer] = ()) -> Inventory:
+    return open_inventory(
         policy,
         snapshot=args.inventory,
         kubeconfig=args.kubeconfig,
         sync_timeout=args.sync_timeout,
         context=args.context,
+        observers=observers,
     )
 
 
@@ -107,7 +122,15 @@ def policy_from_args(args: argparse.Namespace) -> Policy:
         raise InventoryConnectError(f"{exc} (or give --inventory FILE for a snapshot)") from None
     installed = read_installed_policy(api, args.webhook)
     say(args, "note", installed.note)
-    return load_policy_text(installed.text, installed.source)
+    try:
+        return load_policy_text(installed.text, installed.source)
+    except PolicyError as exc:
+        # The webhook's Pods refuse the same file and keep deciding by the one they had, which the
+        # cluster does not hold any more: only the user can say what that was.
+        raise PolicyError(
+            f"{exc}; the webhook refuses it too and keeps the policy it had (its /readyz policy.error says "
+            "so): fix the ConfigMap, or pass --policy FILE"
+        ) from None
 
 
 def namespace_type(value: str) -> str:

@@ -9,6 +9,11 @@ Namespaces as kubectl's: an object is explained in its own `metadata.namespace`,
 the kubeconfig context's, else in `default`; an object whose namespace is not `-n`'s is refused.
 `--as-namespace NS` explains every object as if it were in NS.
 
+A Pod whose namespace queues (policy `placement: queue`) is queued at admission with its device resource
+fixed; its section then says what the queue would do with it now: one pass of the leader's own `plan`
+over the cluster's queue with this Pod added in its place in the order (created now, its own
+`spec.priority`): released now to which pool, or what it would wait for (webhook.queue.preview).
+
 Exit status: 0 when every Pod would be allowed, 1 when one is denied, 2 for a bad file or argument.
 """
 
@@ -16,8 +21,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +38,19 @@ from webhook.commands.common import (
     add_source_arguments,
     namespace_of,
     namespace_type,
-    open_from_args,
+    open_with_queue,
 )
 from webhook.commands.manifest import PodTemplate, objects_in
 from webhook.commands.output import add_output_arguments, print_document
+from webhook.commands.queue import outcome_json
 from webhook.commands.workloads import MAX_TEMPLATES, pod_templates
 from webhook.domain.errors import ConfigError, yaml_problem
+from webhook.domain.model import QUEUE_GATE
+from webhook.domain.policy import Policy
+from webhook.pools.index import PoolIndex
 from webhook.pools.kubeobj import as_map
+from webhook.queue.preview import Outcome, arriving, preview
+from webhook.queue.waiting import Waiting
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -60,12 +72,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 @dataclass(frozen=True, slots=True)
+class QueuePlace:
+    """A queued Pod's place in the queue, and what the leader's pass would do with it now."""
+
+    outcome: Outcome
+    waiting: int  # Pods in the queue, this one included
+
+
+@dataclass(frozen=True, slots=True)
 class Section:
-    """One Pod template, the namespace it is decided in, and the verdict (None: not decided here)."""
+    """One Pod template, the namespace it is decided in, the verdict (None: not decided here), and for a
+    Pod the verdict queues, its place in the queue."""
 
     template: PodTemplate
     namespace: str
     verdict: Verdict | None
+    queue: QueuePlace | None = None
 
     @property
     def denied(self) -> bool:
@@ -80,10 +102,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"{len(templates)} Pod templates: explain at most {MAX_TEMPLATES} at a time")
     # Every namespace is settled before the inventory is opened: a live one lists the cluster first.
     placed = place_in_namespaces(templates, args, lambda: namespace_of(args))
-    policy, inventory = open_from_args(args)
+    policy, inventory, waiting = open_with_queue(args)
     try:
         with inventory.read() as index:
-            sections = [Section(t, ns, evaluate(t.pod, ns, policy, index) if t.decided else None) for t, ns in placed]
+            sections = [section_for(t, ns, policy, index, waiting) for t, ns in placed]
     finally:
         inventory.close()
     if args.output == "text":
@@ -94,6 +116,23 @@ def run(args: argparse.Namespace) -> int:
             items[0] if len(items) == 1 else {"apiVersion": "v1", "kind": "List", "items": items}, args.output
         )
     return 1 if any(s.denied for s in sections) else 0
+
+
+def section_for(template: PodTemplate, namespace: str, policy: Policy, index: PoolIndex, waiting: Waiting) -> Section:
+    """The template's section: its verdict, and for a Pod the verdict queues, what the queue would do with
+    it now. The index is left as it was, for the next template."""
+    if not template.decided:
+        return Section(template, namespace, None)
+    result = evaluate(template.pod, namespace, policy, index)
+    if not (result.allowed and result.queued):
+        return Section(template, namespace, result)
+    queued = waiting.ordered()
+    taken = index.pod_keys() | {q.key for q in queued}
+    pod = arriving(_patched(template.pod, result) or template.pod, namespace, policy, datetime.now(UTC), taken)
+    if pod is None:  # admission's patch gates it and fixes its device: not reached
+        return Section(template, namespace, result)
+    mine = next(o for o in preview(queued, index, policy, extra=pod) if o.queued.key == pod.key)
+    return Section(template, namespace, result, QueuePlace(mine, len(queued) + 1))
 
 
 def place_in_namespaces(
@@ -155,6 +194,8 @@ def render_text(section: Section) -> str:
         return "\n".join(lines) + "\n"
     if not result.allowed:
         lines.append(f"Decision: DENIED ({result.code}): {result.message}")
+    elif result.queued:
+        lines.extend(_queue_lines(result, section.queue, as_map(t.pod.get("spec"))))
     elif result.placement is None:
         lines.append(f"Decision: allowed unchanged: {result.message}")
     else:
@@ -179,6 +220,27 @@ def render_text(section: Section) -> str:
         patched = _patched(t.pod, result)
         lines.extend("  " + line for line in yaml.safe_dump(patched, sort_keys=False).splitlines())
     return "\n".join(lines) + "\n"
+
+
+def _queue_lines(result: Verdict, place: QueuePlace | None, spec: Mapping[str, Any]) -> list[str]:
+    """`Decision: queued: ...` and, below it, what the queue would do with the Pod now."""
+    if place is None:
+        return [f"Decision: queued: {result.message}"]
+    o = place.outcome
+    devices = ", ".join(f"{n} x {r}" for r, n in o.queued.info.gpu_requests.items())
+    lines = [f"Decision: queued: {devices} (the device resource is fixed now), behind the scheduling gate "
+             f"{QUEUE_GATE} until the queue's leader releases it to a pool"]  # fmt: skip
+    where = f"Queue: position {o.position} of {place.waiting}, priority {o.queued.priority}"
+    if o.release is not None:
+        lines.append(f"{where}: would be released now to {o.release.pool} (constraints: {o.constraints})")
+    elif o.wait is not None:
+        lines.append(f"{where}: would wait: {o.wait.reason}")
+    if spec.get("priorityClassName") and "priority" not in spec:
+        lines.append(
+            f"Note: priorityClassName {spec['priorityClassName']}: kube-apiserver sets spec.priority from it when the "
+            "Pod is created; its place above counts priority 0"
+        )
+    return lines
 
 
 def _workload_line(section: Section) -> str:
@@ -223,13 +285,23 @@ def section_json(section: Section) -> dict[str, Any]:
     }
     if result is None:
         undecided: dict[str, Any] = {"allowed": None, "outcome": "undecided", "code": None, "reason": None}
-        empty: dict[str, Any] = {"warnings": [], "pool": None, "patch": [], "group": None}
+        empty: dict[str, Any] = {"warnings": [], "pool": None, "patch": [], "group": None, "queued": None,
+                                 "queue": None}  # fmt: skip
         return {**head, **undecided, "message": t.note, **empty, "poolsConsidered": [], "patchedPod": None}
     return {
         **head,
         **result.as_json(),
         "outcome": result.outcome,
         "reason": result.reason or None,
+        "queue": _queue_json(section.queue),
         "poolsConsidered": list(result.reasons),
         "patchedPod": _patched(t.pod, result),
     }
+
+
+def _queue_json(place: QueuePlace | None) -> dict[str, Any] | None:
+    """What the text's `Queue:` line says, as data (null for a Pod that is not queued)."""
+    if place is None:
+        return None
+    o = place.outcome
+    return {"position": o.position, "waiting": place.waiting, "priority": o.queued.priority, **outcome_json(o)}

@@ -1,7 +1,7 @@
 """How the commands print, the way kubectl does: `-o table|wide|json|yaml|name`, `--no-headers`, data
 on stdout and everything said to a person (warnings, notes, "nothing found") on stderr.
 
-A listing command (`inventory`, `quota`, the coming `queue`) describes its rows once, as `Column`s and a
+A listing command (`inventory`, `quota`, `queue`) describes its rows once, as `Column`s and a
 name, and hands them to `print_listing` with the document `-o json|yaml` prints; a command that prints
 one document (`explain`, `version`) calls `print_document`. Keeping stdout to data is what lets
 `-o name | xargs` and `-o json | jq` work while warnings stay visible.
@@ -99,6 +99,38 @@ def print_listing(
     if not getattr(args, "no_headers", False):
         table.insert(0, [c.header for c in shown])
     sys.stdout.write(render_table(table))
+
+
+def age(seconds: float | None) -> str:
+    """A duration as kubectl's AGE column writes it (apimachinery's HumanDuration): `45s`, `119s`,
+    `3m10s`, `70m`, `3h1m`, `47h`, `2d1h`, `367d`, `2y1d`, `8y`; `0s` up to 2 s early (clocks differ),
+    `<invalid>` beyond; `<unknown>` when there is no time to count from."""
+    if seconds is None:
+        return "<unknown>"
+    whole = int(seconds)  # toward zero, as Go's int(d.Seconds())
+    if whole < -1:
+        return "<invalid>"
+    if whole < 0:
+        return "0s"
+    if whole < 120:
+        return f"{whole}s"
+    minutes, hours = whole // 60, whole // 3600
+    days = hours // 24
+    if minutes < 10:
+        return f"{minutes}m{whole % 60}s" if whole % 60 else f"{minutes}m"
+    if minutes < 180:
+        return f"{minutes}m"
+    if hours < 8:
+        return f"{hours}h{minutes % 60}m" if minutes % 60 else f"{hours}h"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 24 * 8:
+        return f"{days}d{hours % 24}h" if hours % 24 else f"{days}d"
+    if hours < 24 * 365 * 2:
+        return f"{days}d"
+    if hours < 24 * 365 * 8:
+        return f"{days // 365}y{days % 365}d" if days % 365 else f"{days // 365}y"
+    return f"{days // 365}y"
 
 
 def render_table(table: Sequence[Sequence[str]]) -> str:

@@ -10,18 +10,21 @@ from __future__ import annotations
 import argparse
 import logging.config
 import os
+import re
 import socket
 import ssl
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from webhook.admission.validation import Trusted
 from webhook.domain.errors import ConfigError
 from webhook.domain.policy import load_policy
 from webhook.serving.certs import CertError, read_ca_bundle
 from webhook.serving.logs import LEVELS, logging_config
+from webhook.serving.policyfile import read_policy_file
 from webhook.serving.queueing import QueueSettings
-from webhook.serving.server import Core, ServeOptions, real_app_loader, serve
+from webhook.serving.server import Core, ServeOptions, policy_detail, real_app_loader, serve
 from webhook.sources.open import open_inventory
 
 # Each option's environment variable (for the Deployment); a flag given on the command line wins.
@@ -38,7 +41,15 @@ SERVE_ENV: dict[str, str] = {
     "GPUPOOL_WORKERS": "--workers",
     "GPUPOOL_THREADS": "--threads",
     "GPUPOOL_LOG_LEVEL": "--log-level",
+    "GPUPOOL_SERVICE_ACCOUNT": "--service-account",
+    "GPUPOOL_TRUSTED_USERS": "--trusted-users",
+    "GPUPOOL_TRUSTED_GROUPS": "--trusted-groups",
+    "GPUPOOL_API_QPS": "--api-qps",
+    "GPUPOOL_API_BURST": "--api-burst",
 }
+# Set by the Deployment through the downward API (the field each holds), read for the queue's leader
+# election: who this replica is, and the namespace of its Lease.
+DOWNWARD_ENV: dict[str, str] = {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
 DEFAULTS: dict[str, str] = {
     "--host": "0.0.0.0",  # in a Pod the kubelet and kube-apiserver reach the Pod IP
     "--port": "8443",
@@ -46,7 +57,15 @@ DEFAULTS: dict[str, str] = {
     "--workers": "1",  # see README: one watch cache and one set of reservations per worker
     "--threads": "4",
     "--log-level": "info",
+    "--service-account": "gpupool-webhook",
+    "--api-qps": "300",  # Kueue's: a queue releases in bursts when room frees (client-go's default is 5)
+    "--api-burst": "500",
 }
+# Set by the Deployment through the downward API: the namespace gpupool runs in, with --service-account
+# gpupool's own username (system:serviceaccount:<namespace>:<name>). Outside a Pod: gpupool-system.
+NAMESPACE_ENV = "POD_NAMESPACE"
+# A service account's name, as Kubernetes allows it (a DNS subdomain).
+_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -78,6 +97,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add("--workers", "N", "gunicorn worker processes")
     add("--threads", "N", "threads per worker (concurrent admissions per worker)")
     add("--log-level", "LEVEL", f"one of {', '.join(LEVELS)}", type=str.lower)
+    add(
+        "--service-account",
+        "NAME",
+        "the service account the gpupool Pods run as: in POD_NAMESPACE, gpupool's own user, which may change "
+        "what the validating webhook guards on GPU Pods (the queue's release)",
+    )
+    add(
+        "--trusted-users",
+        "USER,...",
+        "users who, besides gpupool's own, may change a GPU Pod's gpupool.io/ annotations, GPU resources and "
+        "placement once it exists (an emergency release; another controller's service account); default: none",
+    )
+    add("--trusted-groups", "GROUP,...", "groups whose members may, like --trusted-users; default: none")
+    add("--api-qps", "N", "the queue leader's API writes (releases, Events) per second, sustained")
+    add("--api-burst", "N", "and at once, after a quiet spell")
 
 
 def resolve_options(args: argparse.Namespace, environ: Mapping[str, str]) -> ServeOptions:
@@ -116,10 +150,25 @@ def resolve_options(args: argparse.Namespace, environ: Mapping[str, str]) -> Ser
         workers=number("--workers", 1, 64),
         threads=number("--threads", 1, 256),
         log_level=level,
+        service_account=value("--service-account") or "",
+        trusted_users=_names(value("--trusted-users")),
+        trusted_groups=_names(value("--trusted-groups")),
+        api_qps=number("--api-qps", 1, 100_000),
+        api_burst=number("--api-burst", 1, 100_000),
     )
     if options.port == options.health_port:
         raise ConfigError(f"--port and --health-port must differ (both {options.port})")
+    if not _SUBDOMAIN.fullmatch(options.service_account):
+        raise ConfigError(
+            f"{_both('--service-account')} must be a service account name (lowercase letters, digits, '-' and '.'), "
+            f"not {options.service_account!r}"
+        )
     return options
+
+
+def _names(text: str | None) -> tuple[str, ...]:
+    """A comma-separated list of user or group names, each stripped; empty entries dropped."""
+    return tuple(dict.fromkeys(n.strip() for n in (text or "").split(",") if n.strip()))
 
 
 def _both(flag: str) -> str:
@@ -133,7 +182,8 @@ def run(args: argparse.Namespace) -> int:
     check_tls_files(options.cert, options.key)
     if options.client_ca is not None:
         check_client_ca(options.client_ca)
-    return serve(options, real_app_loader(load_core(options, os.environ)))
+    core = load_core(options, os.environ)
+    return serve(options, real_app_loader(core), policy_detail(core))
 
 
 def check_tls_files(cert: str, key: str) -> None:
@@ -163,15 +213,21 @@ def check_client_ca(path: str) -> None:
 
 
 def load_core(options: ServeOptions, environ: Mapping[str, str] | None = None) -> Core:
-    """Read the policy and the inventory source, the only time `serve` reads them (the workers start
-    from the master's copy); a ConfigError naming the bad file, before anything starts. The queue's Lease
-    lives in `POD_NAMESPACE` and this replica is `POD_NAME` (the Deployment sets both through the
+    """Read the policy and the inventory source, the only time `serve` reads them before the workers
+    start from the master's copy (they follow the policy file afterwards); a ConfigError naming the bad
+    file, before anything starts. gpupool runs in `POD_NAMESPACE`: there its service account is its own
+    user, and its queue's Lease lives; this replica is `POD_NAME` (the Deployment sets both through the
     downward API; outside a Pod: `gpupool-system` and the host's name)."""
-    policy = load_policy(options.policy)
+    source = read_policy_file(options.policy) if options.policy is not None else None
+    policy = source.policy if source is not None else load_policy(None)
     inventory = open_inventory(policy, snapshot=options.inventory, kubeconfig=options.kubeconfig, start=False)
     environ = environ if environ is not None else {}
+    namespace = environ.get(NAMESPACE_ENV) or "gpupool-system"
     queue = QueueSettings(
-        namespace=environ.get("POD_NAMESPACE") or "gpupool-system",
+        namespace=namespace,
         pod_name=environ.get("POD_NAME") or socket.gethostname(),
+        qps=options.api_qps,
+        burst=options.api_burst,
     )
-    return Core(policy, inventory, queue)
+    trusted = Trusted.of(namespace, options.service_account, options.trusted_users, options.trusted_groups)
+    return Core(policy, inventory, source, queue, trusted)

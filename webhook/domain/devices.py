@@ -2,11 +2,14 @@
 
 Three kinds of device:
 - `gpu`: a whole, dedicated GPU;
-- `mig`: an NVIDIA MIG instance, a hardware partition of a GPU with its own memory. GFD names it
-  `<model>-MIG-<profile>` (`NVIDIA-A100-SXM4-40GB-MIG-3g.20gb`): on `nvidia.com/gpu` under the single
-  MIG strategy, on `nvidia.com/mig-<profile>` under the mixed one;
+- `mig`: a hardware partition of a device: an NVIDIA MIG instance, with its own memory, which GFD names
+  `<model>-MIG-<profile>` (`NVIDIA-A100-SXM4-40GB-MIG-3g.20gb`), on `nvidia.com/gpu` under the single
+  MIG strategy, on `nvidia.com/mig-<profile>` under the mixed one; or a virtual NPU Ascend's device
+  plugin advertises as `huawei.com/Ascend910-4c`, which gpupool names `<model>-vNPU-<template>`
+  (`huawei-Ascend910-vNPU-4c`);
 - `shared`: a time-sliced or MPS replica of a GPU (or of a MIG instance), which GFD marks with a
-  `-SHARED` product suffix. Replicas share the GPU's memory.
+  `-SHARED` product suffix (or, with `renameByDefault`, puts on a resource of its own,
+  `nvidia.com/gpu.shared`, and gpupool adds the suffix). Replicas share the GPU's memory.
 
 Here: the kinds and their names in product labels, the MIG profile grammar, a Pod's or namespace's
 device preference list, and NVIDIA's table of the oldest driver each CUDA release runs on (to derive the
@@ -25,6 +28,7 @@ NOUNS = {GPU: "GPU", MIG: "MIG instance", SHARED: "replica"}  # what one device 
 
 SHARED_SUFFIX = "-SHARED"
 MIG_MARK = "-MIG-"
+VNPU_MARK = "-vNPU-"  # a partition that is not a MIG instance (gpupool's name; no node label writes it)
 INVALID_PROFILE = "INVALID"  # GFD's `<model>-MIG-INVALID`: the single strategy found no usable layout
 
 # A MIG profile as GFD writes it: `1g.5gb`, `3g.20gb`, `1c.3g.20gb` (a compute instance smaller than
@@ -32,12 +36,14 @@ INVALID_PROFILE = "INVALID"  # GFD's `<model>-MIG-INVALID`: the single strategy 
 # Bounded repetitions, ASCII only: a label value is at most 63 characters anyway.
 _PROFILE = re.compile(r"(?:[0-9]{1,2}c\.)?[0-9]{1,2}g\.([0-9]{1,4})gb(?:[.+][a-z]{1,8}){0,3}", re.ASCII)
 _DEVICE_PRODUCT = re.compile(
-    rf"(?P<model>.+?)(?:{MIG_MARK}(?P<profile>[^-]+))?(?P<shared>{SHARED_SUFFIX})?", re.ASCII | re.IGNORECASE
+    rf"(?P<model>.+?)(?:(?:{MIG_MARK}|{VNPU_MARK})(?P<profile>[^-]+))?(?P<shared>{SHARED_SUFFIX})?",
+    re.ASCII | re.IGNORECASE,
 )
 
 
 class DeviceProduct(NamedTuple):
-    """A product label taken apart: the GPU model, the MIG profile ("" for none) and whether it is shared."""
+    """A product label taken apart: the GPU model, the MIG profile or vNPU template ("" for none) and
+    whether it is shared."""
 
     model: str
     profile: str
@@ -66,6 +72,13 @@ def device_kind(product: str) -> str:
 
 def valid_profile(profile: str) -> bool:
     return _PROFILE.fullmatch(profile) is not None
+
+
+def partition_product(model: str, profile: str) -> str:
+    """The product of a partition of `model` that no label names: `<model>-MIG-<profile>` for a MIG
+    profile, as GFD would write it; any other partition (an Ascend virtual NPU's template, `4c`) is
+    `<model>-vNPU-<template>`."""
+    return f"{model}{MIG_MARK if valid_profile(profile) else VNPU_MARK}{profile}"
 
 
 def profile_memory_mib(profile: str) -> int:

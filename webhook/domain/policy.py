@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import yaml
 
-from webhook.domain.devices import DEVICE_LIST_HELP, GPU, parse_device_list
+from webhook.domain.devices import DEVICE_LIST_HELP, GPU, MIG, SHARED, parse_device_list
 from webhook.domain.errors import ConfigError
 from webhook.domain.model import Taint
 from webhook.domain.products import Tokens, matches, parse_version, tokens
@@ -60,10 +60,24 @@ class VendorPolicy:
     driver_label: str = ""
     legacy_driver_labels: tuple[str, ...] = ()
     taints: tuple[TaintRule, ...] = ()
-    partition_prefix: str = ""  # resources of GPU partitions, e.g. nvidia.com/mig-<profile>; "" for none
+    # Resources of partitions of its devices: nvidia.com/mig-<profile>, huawei.com/Ascend910-<template>.
+    partition_prefixes: tuple[str, ...] = ()
     compute_labels: tuple[str, ...] = ()  # compute capability: (major, minor) labels; () for none
     cuda_label: str = ""  # the CUDA version the node's driver supports, dotted
     legacy_cuda_labels: tuple[str, ...] = ()  # or (major, minor) labels
+    other_resources: tuple[str, ...] = ()  # more resources of whole devices: huawei.com/Ascend310P
+    # A device resource with this suffix carries its shared replicas (GFD's renameByDefault: .shared).
+    shared_suffix: str = ""
+    # The resources of its whole devices, its GPU resource first; and every resource it owns by name
+    # (partitions are owned by prefix): those and their renamed shared replicas. Filled in by __post_init__.
+    whole_resources: tuple[str, ...] = field(default=(), init=False)
+    resources: tuple[str, ...] = field(default=(), init=False)
+
+    def __post_init__(self) -> None:
+        whole = (self.resource, *self.other_resources)
+        renamed = tuple(f"{r}{self.shared_suffix}" for r in whole) if self.shared_suffix else ()
+        object.__setattr__(self, "whole_resources", whole)
+        object.__setattr__(self, "resources", (*whole, *renamed))
 
     @property
     def has_cuda(self) -> bool:
@@ -74,8 +88,33 @@ class VendorPolicy:
         return any(rule.matches(taint) for rule in self.taints)
 
     def owns(self, resource: str) -> bool:
-        """Is `resource` this vendor's: its GPU resource, or one of its partitions (a MIG profile)?"""
-        return resource == self.resource or bool(self.partition_prefix and resource.startswith(self.partition_prefix))
+        """Is `resource` this vendor's: a resource of its whole devices, of their renamed shared replicas,
+        or of one of their partitions (a MIG profile, a virtual NPU)?"""
+        return resource in self.resources or bool(self.partition_prefix_of(resource))
+
+    def renamed(self, resource: str) -> str:
+        """The device resource whose shared replicas `resource` carries under a name of their own
+        (`nvidia.com/gpu` for `nvidia.com/gpu.shared`); "" when it is not such a resource."""
+        suffix = self.shared_suffix
+        if not suffix or not resource.endswith(suffix):
+            return ""
+        base = resource[: -len(suffix)]
+        return base if base in self.whole_resources or self.partition_prefix_of(base) else ""
+
+    def partition_prefix_of(self, resource: str) -> str:
+        """The partition prefix `resource` starts with ("" for none): what is left is its profile."""
+        return next((p for p in self.partition_prefixes if resource.startswith(p) and len(resource) > len(p)), "")
+
+    def device_kinds(self, resource: str) -> tuple[str, ...]:
+        """The kinds of device a Pod that requests `resource` itself can get: () for a resource of whole
+        devices (which carries whole GPUs, single-strategy MIG instances or replicas: the Pod's device
+        preference says), only shared replicas on a renamed resource, MIG instances (or virtual NPUs) or
+        their replicas on a partition's."""
+        if self.renamed(resource):
+            return (SHARED,)
+        if self.partition_prefix_of(resource):
+            return (MIG, SHARED)
+        return ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,17 +169,18 @@ class Policy:
     products: tuple[ProductRule, ...]
     vendors: Mapping[str, VendorPolicy]
     namespaces: Mapping[str, NamespaceRule]
-    gpu_resources: frozenset[str] = frozenset()  # every vendor's resource; filled in by __post_init__
+    # Every vendor's resources by name (VendorPolicy.resources); filled in by __post_init__.
+    gpu_resources: frozenset[str] = frozenset()
     pool_labels: frozenset[str] = frozenset()  # the class label and every product label; likewise
     partition_prefixes: tuple[str, ...] = ()  # every vendor's partitionResourcePrefix; likewise
     _vendor_cache: dict[str, VendorPolicy | None] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "gpu_resources", frozenset(v.resource for v in self.vendors.values()))
+        object.__setattr__(self, "gpu_resources", frozenset(r for v in self.vendors.values() for r in v.resources))
         object.__setattr__(
             self, "pool_labels", frozenset({self.class_label, *(v.product_label for v in self.vendors.values())})
         )
-        prefixes = tuple(v.partition_prefix for v in self.vendors.values() if v.partition_prefix)
+        prefixes = tuple(p for v in self.vendors.values() for p in v.partition_prefixes)
         object.__setattr__(self, "partition_prefixes", prefixes)
 
     def pins_pool(self, label: str) -> bool:
@@ -289,6 +329,15 @@ class _Fields:
             raise PolicyError(f"{self.path}.{key}: expected a list of strings, got {_show(value)}")
         return tuple(value)
 
+    def text_or_texts(self, key: str) -> tuple[str, ...]:
+        """One string or a list of them; () when absent."""
+        value = self.data.get(key)
+        if value is None:
+            return ()
+        if isinstance(value, str) and value:
+            return (value,)
+        return self.texts(key)
+
     def flag(self, key: str, default: bool) -> bool:
         value = self.data.get(key, default)
         if not isinstance(value, bool):
@@ -392,9 +441,18 @@ def _build(data: dict[str, Any]) -> Policy:
     if not isinstance(vendors_data, dict) or not vendors_data:
         raise PolicyError(f"vendors: expected a mapping of vendor name to settings, got {_show(vendors_data)}")
     vendors = {str(name): _vendor(str(name), spec) for name, spec in vendors_data.items()}
-    resources = [v.resource for v in vendors.values()]
+    resources = [r for v in vendors.values() for r in v.resources]
     if len(set(resources)) != len(resources):
         raise PolicyError(f"vendors: two vendors share a resource name: {sorted(resources)}")
+    for v in vendors.values():
+        for prefix in v.partition_prefixes:
+            taken = sorted(r for r in resources if r.startswith(prefix))
+            if taken:
+                raise PolicyError(
+                    f"vendors.{v.name}.partitionResourcePrefix: {prefix!r} would take {taken[0]!r}, a resource of "
+                    "whole devices; accepted: a prefix only partitions' resources have, such as "
+                    "'huawei.com/Ascend910-'"
+                )
     default_vendor = top.text("defaultVendor")
     if default_vendor not in vendors:
         raise PolicyError(f"defaultVendor: {default_vendor!r} is not a vendor; accepted: {', '.join(vendors)}")
@@ -432,6 +490,8 @@ def _vendor(name: str, spec: Any) -> VendorPolicy:
             "computeCapabilityLabels",
             "cudaLabel",
             "legacyCudaLabels",
+            "otherResources",
+            "sharedResourceSuffix",
         ),
     )
     unit = f.choice("memoryUnit", "Mi", tuple(_MEMORY_UNITS))
@@ -454,10 +514,12 @@ def _vendor(name: str, spec: Any) -> VendorPolicy:
         driver_label=f.text("driverLabel", ""),
         legacy_driver_labels=legacy,
         taints=tuple(taints),
-        partition_prefix=f.text("partitionResourcePrefix", ""),
+        partition_prefixes=f.text_or_texts("partitionResourcePrefix"),
         compute_labels=f.labels("computeCapabilityLabels", "major, minor"),
         cuda_label=f.text("cudaLabel", ""),
         legacy_cuda_labels=f.labels("legacyCudaLabels", "major, minor"),
+        other_resources=f.texts("otherResources"),
+        shared_suffix=f.text("sharedResourceSuffix", ""),
     )
 
 

@@ -249,10 +249,11 @@ class Capacity:
     def node_names(self) -> set[str]:
         return set(self._facts) | set(self._unclassified)
 
-    def memo(self, key: Hashable, compute: Callable[[], T]) -> T:
+    def memo(self, key: Hashable, compute: Callable[[], T], size: Callable[[T], int] | None = None) -> T:
         """A value derived from the nodes (pools, groups, their labels and taints) but not from usage:
-        computed once per key until a node changes. Decisions use it for what does not depend on free GPUs."""
-        return self._memo.get(key, compute)
+        computed once per key until a node changes. Decisions use it for what does not depend on free GPUs.
+        `size` weighs an entry (webhook.pools.memo.Memo.get)."""
+        return self._memo.get(key, compute, size)
 
     def node(self, name: str) -> NodeInfo | None:
         """A node that offers a GPU resource, as last seen; None for any other."""
@@ -299,7 +300,7 @@ class Capacity:
     def _keys(self, key: PoolKey, resource: str) -> Keys:
         vendor = self.policy.vendors[key.vendor]
         order = [
-            *([MIG_STATE_LABEL] if vendor.partition_prefix else []),
+            *([MIG_STATE_LABEL] if vendor.partition_prefixes else []),
             f"{resource}.replicas",
             f"{resource}.sharing-strategy",
             f"{resource}.count",

@@ -44,6 +44,9 @@ class Claim(NamedTuple):
     # Unbound: each pool its pins reach, with a node of it that could take the Pod ("" for none), so that
     # only a change of those nodes or pools works it out again (webhook.pools.unbound).
     watched: tuple[tuple[PoolKey, str], ...] = ()
+    # A reservation its Pod's validating call confirmed (webhook.admission.validation): no later call finds
+    # it to take it back, so a review posted for the same Pod name cannot drop it.
+    confirmed: bool = False
 
 
 MemoryOf = Callable[[PoolKey], int]  # memory per GPU of a pool (MiB), 0 when not known

@@ -1,13 +1,18 @@
 """The devices a node offers, read from its labels the way GPU Feature Discovery writes them.
 
 One node may offer several kinds of device of one vendor, each on its own resource:
-- its vendor resource (`nvidia.com/gpu`) carries whole GPUs, time-sliced or MPS replicas (a `-SHARED`
-  product, `nvidia.com/gpu.replicas` above 1, or `nvidia.com/gpu.sharing-strategy` time-slicing or mps),
-  or, under the single MIG strategy, MIG instances (product `<model>-MIG-<profile>`, with
+- its vendor resource (`nvidia.com/gpu`), or another resource of its whole devices (Ascend's 310P cards,
+  `huawei.com/Ascend310P`), carries whole GPUs, time-sliced or MPS replicas (a `-SHARED` product,
+  `nvidia.com/gpu.replicas` above 1, or `nvidia.com/gpu.sharing-strategy` time-slicing or mps), or,
+  under the single MIG strategy, MIG instances (product `<model>-MIG-<profile>`, with
   `nvidia.com/gpu.memory` and `.count` describing the instances);
+- with GFD's `renameByDefault`, the replicas are on a resource of their own, `nvidia.com/gpu.shared`,
+  still described by the `nvidia.com/gpu.*` labels but with the product unsuffixed;
 - under the mixed MIG strategy, each profile is a resource of its own (`nvidia.com/mig-3g.20gb`),
   described by `<resource>.product`, `.memory`, `.count` and `.replicas`; the node's remaining whole GPUs
-  stay on the vendor resource.
+  stay on the vendor resource. Ascend's virtual NPUs (`huawei.com/Ascend910-4c`) are partitions too,
+  described by no label: their product is the node's with the template (`huawei-Ascend910-vNPU-4c`),
+  their memory unknown.
 
 A device's product is exact (`NVIDIA-A100-SXM4-40GB-MIG-3g.20gb`, `Tesla-T4-SHARED`), and its memory is
 what one device can count on: a MIG instance's own, a replica's share of its GPU. Nodes that must not be
@@ -26,10 +31,10 @@ from dataclasses import dataclass
 from webhook.domain.devices import (
     INVALID_PROFILE,
     MIG,
-    MIG_MARK,
     SHARED,
     SHARED_SUFFIX,
     cuda_of_driver,
+    partition_product,
     profile_memory_mib,
     split_product,
 )
@@ -63,10 +68,10 @@ class Device:
 def node_devices(node: NodeInfo, vendor: VendorPolicy, policy: Policy) -> tuple[list[Device], list[str]]:
     """The vendor's devices on the node, and why some of them cannot be used (nothing when the node has
     none of the vendor's resources)."""
-    labels = node.labels
-    partitions = (
-        sorted(r for r in node.allocatable if r.startswith(vendor.partition_prefix)) if vendor.partition_prefix else []
-    )
+    labels, allocatable = node.labels, node.allocatable
+    partitions = sorted(r for r in allocatable if vendor.partition_prefix_of(r)) if vendor.partition_prefixes else []
+    whole = [r for r in vendor.whole_resources if r in allocatable]
+    renamed = [r for r in vendor.resources if r in allocatable and vendor.renamed(r)]
     raw = labels.get(vendor.product_label, "").strip()
     parts = split_product(raw)
     if parts.profile == INVALID_PROFILE:  # GFD's own verdict, whatever the device plugin still advertises
@@ -74,47 +79,66 @@ def node_devices(node: NodeInfo, vendor: VendorPolicy, policy: Policy) -> tuple[
             f"GPU Feature Discovery reports an invalid MIG layout ({vendor.product_label}={raw}, count 0): under "
             "the single MIG strategy every GPU of the node must be in MIG mode with one profile"
         ]
-    if vendor.resource not in node.allocatable and not partitions:
+    if not whole and not renamed and not partitions:
         return [], []
-    state = labels.get(MIG_STATE_LABEL, "") if vendor.partition_prefix else ""
+    state = labels.get(MIG_STATE_LABEL, "") if vendor.partition_prefixes else ""
     if state in MIG_CHANGING:
         return [], [f"its MIG configuration is not in place ({MIG_STATE_LABEL}={state})"]
     devices: list[Device] = []
     problems: list[str] = []
-    if vendor.resource in node.allocatable:
-        if parts.profile and labels.get(f"{vendor.resource}.count") == "0":
+    for resource in whole:
+        if parts.profile and labels.get(f"{resource}.count") == "0":
             problems.append(
                 f"GPU Feature Discovery reports no MIG instances ({vendor.product_label}={raw}, "
-                f"{vendor.resource}.count=0): the MIG layout is invalid"
+                f"{resource}.count=0): the MIG layout is invalid"
             )
         else:
-            devices.append(_vendor_device(node, vendor, policy, raw))
+            # With the replicas on a resource of their own, the sharing labels describe those, not these.
+            sharing = f"{resource}{vendor.shared_suffix}" not in renamed
+            devices.append(_whole_device(node, vendor, policy, raw, resource, labelled=resource if sharing else ""))
+    devices.extend(
+        _whole_device(node, vendor, policy, raw, r, labelled=vendor.renamed(r), renamed=True) for r in renamed
+    )
     devices.extend(_partition_device(node, vendor, resource, parts.model) for resource in partitions)
     return devices, problems
 
 
-def _vendor_device(node: NodeInfo, vendor: VendorPolicy, policy: Policy, raw: str) -> Device:
-    """What the vendor resource carries: whole GPUs, replicas, or single-strategy MIG instances."""
-    labels, resource = node.labels, vendor.resource
+def _whole_device(
+    node: NodeInfo,
+    vendor: VendorPolicy,
+    policy: Policy,
+    raw: str,
+    resource: str,
+    *,
+    labelled: str,
+    renamed: bool = False,
+) -> Device:
+    """What a resource of whole devices carries: whole GPUs, replicas, or single-strategy MIG instances.
+    `labelled` is the resource GFD's sharing labels (`<resource>.replicas`, `.sharing-strategy`, `.count`)
+    are keyed by, "" when they describe another resource; `renamed`: the resource carries replicas only
+    (GFD's renameByDefault puts them on `nvidia.com/gpu.shared`, and leaves the product unsuffixed)."""
+    labels = node.labels
     parts = split_product(raw)
-    replicas = _number(labels.get(f"{resource}.replicas", ""))
-    strategy = labels.get(f"{resource}.sharing-strategy", "")
-    shared = parts.shared or replicas > 1 or strategy in SHARING_STRATEGIES
+    replicas = _number(labels.get(f"{labelled}.replicas", "")) if labelled else 0
+    strategy = labels.get(f"{labelled}.sharing-strategy", "") if labelled else ""
+    shared = renamed or parts.shared or replicas > 1 or strategy in SHARING_STRATEGIES
     product = raw or UNKNOWN_PRODUCT
     selector = [(vendor.product_label, raw)] if raw else []
     if shared and not parts.shared:
-        # Not GFD's own labelling (it always adds the suffix): name the device as GFD would, and pin the
-        # label that tells these nodes from whole ones.
+        # Not GFD's own labelling (it adds the suffix unless the resource is renamed): name the device as
+        # GFD would. On the GPUs' own resource, pin the label that tells these nodes from whole ones; a
+        # renamed resource reaches only nodes that offer it.
         product = f"{product}{SHARED_SUFFIX}"
-        pin = f"{resource}.replicas" if replicas > 1 else f"{resource}.sharing-strategy"
-        selector.append((pin, labels[pin]))
+        if not renamed:
+            pin = f"{resource}.replicas" if replicas > 1 else f"{resource}.sharing-strategy"
+            selector.append((pin, labels[pin]))
     memory = _memory_mib(labels.get(vendor.memory_label, "") if vendor.memory_label else "", vendor.memory_unit_mib)
     if parts.profile:  # single strategy: GFD writes the instance's memory in the memory label
         memory = memory or profile_memory_mib(parts.profile)
     else:
         memory = memory or policy.product_memory_mib(tokens(parts.model, vendor.product_prefixes))
     if shared:
-        replicas = replicas if replicas > 1 else _replicas_from_count(node, resource)
+        replicas = replicas if replicas > 1 else _replicas_from_count(node, resource, labelled or resource)
         memory = memory // replicas if replicas else 0
     return Device(
         resource=resource,
@@ -129,15 +153,20 @@ def _vendor_device(node: NodeInfo, vendor: VendorPolicy, policy: Policy, raw: st
 
 
 def _partition_device(node: NodeInfo, vendor: VendorPolicy, resource: str, model: str) -> Device:
-    """A mixed-strategy MIG resource, `<prefix><profile>`, described by `<resource>.product` and friends."""
+    """A partition's resource, `<prefix><profile>`: a mixed-strategy MIG instance (described by
+    `<resource>.product` and friends), its replicas on a renamed `<prefix><profile>.shared`, or a virtual
+    NPU (`huawei.com/Ascend910-4c`, which no label describes)."""
     labels = node.labels
-    profile = resource[len(vendor.partition_prefix) :]
-    label = f"{resource}.product"
+    base = vendor.renamed(resource) or resource  # a renamed partition's labels are keyed by its own name
+    profile = base[len(vendor.partition_prefix_of(base)) :]
+    label = f"{base}.product"
     raw = labels.get(label, "").strip()
-    product = raw if MIG_MARK in raw else f"{model or UNKNOWN_PRODUCT}{MIG_MARK}{profile}"
-    replicas = _number(labels.get(f"{resource}.replicas", ""))
-    shared = split_product(product).shared or replicas > 1
-    memory = _number(labels.get(f"{resource}.memory", "")) or profile_memory_mib(profile)
+    product = raw if split_product(raw).profile else partition_product(model or UNKNOWN_PRODUCT, profile)
+    replicas = _number(labels.get(f"{base}.replicas", ""))
+    shared = base != resource or split_product(product).shared or replicas > 1
+    if shared and not split_product(product).shared:
+        product = f"{product}{SHARED_SUFFIX}"
+    memory = _number(labels.get(f"{base}.memory", "")) or profile_memory_mib(profile)
     if shared:
         replicas = replicas if replicas > 1 else 0
         memory = memory // replicas if replicas else 0
@@ -158,9 +187,10 @@ def _partition_device(node: NodeInfo, vendor: VendorPolicy, resource: str, model
     )
 
 
-def _replicas_from_count(node: NodeInfo, resource: str) -> int:
-    """Replicas per GPU from the resource's allocatable and GFD's count of physical GPUs; 0 when unknown."""
-    gpus = _number(node.labels.get(f"{resource}.count", ""))
+def _replicas_from_count(node: NodeInfo, resource: str, labelled: str) -> int:
+    """Replicas per GPU from the resource's allocatable and GFD's count of physical GPUs (the label of
+    the resource `labelled`); 0 when unknown."""
+    gpus = _number(node.labels.get(f"{labelled}.count", ""))
     replicas = node.allocatable.get(resource, 0) // gpus if gpus else 0
     return replicas if replicas > 1 else 0
 

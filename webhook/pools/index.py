@@ -24,20 +24,45 @@ Not thread-safe: the inventory that owns it serialises access.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Hashable, Iterator
+from dataclasses import replace
 from typing import TypeVar
 
 from webhook.domain.affinity import PoolConstraint
 from webhook.domain.model import NodeInfo, PodInfo, PodKey, PoolKey, QuotaInfo
-from webhook.domain.policy import Policy
+from webhook.domain.policy import Defaults, Policy
 from webhook.pools.capacity import Capacity, PoolStats
 from webhook.pools.constraints import Inseparable
 from webhook.pools.ledger import Ledger
 from webhook.pools.nodes import NodeFacts, Selector, Unclassified
 from webhook.pools.pool import Group, Pool
 
-__all__ = ["Group", "Inseparable", "Pool", "PoolIndex", "PoolStats"]
+__all__ = ["Group", "Inseparable", "Pool", "PoolIndex", "PoolStats", "pooling"]
 
 T = TypeVar("T")
+
+
+# What only admission reads of the policy, never an index or the projections that feed it: a change of
+# these alone keeps the index. Everything else is assumed to shape the index, so a field added later
+# (and read by the index) rebuilds it until it is listed here: exact by default, cheap where known.
+ADMISSION_ONLY_DEFAULTS = (
+    "fallback",
+    "on_no_capacity",
+    "stale_after_seconds",
+    "on_stale",
+    "check_visible_devices",
+    "enforce_all_gpu_quota_forms",  # read by webhook.pools.quotas from the policy it is given
+    "device",
+    "placement",  # read by admission and the queue (webhook.queue.release), each from the policy it is given
+)
+
+
+def pooling(policy: Policy) -> Policy:
+    """The policy without what only admission reads (its namespace rules, its default vendor and the
+    defaults in ADMISSION_ONLY_DEFAULTS): two policies with equal poolings pool the same objects the same
+    way, so an index built for one serves the other."""
+    neutral = Defaults()
+    defaults = replace(policy.defaults, **{name: getattr(neutral, name) for name in ADMISSION_ONLY_DEFAULTS})
+    return replace(policy, namespaces={}, default_vendor="", defaults=defaults)
 
 
 class PoolIndex:
@@ -110,6 +135,7 @@ class PoolIndex:
         node: str = "",
         echoed: bool = False,
         group: str = "",
+        confirmed: bool = False,
     ) -> int:
         """Count an admitted Pod against its pool until the watch shows it; returns a token.
 
@@ -117,7 +143,8 @@ class PoolIndex:
         (`take_echo`); a Pod that names its `node` holds its GPUs on that node rather than in the pool.
         `echoed`: a re-invocation has matched it already (it is not matched again). `group`: the Pod's
         workload group, which holds a member on the pool from now on (so the next Pod of a burst finds
-        its siblings before the watch shows any of them)."""
+        its siblings before the watch shows any of them). `confirmed`: made by the Pod's validating call,
+        which checked the Pod as it will be stored (`take_admitted` never finds it)."""
         token = self._ledger.reserve(
             namespace,
             pool,
@@ -129,6 +156,7 @@ class PoolIndex:
             node=node,
             echoed=echoed,
             group=group,
+            confirmed=confirmed,
         )
         self._settle()
         return token
@@ -141,6 +169,16 @@ class PoolIndex:
         matched before), so the caller can decide without counting the Pod against itself and reserve
         again with `echoed=True`. False when there is none: then it is a Pod like any other."""
         if not self._ledger.take_echo(namespace, name, generate_name, pool=pool, node=node, gpus=gpus):
+            return False
+        self._settle()
+        return True
+
+    def take_admitted(self, namespace: str, name: str, generate_name: str, *, pool: PoolKey | None, node: str) -> bool:
+        """The validating call of a Pod takes back the reservation its mutating call made (found by the
+        Pod's name, else its generateName; on `node`, else in `pool`, None for any pool), so the Pod as it
+        will be stored is checked without counting it against itself, and reserved again (`confirmed`)
+        only if it passes. False when this replica holds none."""
+        if not self._ledger.take_admitted(namespace, name, generate_name, pool=pool, node=node):
             return False
         self._settle()
         return True
@@ -178,10 +216,11 @@ class PoolIndex:
             if not quotas:
                 del self._quotas[namespace]
 
-    def memo(self, key: Hashable, compute: Callable[[], T]) -> T:
+    def memo(self, key: Hashable, compute: Callable[[], T], size: Callable[[T], int] | None = None) -> T:
         """A value derived from the nodes (pools, groups, their labels and taints) but not from usage:
-        computed once per key until a node changes. Decisions use it for what does not depend on free GPUs."""
-        return self._capacity.memo(key, compute)
+        computed once per key until a node changes. Decisions use it for what does not depend on free GPUs.
+        `size` weighs an entry (webhook.pools.memo.Memo.get)."""
+        return self._capacity.memo(key, compute, size)
 
     # --- what is held, for a re-list to drop what is gone ---------------------------------------------
 

@@ -146,6 +146,7 @@ class Ledger:
         node: str = "",
         echoed: bool = False,
         group: str = "",
+        confirmed: bool = False,
     ) -> int:
         """Count an admitted Pod against its pool (or the node it names) until the watch shows it;
         returns a token. See PoolIndex.reserve."""
@@ -160,6 +161,7 @@ class Ledger:
             echoed=echoed,
             memory_mib=gpus * self._memory_per_gpu(pool, node),
             group=group,
+            confirmed=confirmed,
         )
         token, crowded = self._reservations.add(claim, now)
         for old in crowded:  # past maxReservationsPerNamespace: the namespace's oldest make room
@@ -172,6 +174,15 @@ class Ledger:
     ) -> bool:
         """Take back a re-invoked Pod's own reservation; False when there is none. See PoolIndex.take_echo."""
         token = self._reservations.echo(namespace, name, generate_name, pool=pool, node=node, gpus=gpus)
+        if token is None:
+            return False
+        self.release(token)
+        return True
+
+    def take_admitted(self, namespace: str, name: str, generate_name: str, *, pool: PoolKey | None, node: str) -> bool:
+        """Take back the reservation a Pod's mutating call made; False when there is none. See
+        PoolIndex.take_admitted."""
+        token = self._reservations.admitted(namespace, name, generate_name, pool=pool, node=node)
         if token is None:
             return False
         self.release(token)

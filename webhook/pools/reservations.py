@@ -61,10 +61,12 @@ class Reservations:
         echoed: bool,
         memory_mib: int = 0,
         group: str = "",
+        confirmed: bool = False,
     ) -> Claim:
         """What an admitted Pod holds: `gpus` GPUs in `pool` where `selector` reaches, or on `node` when
         it names one; counted against the pool's class and its namespace's quotas (`memory_mib` of GPU
-        memory), and as a member of its workload `group` on the pool."""
+        memory), and as a member of its workload `group` on the pool. `confirmed`: made by the Pod's
+        validating call (`admitted` never finds it)."""
         parts = self._parts.get((pool, gpus))
         if parts is None:
             resource = pool.resource or self.policy.vendors[pool.vendor].resource
@@ -74,8 +76,10 @@ class Reservations:
         member = (group, pool) if group else None
         if node:
             # Held on the node as the pool's resource (the watch shows what the Pod really requests).
-            return Claim(namespace, node, (reserved,), (), (), classes, reserved, who, echoed, (), memory_mib, member)
-        return Claim(namespace, "", (), holds, selector, classes, reserved, who, echoed, (), memory_mib, member)
+            claim = Claim(namespace, node, (reserved,), (), (), classes, reserved, who, echoed, (), memory_mib, member)
+        else:
+            claim = Claim(namespace, "", (), holds, selector, classes, reserved, who, echoed, (), memory_mib, member)
+        return claim._replace(confirmed=True) if confirmed else claim
 
     def add(self, claim: Claim, now: float) -> tuple[int, list[Claim]]:
         """Keep a reservation made at `now`; returns its token, and the reservations of its namespace it
@@ -131,6 +135,27 @@ class Reservations:
             if node or claim.holds[0][0] == pool:
                 return token
         return None
+
+    def admitted(self, namespace: str, name: str, generate_name: str, *, pool: PoolKey | None, node: str) -> int | None:
+        """The token of the reservation a Pod's mutating call made, as its validating call finds it: by then
+        kube-apiserver has generated the Pod's name, so under that name, else under its generateName,
+        oldest first (as `shown` takes them); one on `node` when it names one, else in `pool` (None: any
+        pool), else (the Pod changed since: a later webhook bound it or repointed it) the first one there.
+        Never a confirmed one: each Pod is validated once, so a confirmed reservation is already its Pod's.
+        None when there is none (another replica admitted the Pod, or the reservation settled). A
+        generateName's queue is scanned for the pool: at most `maxReservationsPerNamespace` long."""
+        first = None
+        for who in ((namespace, name, ""), (namespace, "", generate_name)):
+            if not (who[1] or who[2]):
+                continue
+            for token in self._waiting.get(who, ()):
+                claim = self._claims[token]
+                if claim.confirmed:
+                    continue
+                if claim.node == node and (node or pool is None or claim.holds[0][0] == pool):
+                    return token
+                first = token if first is None else first
+        return first
 
     def shown(self, pod: PodInfo) -> int | None:
         """The token of the reservation a Pod the watch shows for the first time takes over: found by the

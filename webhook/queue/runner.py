@@ -88,6 +88,27 @@ class NoMetrics:
         return None
 
 
+class TokenBucket:
+    """A client-side rate limit, as client-go's: `qps` a second sustained, `burst` at once."""
+
+    def __init__(self, qps: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.qps, self.burst = qps, burst
+        self._clock = clock
+        self._tokens = float(burst)
+        self._at = clock()
+
+    def delay(self) -> float:
+        """Take a token: the seconds to wait before the write it is for (0 when one is there)."""
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.qps)
+        self._at = now
+        self._tokens -= 1
+        return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
+
+
+UNLIMITED = TokenBucket(1e9, 10**9)
+
+
 class PassResult(NamedTuple):
     released: int
     waiting: list[Wait]
@@ -103,14 +124,24 @@ class Runner:
         *,
         events: Events,
         metrics: QueueMetrics | None = None,
+        limiter: TokenBucket = UNLIMITED,
         clock: Callable[[], float] = time.monotonic,
+        policy: Callable[[Inventory], Policy] = lambda inventory: inventory.policy,
     ) -> None:
+        """`policy` gives the policy a pass on the runner's inventory decides by: the inventory's own by
+        default; the server's is the one admission uses now, which a change of namespace rules makes
+        newer than the inventory (webhook.serving.policyfile)."""
         self.inventory, self.waiting, self.elector = inventory, waiting, elector
+        self._policy = policy
+        self._rebind_lock = threading.Lock()
+        self._next: tuple[Inventory, Waiting] | None = None  # to follow from the next pass on (`rebind`)
         self._releaser, self._events = releaser, events
         self._metrics = metrics or NoMetrics()
         self._clock = clock
+        self._limiter = limiter
         self._stop = threading.Event()
-        self._shapes = Memo()
+        self._shapes = Memo()  # what a Pod's shape decides, for one policy only
+        self._shapes_for: Policy | None = None
         self._told: dict[PodKey, str] = {}  # Pods told they are queued, by uid
         self._uncertain: dict[PodKey, Release] = {}  # written, answer lost: looked up before undone
         self._caught_up = False
@@ -123,6 +154,25 @@ class Runner:
             thread.start()
             self._threads.append(thread)
         return self
+
+    def rebind(self, inventory: Inventory, waiting: Waiting) -> None:
+        """Follow another inventory and its queue (read again for a new policy, and ready) from the next
+        pass on, still leading: a pass under way finishes on the old one."""
+        with self._rebind_lock:
+            self._next = (inventory, waiting)
+        self.waiting.wake.set()
+
+    def _take_rebind(self) -> None:
+        with self._rebind_lock:
+            rebound, self._next = self._next, None
+        if rebound is None:
+            return
+        self.inventory, self.waiting = rebound
+        # A write whose answer was lost is settled by the new inventory's own list, which shows the Pod as
+        # the API has it; a Pod told it waits is not told again.
+        self._uncertain.clear()
+        self._shapes_for = None
+        self.waiting.wake.set()
 
     def stop(self) -> None:
         """Stop releasing, then hand the Lease back (a rolling update's next leader takes over at once)."""
@@ -141,6 +191,7 @@ class Runner:
             self.waiting.wake.clear()
             if self._stop.is_set():
                 return
+            self._take_rebind()
             leading = self.elector.leading()
             self._metrics.queue_leading(leading)
             self._metrics.queue_waiting(self.waiting.by_namespace())
@@ -175,8 +226,11 @@ class Runner:
     def run_pass(self) -> PassResult:
         """One pass: settle writes whose answer was lost, decide, write, tell."""
         self._resolve_uncertain()
+        policy = self._policy(self.inventory)
+        if policy is not self._shapes_for:
+            self._shapes, self._shapes_for = Memo(), policy
         with self.inventory.read() as index:
-            decided = plan(self.waiting.ordered(), index, self.inventory.policy, shapes=self._shapes, limit=BATCH)
+            decided = plan(self.waiting.ordered(), index, policy, shapes=self._shapes, limit=BATCH)
         self._tell_queued(decided.waits)
         released = 0
         for i, release in enumerate(decided.releases):
@@ -188,6 +242,9 @@ class Runner:
 
     def _write(self, release: Release) -> int:
         namespace, name = release.queued.key
+        wait = self._limiter.delay()
+        if wait:
+            self._stop.wait(wait)
         result = self._releaser.release(namespace, name, release.patch)
         if isinstance(result, Released):
             self._settle(release, result.obj)

@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from webhook.admission.pod import PodError, PodView, read_pod
@@ -45,10 +46,42 @@ class Queued(NamedTuple):
     def order(self) -> tuple[int, str, str, str]:
         return (-self.priority, self.created, self.key[0], self.key[1])
 
+    def age(self, now: datetime) -> float | None:
+        """Seconds from the Pod's creation to `now` (below zero when the clocks disagree); None when its
+        creationTimestamp is not an RFC 3339 time with a zone."""
+        try:
+            then = datetime.fromisoformat(self.created)
+        except ValueError:
+            return None
+        return (now - then).total_seconds() if then.tzinfo is not None else None
+
 
 def is_queued(obj: Obj) -> bool:
     """Does the raw Pod still wait behind gpupool's gate?"""
     return any(as_map(g).get("name") == QUEUE_GATE for g in as_list(as_map(obj.get("spec")).get("schedulingGates")))
+
+
+def read_queued(obj: Obj, policy: Policy, since: float) -> Queued | None:
+    """The raw Pod as the queue holds it, first seen waiting at `since`; None when it does not wait behind
+    the gate or holds no GPU request. PodError when admission cannot read it."""
+    if not is_queued(obj):
+        return None
+    view = read_pod(obj)
+    info = pod_from_obj(obj, policy.gpu_resources, policy.partition_prefixes)
+    if info is None:
+        return None
+    meta, spec = as_map(obj.get("metadata")), as_map(obj.get("spec"))
+    priority = spec.get("priority")
+    return Queued(
+        key=_key(obj),
+        uid=str(meta.get("uid", "")),
+        resource_version=str(meta.get("resourceVersion", "")),
+        priority=priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
+        created=str(meta.get("creationTimestamp", "")),
+        view=view,
+        info=info,
+        since=since,
+    )
 
 
 class Waiting:
@@ -91,32 +124,18 @@ class Waiting:
 
     def _take(self, obj: Obj) -> PodKey | None:
         key = _key(obj)
-        if not is_queued(obj):
-            self._drop(key)
-            return None
-        meta, spec = as_map(obj.get("metadata")), as_map(obj.get("spec"))
         try:
-            view = read_pod(obj)
+            queued = read_queued(obj, self.policy, self._clock())
         except PodError as exc:  # kube-apiserver stores valid Pods; one gpupool cannot read stays gated
             log.warning("queued Pod %s/%s cannot be read: %s", key[0], key[1], exc)
-            self._drop(key)
-            return None
-        info = pod_from_obj(obj, self.policy.gpu_resources, self.policy.partition_prefixes)
-        if info is None:
+            queued = None
+        if queued is None:
             self._drop(key)
             return None
         old = self._pods.get(key)
-        priority = spec.get("priority")
-        self._pods[key] = Queued(
-            key=key,
-            uid=str(meta.get("uid", "")),
-            resource_version=str(meta.get("resourceVersion", "")),
-            priority=priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
-            created=str(meta.get("creationTimestamp", "")),
-            view=view,
-            info=info,
-            since=old.since if old is not None and old.uid == str(meta.get("uid", "")) else self._clock(),
-        )
+        if old is not None and old.uid == queued.uid:
+            queued = queued._replace(since=old.since)
+        self._pods[key] = queued
         self._ordered = None
         return key
 

@@ -1,7 +1,9 @@
-"""The Flask app: `POST /mutate` turns an AdmissionReview into the core's Verdict and back.
+"""The Flask app: `POST /mutate` and `POST /validate` turn an AdmissionReview into the core's Verdict and back.
 
 HTTP concerns only (content type, body limit, status codes, metrics, the log line); what the request
-means is webhook.serving.review's business and what to do with a Pod is the Admitter's. Every answer is JSON:
+means is webhook.serving.review's business and what to do with a Pod is the Admitter's (for /mutate) or
+the Validator's (webhook.admission.validation, for /validate: the Pod as it will be stored, on CREATE and
+UPDATE). Every answer is JSON:
 a Kubernetes `Status` for a malformed call (4xx), an AdmissionReview for everything else, including
 an unexpected failure (allowed: false, code 500, and an error id that is also in the log).
 """
@@ -22,6 +24,7 @@ from werkzeug.http import parse_options_header
 from werkzeug.routing import Rule
 from werkzeug.wsgi import get_content_length
 
+from webhook.admission.validation import Caller, Checked
 from webhook.admission.verdict import Verdict
 from webhook.serving.logs import ADMISSION_LOGGER, AdmissionLog, admission_fields
 from webhook.serving.metrics import Metrics
@@ -35,6 +38,7 @@ from webhook.serving.review import (
     response_body,
     skip_verdict,
     status_body,
+    validate_skip_verdict,
 )
 
 if TYPE_CHECKING:
@@ -61,6 +65,18 @@ class AdmitsPods(Protocol):
 
     def admit(self, pod: Any, *, namespace: str, dry_run: bool = False) -> Verdict: ...
 
+    def admit_ephemeral(self, pod: Any, *, namespace: str, old: Any = None) -> Verdict:
+        """An update of pods/ephemeralcontainers: a denial, or allowed unchanged (never a patch)."""
+        ...
+
+
+class ValidatesPods(Protocol):
+    """What /validate needs of the core (webhook.admission.validation.Validator)."""
+
+    def validate_create(self, pod: Any, *, namespace: str, dry_run: bool = False) -> Checked: ...
+
+    def validate_update(self, pod: Any, old: Any, *, namespace: str, caller: Caller) -> Checked: ...
+
 
 def quota_denial(verdict: Verdict) -> bool:
     """A denial by a namespace ResourceQuota, or a per-class or GPU-memory quota of the policy."""
@@ -73,16 +89,17 @@ class AppConfig:
 
     admitter: AdmitsPods
     metrics: Metrics
+    validator: ValidatesPods | None = None  # None: no /validate (404)
     log: logging.Logger = field(default_factory=lambda: logging.getLogger(ADMISSION_LOGGER))
     write_line: Callable[[bytes], object] | None = None  # where admission lines go; None: stderr
     max_body_bytes: int = MAX_BODY_BYTES
 
 
 def create_app(config: AppConfig) -> Flask:
-    """A Flask app for the admission port: POST /mutate, nothing else.
+    """A Flask app for the admission port: POST /mutate and POST /validate, nothing else.
 
-    POST /mutate is answered by a thin WSGI entry in front of Flask's dispatch (`_MutateEntry`), and
-    only there: measured side by side on gunicorn (docs/performance.md), Flask's request context, URL
+    Both are answered by a thin WSGI entry in front of Flask's dispatch (`_AdmissionEntry`), and only
+    there: measured side by side on gunicorn (docs/performance.md), Flask's request context, URL
     matching and Response object cost more CPU per call than all of gpupool's own work, and took
     throughput below the goal of 0.75x a Flask no-op. Flask answers everything else on the port (404,
     405). Each error has one answer, built by one function (`_status_answer`, `_http_error_answer`,
@@ -90,12 +107,16 @@ def create_app(config: AppConfig) -> Flask:
     """
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
-    # The route is declared so that Flask answers other methods on /mutate with 405; POST never
-    # reaches Flask (the entry answers it), so the rule has no view.
-    app.url_map.add(Rule("/mutate", methods=["POST"], endpoint="mutate"))
+    # The routes are declared so that Flask answers other methods on them with 405; POST never
+    # reaches Flask (the entry answers it), so the rules have no view.
+    routes: dict[str, Callable[[WSGIEnvironment], Answer]] = {"/mutate": _Mutate(config).answer}
+    if config.validator is not None:
+        routes["/validate"] = _Validate(config, config.validator).answer
+    for path in routes:
+        app.url_map.add(Rule(path, methods=["POST"], endpoint=path.lstrip("/")))
     app.register_error_handler(HTTPException, _flask_http_error)
     app.register_error_handler(Exception, _flask_internal_error(config.log))
-    app.wsgi_app = _MutateEntry(app.wsgi_app, _Mutate(config), config.log)  # type: ignore[method-assign]
+    app.wsgi_app = _AdmissionEntry(app.wsgi_app, routes, config.log)  # type: ignore[method-assign]
     return app
 
 
@@ -106,6 +127,7 @@ class _Mutate:
     """POST /mutate: the WSGI environ in, (status, JSON body) out."""
 
     def __init__(self, config: AppConfig) -> None:
+        self._admitter = config.admitter
         self._admit = config.admitter.admit
         self._metrics = config.metrics
         self._log = config.log
@@ -115,13 +137,7 @@ class _Mutate:
     def answer(self, environ: WSGIEnvironment) -> Answer:
         """The answer to one call; a malformed HTTP request (411, 413, 415) raises an HTTPException."""
         started = time.perf_counter()
-        content_type = environ.get("CONTENT_TYPE")
-        # The exact header kube-apiserver sends is checked without parsing it (the hot path).
-        if content_type != JSON:
-            mimetype = parse_options_header(content_type)[0].lower() if content_type else ""
-            if mimetype != JSON:
-                raise UnsupportedMediaType(f"Content-Type must be {JSON}, not {mimetype or 'missing'}")
-        body = _read_body(environ, self._max_body)
+        body = _json_body(environ, self._max_body)
         try:
             review = parse_review(body)
             ref = pod_ref(review)
@@ -131,7 +147,9 @@ class _Mutate:
             self._log.warning("bad request", extra={"fields": {"code": exc.status, "reason": str(exc)}})
             return _status_answer(exc.status, str(exc))
         try:
-            if verdict is None:
+            if verdict is None and review.is_ephemeral_update:
+                verdict = self._admitter.admit_ephemeral(review.object, namespace=ref.namespace, old=review.old_object)
+            elif verdict is None:
                 verdict = self._admit(review.object, namespace=ref.namespace, dry_run=review.dry_run)
             payload = response_body(review, verdict)
         except Exception:  # any failure still answers the call; the log has the traceback
@@ -188,22 +206,112 @@ class _Mutate:
         return 200, error_body(review, error_id)
 
 
-class _MutateEntry:
-    """WSGI entry: POST /mutate straight to `_Mutate.answer`, every other request to Flask."""
+class _Validate:
+    """POST /validate: the WSGI environ in, (status, JSON body) out; one log line and metric per call."""
 
-    def __init__(self, flask_app: WSGIApplication, mutate: _Mutate, log: logging.Logger) -> None:
+    def __init__(self, config: AppConfig, validator: ValidatesPods) -> None:
+        self._validator = validator
+        self._metrics = config.metrics
+        self._log = config.log
+        self._lines = AdmissionLog(config.log, config.write_line)
+        self._max_body = config.max_body_bytes
+
+    def answer(self, environ: WSGIEnvironment) -> Answer:
+        """The answer to one call; a malformed HTTP request (411, 413, 415) raises an HTTPException."""
+        started = time.perf_counter()
+        body = _json_body(environ, self._max_body)
+        try:
+            review = parse_review(body)
+            ref = pod_ref(review)
+            skipped = validate_skip_verdict(review)
+        except ReviewError as exc:
+            self._log.warning("bad request", extra={"fields": {"code": exc.status, "reason": str(exc)}})
+            return _status_answer(exc.status, str(exc))
+        try:
+            if skipped is not None:
+                checked = Checked(skipped)
+            elif review.is_pod_create:
+                checked = self._validator.validate_create(
+                    review.object, namespace=ref.namespace, dry_run=review.dry_run
+                )
+            else:
+                caller = Caller(review.username, review.groups)
+                checked = self._validator.validate_update(
+                    review.object, review.old_object, namespace=ref.namespace, caller=caller
+                )
+            payload = response_body(review, checked.verdict)
+        except Exception:  # any failure still answers the call; the log has the traceback
+            return self._error(review, ref, started)
+        self._record(review, ref, checked, time.perf_counter() - started)
+        return 200, payload
+
+    def _record(self, review: AdmissionRequest, ref: PodRef, checked: Checked, seconds: float) -> None:
+        verdict = checked.verdict
+        outcome = "allowed" if verdict.allowed else "denied"
+        operation = _operation(review)
+        self._metrics.record_validation(operation=operation, outcome=outcome, seconds=seconds, dry_run=review.dry_run)
+        if self._lines.enabled:
+            fields = admission_fields(
+                uid=review.uid,
+                namespace=ref.namespace,
+                pod=ref.name,
+                outcome=outcome,
+                pool=checked.pool,
+                latency_ms=seconds * 1000,
+                dry_run=review.dry_run,
+                code=verdict.code,
+                message="" if verdict.allowed else verdict.message,
+                operation=operation,
+                user=review.username if review.is_pod_update else "",
+                reservation=checked.reservation,
+            )
+            self._lines.info(fields, message="validation")
+
+    def _error(self, review: AdmissionRequest, ref: PodRef, started: float) -> Answer:
+        error_id = uuid.uuid4().hex[:12]
+        seconds = time.perf_counter() - started
+        operation = _operation(review)
+        fields = admission_fields(
+            uid=review.uid,
+            namespace=ref.namespace,
+            pod=ref.name,
+            outcome="error",
+            pool="",
+            latency_ms=seconds * 1000,
+            dry_run=review.dry_run,
+            code=500,
+            error_id=error_id,
+            operation=operation,
+        )
+        self._log.exception("validation", extra={"fields": fields})
+        self._metrics.record_validation(operation=operation, outcome="error", seconds=seconds, dry_run=review.dry_run)
+        return 200, error_body(review, error_id)
+
+
+def _operation(review: AdmissionRequest) -> str:
+    """The metric's and log line's `operation`: CREATE, UPDATE, or other for a request not checked."""
+    return "CREATE" if review.is_pod_create else "UPDATE" if review.is_pod_update else "other"
+
+
+class _AdmissionEntry:
+    """WSGI entry: POST to /mutate or /validate straight to its answer, every other request to Flask."""
+
+    def __init__(
+        self, flask_app: WSGIApplication, routes: dict[str, Callable[[WSGIEnvironment], Answer]], log: logging.Logger
+    ) -> None:
         self._flask_app = flask_app
-        self._mutate = mutate
+        self._routes = routes
         self._log = log
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-        if environ.get("PATH_INFO") != "/mutate" or environ.get("REQUEST_METHOD") != "POST":
+        route = self._routes.get(environ.get("PATH_INFO", ""))
+        if route is None or environ.get("REQUEST_METHOD") != "POST":
             return self._flask_app(environ, start_response)
         try:
-            code, payload = self._mutate.answer(environ)
+            code, payload = route(environ)
         except HTTPException as exc:  # 411, 413, 415: the call itself is malformed
             code, payload = _http_error_answer(exc)
-        except Exception as exc:  # before there is a uid to answer in a review (after, _Mutate does)
+        except Exception as exc:  # before there is a uid to answer in a review (after, _Mutate and _Validate do)
             code, payload = _internal_error(self._log, exc)
         start_response(
             _STATUS_LINES.get(code) or _status_line(code),
@@ -220,6 +328,17 @@ def _status_line(code: int) -> str:
 
 
 _STATUS_LINES = {code: _status_line(code) for code in (200, *_REASONS)}
+
+
+def _json_body(environ: WSGIEnvironment, limit: int) -> bytes:
+    """The JSON body of an admission call; 415 for another Content-Type (see `_read_body` for the rest)."""
+    content_type = environ.get("CONTENT_TYPE")
+    # The exact header kube-apiserver sends is checked without parsing it (the hot path).
+    if content_type != JSON:
+        mimetype = parse_options_header(content_type)[0].lower() if content_type else ""
+        if mimetype != JSON:
+            raise UnsupportedMediaType(f"Content-Type must be {JSON}, not {mimetype or 'missing'}")
+    return _read_body(environ, limit)
 
 
 def _read_body(environ: WSGIEnvironment, limit: int) -> bytes:
@@ -251,7 +370,7 @@ def _http_error_answer(exc: HTTPException, path: str = "", method: str = "") -> 
     """A malformed call or request (404, 405, 411, 413, 415) as a JSON Status, never HTML."""
     code = exc.code or 500
     if code == 404:
-        return _status_answer(code, f"no such path {path}: this port serves POST /mutate only")
+        return _status_answer(code, f"no such path {path}: this port serves POST /mutate and POST /validate only")
     if code == 405:
         return _status_answer(code, f"{method} is not allowed on {path}: use POST")
     return _status_answer(code, exc.description or exc.name)

@@ -58,9 +58,9 @@ class AdmissionLog:
     def enabled(self) -> bool:
         return self._logger.isEnabledFor(logging.INFO)
 
-    def info(self, fields: dict[str, Any]) -> None:
+    def info(self, fields: dict[str, Any], message: str = "admission") -> None:
         entry = {"time": self._timestamp(time.time()), "level": "info", "logger": self._logger.name,
-                 "message": "admission", **fields}  # fmt: skip
+                 "message": message, **fields}  # fmt: skip
         self._write(orjson.dumps(entry, default=str, option=orjson.OPT_APPEND_NEWLINE))
 
     def _timestamp(self, now: float) -> str:
@@ -91,10 +91,14 @@ def admission_fields(
     message: str = "",
     error_id: str = "",
     group: str = "",
+    operation: str = "",
+    user: str = "",
+    reservation: str = "",
 ) -> dict[str, Any]:
-    """The fields of the one line logged per admission; empty optional fields are left out. Text that
-    came with the request is cut to a few hundred characters: a hostile review cannot make a line of
-    megabytes."""
+    """The fields of the one line logged per admission (and per validating call: its `operation`, the
+    `user` of an UPDATE, what it did with the Pod's `reservation`); empty optional fields are left out.
+    Text that came with the request is cut to a few hundred characters: a hostile review cannot make a
+    line of megabytes."""
     fields: dict[str, Any] = {
         "uid": _cut(uid, MAX_NAME_CHARS),
         "namespace": _cut(namespace, MAX_NAME_CHARS),
@@ -113,6 +117,12 @@ def admission_fields(
         fields["error_id"] = error_id
     if group:
         fields["group"] = _cut(group, MAX_NAME_CHARS + 64)
+    if operation:
+        fields["operation"] = operation
+    if user:
+        fields["user"] = _cut(user, MAX_NAME_CHARS + 64)
+    if reservation:
+        fields["reservation"] = reservation
     return fields
 
 

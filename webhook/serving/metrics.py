@@ -16,6 +16,7 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import platform
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,19 +26,27 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
+import webhook
+from webhook.domain.policy import Policy
 from webhook.domain.quantity import MIB
 from webhook.pools.inventory import Inventory
 from webhook.pools.quotas import QuotaRow, quota_rows, unenforced
 from webhook.serving.certs import CertificateExpiry
 
-# Admission latency as the webhook sees it (decode to encode): sub-millisecond normally, and the
-# top buckets show trouble long before kube-apiserver's 10 s default timeout.
-LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+# Admission latency as the webhook sees it (decode to encode): sub-millisecond normally. 2.5 s is half
+# and 5 s all of the shipped webhook's timeoutSeconds (manifests/base/webhook.yaml), so the alert on
+# "near the timeout" counts whole buckets instead of interpolating between 2.5 and 10.
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 # How long Pods wait in the queue: seconds on an idle cluster, hours on a saturated one.
 QUEUE_WAIT_BUCKETS = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 24 * 3600.0)
 REFRESH_SECONDS = 5.0
 READY_METRIC = "gpupool_inventory_ready"
 CONTENT_TYPE = CONTENT_TYPE_LATEST  # of the exposition text
+QUOTA_LABELS = ("namespace", "quota", "resource")
+
+# What the gauge refresher reads each time: the inventory admissions use now, and the policy they are
+# decided by (None: the inventory's own). Both change together when the policy file is reloaded.
+Current = Callable[[], tuple[Inventory, Policy | None]]
 
 log = logging.getLogger("gpupool.metrics")
 
@@ -63,6 +72,19 @@ class Metrics:
         self.latency = Histogram(
             "gpupool_admission_duration_seconds",
             "Time to answer one AdmissionReview, from decoding the request to encoding the answer",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.validations = Counter(
+            "gpupool_validations",
+            "Validating calls answered (dry runs excluded): the Pod as it will be stored, by operation (CREATE, "
+            "UPDATE, other) and outcome (allowed, denied, error)",
+            ["operation", "outcome"],
+            registry=registry,
+        )
+        self.validation_latency = Histogram(
+            "gpupool_validation_duration_seconds",
+            "Time to answer one validating AdmissionReview, from decoding the request to encoding the answer",
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
@@ -101,18 +123,50 @@ class Metrics:
             registry=registry,
             multiprocess_mode="livemostrecent",
         )
-        self.quota_used = self._quota_gauge(
+        # One unit per metric (Prometheus' naming rules): GPU counts and GPU memory are separate gauges.
+        self.quota_used_gpus = self._quota_gauge(
             registry,
-            "gpupool_quota_used",
-            "What counts against each quota gpupool checks (used plus pending admissions): GPUs, or bytes of GPU "
-            "memory for memoryQuota; quota is the ResourceQuota's name, classQuota or memoryQuota, resource its "
-            "key, class or gpu-memory",
+            "gpupool_quota_used_gpus",
+            "What counts against each GPU quota gpupool checks (used plus pending admissions), in devices; "
+            "quota is the ResourceQuota's name or classQuota, resource its key or the class",
         )
-        self.quota_hard = self._quota_gauge(
+        self.quota_hard_gpus = self._quota_gauge(
+            registry, "gpupool_quota_hard_gpus", "The limit of each GPU quota gpupool checks, in devices"
+        )
+        self.quota_used_bytes = self._quota_gauge(
             registry,
-            "gpupool_quota_hard",
-            "The limit of each quota gpupool checks: GPUs, or bytes of GPU memory for memoryQuota",
+            "gpupool_quota_used_bytes",
+            "GPU memory that counts against each memoryQuota (used plus pending admissions), in bytes; "
+            "resource is gpu-memory",
         )
+        self.quota_hard_bytes = self._quota_gauge(
+            registry, "gpupool_quota_hard_bytes", "The limit of each memoryQuota, in bytes of GPU memory"
+        )
+        self.build_info = Gauge(
+            "gpupool_build_info",
+            "Always 1; the labels say which gpupool and Python this server runs",
+            ["version", "python", "platform"],
+            registry=registry,
+            multiprocess_mode="max",  # the same in every worker; kept when one exits
+        )
+        self.build_info.labels(webhook.__version__, platform.python_version(), _platform()).set(1)
+        self.policy_reloads = Counter(
+            "gpupool_policy_reloads",
+            "Changes of the --policy file a worker read, by result: success (in use now) or failure (invalid, "
+            "or unreadable: the previous policy stays in use)",
+            ["result"],
+            registry=registry,
+        )
+        for result in ("success", "failure"):
+            self.policy_reloads.labels(result)  # both series exist from the start, so rate() sees the first
+        self.policy_reload_ok = Gauge(
+            "gpupool_policy_last_reload_successful",
+            "1 when every worker uses what the --policy file holds now, 0 when a worker kept its previous policy "
+            "because the file is invalid",
+            registry=registry,
+            multiprocess_mode="livemin",
+        )
+        self.policy_reload_ok.set(1)
         self.reservations = Gauge(
             "gpupool_reservations",
             "Admitted Pods not yet seen in the watch, counted against their pool (per worker)",
@@ -148,11 +202,12 @@ class Metrics:
         )
         self._queue_namespaces: set[str] = set()
         self._known_pools: set[str] = set()
-        self._known_quotas: set[tuple[str, str, str]] = set()
+        self._known_quotas: set[tuple[str, str, str, bool]] = set()  # labels, and whether in bytes
         self._lock = threading.Lock()  # refresh() runs on a timer thread and at start
         # `labels()` takes a lock and builds a key on every call; the few (outcome, pool) children are
         # kept here instead. A race only makes two threads ask labels() for the same child.
         self._admission_children: dict[tuple[str, str], Counter] = {}
+        self._validation_children: dict[tuple[str, str], Counter] = {}
 
     # --- the queue (webhook.queue.runner.QueueMetrics) ---------------------------------------------------
 
@@ -183,8 +238,7 @@ class Metrics:
 
     @staticmethod
     def _quota_gauge(registry: CollectorRegistry, name: str, help_text: str) -> Gauge:
-        labels = ["namespace", "quota", "resource"]
-        return Gauge(name, help_text, labels, registry=registry, multiprocess_mode="livemostrecent")
+        return Gauge(name, help_text, QUOTA_LABELS, registry=registry, multiprocess_mode="livemostrecent")
 
     def record(
         self,
@@ -208,21 +262,36 @@ class Metrics:
         if quota_denial:
             self.quota_denials.labels(namespace).inc()
 
-    def refresh(self, inventory: Inventory, stale_after_seconds: float = float("inf")) -> None:
-        """Copy pool capacity, inventory age, staleness and readiness from the inventory into the gauges."""
+    def record_validation(self, *, operation: str, outcome: str, seconds: float, dry_run: bool) -> None:
+        """Count one answered validating AdmissionReview. A dry run only shows in the latency histogram."""
+        self.validation_latency.observe(seconds)
+        if dry_run:
+            return
+        key = (operation, outcome)
+        child = self._validation_children.get(key)
+        if child is None:
+            child = self._validation_children[key] = self.validations.labels(operation, outcome)
+        child.inc()
+
+    def refresh(self, inventory: Inventory, policy: Policy | None = None) -> None:
+        """Copy pool capacity, inventory age, staleness and readiness from the inventory into the gauges;
+        quotas and staleness are judged by `policy` (the one admissions use; by default the inventory's)."""
         with self._lock:
             ready = inventory.ready
             age = inventory.age_seconds()
             self.inventory_ready.set(1 if ready else 0)
             self.inventory_age.set(age)
-            self.inventory_stale.set(1 if age > stale_after_seconds else 0)
             if not ready:
+                if policy is not None:
+                    self.inventory_stale.set(1 if age > policy.defaults.stale_after_seconds else 0)
                 return
             with inventory.read() as view:
+                policy = policy or view.policy
                 stats = view.pool_stats()
                 self.reservations.set(view.reservations)
-                self.quotas_unenforced.set(sum(1 for q in view.all_quotas() if unenforced(q, view.policy)))
-                rows = quota_rows(view, view.policy)
+                self.quotas_unenforced.set(sum(1 for q in view.all_quotas() if unenforced(q, policy)))
+                rows = quota_rows(view, policy)
+            self.inventory_stale.set(1 if age > policy.defaults.stale_after_seconds else 0)
             self._refresh_quotas(rows)
             seen: set[str] = set()
             for s in stats:
@@ -239,35 +308,40 @@ class Metrics:
                     gauge.labels(pool).set(0)
             self._known_pools |= seen
 
+    def policy_reloaded(self, ok: bool) -> None:
+        """Count one change of the policy file: in use now (`ok`), or refused and the previous one kept."""
+        self.policy_reloads.labels("success" if ok else "failure").inc()
+        self.policy_reload_ok.set(1 if ok else 0)
+
     def _refresh_quotas(self, rows: list[QuotaRow]) -> None:
-        """One pair of gauges per quota limit; memory in bytes, Prometheus' base unit. A quota that is
-        gone reads 0, as a pool does."""
-        seen: set[tuple[str, str, str]] = set()
+        """One pair of gauges per quota limit: devices for GPU quotas, bytes (Prometheus' base unit) for
+        memory quotas. A quota that is gone reads 0, as a pool does."""
+        seen: set[tuple[str, str, str, bool]] = set()
         for row in rows:
-            labels = (row.namespace, row.quota, row.resource)
-            seen.add(labels)
-            scale = MIB if row.unit == "MiB" else 1
-            self.quota_used.labels(*labels).set((row.used + row.pending) * scale)
-            self.quota_hard.labels(*labels).set(row.hard * scale)
-        for labels in self._known_quotas - seen:
-            self.quota_used.labels(*labels).set(0)
-            self.quota_hard.labels(*labels).set(0)
+            in_bytes = row.unit == "MiB"
+            seen.add((row.namespace, row.quota, row.resource, in_bytes))
+            used, hard = self._quota_pair(in_bytes)
+            scale = MIB if in_bytes else 1
+            used.labels(row.namespace, row.quota, row.resource).set((row.used + row.pending) * scale)
+            hard.labels(row.namespace, row.quota, row.resource).set(row.hard * scale)
+        for namespace, quota, resource, in_bytes in self._known_quotas - seen:
+            for gauge in self._quota_pair(in_bytes):
+                gauge.labels(namespace, quota, resource).set(0)
         self._known_quotas |= seen
+
+    def _quota_pair(self, in_bytes: bool) -> tuple[Gauge, Gauge]:
+        if in_bytes:
+            return self.quota_used_bytes, self.quota_hard_bytes
+        return self.quota_used_gpus, self.quota_hard_gpus
 
 
 class GaugeRefresher:
-    """Refreshes a worker's gauges every `interval` seconds on a daemon thread."""
+    """Refreshes a worker's gauges every `interval` seconds on a daemon thread, from whatever inventory
+    and policy `current` gives at that moment (they change when the policy file is reloaded)."""
 
-    def __init__(
-        self,
-        metrics: Metrics,
-        inventory: Inventory,
-        stale_after_seconds: float = float("inf"),
-        interval: float = REFRESH_SECONDS,
-    ) -> None:
+    def __init__(self, metrics: Metrics, current: Current, interval: float = REFRESH_SECONDS) -> None:
         self._metrics = metrics
-        self._inventory = inventory
-        self._stale_after = stale_after_seconds
+        self._current = current
         self._interval = interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gpupool-gauges", daemon=True)
@@ -284,11 +358,16 @@ class GaugeRefresher:
     def _run(self) -> None:
         while True:
             try:
-                self._metrics.refresh(self._inventory, self._stale_after)
+                self._metrics.refresh(*self._current())
             except Exception:  # a failing refresh must not end the thread: metrics go stale, not absent
                 log.exception("refreshing the inventory gauges failed")
             if self._stop.wait(self._interval):
                 return
+
+
+def _platform() -> str:
+    """`linux/x86_64`, as the image was built for."""
+    return f"{platform.system().lower()}/{platform.machine()}"
 
 
 CERT_EXPIRY_METRIC = "gpupool_serving_certificate_expiry_seconds"

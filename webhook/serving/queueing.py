@@ -1,17 +1,35 @@
 """The queue in a worker: its waiting Pods follow the worker's own watch, and its leader election runs beside
 the admissions (webhook.queue). Only a live inventory has a queue: a snapshot has no API to release through.
+
+`WorkerQueue` keeps it right across changes of the policy file (webhook.serving.policyfile):
+
+- each pass decides by the policy admission uses now, so a change of namespace rules (a quota, which
+  namespaces queue) applies to the queue as it does to admissions, on the same inventory;
+- an inventory read again for a new policy gets a queue of its own before it lists, and once the Admitter
+  uses it the runner follows it, still leading (`Runner.rebind`);
+- a policy that starts queueing while this worker runs no queue needs an inventory listed anew, so that
+  the queue holds every Pod already gated (by another replica that switched first, say): the reloader is
+  told so (`needs_inventory`) although the pools are the same.
+
+Once started, the queue runs until the worker exits, also under a policy that queues no more: Pods gated
+before the change still wait to be released.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from typing import NamedTuple
 
+from webhook.admission.core import Admitter
 from webhook.domain.policy import Policy
+from webhook.pools.inventory import Inventory
 from webhook.queue.leader import Elector
-from webhook.queue.runner import QueueMetrics, Runner
+from webhook.queue.runner import Inventory as QueueInventory
+from webhook.queue.runner import QueueMetrics, Runner, TokenBucket
 from webhook.queue.waiting import Waiting
 from webhook.sources.live import LiveInventory
+from webhook.sources.open import reopen_inventory
 from webhook.sources.writes import EventRecorder, LeaseStore, PodReleaser
 
 LEASE_NAME = "gpupool"
@@ -23,16 +41,82 @@ class QueueSettings(NamedTuple):
 
     namespace: str
     pod_name: str
+    qps: int = 300  # the leader's writes per second (releases and Events), and at once
+    burst: int = 500
 
 
-def start_queue(policy: Policy, inventory: LiveInventory, settings: QueueSettings, metrics: QueueMetrics) -> Runner:
-    """Follow the inventory's watch for queued Pods and take part in the election, as `POD_NAME-pid`: one
-    identity per worker process, so two workers of one Pod never both lead. Call before
-    `inventory.start()`, so the first list fills the queue."""
-    waiting = Waiting(policy)
-    inventory.observe(waiting)
-    identity = f"{settings.pod_name}-{os.getpid()}"
-    api = inventory.api_client
-    elector = Elector(LeaseStore(api, settings.namespace, LEASE_NAME), identity, on_change=metrics.queue_leading)
-    events = EventRecorder(api, identity).start()
-    return Runner(inventory, waiting, elector, PodReleaser(api), events=events, metrics=metrics)
+class WorkerQueue:
+    """The queue of one worker process, on whichever live inventory its Admitter uses."""
+
+    def __init__(self, settings: QueueSettings, metrics: QueueMetrics, admitter: Admitter) -> None:
+        self._settings, self._metrics, self._admitter = settings, metrics, admitter
+        self._lock = threading.Lock()
+        self._runner: Runner | None = None
+        self._events: EventRecorder | None = None
+        self._attached: tuple[LiveInventory, Waiting] | None = None  # a queue that waits for its inventory's use
+
+    @property
+    def running(self) -> bool:
+        return self._runner is not None
+
+    def attach(self, inventory: LiveInventory, policy: Policy) -> None:
+        """Before `inventory.start()`: follow its queued Pods from its first list on, if `policy` queues
+        (or a queue runs already, for the Pods gated before)."""
+        with self._lock:
+            if policy.queues or self._runner is not None:
+                waiting = Waiting(policy)
+                inventory.observe(waiting)
+                self._attached = (inventory, waiting)
+
+    def use(self, inventory: Inventory) -> None:
+        """`inventory` (started) is now the Admitter's: run the queue on it, if one was attached to it."""
+        with self._lock:
+            attached, self._attached = self._attached, None
+            if attached is None or attached[0] is not inventory:
+                return
+            live, waiting = attached
+            if self._runner is not None:
+                self._runner.rebind(live, waiting)
+                return
+            # One identity per worker process (`POD_NAME-pid`), so two workers of one Pod never both lead.
+            identity = f"{self._settings.pod_name}-{os.getpid()}"
+            api = live.api_client
+            lease = LeaseStore(api, self._settings.namespace, LEASE_NAME)
+            elector = Elector(lease, identity, on_change=self._metrics.queue_leading)
+            self._events = EventRecorder(api, identity).start()
+            limiter = TokenBucket(self._settings.qps, self._settings.burst)
+            self._runner = Runner(
+                live,
+                waiting,
+                elector,
+                PodReleaser(api),
+                events=self._events,
+                metrics=self._metrics,
+                limiter=limiter,
+                policy=self._policy_for,
+            ).start()
+
+    def reopen(self, inventory: Inventory, policy: Policy) -> Inventory:
+        """`reopen_inventory`, with the new live inventory's queue attached before it lists."""
+        return reopen_inventory(inventory, policy, prepare=lambda live: self.attach(live, policy))
+
+    def needs_inventory(self, policy: Policy) -> bool:
+        """Does `policy` need a new inventory for the queue alone? When it queues and no queue runs yet."""
+        return policy.queues and self._runner is None
+
+    def stop(self) -> None:
+        """Stop releasing and hand the Lease back (a rolling update's next leader takes over at once)."""
+        with self._lock:
+            runner, self._runner = self._runner, None
+            events, self._events = self._events, None
+        if runner is not None:
+            runner.stop()
+        if events is not None:
+            events.stop()
+
+    def _policy_for(self, inventory: QueueInventory) -> Policy:
+        """The policy a pass on `inventory` decides by: the Admitter's while it uses that inventory, else
+        the one the inventory was built for (a pass finishing on the inventory just replaced)."""
+        bound = self._admitter.bound
+        used: object = bound.inventory  # a LiveInventory, which the runner knows by its Protocol
+        return bound.policy if used is inventory else inventory.policy

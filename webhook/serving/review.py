@@ -21,6 +21,7 @@ from webhook.domain.quantity import shown
 from webhook.pools.kubeobj import as_map
 
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
+EPHEMERAL_CONTAINERS = "ephemeralcontainers"  # the Pod subresource that adds ephemeral containers
 AUDIT_POOL_KEY = "pool"  # kube-apiserver prefixes it with the webhook's name: "<webhook>/pool"
 MAX_WARNING_CHARS = 120  # longer warnings are cut by kubectl users' terminals and by the API server
 MAX_MESSAGE_CHARS = 2048  # a denial's message; the core's are shorter, this only bounds the unforeseen
@@ -48,10 +49,28 @@ class AdmissionRequest(NamedTuple):
     namespace: str  # request.namespace, "" for cluster-scoped objects
     dry_run: bool
     object: Any  # the Pod as sent (the core checks it), None when absent
+    old_object: Any = None  # on an UPDATE, the object before it
+    username: str = ""  # request.userInfo: who makes the request (the validating call's UPDATE check)
+    groups: tuple[str, ...] = ()
 
     @property
     def is_pod_create(self) -> bool:
         return self.group == "" and self.resource == "pods" and not self.sub_resource and (self.operation == "CREATE")
+
+    @property
+    def is_pod_update(self) -> bool:
+        """An UPDATE (or PATCH) of a Pod itself, not of a subresource such as pods/status."""
+        return self.group == "" and self.resource == "pods" and not self.sub_resource and (self.operation == "UPDATE")
+
+    @property
+    def is_ephemeral_update(self) -> bool:
+        """An update of pods/ephemeralcontainers (`kubectl debug`): the object is the whole Pod."""
+        return (
+            self.group == ""
+            and self.resource == "pods"
+            and self.sub_resource == EPHEMERAL_CONTAINERS
+            and self.operation == "UPDATE"
+        )
 
 
 class PodRef(NamedTuple):
@@ -84,6 +103,9 @@ def parse_review(body: bytes) -> AdmissionRequest:
     resource = request.get("resource")
     resource = resource if isinstance(resource, dict) else {}
     obj = request.get("object")
+    user = request.get("userInfo")
+    user = user if isinstance(user, dict) else {}
+    groups = user.get("groups")
     return AdmissionRequest(
         api_version=api_version,
         uid=uid,
@@ -94,6 +116,9 @@ def parse_review(body: bytes) -> AdmissionRequest:
         namespace=_text(request.get("namespace")),
         dry_run=request.get("dryRun") is True,
         object=obj,
+        old_object=request.get("oldObject"),
+        username=_text(user.get("username")),
+        groups=tuple(g for g in groups if isinstance(g, str)) if isinstance(groups, list) else (),
     )
 
 
@@ -106,13 +131,24 @@ def pod_ref(request: AdmissionRequest) -> PodRef:
 
 
 def skip_verdict(request: AdmissionRequest) -> Verdict | None:
-    """The answer for a request that is not a Pod CREATE (only those are gpupool's business), or None
-    when the core must decide. Whatever is wrong with the Pod itself (no object, no namespace, a field
-    of the wrong type) is the core's to answer in the review, with the request's uid: an HTTP error
-    would let the Pod through unplaced under failurePolicy Ignore."""
-    if not request.is_pod_create:
+    """The answer for a request that is neither a Pod CREATE nor an update of pods/ephemeralcontainers
+    (only those are gpupool's business), or None when the core must decide. Whatever is wrong with the
+    Pod itself (no object, no namespace, a field of the wrong type) is the core's to answer in the
+    review, with the request's uid: an HTTP error would let the Pod through unchecked under
+    failurePolicy Ignore."""
+    if not (request.is_pod_create or request.is_ephemeral_update):
         sub = f"/{request.sub_resource}" if request.sub_resource else ""
         return allow(f"not a Pod CREATE ({shorten(request.operation, 40)} {shorten(request.resource, 60) or '?'}{sub})")
+    return None
+
+
+def validate_skip_verdict(request: AdmissionRequest) -> Verdict | None:
+    """For the validating call: the answer for a request that is neither a Pod CREATE nor an UPDATE of a
+    Pod itself (only those are checked), or None when the core must decide."""
+    if not (request.is_pod_create or request.is_pod_update):
+        sub = f"/{request.sub_resource}" if request.sub_resource else ""
+        operation, resource = shorten(request.operation, 40), shorten(request.resource, 60) or "?"
+        return allow(f"not a Pod CREATE or UPDATE ({operation} {resource}{sub})")
     return None
 
 

@@ -8,8 +8,11 @@ the TLS port and serves /healthz, /readyz and /metrics on the plain-HTTP health 
 Each worker process is forked with a copy of what the master loaded, builds its Admitter from it and
 answers POST /mutate; a live inventory starts its watches in the worker (threads do not survive a
 fork), so each worker keeps its own watch cache and burst reservations. A worker that is restarted
-(after a crash or a timeout) is forked from the master's copy again and reads no file: a snapshot or
-policy file that changed or broke since the start cannot stop it from booting.
+(after a crash or a timeout) is forked from the master's copy again and reads no file before it
+answers: a snapshot or policy file that changed or broke since the start cannot stop it from booting.
+Each worker then follows the --policy file on a thread of its own (webhook.serving.policyfile) and
+switches to a changed, valid policy between two admissions; /readyz shows the file's state as the
+master reads it.
 Metrics cross the process boundary through prometheus_client's multiprocess directory.
 
 The TLS context is re-used while tls.crt and tls.key (and the --client-ca file, which makes the TLS
@@ -32,7 +35,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gunicorn.app.base import BaseApplication
@@ -40,13 +43,15 @@ from gunicorn.glogging import Logger as GunicornLogger
 from gunicorn.sock import ssl_context as gunicorn_ssl_context
 
 from webhook.admission.core import Admitter
+from webhook.admission.validation import Trusted, Validator
 from webhook.domain.errors import ConfigError
 from webhook.domain.policy import Policy
 from webhook.pools.inventory import Inventory
 from webhook.serving.certs import CertificateExpiry
 from webhook.serving.health import HealthServer, MetricsText, Readiness
 from webhook.serving.logs import logging_config
-from webhook.serving.queueing import QueueSettings, start_queue
+from webhook.serving.policyfile import PolicyFile, PolicyReloader, PolicyVersion
+from webhook.serving.queueing import QueueSettings, WorkerQueue
 from webhook.sources.live import LiveInventory
 
 if TYPE_CHECKING:
@@ -92,6 +97,13 @@ class ServeOptions:
     workers: int = 1
     threads: int = 4
     log_level: str = "info"
+    service_account: str = "gpupool-webhook"  # in POD_NAMESPACE: gpupool's own user (webhook.admission.validation)
+    trusted_users: tuple[str, ...] = ()  # who else may change what the validating webhook guards
+    trusted_groups: tuple[str, ...] = ()
+    api_qps: int = 300  # the queue's writes (releases, Events) per second, per worker process
+    api_burst: int = 500
+    # gpupool's worker; the server benchmark also runs gunicorn's own "gthread" as a baseline.
+    worker_class: str = "webhook.serving.worker.WebhookWorker"
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +113,22 @@ class Core:
     policy: Policy
     # A snapshot: the whole index, loaded. The live cluster: the client configuration, not yet watching.
     inventory: Inventory
+    # The --policy file the policy was read from, followed for changes; None for the built-in policy.
+    source: PolicyVersion | None = None
     queue: QueueSettings | None = None  # where the queue's Lease lives and who this replica is
+    # Who may change what the validating webhook guards on GPU Pods (webhook.admission.validation).
+    trusted: Trusted = field(default_factory=lambda: Trusted.of("gpupool-system", "gpupool-webhook"))
+
+
+PolicyDetail = Callable[[], Mapping[str, Any]]
+
+
+def policy_detail(core: Core) -> PolicyDetail:
+    """/readyz's `policy` entry, read in the master: the --policy file, the SHA-256 of its newest valid
+    version (which the workers switch to) and why the file is refused as it is now (null when it is not)."""
+    if core.source is None:
+        return lambda: {"file": None, "error": None}
+    return PolicyFile(core.source).status
 
 
 def real_app_loader(core: Core) -> LoadApp:
@@ -115,26 +142,50 @@ def real_app_loader(core: Core) -> LoadApp:
 
         policy, inventory = core.policy, core.inventory
         metrics = Metrics.private()
-        runner = None
+        admitter = Admitter(policy, inventory)
+        queue = None
         if isinstance(inventory, LiveInventory):
-            if policy.queues and core.queue is not None:
-                runner = start_queue(policy, inventory, core.queue, metrics)
+            if core.queue is not None:
+                queue = WorkerQueue(core.queue, metrics, admitter)
+                queue.attach(inventory, policy)  # before the first list, which fills the queue
             # The master never starts the watches: threads do not survive a fork, so each worker starts
             # them on its own copy. Not waited for: /readyz stays false until the first full list, so no
             # admission is routed to this worker before then.
             inventory.start()
-            if runner is not None:
-                runner.start()
-        metrics.refresh(inventory, policy.defaults.stale_after_seconds)  # gauges before the first request
-        refresher = GaugeRefresher(metrics, inventory, policy.defaults.stale_after_seconds).start()
+            if queue is not None:
+                queue.use(inventory)
+
+        def current() -> tuple[Inventory, Policy]:
+            bound = admitter.bound  # one read: the policy and the inventory built for it
+            return bound.inventory, bound.policy
+
+        metrics.refresh(*current())  # gauges before the first request
+        refresher = GaugeRefresher(metrics, current).start()
+        reloader = None
+        if core.source is not None:
+            file = PolicyFile(core.source)
+            if queue is None:
+                reloader = PolicyReloader(file, admitter, metrics.policy_reloaded)
+            else:  # the queue follows the policy and the inventory (webhook.serving.queueing)
+                reloader = PolicyReloader(
+                    file,
+                    admitter,
+                    metrics.policy_reloaded,
+                    reopen=queue.reopen,
+                    needs_inventory=queue.needs_inventory,
+                    switched=queue.use,
+                )
+            reloader.start()
 
         def close() -> None:
-            if runner is not None:
-                runner.stop()  # hands the Lease back: a rolling update's next leader takes over at once
+            if reloader is not None:
+                reloader.stop()
+            if queue is not None:
+                queue.stop()  # hands the Lease back: a rolling update's next leader takes over at once
             refresher.stop()
-            inventory.close()
+            admitter.inventory.close()
 
-        config = AppConfig(admitter=Admitter(policy, inventory), metrics=metrics)
+        config = AppConfig(admitter=admitter, metrics=metrics, validator=Validator(admitter, core.trusted))
         app = create_app(config)
         freeze_when_ready(inventory)
         return WorkerApp(app, close)
@@ -162,8 +213,9 @@ def freeze_when_ready(inventory: Inventory, poll_seconds: float = 1.0) -> None:
         threading.Thread(target=freeze, name="gpupool-gc-freeze", daemon=True).start()
 
 
-def serve(options: ServeOptions, load_app: LoadApp) -> int:
+def serve(options: ServeOptions, load_app: LoadApp, policy: PolicyDetail | None = None) -> int:
     """Run gunicorn with `load_app` in each worker until SIGTERM (or SIGINT); returns the exit code.
+    `policy` adds the policy file's state to /readyz's details (`policy_detail`).
 
     Tests and the benchmark pass their own `load_app`, so they run on exactly these settings.
     """
@@ -180,7 +232,10 @@ def serve(options: ServeOptions, load_app: LoadApp) -> int:
             workers = _worker_pids(arbiter_box)
             ready = metrics.worker_readiness(multiproc_dir)
             states = {str(pid): ready.get(pid, False) for pid in workers}
-            return Readiness(bool(states) and all(states.values()), {"workers": states})
+            detail: dict[str, Any] = {"workers": states}
+            if policy is not None:
+                detail["policy"] = policy()  # shown, never a reason to be unready: the old policy serves on
+            return Readiness(bool(states) and all(states.values()), detail)
 
         certificate = metrics.CertificateExpiryGauge(CertificateExpiry(options.cert))
 
@@ -227,7 +282,7 @@ def gunicorn_settings(options: ServeOptions) -> dict[str, Any]:
         "threads": options.threads,
         # gthread's thread pool and request handling, with all waiting for clients in its main loop:
         # a slow or idle client costs a connection, not a thread (webhook/serving/worker.py).
-        "worker_class": "webhook.serving.worker.WebhookWorker",
+        "worker_class": options.worker_class,
         "worker_connections": WORKER_CONNECTIONS,
         "keepalive": KEEPALIVE_SECONDS,
         "graceful_timeout": GRACEFUL_SECONDS,

@@ -4,20 +4,29 @@ gunicorn's gthread worker hands each new connection, and each kept-alive one tha
 to a thread that waits up to 5 s for a first byte, then reads the TLS handshake and the request with
 blocking calls and no deadline: four clients that complete a handshake and send nothing (or one byte
 a second) hold its four threads, and no other admission is answered while they stay. This worker
-keeps gthread's thread pool, main loop and request handling, and moves all waiting for the client
-into the main loop (non-blocking, epoll):
+keeps gunicorn's master, settings, TLS context and gthread's thread pool, and moves all waiting for the
+client into the main loop (non-blocking, epoll):
 
-- the TLS handshake and the reading of each request happen there, and a request goes to a thread only
-  once it is complete (webhook.serving.http1 decides), as bytes the thread's parser reads from memory;
-- the thread writes the answer without blocking: what the socket does not take at once is sent by the
-  main loop as the client reads it;
+- the TLS handshake and the reading of each request happen there; h11 parses each request once, as
+  its bytes arrive (webhook.serving.http11), and a thread gets it only once it is complete: method,
+  target, headers and body, from which it builds the WSGI environ (webhook.serving.wsgi) and calls
+  the app;
+- the thread frames the answer (h11 again) and writes it without blocking: what the socket does not
+  take at once is sent by the main loop as the client reads it;
 - a connection must send a complete request within REQUEST_SECONDS of being accepted, or of the first
   byte of its next request when kept alive; between requests it may stay idle for gunicorn's keepalive
   (120 s); an answer must be taken within REQUEST_SECONDS; otherwise the connection is closed;
+- a complete request waits for a thread at most QUEUE_SECONDS, and at most MAX_QUEUED wait at once;
+  past either it is answered 503 and the connection closed; one whose client has closed its side
+  while it waited is dropped unanswered;
 - at the connection limit a new connection closes the oldest one that has not completed a request
   yet (or, if there is none, the one idle longest), so a flood of connections cannot lock others out;
-- requests waiting to be complete hold at most BUFFER_BUDGET bytes per worker: past that, the
-  connection holding the most is closed (a thousand 3 MiB bodies cut short would not fit in memory).
+- requests not yet answered hold at most BUFFER_BUDGET bytes per worker (bytes not parsed yet, bodies
+  being read and bodies waiting for a thread): past that, the connection holding the most is closed
+  (a thousand 3 MiB bodies cut short would not fit in memory);
+- a request that is refused (malformed: 400; too large: the app's 413) is answered, then the
+  connection is closed by a lingering close: FIN first, then what the client still sends is read and
+  dropped for a while, so the client reads the answer instead of a reset.
 """
 
 from __future__ import annotations
@@ -28,26 +37,42 @@ import selectors
 import socket
 import ssl
 import time
-from collections import deque
 from concurrent.futures import Future
-from typing import Any, NamedTuple
+from typing import Any
 
 from gunicorn import sock as gunicorn_sock
-from gunicorn.http.errors import NoMoreData
-from gunicorn.http.parser import RequestParser
 from gunicorn.workers.gthread import ThreadWorker
 
 # gunicorn imports this module by name in the arbiter, after `serve` set PROMETHEUS_MULTIPROC_DIR, so
 # importing webhook.serving.app here is safe (see webhook/serving/server.py).
 from webhook.serving.app import MAX_BODY_BYTES
-from webhook.serving.http1 import CONTINUE, FramingError, RequestFramer
+from webhook.serving.connection import (
+    HANDSHAKE,
+    IDLE,
+    LINGERING,
+    QUEUED,
+    READING,
+    SERVING,
+    WRITING,
+    Connection,
+    hung_up,
+    tls_pending,
+)
+from webhook.serving.http11 import ProtocolError, Request
+from webhook.serving.wsgi import base_environ, respond
 
 REQUEST_SECONDS = 5.0  # to send a whole request (kube-apiserver sends one in well under a millisecond)
-BUFFER_BUDGET = 64 * 1024 * 1024  # bytes of incomplete requests per worker
-LINGER_SECONDS = 2.0  # after the last answer, to read what the client still sends (then FIN, not RST)
-LINGER_BYTES = 64 * 1024
+QUEUE_SECONDS = 2.0  # for a complete request to get a thread; admissions take milliseconds
+MAX_QUEUED = 256  # complete requests waiting for a thread (one per connection: the next is not read)
+BUFFER_BUDGET = 64 * 1024 * 1024  # bytes of requests not yet answered, per worker
+# After the last answer, what the client still sends is read and dropped (then the close is a FIN, not a
+# reset that would lose the answer): until it has been quiet for LINGER_SECONDS, for REQUEST_SECONDS at
+# most (the time it had to send a request), and LINGER_BYTES at most (the rest of a body over the limit).
+LINGER_SECONDS = 2.0
+LINGER_BYTES = MAX_BODY_BYTES + 1024 * 1024
 SWEEP_SECONDS = 0.5  # how often deadlines are checked
 RECV_BYTES = 256 * 1024
+TURN_BYTES = 256 * 1024  # read from one connection per turn of the main loop, so that others get theirs
 HANDSHAKES_PER_TURN = 16  # TLS handshakes per turn of the main loop (about 0.3 ms each, ECDSA P-256)
 FD_RESERVE = 128  # descriptors kept for everything else (the watches, logs, the thread pool's pipe)
 REFUSED_LOG_SECONDS = 1.0  # at most one warning per second about refused client certificates
@@ -55,90 +80,25 @@ REFUSED_LOG_SECONDS = 1.0  # at most one warning per second about refused client
 # with the wrong certificate), while every other failed handshake is a client gone or a scanner.
 CLIENT_REFUSED = frozenset({"PEER_DID_NOT_RETURN_A_CERTIFICATE", "CERTIFICATE_VERIFY_FAILED"})
 
-# What a connection is doing; the main loop watches every state except SERVING.
-HANDSHAKE, READING, IDLE, SERVING, WRITING, LINGERING = range(6)
-
-
-class Connection:
-    """One client connection and everything the main loop knows about it."""
-
-    __slots__ = (
-        "client",
-        "deadline",
-        "framer",
-        "held",
-        "keep",
-        "mask",
-        "server",
-        "sock",
-        "state",
-        "writer",
-    )
-
-    def __init__(self, sock: socket.socket, client: Any, server: Any, framer: RequestFramer) -> None:
-        self.sock = sock
-        self.client, self.server = client, server
-        self.framer = framer
-        self.writer = Writer(sock)
-        self.state = HANDSHAKE if isinstance(sock, ssl.SSLSocket) else READING
-        self.deadline = 0.0
-        self.mask = 0  # the events registered with the poller (0: not registered)
-        self.keep = False  # keep the connection after the answer being written
-        self.held = 0  # bytes of this connection counted in the worker's BUFFER_BUDGET
-
-
-class Writer:
-    """The socket as a thread writes the answer to it: never blocking; what the socket does not take
-    at once is kept in `pending`, in order, for the main loop to send."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.pending: deque[bytes] = deque()
-
-    def sendall(self, data: bytes) -> None:
-        if not self.pending:
-            try:
-                sent = self.sock.send(data)
-            except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
-                sent = 0  # TLS: the retry must send the very same bytes, as it will from `pending`
-            data = data[sent:]
-        if data:
-            self.pending.append(bytes(data))
-
-    def send(self, data: bytes) -> int:
-        # gunicorn sends "100 Continue" before the app reads the body; the body is here already (and
-        # the main loop sent one when the client asked for it), so that one is left out.
-        if data != CONTINUE:
-            self.sendall(data)
-        return len(data)
-
-    def gettimeout(self) -> float:
-        return 0.0  # so gunicorn's write_nonblock leaves the socket's mode alone
-
-    def shutdown(self, how: int) -> None:
-        # gunicorn half-closes after an error mid-answer; the main loop closes the connection instead.
-        raise OSError(errno.ENOTCONN, "closed by the main loop")
-
-
-class Exchange(NamedTuple):
-    """What gunicorn's handle_request reads from a connection: the answer goes to the Writer."""
-
-    sock: Writer
-    client: Any
-    server: Any
-
 
 class WebhookWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
+    alive: bool  # gunicorn's: False once the worker is to stop
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.conns: set[Connection] = set()
         self.fresh: dict[Connection, None] = {}  # no request completed yet, oldest first
         self.idle: dict[Connection, None] = {}  # kept alive between requests, longest idle first
-        self.held = 0  # bytes in the framers of connections not being served
+        self.queued: dict[Connection, None] = {}  # complete requests waiting for a thread, oldest first
+        self.running = 0  # requests in the threads
+        self.held = 0  # bytes counted in BUFFER_BUDGET
         self.next_sweep = 0.0
         self.worker_connections: int = self.cfg.worker_connections
         self.refused_since_log = 0  # refused client certificates not logged yet (rate limit)
         self.next_refused_log = 0.0
+        self.environ = base_environ(
+            url_scheme="https" if self.cfg.is_ssl else "http", multiprocess=self.cfg.workers > 1
+        )
 
     def init_process(self) -> None:
         self.worker_connections = raise_fd_limit(self.worker_connections, self.log)
@@ -220,7 +180,7 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
                 self.log.warning("dropped a new connection: no TLS context: %s", exc)
                 raw.close()
                 return
-        conn = Connection(sock, client, server, RequestFramer(MAX_BODY_BYTES))
+        conn = Connection(sock, client, server)
         conn.deadline = time.monotonic() + REQUEST_SECONDS
         self.conns.add(conn)
         self.fresh[conn] = None
@@ -243,7 +203,9 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
         self.conns.discard(conn)
         self.fresh.pop(conn, None)
         self.idle.pop(conn, None)
+        self.queued.pop(conn, None)
         self.account(conn, 0)
+        conn.request = None
         self.nr_conns -= 1
         conn.sock.close()
 
@@ -259,14 +221,18 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
         conn.mask = mask
 
     def sweep(self) -> None:
-        """Close the connections past their deadline (checked every SWEEP_SECONDS)."""
+        """Close the connections past their deadline, and refuse the requests that waited too long for a
+        thread (checked every SWEEP_SECONDS)."""
         now = time.monotonic()
         if now < self.next_sweep:
             return
         self.next_sweep = now + SWEEP_SECONDS
         for conn in [c for c in self.conns if c.state != SERVING and c.deadline <= now]:
-            self.log.debug("closing a connection from %s: too slow (state %d)", conn.client, conn.state)
-            self.close(conn)
+            if conn.state == QUEUED:
+                self.refuse(conn, ProtocolError(503, f"no thread free for {QUEUE_SECONDS:g} s: gpupool is busy"))
+            else:
+                self.log.debug("closing a connection from %s: too slow (state %d)", conn.client, conn.state)
+                self.close(conn)
 
     def failed(self, conn: Connection, exc: OSError) -> None:
         """Reading or writing failed (the client went away, or broke TLS): close the connection."""
@@ -274,11 +240,14 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
         self.close(conn)
 
     def account(self, conn: Connection, held: int) -> None:
-        """Count the bytes incomplete requests hold; past the budget, close the connection holding most."""
+        """Count the bytes requests not yet answered hold; past the budget, close the connection holding
+        the most (requests in a thread are counted but not closed: there are at most `threads` of them)."""
         self.held += held - conn.held
         conn.held = held
         while self.held > BUFFER_BUDGET:
-            biggest = max(self.conns, key=lambda c: c.held)
+            biggest = max((c for c in self.conns if c.state != SERVING), key=lambda c: c.held, default=None)
+            if biggest is None:
+                return
             self.log.warning("closing a connection from %s holding %d bytes of a request", biggest.client, biggest.held)
             self.close(biggest)
 
@@ -329,10 +298,9 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
         self.refused_since_log, self.next_refused_log = 0, now + REFUSED_LOG_SECONDS
 
     def read(self, conn: Connection) -> None:
-        """Read what the client sent; hand a complete request to a thread, else wait for more."""
-        framer = conn.framer
-        eof = False
-        while len(framer) <= framer.limit:
+        """Read what the client sent, up to TURN_BYTES; a complete request goes to a thread."""
+        got = 0
+        while True:
             try:
                 data = conn.sock.recv(RECV_BYTES)
             except (BlockingIOError, ssl.SSLWantReadError):
@@ -343,60 +311,115 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
             except OSError as exc:
                 self.failed(conn, exc)
                 return
-            if not data:
-                eof = True
-                break
+            if not data:  # the client closed in the middle of a request, or between two
+                self.close(conn)
+                return
             if conn.state == IDLE:  # the next request has begun: it has REQUEST_SECONDS from now
                 conn.state = READING
                 conn.deadline = time.monotonic() + REQUEST_SECONDS
                 self.idle.pop(conn, None)
-            framer.feed(data)
-            if len(data) < RECV_BYTES and not tls_pending(conn.sock):
-                break  # all there was: the poller tells when more comes (saves a failing recv per request)
-        try:
-            framed = framer.next_request()
-        except FramingError as exc:
-            self.log.debug("closing a connection from %s: %s", conn.client, exc)
-            self.close(conn)
-            return
-        if framed is not None:
-            self.submit(conn, framed.data, close=framed.close or eof)
-        elif eof or len(framer) > framer.limit:
-            self.close(conn)
-        else:
-            self.account(conn, len(framer))
-            if conn not in self.conns:  # it held the most when the budget ran out
+            conn.http.feed(data)
+            if self.parse(conn):
                 return
-            if framer.continue_due:
-                framer.continue_due = False
-                self.send_continue(conn)
-            self.watch(conn, selectors.EVENT_READ)
+            got += len(data)
+            if tls_pending(conn.sock):
+                continue  # decrypted already, and the poller cannot see it: take it now
+            if got >= TURN_BYTES or len(data) < RECV_BYTES:
+                break  # all there was, or this connection's share: the poller tells when more is there
+        self.watch(conn, selectors.EVENT_READ)
 
-    def send_continue(self, conn: Connection) -> None:
+    def parse(self, conn: Connection) -> bool:
+        """Parse what the connection holds; True when it is done with reading (a complete request went to
+        a thread, or the request was refused, or the connection closed)."""
+        try:
+            request = conn.http.next_request()
+        except ProtocolError as exc:
+            self.refuse(conn, exc)
+            return True
+        if request is not None:
+            self.submit(conn, request)
+            return True
+        self.account(conn, conn.http.held)
+        if conn not in self.conns:  # it held the most when the budget ran out
+            return True
+        if continuing := conn.http.continue_due():
+            self.send_continue(conn, continuing)
+        return False
+
+    def send_continue(self, conn: Connection, data: bytes) -> None:
         """The client waits for "100 Continue" before it sends the body; a few bytes on a connection that
         has sent nothing back yet always fit. If not, the client sends the body after its own wait."""
         try:
-            conn.sock.send(CONTINUE)
+            conn.sock.send(data)
         except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
             self.log.debug("could not send 100 Continue to %s at once", conn.client)
         except OSError as exc:
             self.log.debug("connection from %s failed: %s", conn.client, exc)
 
-    def submit(self, conn: Connection, data: bytes, *, close: bool) -> None:
-        conn.state = SERVING
-        conn.keep = not close
+    def refuse(self, conn: Connection, error: ProtocolError) -> None:
+        """Answer `error` from the main loop (it is not the app's business), then close."""
+        self.log.debug("refusing a request from %s: %d %s", conn.client, error.status, error.message)
+        self.fresh.pop(conn, None)
+        self.idle.pop(conn, None)
+        self.queued.pop(conn, None)
+        self.account(conn, 0)
+        conn.request = None
+        conn.writer.sendall(conn.http.refusal(error))
+        self.answered(conn, keep=False)
+
+    # --- requests and threads -----------------------------------------------------------------------
+
+    def submit(self, conn: Connection, request: Request) -> None:
+        """A complete request: to a thread now, or after the ones waiting already."""
         self.watch(conn, 0)
         self.fresh.pop(conn, None)
         self.idle.pop(conn, None)
-        self.account(conn, 0)
-        future = self.tpool.submit(self.serve, conn, data)
+        conn.request = request
+        if self.running < self.cfg.threads and not self.queued:
+            self.run_request(conn)
+        elif len(self.queued) >= MAX_QUEUED:
+            self.refuse(conn, ProtocolError(503, f"{MAX_QUEUED} requests wait for a thread already: gpupool is busy"))
+        else:
+            conn.state = QUEUED
+            conn.deadline = time.monotonic() + QUEUE_SECONDS
+            self.queued[conn] = None
+            self.account(conn, conn.http.held + len(request.body))
+            self.next_queued()  # a thread may be free: only the order was kept
+
+    def run_request(self, conn: Connection) -> None:
+        request = conn.request
+        assert request is not None
+        conn.state = SERVING
+        self.running += 1
+        self.account(conn, conn.http.held + len(request.body))
+        future = self.tpool.submit(self.serve, conn, request)
         future.add_done_callback(lambda done: self.method_queue.defer(self.served, conn, done))
+
+    def next_queued(self) -> None:
+        """Give free threads the requests that waited longest, skipping those whose client hung up."""
+        while self.queued and self.running < self.cfg.threads:
+            conn = next(iter(self.queued))
+            del self.queued[conn]
+            if hung_up(conn.sock):
+                self.log.debug("dropping a request from %s: the client closed while it waited", conn.client)
+                self.close(conn)
+            else:
+                self.run_request(conn)
 
     def served(self, conn: Connection, future: Future[bool]) -> None:
         """Back from the thread (on the main loop): send what is left of the answer, then carry on."""
-        conn.keep = conn.keep and not future.cancelled() and future.result()
-        if conn not in self.conns:
-            return
+        self.running -= 1
+        keep = not future.cancelled() and future.exception() is None and future.result()
+        if not future.cancelled() and future.exception() is not None:
+            self.log.error("answering %s failed", conn.client, exc_info=future.exception())
+        self.next_queued()  # first: a request pipelined on this connection comes after those waiting
+        if conn in self.conns:
+            conn.request = None
+            self.account(conn, 0)
+            self.answered(conn, keep=keep)
+
+    def answered(self, conn: Connection, *, keep: bool) -> None:
+        conn.keep = keep
         conn.state = WRITING
         conn.deadline = time.monotonic() + REQUEST_SECONDS
         self.flush(conn)
@@ -426,71 +449,73 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
 
     def keep_alive(self, conn: Connection) -> None:
         """After an answer on a kept-alive connection: the next request, or idle until one comes."""
-        if len(conn.framer):
-            conn.state = READING  # it has begun: pipelined behind the last one, or sent meanwhile
+        if conn.http.buffered:  # it has begun: pipelined behind the last one, or sent meanwhile
+            conn.state = READING
             conn.deadline = time.monotonic() + REQUEST_SECONDS
+            if self.parse(conn):
+                return
         else:
             conn.state = IDLE
             conn.deadline = time.monotonic() + self.cfg.keepalive
             self.idle[conn] = None
-        if len(conn.framer) or tls_pending(conn.sock):
-            self.read(conn)  # bytes the poller cannot see: already read, or decrypted and held by TLS
+        if tls_pending(conn.sock):
+            self.read(conn)  # decrypted and held by TLS: the poller cannot see it
         else:
             self.watch(conn, selectors.EVENT_READ)
 
     def linger(self, conn: Connection) -> None:
-        """Close after the last answer: FIN first, then read and drop what the client still sends
-        until it closes, so that the kernel does not answer it with a reset that loses the answer."""
+        """Close after the last answer: FIN first, then read and drop what the client still sends (the
+        rest of a body too large, say) until it closes, so that the kernel does not answer it with a reset
+        that loses the answer."""
         try:
-            conn.sock.shutdown(socket.SHUT_WR)
+            conn.sock.shutdown(socket.SHUT_WR)  # on TLS this drops the TLS layer: the rest is read raw
         except OSError:
             self.close(conn)
             return
         conn.state = LINGERING
+        conn.linger_until = time.monotonic() + REQUEST_SECONDS
         conn.deadline = time.monotonic() + LINGER_SECONDS
-        self.account(conn, 0)
         self.watch(conn, selectors.EVENT_READ)
 
     def drain(self, conn: Connection) -> None:
-        try:
-            data = conn.sock.recv(LINGER_BYTES)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if not data or len(data) == LINGER_BYTES:  # closed by the client, or it still sends a lot: done
-            self.close(conn)
+        got = 0
+        while got < TURN_BYTES:
+            try:
+                data = conn.sock.recv(RECV_BYTES)
+            except BlockingIOError:
+                break
+            except OSError:
+                data = b""
+            conn.drained += len(data)
+            got += len(data)
+            if not data or conn.drained > LINGER_BYTES:  # closed by the client, or it still sends a lot: done
+                self.close(conn)
+                return
+        conn.deadline = min(time.monotonic() + LINGER_SECONDS, conn.linger_until)
 
     # --- a thread's side ----------------------------------------------------------------------------
 
-    def serve(self, conn: Connection, data: bytes) -> bool:
+    def serve(self, conn: Connection, request: Request) -> bool:
         """Answer one complete request (in a thread); True when the connection may be kept."""
-        parser = RequestParser(self.cfg, [data], conn.client)  # reads from memory, never the socket
-        exchange = Exchange(conn.writer, conn.client, conn.server)
-        req = None
+        self.nr += 1
+        if self.nr >= self.max_requests and self.alive:
+            self.log.info("Autorestarting worker after current request.")
+            self.alive = False
+        reply = respond(
+            conn.http,
+            request,
+            app=self.wsgi,
+            base=self.environ,
+            client=conn.client,
+            server=conn.server,
+            close=not self.alive,
+        )
         try:
-            req = next(parser)
-            if not conn.keep:  # the answer says so: the connection closes after it (webhook.serving.http1)
-                req.force_close()
-            keep = bool(self.handle_request(req, exchange))
-            # Whatever the app left of the body is dropped; bytes gunicorn did not read as this request
-            # mean it framed it differently than webhook.serving.http1 did: the connection is not trusted.
-            drained = parser.finish_body()
-            leftover = parser.unreader.take_buffered() or parser.unreader.chunk()
-            return keep and drained and not leftover
-        except (StopIteration, NoMoreData):
-            return False
-        except OSError as exc:  # writing the answer failed: the client went away
+            conn.writer.sendall(reply.data)
+        except OSError as exc:  # the client went away
             self.log.debug("connection from %s failed: %s", conn.client, exc)
             return False
-        except Exception as exc:  # gunicorn's own handling: a 400 for a malformed request, else a 500, logged
-            self.handle_error(req, conn.writer, conn.client, exc)
-            return False
-
-
-def tls_pending(sock: socket.socket) -> int:
-    """Bytes TLS has decrypted and holds for the next recv: the poller does not see them."""
-    return sock.pending() if isinstance(sock, ssl.SSLSocket) else 0
+        return not reply.close and conn.http.next_cycle()
 
 
 def raise_fd_limit(connections: int, log: Any) -> int:

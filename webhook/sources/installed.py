@@ -3,10 +3,12 @@
 
 The webhook's Deployment (`gpupool-system/gpupool-webhook` unless told otherwise) says where its policy
 is: `serve`'s `--policy` argument, else its GPUPOOL_POLICY variable, names a file; the container's
-volume mount that holds that file names a volume; a `configMap` volume names the ConfigMap (whatever
-hash suffix kustomize's configMapGenerator gave it) and, through its `items`, the key. Following the
-path rather than assuming the volume's name or the key keeps this right for a kustomization that mounts
-the policy differently.
+volume mount that holds that file names a volume; a `configMap` volume names the ConfigMap (the shipped
+manifests' `gpupool-policy`, or whatever name a kustomization gave it: an older install's has
+kustomize's hash suffix) and, through its `items`, the key. Following the path rather than assuming the
+volume's name, the ConfigMap's or the key keeps this right for a kustomization that mounts the policy
+differently. `serve` follows its policy file, so a change of the ConfigMap reaches the Pods without a
+restart, unless the file is mounted by `subPath` (which the kubelet never updates): the note says which.
 
 `locate_policy` is that reading of the Deployment, pure; `read_installed_policy` does the two GETs.
 Whatever cannot be found (no such Deployment, no right to read it, a policy that is not in a ConfigMap)
@@ -40,6 +42,7 @@ class PolicyLocation:
     namespace: str
     configmap: str
     key: str
+    sub_path: bool = False  # mounted by subPath: the kubelet never updates the file, the Pods see no change
 
     def __str__(self) -> str:
         return f"ConfigMap {self.namespace}/{self.configmap} (key {self.key})"
@@ -98,7 +101,7 @@ def locate_policy(deployment: Mapping[str, Any]) -> PolicyLocation | None:
         key = file_in_volume if "/" not in file_in_volume else None
     if not isinstance(key, str) or not key:
         raise NotLocated(f"its policy file {path} is no key of ConfigMap {source['name']}")
-    return PolicyLocation(namespace, source["name"], key)
+    return PolicyLocation(namespace, source["name"], key, sub_path=bool(sub))
 
 
 def read_installed_policy(api: Any, deployment: str = WEBHOOK_DEPLOYMENT) -> InstalledPolicy:
@@ -125,7 +128,11 @@ def read_installed_policy(api: Any, deployment: str = WEBHOOK_DEPLOYMENT) -> Ins
         return _default(
             f"ConfigMap {location.namespace}/{location.configmap}, which {what} mounts, has no key {location.key}"
         )
-    return InstalledPolicy(text, str(location), f"with the installed policy: {location}, which {what} runs with")
+    if location.sub_path:
+        how = "mounts by subPath: its Pods see a change of it only once they restart"
+    else:
+        how = "follows: its Pods take up a change of it within about 2 minutes, without a restart"
+    return InstalledPolicy(text, str(location), f"with the installed policy: {location}, which {what} {how}")
 
 
 def _default(why: str) -> InstalledPolicy:

@@ -64,6 +64,7 @@ class LiveInventory(LockedIndex):
         self._observers: list[Observer] = []
         self.api_client = getattr(core_v1, "api_client", None)  # for the writes beside these reads
         config = config or ReflectorConfig()
+        self._core_v1, self._config = core_v1, config
         self.reflectors = {
             NODES: Reflector(NODES, core_v1.list_node, self, config, clock),
             PODS: Reflector(PODS, core_v1.list_pod_for_all_namespaces, self, config, clock),
@@ -80,6 +81,11 @@ class LiveInventory(LockedIndex):
     ) -> LiveInventory:
         """The cluster `api_client(kubeconfig, context)` reaches."""
         return cls(policy, client.CoreV1Api(api_client(kubeconfig, context)), config)
+
+    def for_policy(self, policy: Policy) -> LiveInventory:
+        """A new inventory of the same cluster for another policy (not started): its own index, its own
+        lists and watches, since what is kept of each object depends on the policy."""
+        return LiveInventory(policy, self._core_v1, self._config, self._clock)
 
     def observe(self, observer: Observer) -> None:
         """Have `observer` follow every object from now on (add it before `start`)."""

@@ -6,9 +6,11 @@ Errors are ConfigErrors naming the file or the connection, with what to do inste
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from webhook.domain.policy import Policy
 from webhook.pools.inventory import Inventory
-from webhook.sources.live import InventoryConnectError, LiveInventory
+from webhook.sources.live import InventoryConnectError, LiveInventory, Observer
 from webhook.sources.snapshot import SnapshotInventory
 
 
@@ -20,18 +22,22 @@ def open_inventory(
     start: bool = True,
     sync_timeout: float = 60.0,
     context: str | None = None,
+    observers: Sequence[Observer] = (),
 ) -> Inventory:
     """The snapshot file `snapshot`, read whole; else the live cluster. With `start`, the live inventory
     lists everything once and keeps watching (refused when the first list does not complete within
     `sync_timeout`); without it, only its configuration is loaded: `serve` starts the watches in each
     worker after the fork, since threads do not survive a fork. `context` picks a kubeconfig context
-    other than the current one."""
+    other than the current one. `observers` follow the raw objects from the first (the queue's waiting Pods,
+    for the commands that show it)."""
     if snapshot is not None:
-        return SnapshotInventory.from_file(snapshot, policy)
+        return SnapshotInventory.from_file(snapshot, policy, observers)
     try:
         live = LiveInventory.connect(policy, kubeconfig, context=context)
     except InventoryConnectError as exc:
         raise InventoryConnectError(f"{exc} (or give --inventory FILE for a snapshot)") from None
+    for observer in observers:
+        live.observe(observer)
     if not start:
         return live
     live.start()
@@ -42,3 +48,19 @@ def open_inventory(
             "(check the API server address and RBAC: get/list/watch on the three resources)"
         )
     return live
+
+
+def reopen_inventory(
+    inventory: Inventory, policy: Policy, prepare: Callable[[LiveInventory], None] | None = None
+) -> Inventory:
+    """The same source, read again for another policy: the snapshot file re-read (a ConfigError naming it
+    when it no longer loads), or the live cluster listed and watched anew (started, not yet ready).
+    `prepare` is given a new live inventory before it starts, to add observers that must see its first list."""
+    if isinstance(inventory, SnapshotInventory):
+        return SnapshotInventory.from_file(inventory.source, policy)
+    if isinstance(inventory, LiveInventory):
+        successor = inventory.for_policy(policy)
+        if prepare is not None:
+            prepare(successor)
+        return successor.start()
+    raise TypeError(f"cannot open {type(inventory).__name__} again")

@@ -8,7 +8,7 @@ against it until they expire, as they would on a live cluster.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import yaml
@@ -19,7 +19,12 @@ from webhook.pools.index import PoolIndex
 from webhook.pools.inventory import LockedIndex
 from webhook.pools.kubeobj import node_from_obj, pod_from_obj, quota_from_obj
 
+if TYPE_CHECKING:
+    from webhook.sources.live import Observer
+
 _KINDS = ("Node", "Pod", "ResourceQuota")
+# The kinds as the live inventory names them to its observers (webhook.sources.live).
+_RESOURCES = {"Node": "nodes", "Pod": "pods", "ResourceQuota": "resourcequotas"}
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: 10x faster
 
 
@@ -103,7 +108,9 @@ class SnapshotInventory(LockedIndex):
         self.source = source
 
     @classmethod
-    def from_file(cls, path: str, policy: Policy) -> SnapshotInventory:
+    def from_file(cls, path: str, policy: Policy, observers: Sequence[Observer] = ()) -> SnapshotInventory:
+        """The file's index; each of `observers` is given the file's objects of each kind as one full list,
+        as the live inventory gives its first list."""
         try:
             with open(path, "rb") as fh:
                 data = fh.read()
@@ -113,7 +120,13 @@ class SnapshotInventory(LockedIndex):
             text = data.decode("utf-8")
         except UnicodeDecodeError:
             raise InventoryFileError(f"{path}: not UTF-8 text") from None
-        return cls(build_index(parse_objects(text, path), policy, path), path)
+        objects = parse_objects(text, path)
+        inventory = cls(build_index(objects, policy, path), path)
+        for kind, resource in _RESOURCES.items():
+            of_kind = [o for o in objects if o["kind"] == kind]
+            for observer in observers:
+                observer.replace(resource, of_kind, True, True)
+        return inventory
 
     @property
     def ready(self) -> bool:

@@ -1,0 +1,88 @@
+"""The queue across changes of the policy file, without a restart (webhook.serving.queueing.WorkerQueue):
+`gpupool serve` against the API simulator, its --policy file mounted the way the kubelet mounts a
+ConfigMap, and changed step by step:
+
+1. a namespace starts queueing in a server that ran no queue: its Pods are gated and released;
+2. a rule the queue reads changes (a classQuota raised, same pools): a Pod waiting for it is released;
+3. the pools change (the product table makes the T4s class high): the queue follows the inventory read
+   again for them, the same process still leading, and releases onto the new pools.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ApiServerClient, ServerProcess, free_port, serve_argv, server_env, wait_until
+from tests.queue.test_queue_e2e import WAIT, Cluster, node
+from tests.serving.test_policyfile import ConfigMapVolume, metric
+from webhook.testing import KubeSim
+
+pytestmark = pytest.mark.slow
+
+PLACED_NOW = "namespaces: {team-q: {classQuota: {medium: 1}}}\n"
+QUEUED = "namespaces: {team-q: {placement: queue, classQuota: {medium: 1}}}\n"
+QUEUED_ROOM_FOR_TWO = "namespaces: {team-q: {placement: queue, classQuota: {medium: 2}}}\n"
+QUEUED_T4_IS_HIGH = (
+    "namespaces: {team-q: {placement: queue, classQuota: {high: 4}}}\n"
+    "products: [{match: T4, class: high, memory: 16Gi}]\n"
+)
+
+
+def test_the_queue_follows_the_policy_file(
+    cert_dir: Path, tmp_path: Path, start_server: Callable[..., ServerProcess]
+) -> None:
+    volume = ConfigMapVolume(tmp_path / "policy", PLACED_NOW)
+    with KubeSim(bookmark_interval=0.2) as sim:
+        sim.load([node("t4-a", "Tesla-T4", gpu_class=None), node("t4-b", "Tesla-T4", gpu_class=None)])
+        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+        port, health_port = free_port(), free_port()
+        argv = serve_argv(cert_dir, port, health_port, "--kubeconfig", str(kubeconfig), "--policy", volume.path)
+        server = start_server(argv, health_port, env=server_env(POD_NAME="replica-a", POD_NAMESPACE="gpupool-system"))
+        client = ApiServerClient(port, cert_dir / "ca.crt")
+        cluster = Cluster(sim, [server], [client])
+        reloads = 0
+
+        def change(text: str) -> None:
+            nonlocal reloads
+            volume.update(text)
+            reloads += 1
+            wait_until(lambda: metric(health_port, 'gpupool_policy_reloads_total{result="success"}') == reloads,
+                       60, "the new policy in use")  # fmt: skip
+
+        try:
+            assert sim.get("leases", "gpupool-system", "gpupool") is None  # no namespace queues: no election
+            lists = sim.list_requests("pods")
+
+            # 1. team-q queues from now on: the worker lists again (its queue must hold every gated Pod),
+            #    leads, and releases the first Pod; the second waits for the classQuota.
+            change(QUEUED)
+            cluster.create("first", "team-q")
+            wait_until(lambda: cluster.released("team-q", "first"), WAIT, "the first release")
+            assert cluster.pool("team-q", "first") == "nvidia/medium/Tesla-T4"
+            assert sim.list_requests("pods") == lists + 1
+            leader = cluster.leader()
+            assert leader.startswith("replica-a-")
+            cluster.create("second", "team-q")
+            wait_until(lambda: {e["reason"] for e in sim.events("team-q", about="second")} >= {"Queued"}, WAIT,
+                       "the second told it waits")  # fmt: skip
+            assert not cluster.released("team-q", "second")
+
+            # 2. Room for two: the same inventory, and the waiting Pod goes.
+            change(QUEUED_ROOM_FOR_TWO)
+            wait_until(lambda: cluster.released("team-q", "second"), WAIT, "the release under the new quota")
+            assert sim.list_requests("pods") == lists + 1
+
+            # 3. New pools: the inventory is read again and the queue moves onto it, the same worker leading.
+            change(QUEUED_T4_IS_HIGH)
+            cluster.create("third", "team-q", cls="high")
+            wait_until(lambda: cluster.released("team-q", "third"), WAIT, "a release onto the new pools")
+            assert cluster.pool("team-q", "third") == "nvidia/high/Tesla-T4"
+            assert sim.list_requests("pods") == lists + 2
+            assert cluster.leader() == leader
+            assert sim.handler_errors == []
+        finally:
+            client.close()
+            server.stop()

@@ -1,0 +1,283 @@
+"""Tests for webhook.serving.http11: whole requests out of a connection's bytes, however they arrive, and
+answers that a client reads back.
+
+Each answer is read back with h11 as a client, the way kube-apiserver's HTTP/1.1 client reads it.
+"""
+
+from __future__ import annotations
+
+import h11
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from webhook.serving.http11 import (
+    HEAD_LIMIT,
+    MAX_CHUNKS,
+    MAX_HEADERS,
+    Answer,
+    HttpConnection,
+    ProtocolError,
+    Request,
+)
+
+LIMIT = 1000  # the body limit in these tests
+HEAD = b"POST /mutate HTTP/1.1\r\nHost: gpupool\r\nContent-Type: application/json\r\n"
+OK = Answer(200, b"OK", [(b"content-type", b"application/json"), (b"content-length", b"2")], b"{}")
+
+
+def with_length(body: bytes, head: bytes = HEAD) -> bytes:
+    return head + b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+
+def chunked(pieces: list[bytes], trailers: bytes = b"", head: bytes = HEAD) -> bytes:
+    chunks = b"".join(b"%x;ext=1\r\n%s\r\n" % (len(p), p) for p in pieces if p)
+    return head + b"Transfer-Encoding: chunked\r\n\r\n" + chunks + b"0\r\n" + trailers + b"\r\n"
+
+
+def serve_all(data: bytes, cuts: list[int] | None = None) -> list[Request]:
+    """Feed `data` in pieces cut at `cuts` (each byte on its own when None), answering each request
+    as it comes out, as the worker does; the requests in order."""
+    conn = HttpConnection(LIMIT)
+    bounds = sorted(set(cuts)) if cuts is not None else list(range(1, len(data)))
+    requests: list[Request] = []
+    for start, end in zip([0, *bounds], [*bounds, len(data)], strict=True):
+        conn.feed(data[start:end])
+        while (request := conn.next_request()) is not None:
+            requests.append(request)
+            conn.answer(OK, close=False)
+            if not conn.next_cycle():  # HTTP/1.0, Connection: close
+                return requests
+    assert conn.held == 0, "bytes left after the last request"
+    return requests
+
+
+def refusal_of(data: bytes) -> ProtocolError:
+    conn = HttpConnection(LIMIT)
+    conn.feed(data)
+    with pytest.raises(ProtocolError) as info:
+        conn.next_request()
+    return info.value
+
+
+def read_answers(data: bytes, method: bytes = b"POST") -> list[tuple[h11.Response, bytes]]:
+    """The answers in `data` as an HTTP/1.1 client reads them: each head and its body."""
+    client = h11.Connection(h11.CLIENT)
+    client.send(h11.Request(method=method, target="/mutate", headers=[("Host", "gpupool"), ("Content-Length", "0")]))
+    client.send(h11.EndOfMessage())
+    client.receive_data(data)
+    answers: list[tuple[h11.Response, bytes]] = []
+    body = b""
+    response = None
+    while (event := client.next_event()) not in (h11.NEED_DATA, h11.PAUSED):
+        if isinstance(event, h11.Response):
+            response, body = event, b""
+        elif isinstance(event, h11.Data):
+            body += event.data
+        elif isinstance(event, h11.EndOfMessage):
+            assert response is not None
+            answers.append((response, body))
+            if client.our_state is not h11.DONE or client.their_state is not h11.DONE:
+                break
+            client.start_next_cycle()
+            client.send(h11.Request(method=method, target="/", headers=[("Host", "g"), ("Content-Length", "0")]))
+            client.send(h11.EndOfMessage())
+    return answers
+
+
+bodies = st.binary(max_size=300)
+
+
+@given(
+    st.lists(st.tuples(st.booleans(), st.lists(bodies, min_size=1, max_size=4)), min_size=1, max_size=3),
+    st.lists(st.integers(min_value=1, max_value=4000), max_size=12),
+)
+def test_requests_cut_anywhere_come_out_whole_and_in_order(
+    requests: list[tuple[bool, list[bytes]]], cuts: list[int]
+) -> None:
+    """Pipelined Content-Length and chunked requests, in pieces of any size: each one comes out once,
+    whole, in order, with the body that was sent."""
+    wire = [chunked(pieces) if is_chunked else with_length(b"".join(pieces)) for is_chunked, pieces in requests]
+    data = b"".join(wire)
+    served = serve_all(data, [c for c in cuts if c < len(data)])
+    assert [(r.method, r.target, r.body, r.close) for r in served] == [
+        (b"POST", b"/mutate", b"".join(pieces), False) for _, pieces in requests
+    ]
+
+
+def test_byte_by_byte_a_request_is_complete_only_with_its_last_byte() -> None:
+    data = chunked([b"{}", b"x" * 20], trailers=b"X-Trailer: 1\r\n")
+    conn = HttpConnection(LIMIT)
+    for byte in data[:-1]:
+        conn.feed(bytes([byte]))
+        assert conn.next_request() is None
+    conn.feed(data[-1:])
+    request = conn.next_request()
+    assert request is not None and request.body == b"{}" + b"x" * 20
+
+
+def test_the_head_is_read_into_names_and_values() -> None:
+    """Header names come out lower-cased, values as sent, in order; repeated fields stay separate."""
+    data = b"GET /healthz?x=1 HTTP/1.1\r\nHost: gpupool\r\nX-A: 1\r\nx-a: 2\r\nAccept:  */* \r\n\r\n"
+    (request,) = serve_all(data + data)[:1]
+    assert (request.method, request.target, request.http_version) == (b"GET", b"/healthz?x=1", b"1.1")
+    assert request.headers == [(b"host", b"gpupool"), (b"x-a", b"1"), (b"x-a", b"2"), (b"accept", b"*/*")]
+
+
+@pytest.mark.parametrize("size", [b"0x2", b"1_0", b"+2", b"-1", b"2 2", b"", b"g", b"1" * 21])
+def test_a_malformed_chunk_size_is_refused_with_400(size: bytes) -> None:
+    """Python's int(x, 16) reads `0x2` and `1_0`; HTTP's chunk size is hex digits only."""
+    error = refusal_of(HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + size + b"\r\nab\r\n0\r\n\r\n")
+    assert error.status == 400 and "chunk" in error.message
+
+
+@pytest.mark.parametrize(
+    ("head", "status", "word"),
+    [
+        pytest.param(
+            HEAD + b"Content-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n", 400, "ambiguous", id="cl-and-te"
+        ),
+        pytest.param(HEAD + b"Content-Length: 2\r\nContent-Length: 3\r\n\r\n", 400, "Content-Length", id="two-lengths"),
+        pytest.param(HEAD + b"Content-Length: +2\r\n\r\n", 400, "Content-Length", id="signed-length"),
+        pytest.param(HEAD + b"Transfer-Encoding: chunked, gzip\r\n\r\n", 501, "chunked", id="chunked-not-last"),
+        pytest.param(HEAD + b"Transfer-Encoding: gzip, chunked\r\n\r\n", 501, "chunked", id="gzip"),
+        pytest.param(b"POST /mutate HTTP/1.1\r\nContent-Length: 0\r\n\r\n", 400, "Host", id="no-host"),
+        pytest.param(HEAD + b"Host: other\r\nContent-Length: 0\r\n\r\n", 400, "Host", id="two-hosts"),
+        pytest.param(b"POST /mutate HTTP/1.1 extra\r\nHost: g\r\n\r\n", 400, "request line", id="request-line"),
+        pytest.param(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 400, "request line", id="tls-on-http"),
+        pytest.param(HEAD + b"Bad Name: 1\r\n\r\n", 400, "header", id="header-name"),
+    ],
+)
+def test_malformed_or_ambiguous_requests_are_refused(head: bytes, status: int, word: str) -> None:
+    """Nothing after such a head may be taken for a request: it is refused and the connection closes."""
+    error = refusal_of(head + b"{}GET / HTTP/1.1\r\nHost: g\r\n\r\n")
+    assert (error.status, word in error.message) == (status, True), error.message
+
+
+def test_http10_needs_no_host_and_closes_after_the_answer() -> None:
+    (request,) = serve_all(b"GET / HTTP/1.0\r\n\r\nGET / HTTP/1.0\r\n\r\n")
+    assert request.http_version == b"1.0"
+
+
+@pytest.mark.parametrize(
+    ("data", "status"),
+    [
+        pytest.param(HEAD + b"X: " + b"y" * HEAD_LIMIT, 431, id="head"),
+        pytest.param(HEAD + b"".join(b"X-%d: 1\r\n" % i for i in range(MAX_HEADERS)) + b"\r\n", 431, id="fields"),
+        pytest.param(HEAD + b"Transfer-Encoding: chunked\r\n\r\n1;e=" + b"a" * HEAD_LIMIT, 431, id="chunk-size-line"),
+        pytest.param(HEAD + b"Transfer-Encoding: chunked\r\n\r\n0\r\nX: " + b"y" * HEAD_LIMIT * 2, 431, id="trailers"),
+        pytest.param(
+            HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + b"1\r\nx\r\n" * (MAX_CHUNKS + 1) + b"0\r\n\r\n",
+            400,
+            id="chunks",
+        ),
+    ],
+)
+def test_requests_past_the_limits_are_refused(data: bytes, status: int) -> None:
+    conn = HttpConnection(100 * MAX_CHUNKS)
+    conn.feed(data)
+    with pytest.raises(ProtocolError) as info:
+        conn.next_request()
+    assert info.value.status == status
+
+
+def test_a_chunked_body_of_tiny_chunks_holds_its_bytes_and_no_more() -> None:
+    """O(1) state per chunk: what a connection holds is its body so far plus an incomplete chunk line."""
+    conn = HttpConnection(10 * MAX_CHUNKS)
+    conn.feed(HEAD + b"Transfer-Encoding: chunked\r\n\r\n1")
+    for sent in range(1, MAX_CHUNKS):
+        conn.feed(b"\r\nx\r\n1")
+        assert conn.next_request() is None
+        assert conn.held == sent + 1  # the body, and the "1" of the next chunk-size line
+
+
+def test_a_declared_length_over_the_limit_is_handed_over_at_once() -> None:
+    """The app answers 413 from the header: the body is not waited for, and the connection closes."""
+    conn = HttpConnection(LIMIT)
+    conn.feed(with_length(b"x" * (LIMIT + 1))[:-LIMIT])
+    request = conn.next_request()
+    assert request is not None and (request.body, request.close) == (b"", True)
+    assert dict(request.headers)[b"content-length"] == b"%d" % (LIMIT + 1)
+
+
+def test_a_chunked_body_over_the_limit_is_cut_just_past_it() -> None:
+    """The app reads past its limit and answers 413; the rest of the body is never waited for."""
+    conn = HttpConnection(LIMIT)
+    conn.feed(chunked([b"a" * 600, b"b" * 600])[:-200])
+    request = conn.next_request()
+    assert request is not None and request.close
+    assert request.body == b"a" * 600 + b"b" * (LIMIT + 1 - 600)
+
+
+def test_continue_is_due_once_when_the_client_waits_for_it() -> None:
+    """After a head with "Expect: 100-continue" and a body to come, once; never for a whole request."""
+    conn = HttpConnection(LIMIT)
+    conn.feed(HEAD + b"Expect: 100-continue\r\nContent-Length: 2\r\n\r\n")
+    assert conn.next_request() is None
+    assert conn.continue_due() == b"HTTP/1.1 100 Continue\r\n\r\n"
+    assert conn.continue_due() == b""
+    conn.feed(b"{}")
+    assert conn.next_request() is not None and conn.continue_due() == b""
+    whole = HttpConnection(LIMIT)
+    whole.feed(with_length(b"{}", HEAD + b"Expect: 100-continue\r\n"))
+    assert whole.next_request() is not None and whole.continue_due() == b""
+
+
+def test_an_answer_is_read_back_with_its_body_and_the_connection_kept() -> None:
+    conn = HttpConnection(LIMIT)
+    conn.feed(with_length(b"{}") * 2)
+    assert conn.next_request() is not None
+    first = conn.answer(OK, close=False)
+    assert conn.next_cycle()
+    assert conn.next_request() is not None
+    second = conn.answer(OK, close=False)
+    answers = read_answers(first + second)
+    assert [(r.status_code, body) for r, body in answers] == [(200, b"{}"), (200, b"{}")]
+    assert all(dict(r.headers).get(b"date") for r, _ in answers)
+
+
+def test_an_answer_that_closes_says_so_and_ends_the_connection() -> None:
+    conn = HttpConnection(LIMIT)
+    conn.feed(with_length(b"x" * (LIMIT + 1)))
+    assert conn.next_request() is not None
+    data = conn.answer(Answer(413, b"Request Entity Too Large", [(b"content-length", b"0")], b""), close=True)
+    ((response, _),) = read_answers(data)
+    assert (response.status_code, dict(response.headers)[b"connection"]) == (413, b"close")
+    assert not conn.next_cycle()
+
+
+def test_a_head_request_is_answered_without_the_body() -> None:
+    conn = HttpConnection(LIMIT)
+    conn.feed(b"HEAD /mutate HTTP/1.1\r\nHost: g\r\n\r\n")
+    assert conn.next_request() is not None
+    data = conn.answer(OK, close=False)
+    assert data.endswith(b"\r\n\r\n") and b"{}" not in data
+    assert conn.next_cycle()
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(b"\x16\x03\x01\x02\x00", id="unreadable-request-line"),
+        pytest.param(HEAD + b"Transfer-Encoding: chunked\r\n\r\n0x2\r\n", id="in-the-body"),
+    ],
+)
+def test_a_refusal_is_a_json_status_the_client_reads(data: bytes) -> None:
+    conn = HttpConnection(LIMIT)
+    conn.feed(data)
+    with pytest.raises(ProtocolError) as info:
+        conn.next_request()
+    ((response, body),) = read_answers(conn.refusal(info.value))
+    status = orjson.loads(body)
+    assert (response.status_code, dict(response.headers)[b"connection"]) == (400, b"close")
+    assert (status["kind"], status["code"], status["reason"]) == ("Status", 400, "BadRequest")
+    assert status["message"].startswith("malformed request")
+
+
+def test_an_answer_with_a_body_that_is_not_its_length_is_not_sent() -> None:
+    conn = HttpConnection(LIMIT)
+    conn.feed(with_length(b"{}"))
+    assert conn.next_request() is not None
+    with pytest.raises(h11.LocalProtocolError):
+        conn.answer(Answer(200, b"OK", [(b"content-length", b"5")], b"{}"), close=False)

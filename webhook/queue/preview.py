@@ -1,0 +1,86 @@
+"""What the queue would do now, without doing it: the leader's pass over the waiting Pods, then undone.
+
+For the commands that show the queue (`gpupool queue`) and a Pod's place in it (`gpupool explain`): one
+pass of the leader's own `plan` (webhook.queue.release) over the queue as the inventory shows it, in
+release order, optionally with one more Pod in its place in that order; every release the pass decides
+is then taken back with `settle`, as the runner takes back a release it could not write, and the extra
+Pod removed, so the index is left counting what it counted before. `plan` stays the one function that
+decides; this module only asks it and keeps the answer. Pure, like `plan`: the caller holds the
+inventory's lock.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Collection, Mapping, Sequence
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from webhook.domain.model import PodKey
+from webhook.domain.policy import Policy
+from webhook.pools.index import Inseparable, PoolIndex
+from webhook.queue.release import Release, Wait, plan, settle
+from webhook.queue.waiting import Queued, read_queued
+
+STAND_IN = "<explained>"  # added to a name some Pod already has: no Kubernetes name contains '<'
+
+
+class Outcome(NamedTuple):
+    """One waiting Pod, where it stands, and what the pass would do with it now: a release or a wait."""
+
+    queued: Queued
+    position: int  # 1-based, in the whole queue's release order
+    release: Release | None  # the pool the leader would release it to at its next pass
+    wait: Wait | None  # else what it waits for (code and reason)
+    constraints: str  # the release's constraints on the node, in kubectl's words ("" when it waits)
+
+
+def preview(
+    queued: Sequence[Queued], index: PoolIndex, policy: Policy, *, extra: Queued | None = None
+) -> list[Outcome]:
+    """Every Pod of `queued` (and `extra`, as if it were queued now) in release order, with what one pass
+    of `plan` on `index` would do with it. The index is left as it was. `extra`'s key must not be one of a
+    Pod the index or the queue holds (it would stand for that Pod)."""
+    order = sorted([*queued, extra] if extra is not None else queued, key=lambda q: q.order)
+    if extra is not None:
+        index.upsert_pod(extra.info, extra.key)
+    try:
+        # Every Pod judged in one pass: the leader's batch limit only splits its writes into passes.
+        decided = plan(order, index, policy, limit=max(len(order), 1))
+        try:
+            constraints = {r.queued.key: _constraints(index, r) for r in decided.releases}
+        finally:
+            for release in reversed(decided.releases):
+                settle(index, release, None)
+    finally:
+        if extra is not None:
+            index.remove_pod(extra.key)
+    releases = {r.queued.key: r for r in decided.releases}
+    waits = {w.queued.key: w for w in decided.waits}
+    return [
+        Outcome(q, i, releases.get(q.key), waits.get(q.key), constraints.get(q.key, ""))
+        for i, q in enumerate(order, start=1)
+    ]
+
+
+def _constraints(index: PoolIndex, release: Release) -> str:
+    """What the release adds to send the Pod to its pool's nodes (the pool's constraint: the same the
+    release's patch writes), in kubectl's words."""
+    constraint = index.constraint(release.pool)
+    return "" if isinstance(constraint, Inseparable) else constraint.text()
+
+
+def arriving(
+    pod: Mapping[str, Any], namespace: str, policy: Policy, now: datetime, taken: Collection[PodKey]
+) -> Queued | None:
+    """A Pod admission queues now, as the queue will hold it once kube-apiserver has stored it: `pod` with
+    admission's patch applied, in `namespace`, created `now`, with its own `spec.priority`. Its key is a
+    name no Pod of `taken` has (a stand-in when its own is taken, or not generated yet), so that it can be
+    `preview`'s `extra`. None when it does not wait behind the gate or requests no GPU."""
+    obj = copy.deepcopy(dict(pod))
+    meta = obj["metadata"] = dict(obj.get("metadata") or {})
+    name = str(meta.get("name") or f"{meta.get('generateName', '')}<generated>")
+    if (namespace, name) in taken:
+        name += STAND_IN
+    meta.update(namespace=namespace, name=name, creationTimestamp=now.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    return read_queued(obj, policy, 0.0)
