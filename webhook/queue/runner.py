@@ -6,11 +6,13 @@ leader keeps no state of its own that another replica would need: released Pods 
 `gpupool.io/pool` and no gate, queued Pods their gate, so a new leader carries on from its own watch.
 
 A pass (webhook.queue.release.plan, under the inventory's lock) decides the queue in order and applies
-each release to the index at once; the writes follow one by one, outside the lock, each a PATCH with
-the resourceVersion it was decided on. The index is then settled with what the API answered: the
-released Pod (counted until the watch shows it), or, on a conflict (409: the Pod changed; decided again
-next pass), a deletion (404) or a refusal, the Pod as it was. A write whose answer is lost (a timeout)
-is looked up before it is undone, so a release that did happen is never counted as not.
+each release to the index at once; the writes follow outside the lock, `WRITERS` at a time (a release
+waits on the API's round trip, not on this process, so one at a time would cap the releases at one per
+round trip), each a PATCH with the resourceVersion it was decided on. The index is then settled with
+what the API answered: the released Pod (counted until the watch shows it), or, on a conflict (409: the
+Pod changed; decided again next pass), a deletion (404) or a refusal, the Pod as it was. A write whose
+answer is lost (a timeout) is looked up before it is undone, so a release that did happen is never
+counted as not.
 
 A new leader first waits until its Pod watch has caught up with the Lease it took (resourceVersions are
 etcd's revisions, so the watch has then seen every release its predecessor wrote), at most
@@ -23,6 +25,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent import futures
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, Protocol
@@ -35,13 +39,14 @@ from webhook.pools.memo import Memo
 from webhook.queue.leader import Elector
 from webhook.queue.release import Release, Wait, plan, settle
 from webhook.queue.waiting import Waiting, is_queued
-from webhook.sources.writes import Conflict, Event, Gone, Released, ReleaseResult
+from webhook.sources.writes import Conflict, Event, Gone, Refused, Released, ReleaseResult
 
 log = logging.getLogger("gpupool.queue")
 
 TICK_SECONDS = 1.0  # a pass at least this often while leading, whatever the watches say
 CATCH_UP_SECONDS = 5.0  # at most this long for a new leader's watch to reach the Lease's version
 BATCH = 500  # releases decided per pass; the next pass follows at once
+WRITERS = 8  # release PATCHes in flight at once (the API client's connection pool holds them: live.api_client)
 
 
 class Inventory(Protocol):
@@ -127,6 +132,7 @@ class Runner:
         limiter: TokenBucket = UNLIMITED,
         clock: Callable[[], float] = time.monotonic,
         policy: Callable[[Inventory], Policy] = lambda inventory: inventory.policy,
+        writers: int = WRITERS,
     ) -> None:
         """`policy` gives the policy a pass on the runner's inventory decides by: the inventory's own by
         default; the server's is the one admission uses now, which a change of namespace rules makes
@@ -139,6 +145,8 @@ class Runner:
         self._metrics = metrics or NoMetrics()
         self._clock = clock
         self._limiter = limiter
+        self._writers = writers
+        self._pool = ThreadPoolExecutor(max_workers=writers, thread_name_prefix="gpupool-release")
         self._stop = threading.Event()
         self._shapes = Memo()  # what a Pod's shape decides, for one policy only
         self._shapes_for: Policy | None = None
@@ -181,6 +189,7 @@ class Runner:
         elector, loop = self._threads or (None, None)
         if loop is not None:
             loop.join(10.0)
+        self._pool.shutdown(wait=False)
         self.elector.stop()
         if elector is not None:
             elector.join(10.0)
@@ -232,20 +241,39 @@ class Runner:
         with self.inventory.read() as index:
             decided = plan(self.waiting.ordered(), index, policy, shapes=self._shapes, limit=BATCH)
         self._tell_queued(decided.waits)
-        released = 0
-        for i, release in enumerate(decided.releases):
-            if self._stop.is_set() or self.elector.remaining() < 1.0:
-                self._undo(decided.releases[i:])  # may no longer lead: another replica decides them
-                break
-            released += self._write(release)
-        return PassResult(released, decided.waits)
+        return PassResult(self._write_all(decided.releases), decided.waits)
 
-    def _write(self, release: Release) -> int:
+    def _write_all(self, releases: list[Release]) -> int:
+        """Write the releases, `writers` at a time, in their order; each answer is settled here, on the
+        runner's thread, as it comes. Stops sending (and undoes the rest) once it may no longer lead."""
+        released = 0
+        sending: set[Future[tuple[Release, ReleaseResult]]] = set()
+        for i, release in enumerate(releases):
+            if self._stop.is_set() or self.elector.remaining() < 1.0:
+                self._undo(releases[i:])  # may no longer lead: another replica decides them
+                break
+            if len(sending) >= self._writers:
+                done, sending = futures.wait(sending, return_when=futures.FIRST_COMPLETED)
+                released += sum(self._answered(*f.result()) for f in done)
+            delay = self._limiter.delay()
+            if delay:
+                self._stop.wait(delay)
+            sending.add(self._pool.submit(self._send, release))
+        for future in sending:
+            released += self._answered(*future.result())
+        return released
+
+    def _send(self, release: Release) -> tuple[Release, ReleaseResult]:
         namespace, name = release.queued.key
-        wait = self._limiter.delay()
-        if wait:
-            self._stop.wait(wait)
-        result = self._releaser.release(namespace, name, release.patch)
+        try:
+            return release, self._releaser.release(namespace, name, release.patch)
+        except Exception as exc:  # a bug must not leave the Pod counted as released for good: looked up next pass
+            log.exception("release of %s/%s failed", namespace, name)
+            return release, Refused(0, f"{type(exc).__name__}: {exc}")
+
+    def _answered(self, release: Release, result: ReleaseResult) -> int:
+        """Settle the index with a write's answer: 1 when the Pod was released."""
+        namespace, name = release.queued.key
         if isinstance(result, Released):
             self._settle(release, result.obj)
             self._released(release, "released")
