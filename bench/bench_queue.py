@@ -31,7 +31,9 @@ GPUs overbooked and quotas exceeded are judged after every write of the run from
 (bench/queueaudit.py), never from gpupool's view. The machine's load (others' CPU) is reported per phase.
 
     .venv/bin/python bench/bench_queue.py [--nodes 5000] [--pods 150000] [--queued 1000] [--seconds 60]
-        [--finish-rate 100] [--memory-queued 10000] [--seed 0]
+        [--finish-rate 100] [--memory-queued 10000] [--seed 0] [--profile] [--quick]
+
+`--quick` is a short run (1,000 nodes, 300 queued, 20 s) to iterate with; the figures come from a full one.
 
 Results: a table on stdout and JSON in bench/results/queue-<time>.json.
 """
@@ -88,6 +90,7 @@ from bench.soak import (  # noqa: E402
     serve_argv,
     tls_context,
 )
+from webhook.queue.runner import WRITERS  # noqa: E402
 from webhook.serving.certs import ensure_certificates  # noqa: E402
 from webhook.testing.kubefit import pod_requests  # noqa: E402
 from webhook.testing.synthetic import GPU_MODELS  # noqa: E402
@@ -138,6 +141,9 @@ namespaces:
   q-class: {{placement: queue, classQuota: {{medium: 12, high: 6}}}}
   q-memory: {{placement: queue, memoryQuota: {MEMORY_QUOTA_GI}Gi}}
 """
+# --quick: a fifth of the cluster, still at 100 finishes/s, so a leader that falls behind shows it.
+QUICK = ["--nodes", "1000", "--pods", "30000", "--queued", "300", "--seconds", "20", "--memory-queued", "1000"]
+QUICK += ["--probe-seconds", "5"]
 PROBE_NAMESPACE = "team-a"  # placement: now (the synthetic cluster's), to time ordinary admissions
 
 
@@ -738,9 +744,9 @@ def timed_probes(sim: Sim, ca: Path, roles: dict[str, Replica], seconds: float) 
 
 
 def write_capacity(sim: Sim, seconds: float = 4.0) -> dict[str, dict[str, float]]:
-    """What the API takes from one writer and from eight at once: PATCHes of probe Pods through gpupool's
-    own writer (and one bare HTTP client), each for `seconds`, in a process of its own. The leader writes
-    its releases one at a time, so the first is its ceiling."""
+    """What the API takes from one writer and from `WRITERS` at once (as many as the leader has in flight):
+    PATCHes of probe Pods through gpupool's own writer (and one bare HTTP client), each for `seconds`, in a
+    process of its own, nothing else writing: the ceiling of the leader's releases/s."""
     ctx = multiprocessing.get_context("spawn")
     results: Any = ctx.Queue()
     proc = ctx.Process(target=capacity_main, args=((sim.port, sim.token, str(sim.kubeconfig), seconds), results))
@@ -758,7 +764,7 @@ def capacity_main(target: tuple[Any, ...], results: Any) -> None:
 
     port, token, kubeconfig, seconds = target
     api = SimApi(port, token)
-    for k in range(8):
+    for k in range(WRITERS):
         if api.call("GET", f"/api/v1/namespaces/{PROBE_POD_NAMESPACE}/pods/capacity-{k}")[0] == 404:
             api.create(probe_pod(f"capacity-{k}"))
     api.close()
@@ -782,7 +788,7 @@ def capacity_main(target: tuple[Any, ...], results: Any) -> None:
         conn.close()
 
     out: dict[str, dict[str, float]] = {}
-    for name, raw, writers in (("raw x1", True, 1), ("gpupool x1", False, 1), ("gpupool x8", False, 8)):
+    for name, raw, writers in (("raw x1", True, 1), ("gpupool x1", False, 1), (f"gpupool x{WRITERS}", False, WRITERS)):
         per: list[list[float]] = [[] for _ in range(writers)]
         until = time.perf_counter() + seconds
         pool = [threading.Thread(target=writer, args=(k, raw, until, per[k])) for k in range(writers)]
@@ -1162,8 +1168,25 @@ def report(r: Run, auditor: Auditor) -> dict[str, Any]:
         },
         "memory": r.notes.get("memory"),
     }
+    result["baselines"] = baselines(result)
     result["goals"] = judge(result)
     return result
+
+
+def baselines(result: dict[str, Any]) -> dict[str, float]:
+    """The figures as ratios of what the API allows in the same run: releases/s against the PATCHes/s the
+    simulator takes from as many writers as the leader has (gpupool's own client, nothing else writing),
+    and release latency against one bare PATCH round trip measured during the steady phase."""
+    capacity = (result["notes"].get("write_capacity") or {}).get(f"gpupool x{WRITERS}") or {}
+    probe = (result["notes"].get("probes_steady") or {}).get("write_raw") or {}
+    latency = result["steady"]["latency_s"]
+    out: dict[str, float] = {}
+    if capacity.get("patches_per_s"):
+        out["burst_releases_per_api_patch"] = result["burst"]["releases_per_s"] / capacity["patches_per_s"]
+    if probe.get("p50") and latency:
+        out["latency_p50_in_round_trips"] = latency["p50"] / probe["p50"]
+        out["latency_p99_in_round_trips"] = latency["p99"] / probe["p99"]
+    return out
 
 
 def _products_by_class() -> dict[str, set[str]]:
@@ -1227,6 +1250,15 @@ def print_report(result: dict[str, Any]) -> None:
             print(f"  {phase}: between consecutive releases p50 {g['p50'] * 1e3:.1f} ms")
     for name, c in (result["notes"].get("write_capacity") or {}).items():
         print(f"  API write capacity, {name}: {c['patches_per_s']:.0f} PATCH/s, p50 {c['p50'] * 1e3:.1f} ms")
+    base = result.get("baselines") or {}
+    if "burst_releases_per_api_patch" in base:
+        ratio = base["burst_releases_per_api_patch"]
+        print(f"  burst releases/s = {ratio:.2f}x the API's PATCH/s from {WRITERS} writers")
+    if "latency_p50_in_round_trips" in base:
+        print(
+            f"  steady release latency = {base['latency_p50_in_round_trips']:.1f}x (p50), "
+            f"{base['latency_p99_in_round_trips']:.1f}x (p99) a bare PATCH's round trip in the same phase"
+        )
     o = result["overbooked"]
     print(f"overbooked: peak {o['peak_gpus']} GPUs, {o['writes_over']} writes, {o['gpu_seconds']:.2f} GPU-seconds")
     for q in result["quotas"]:
@@ -1274,7 +1306,14 @@ def main() -> int:
         action="store_true",
         help="py-spy the leader in the steady, burst and memory phases (pip install py-spy)",
     )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"a short run to iterate with: {' '.join(QUICK)} (flags given after it still win)",
+    )
     args = parser.parse_args()
+    if args.quick:
+        args = parser.parse_args([*QUICK, *sys.argv[1:]])
     result = run(args)
     print_report(result)
     RESULTS.mkdir(exist_ok=True)

@@ -201,6 +201,7 @@ def running(
     health_port: int,
     log: Path,
     ready_timeout: float = 60.0,
+    *,
     tree: Path = REPO,
     env: Mapping[str, str] | None = None,
 ) -> Iterator[subprocess.Popen[bytes]]:
