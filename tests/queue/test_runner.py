@@ -1,5 +1,6 @@
-"""The leader's writes: a pass's releases are in flight together, so a slow API round trip does not make
-the queue release one Pod per round trip."""
+"""The leader's cost: a pass's releases are in flight together (a slow API round trip does not make the
+queue release one Pod per round trip), a saturated pass decides each shape once, and only changes that can
+make room start a pass (each holds the inventory's lock, which admissions on the leader wait for)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,16 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 import jsonpatch
+import pytest
 
-from tests.builders import gpu_node, index_of, policy
+from tests.builders import gpu_node, index_of, pod, policy
 from tests.queue.helpers import enqueue, queued_pod
 from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
 from webhook.pools.inventory import LockedIndex
+from webhook.queue import release
 from webhook.queue.runner import Runner
-from webhook.queue.waiting import Waiting
+from webhook.queue.waiting import PODS, Waiting
 from webhook.sources.writes import Event, Released, ReleaseResult
 
 QUEUE = "namespaces:\n  q: {placement: queue}\n"
@@ -91,3 +94,45 @@ def test_a_pass_writes_its_releases_together_not_one_round_trip_after_another() 
     assert result.released == 4
     assert sorted(e.pod for e in events.recorded if e.reason == "Released") == [f"job-{k}" for k in range(4)]
     assert not any(index.is_queued(("q", f"job-{k}")) for k in range(4))
+
+
+def test_a_saturated_pass_decides_each_shape_once_and_every_pod_still_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fifty Pods of one shape and no room: each is told it waits for capacity, and the pass asked the
+    index for a decision once, not fifty times."""
+    pol = policy(QUEUE)
+    index = index_of([gpu_node("t4-a", "Tesla-T4", 1)], pol)
+    waiting = Waiting(pol)
+    taken = queued_pod("first", "q", pol, index, created="2026-12-01T09:00:00Z")
+    enqueue([taken], index, waiting)
+    first = release.plan(waiting.ordered(), index, pol)
+    assert [r.queued.key for r in first.releases] == [("q", "first")]  # the only GPU is taken
+    objs = [queued_pod(f"job-{k:02d}", "q", pol, index, created=f"2026-12-01T10:00:{k:02d}Z") for k in range(50)]
+    enqueue(objs, index, waiting)
+    calls = []
+    decide = release.decide
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args[0])
+        return decide(*args, **kwargs)
+
+    monkeypatch.setattr(release, "decide", counting)
+    decided = release.plan(waiting.ordered(), index, pol)
+    assert decided.releases == []
+    assert len(decided.waits) == 50 and {w.code for w in decided.waits} == {"capacity"}
+    assert len(calls) == 1
+
+
+def test_only_changes_that_can_make_room_wake_the_leader() -> None:
+    """A Pod that holds no GPU changing (most of a cluster's Pod events) starts no pass; a GPU Pod
+    finishing, a node and a quota do."""
+    waiting = Waiting(policy(QUEUE))
+    waiting.wake.clear()
+    waiting.apply(PODS, "MODIFIED", pod("web", "shop", node="cpu-1", phase="Running"))
+    waiting.apply(PODS, "DELETED", pod("web", "shop", node="cpu-1", phase="Running"))
+    assert not waiting.wake.is_set()
+    waiting.apply(PODS, "MODIFIED", pod("train", "ml", gpus=1, node="t4-a", phase="Succeeded"))
+    assert waiting.wake.is_set()
+    for kind in ("nodes", "resourcequotas"):
+        waiting.wake.clear()
+        waiting.apply(kind, "MODIFIED", {"metadata": {"name": "x"}})
+        assert waiting.wake.is_set()
