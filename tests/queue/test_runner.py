@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import copy
 import threading
+import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -136,3 +138,54 @@ def test_only_changes_that_can_make_room_wake_the_leader() -> None:
         waiting.wake.clear()
         waiting.apply(kind, "MODIFIED", {"metadata": {"name": "x"}})
         assert waiting.wake.is_set()
+
+
+class HeldApi:
+    """PATCHes answered at once, except those of the Pods in `held`, answered once `go` is set."""
+
+    def __init__(self, pods: dict[tuple[str, str], dict[str, Any]], held: set[str]) -> None:
+        self.pods, self._held = pods, held
+        self.go = threading.Event()
+        self.sent: list[str] = []
+
+    def release(self, namespace: str, name: str, patch: list[dict[str, Any]]) -> ReleaseResult:
+        self.sent.append(name)
+        if name in self._held:
+            self.go.wait(10)
+        return Released(jsonpatch.apply_patch(copy.deepcopy(self.pods[(namespace, name)]), patch))
+
+    def read(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.pods.get((namespace, name))
+
+
+def test_room_that_appears_while_a_release_is_in_flight_is_not_kept_waiting_for_its_answer() -> None:
+    """The first release's PATCH hangs; a Pod queued meanwhile, with room, is released by the next pass
+    without waiting for that answer."""
+    pol = policy(QUEUE)
+    index = index_of([gpu_node("t4-a", "Tesla-T4", 2)], pol)
+    waiting = Waiting(pol)
+    first, second = (queued_pod(n, "q", pol, index, created=f"2026-12-01T10:00:0{k}Z") for k, n in enumerate("ab"))
+    api = HeldApi({("q", "a"): first, ("q", "b"): second}, held={"a"})
+    inventory = Inventory(index)
+    runner = Runner(inventory, waiting, Leading(), api, events=Events())  # type: ignore[arg-type]
+    runner.start()
+    try:
+        with inventory.read():  # as the watch delivers: under the inventory's lock
+            enqueue([first], index, waiting)
+        assert wait_for(lambda: api.sent == ["a"])
+        with inventory.read():
+            enqueue([second], index, waiting)
+        assert wait_for(lambda: api.sent == ["a", "b"]), "the second release waited for the first's answer"
+    finally:
+        api.go.set()
+        runner.stop()
+    assert not index.is_queued(("q", "a")) and not index.is_queued(("q", "b"))
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
