@@ -55,6 +55,7 @@ import random
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -701,6 +702,8 @@ def probe_main(target: tuple[Any, ...], stop: Any, started: Any, results: Any) -
     for name in ("write-raw", "write-gpupool"):
         if api.call("GET", f"/api/v1/namespaces/{PROBE_POD_NAMESPACE}/pods/{name}")[0] == 404:
             api.create(probe_pod(name))
+    watch = WatchProbe(port, token, api.resource_version())
+    sent: dict[str, float] = {}
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -717,6 +720,7 @@ def probe_main(target: tuple[Any, ...], stop: Any, started: Any, results: Any) -
             break
         patch = [{"op": "add", "path": "/metadata/annotations", "value": {"bench/tick": str(i)}}]
         began = time.perf_counter()
+        sent[str(i)] = began
         raw.request("PATCH", f"/api/v1/namespaces/{PROBE_POD_NAMESPACE}/pods/write-raw", orjson.dumps(patch), headers)
         raw.getresponse().read()
         times["write_raw"].append(time.perf_counter() - began)
@@ -732,7 +736,44 @@ def probe_main(target: tuple[Any, ...], stop: Any, started: Any, results: Any) -
                 conn.close()
                 continue
             times[f"admission_{role}"].append(time.perf_counter() - began)
+    seen = watch.stop()
+    times["write_raw_then_watched"] = [seen[tick] - at for tick, at in sent.items() if tick in seen]
     results.put(times)
+
+
+class WatchProbe:
+    """A watcher of every Pod, as the leader is: when each PATCH of the write-raw probe Pod reached it. A
+    write and a watcher learning of it is the least a release can take after the write that made room,
+    before its own PATCH."""
+
+    def __init__(self, port: int, token: str, after: int) -> None:
+        self.seen: dict[str, float] = {}
+        self._conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+        self._conn.request(
+            "GET", f"/api/v1/pods?watch=true&resourceVersion={after}", headers={"Authorization": f"Bearer {token}"}
+        )
+        self._sock = self._conn.sock  # the stream's: shut down to end it
+        self._response = self._conn.getresponse()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        with contextlib.suppress(Exception):  # a probe, not the benchmark: it ends when the stream does
+            while line := self._response.readline():
+                if b'"write-raw"' not in line:
+                    continue
+                at = time.perf_counter()
+                meta = orjson.loads(line)["object"]["metadata"]
+                tick = (meta.get("annotations") or {}).get("bench/tick")
+                if tick is not None:
+                    self.seen.setdefault(str(tick), at)
+
+    def stop(self) -> dict[str, float]:
+        time.sleep(0.5)  # the last events on their way
+        with contextlib.suppress(OSError, AttributeError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        self._thread.join(5)
+        return dict(self.seen)
 
 
 def timed_probes(sim: Sim, ca: Path, roles: dict[str, Replica], seconds: float) -> dict[str, dict[str, float]]:
@@ -1178,7 +1219,8 @@ def baselines(result: dict[str, Any]) -> dict[str, float]:
     simulator takes from as many writers as the leader has (gpupool's own client, nothing else writing),
     and release latency against one bare PATCH round trip measured during the steady phase."""
     capacity = (result["notes"].get("write_capacity") or {}).get(f"gpupool x{WRITERS}") or {}
-    probe = (result["notes"].get("probes_steady") or {}).get("write_raw") or {}
+    probes = result["notes"].get("probes_steady") or {}
+    probe, watched = probes.get("write_raw") or {}, probes.get("write_raw_then_watched") or {}
     latency = result["steady"]["latency_s"]
     out: dict[str, float] = {}
     if capacity.get("patches_per_s"):
@@ -1186,6 +1228,10 @@ def baselines(result: dict[str, Any]) -> dict[str, float]:
     if probe.get("p50") and latency:
         out["latency_p50_in_round_trips"] = latency["p50"] / probe["p50"]
         out["latency_p99_in_round_trips"] = latency["p99"] / probe["p99"]
+    if probe.get("p50") and watched.get("p50") and latency:
+        # The least a release can take: the write that made room reaching a watcher, then one PATCH.
+        out["floor_p50_s"] = watched["p50"] + probe["p50"]
+        out["latency_p50_over_floor"] = latency["p50"] / out["floor_p50_s"]
     return out
 
 
@@ -1254,6 +1300,11 @@ def print_report(result: dict[str, Any]) -> None:
     if "burst_releases_per_api_patch" in base:
         ratio = base["burst_releases_per_api_patch"]
         print(f"  burst releases/s = {ratio:.2f}x the API's PATCH/s from {WRITERS} writers")
+    if "floor_p50_s" in base:
+        print(
+            f"  the API's floor (a write reaching a watcher of every Pod, then one PATCH): p50 "
+            f"{base['floor_p50_s'] * 1e3:.0f} ms; the release latency is {base['latency_p50_over_floor']:.1f}x it"
+        )
     if "latency_p50_in_round_trips" in base:
         print(
             f"  steady release latency = {base['latency_p50_in_round_trips']:.1f}x (p50), "
