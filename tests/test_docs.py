@@ -20,7 +20,7 @@ from webhook.commands import certs as certs_command
 from webhook.commands.cli import SUBCOMMANDS, build_parser
 from webhook.commands.kubectl import KUBECTL_FLAGS
 from webhook.commands.serve import SERVE_ENV
-from webhook.domain import policy as policy_module
+from webhook.domain import policy_build as policy_module
 from webhook.domain.model import PREFIX
 from webhook.serving.metrics import Metrics
 

@@ -13,10 +13,11 @@ import json
 import re
 import shutil
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import yaml
 
@@ -29,9 +30,13 @@ from tests.conftest import (
     free_port,
     health_get,
     serve_argv,
+    server_env,
+    wait_until,
 )
+from tests.queue.test_queue_e2e import Cluster
 from tests.test_docs import anchors
 from tests.test_manifests import admitted, network_policy_sources, parse_objects
+from webhook.testing import KubeSim
 
 COMPONENT = REPO / "manifests" / "components" / "monitoring"
 RULES = COMPONENT / "prometheusrule.yaml"
@@ -173,27 +178,55 @@ def test_the_dashboard_is_grafana_json_with_a_datasource_variable() -> None:
 # --- every metric named exists on a running server -------------------------------------------------
 
 
+QUEUED_NAMESPACE = "team-q"
+
+
 @pytest.fixture(scope="module")
-def exposed_metrics(cert_dir: Path, start_server: Callable[..., ServerProcess]) -> Iterator[set[str]]:
-    """The sample names on /metrics of `gpupool serve` on the demo inventory and policy, after admissions
-    of every outcome there is traffic for (a placement, a quota denial, an invalid Pod)."""
-    port, health_port = free_port(), free_port()
-    argv = serve_argv(cert_dir, port, health_port, "--inventory", str(DEMO_INVENTORY),
-                      "--policy", str(REPO / "examples" / "policy.yaml"))  # fmt: skip
-    server = start_server(argv, health_port)
-    client = ApiServerClient(port, cert_dir / "ca.crt")
-    try:
-        for name in ("class-medium", "team-a-quota", "bad-annotation"):
-            pod = yaml.safe_load((REPO / "examples" / "pods" / f"{name}.yaml").read_text(encoding="utf-8"))
-            namespace = pod["metadata"]["namespace"]
-            assert client.review(admission_review(pod, namespace=namespace))["response"]["uid"]
-        # The gauges are refreshed every 5 s, the first time at the worker's start.
-        status, body, _ = health_get(health_port, "/metrics")
-        assert status == 200
-        yield {line.split("{")[0].split(" ")[0] for line in body.decode().splitlines() if not line.startswith("#")}
-    finally:
-        client.close()
-        server.stop()
+def exposed_metrics(tmp_path_factory: pytest.TempPathFactory, cert_dir: Path) -> Iterator[set[str]]:
+    """The sample names on /metrics of `gpupool serve` as installed: a live inventory (the demo cluster,
+    served by the API simulator) and a policy with a namespace that queues, so the queue runs and leads.
+    Traffic of every kind there is: admissions of every outcome (a placement, a quota denial, an invalid
+    Pod), a validating call, and two Pods queued in a namespace allowed one medium GPU, of which the leader
+    releases one while the other keeps waiting."""
+    work = tmp_path_factory.mktemp("monitoring")
+    policy = yaml.safe_load((REPO / "examples" / "policy.yaml").read_text(encoding="utf-8"))
+    policy["namespaces"][QUEUED_NAMESPACE] = {"placement": "queue", "classQuota": {"medium": 1}}
+    (work / "policy.yaml").write_text(yaml.safe_dump(policy), encoding="utf-8")
+    cluster_objects = yaml.safe_load(DEMO_INVENTORY.read_text(encoding="utf-8"))["items"]
+    with KubeSim(bookmark_interval=0.2) as sim:
+        sim.load(cluster_objects)
+        port, health_port = free_port(), free_port()
+        argv = serve_argv(cert_dir, port, health_port, "--kubeconfig", str(sim.write_kubeconfig(work / "kubeconfig")),
+                          "--policy", str(work / "policy.yaml"))  # fmt: skip
+        env = server_env(POD_NAME="gpupool-webhook-0", POD_NAMESPACE="gpupool-system")
+        server = ServerProcess(argv, work / "server.log", env, health_port).start()
+        client = ApiServerClient(port, cert_dir / "ca.crt")
+        try:
+            server.wait_ready()
+            for name in ("class-medium", "team-a-quota", "bad-annotation"):
+                pod = yaml.safe_load((REPO / "examples" / "pods" / f"{name}.yaml").read_text(encoding="utf-8"))
+                namespace = pod["metadata"]["namespace"]
+                assert client.review(admission_review(pod, namespace=namespace))["response"]["uid"]
+            validated = client.post(orjson.dumps(admission_review(pod, namespace=namespace)), path="/validate")
+            assert validated.status == 200 and validated.json()["response"]["uid"]
+            cluster = Cluster(sim, [server], [client])
+            for name in ("first", "second"):
+                cluster.create(name, QUEUED_NAMESPACE)
+            wait_until(lambda: cluster.released(QUEUED_NAMESPACE, "first"), 40, "the leader's release")
+            assert not cluster.released(QUEUED_NAMESPACE, "second")  # the class quota holds it
+
+            def scraped() -> set[str]:
+                status, body, _ = health_get(health_port, "/metrics")
+                assert status == 200
+                lines = body.decode().splitlines()
+                return {line.split("{")[0].split(" ")[0] for line in lines if not line.startswith("#")}
+
+            # The queue's gauges follow each pass of the runner (every second), the others every 5 s.
+            wait_until(lambda: "gpupool_queue_wait_seconds_count" in scraped(), 20, "the queue's metrics")
+            yield scraped()
+        finally:
+            client.close()
+            server.stop(timeout=20)
 
 
 def named_metrics(expr: str) -> set[str]:
@@ -207,6 +240,9 @@ def test_every_metric_an_alert_or_a_panel_names_is_exposed(exposed_metrics: set[
     named |= {m for _, e in panel_queries() for m in named_metrics(e)}
     named |= {m for v in dashboard()["templating"]["list"] for m in named_metrics(json.dumps(v.get("query", "")))}
     assert {"gpupool_quota_used_bytes", "gpupool_admission_duration_seconds_bucket"} <= named
+    queue = {"gpupool_queue_pods", "gpupool_queue_oldest_wait_seconds", "gpupool_queue_wait_seconds_bucket",
+             "gpupool_queue_releases_total", "gpupool_queue_leader"}  # fmt: skip
+    assert queue | {"gpupool_validations_total", "gpupool_serving_certificate_expiry_seconds"} <= named
     missing = sorted(named - exposed_metrics)
     assert not missing, f"named in the alerts or the dashboard but not on /metrics: {missing}"
 

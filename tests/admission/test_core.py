@@ -229,6 +229,7 @@ def placed_sample(name: str) -> tuple[dict[str, Any], Verdict, dict[str, Any]]:
 # Every sample Pod and whether it is placed; a new sample without a scenario test fails the first test.
 SAMPLE_OUTCOMES = {
     "bad-annotation.yaml": None,
+    "class-hint.yaml": None,
     "class-medium.yaml": T4,
     "class-preference.yaml": T4,
     "device-mig.yaml": A100_3G,
@@ -572,12 +573,15 @@ def test_product_a100_matches_only_the_a100() -> None:
 
 def test_product_h20_is_denied_and_never_matches_h200_or_h100() -> None:
     """No H20 in the demo cluster: denied (not an H100/H200 by substring), saying why for the nearest
-    pools and naming the product asked for."""
+    pool: the H100, of the H20's family, and no RTX 3060 or A100. The H100 is full, so no other product is
+    named as a fix."""
     _, result = sample_verdict("product-h20-not-h200.yaml")
     assert not result.allowed
     assert result.patch == () and result.placement is None
-    assert "H20" in result.message
-    assert "NVIDIA-" in result.message, "the message names the nearest pools"
+    assert result.message == (
+        "no GPU pool matches the Pod: NVIDIA-H100-80GB-HBM3: product NVIDIA-H100-80GB-HBM3 does not match "
+        "gpupool.io/gpu-product H20"
+    )
 
 
 def test_h20_does_not_match_an_h200_node() -> None:
@@ -1368,6 +1372,29 @@ def one_field_apart_st(draw: st.DrawFn) -> list[tuple[dict[str, Any], str]]:
     return calls
 
 
+_FIX = re.compile(r"(?:set|or) (gpupool\.io/[a-z-]+): ([A-Za-z0-9._-]+)")
+
+
+def named_fixes(message: str) -> list[tuple[str, str]]:
+    """The annotation values a denial names as fixes (`set gpupool.io/gpu-class: high`)."""
+    return _FIX.findall(message)
+
+
+_STOPPED = re.compile(r" with (gpupool\.io/[a-z-]+): ([A-Za-z0-9._-]+), but not now: ")
+
+
+def stopped_fixes(message: str) -> list[tuple[str, str]]:
+    """The annotation values a denial names as the Pod's to set but stopped now by a quota
+    (`with gpupool.io/gpu-class: high, but not now: ...`)."""
+    return _STOPPED.findall(message)
+
+
+def with_annotation(obj: dict[str, Any], key: str, value: str) -> dict[str, Any]:
+    changed = copy.deepcopy(obj)
+    changed["metadata"]["annotations"] = {**(changed["metadata"].get("annotations") or {}), key: value}
+    return changed
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(edits=st.lists(NODE_EDITS, max_size=12), calls=near_duplicates_st() | one_field_apart_st())
 def test_a_warm_memo_answers_as_a_cold_index_does(
@@ -1389,6 +1416,13 @@ def test_a_warm_memo_answers_as_a_cold_index_does(
         event(f"reason {cold.reason or cold.outcome}")
         assert warm == cold
         assert warm.reasons == cold.reasons
+        # A denial that names a fix decided the Pod again with that value (its request remembered in the
+        # shape memo, its plan in the index's): the Pod that follows the advice meets those memos warm.
+        for key, value in named_fixes(cold.message):
+            event("a fix named")
+            fixed = with_annotation(obj, key, value)
+            fixed_cold = evaluate(fixed, namespace, policy, build_index(objects, policy, "generated"))
+            assert evaluate(fixed, namespace, policy, warm_index, shapes=memo) == fixed_cold
 
 
 def placed_in_edited_fleet(

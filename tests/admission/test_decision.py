@@ -6,6 +6,7 @@ from typing import Any
 
 from tests.builders import GPU_TAINT, fleet, gpu_node, index_of, issue_fleet, mig_mixed_node, pod, policy
 from webhook.admission.decision import Decision, decide
+from webhook.admission.misses import product_distance
 from webhook.admission.pod import read_pod
 from webhook.admission.request import parse_request
 from webhook.domain.model import PoolKey
@@ -125,6 +126,55 @@ def test_no_matching_pool_denies_with_nearest_reasons() -> None:
     d = run({"gpupool.io/gpu-product": "A100", "gpupool.io/min-memory": "80Gi"})
     assert d.chosen is None and d.denial_reason == "no-match"
     assert "NVIDIA-A100-SXM4-40GB" in d.denial and "40Gi < min-memory 80Gi" in d.denial
+
+
+# --- the nearest pools: what a "no GPU pool matches" denial shows ----------------------------------------
+
+
+def test_the_nearest_pools_fail_the_fewest_requirements_each_with_all_it_lacks() -> None:
+    """Class medium with 40Gi: the A100 and H100 lack only their class and the L4 only memory, so they are
+    the nearest; the RTX 4090 lacks both its class and memory, so it is not among them, and explain says
+    both (not only the first found)."""
+    d = run({"gpupool.io/gpu-class": "medium", "gpupool.io/min-memory": "40Gi"})
+    assert d.denial == (
+        "no GPU pool matches the Pod: NVIDIA-A100-SXM4-40GB: class high not in medium (annotation); "
+        "NVIDIA-H100-80GB-HBM3: class high not in medium (annotation); NVIDIA-L4: 23034Mi < min-memory 40Gi"
+    )
+    assert f"{RTX}: rejected: class low not in medium (annotation); 24564Mi < min-memory 40Gi" in d.explain()
+
+
+def test_the_nearest_pools_for_a_product_the_cluster_lacks_are_of_its_family() -> None:
+    """`H20` on a fleet without one: every pool lacks the one product token, but the H100 and H200 have
+    a token of its family (H), so only they are the nearest, each saying what it lacks; the A100, T4 and
+    RTX 4090 are not named."""
+    h200 = gpu_node("h200-a", "NVIDIA-H200", 8, memory_mib=143771, gpu_class="high")
+    d = run({"gpupool.io/gpu-product": "H20"}, [*fleet(), h200])
+    assert d.denial == (
+        "no GPU pool matches the Pod: NVIDIA-H100-80GB-HBM3: product NVIDIA-H100-80GB-HBM3 does not match "
+        "gpupool.io/gpu-product H20; NVIDIA-H200: product NVIDIA-H200 does not match gpupool.io/gpu-product H20"
+    )
+
+
+def test_a_product_token_lacking_counts_more_than_one_of_the_same_family() -> None:
+    """`A100-80GB` lacks one token on the A100-40GB and on the H100-80GB, so both are as near (ties in
+    pool order); `A10` is nearer an A100 (same family) than an L4; of a list, the nearest counts."""
+    assert product_distance((("a100", "80gb"),), ("a100", "sxm4", "40gb")) == 2
+    assert product_distance((("a100", "80gb"),), ("h100", "80gb", "hbm3")) == 2
+    assert product_distance((("a10",),), ("a100", "sxm4", "40gb")) < product_distance((("a10",),), ("l4",))
+    assert product_distance((("80gb", "a100"),), ("a100", "80gb")) == 1  # every token, out of order
+    assert product_distance((("b200",), ("h20",)), ("h100", "80gb", "hbm3")) == 1  # the nearest of a list
+
+
+def test_pools_of_devices_the_pod_does_not_take_come_last() -> None:
+    """A whole-GPU Pod asking for a MIG profile's name: the MIG pool lacks only its device kind, fewer
+    than the whole A100 and T4 lack, yet those are the nearest shown (the MIG pool is explained)."""
+    d = run({"gpupool.io/gpu-product": "MIG-1g.5gb"}, issue_fleet())
+    assert d.denial == (
+        "no GPU pool matches the Pod: NVIDIA-A100-SXM4-40GB: product NVIDIA-A100-SXM4-40GB does not match "
+        "gpupool.io/gpu-product MIG-1g.5gb; Tesla-T4: product Tesla-T4 does not match gpupool.io/gpu-product "
+        "MIG-1g.5gb"
+    )
+    assert f"{MIG_1G}: rejected: device mig not in gpu (policy default)" in d.explain()
 
 
 def test_product_tokens_are_exact() -> None:

@@ -353,15 +353,24 @@ def test_an_unknown_node_is_no_exemption_from_the_namespaces_quota() -> None:
     assert within.allowed and within.patch == () and "class not checked" in within.warnings[0]
 
 
-def test_a_daemonset_reference_that_is_not_the_controller_gets_placed_like_any_pod() -> None:
-    """`controller: false` (or no controller field) is no DaemonSet's Pod: gpupool places it, so its H100
-    term cannot take a students Pod to a high GPU."""
-    for controller in (False, None):
-        obj = daemonset_pod("students", [ASKS_H100], controller=controller)
-        result = evaluate(obj, "students", demo_policy(), shared_demo_index())
-        assert not result.allowed or result.patch, result.message
-        if result.allowed:
-            assert result.placement is not None and result.placement.pool.gpu_class != "high"
+@pytest.mark.parametrize("controller", [False, None], ids=["controller-false", "no-controller-field"])
+@pytest.mark.parametrize(
+    "terms",
+    [[ASKS_H100], [NAMES_RTX, ASKS_H100], [NAMES_UNKNOWN]],
+    ids=["h100-term", "names-rtx-or-h100", "names-unknown-node"],
+)
+def test_a_daemonset_reference_that_is_not_the_controller_gets_placed_like_any_pod(
+    controller: bool | None, terms: list[dict[str, Any]]
+) -> None:
+    """`controller: false` (or no controller field) is no DaemonSet's Pod: gpupool places it, so a term
+    naming an RTX workstation (which got such a Pod allowed unchanged, its H100 term unseen) cannot take
+    a students Pod to a high GPU. An H100 term alone, or an unknown node, was placed or refused before
+    too and stays so."""
+    obj = daemonset_pod("students", terms, controller=controller)
+    result = evaluate(obj, "students", demo_policy(), shared_demo_index())
+    assert not result.allowed or result.patch, result.message
+    if result.allowed:
+        assert result.placement is not None and result.placement.pool.gpu_class != "high"
 
 
 # --- only Pods that could run hold capacity (issue 17, finding 9) -----------------------------------------
@@ -400,6 +409,40 @@ def test_pods_that_can_never_be_scheduled_hold_no_gpus(impossible: dict[str, Any
     placed = [admitter.admit(pod(f"real-{i}", "ml", annotations={"gpupool.io/gpu-class": "high"}), namespace="ml")
               for i in range(16)]  # fmt: skip
     assert all(r.allowed and r.placement is not None and r.placement.pool == A100 for r in placed)
+
+
+DEDICATED = {"key": "dedicated", "value": "inference", "effect": "NoSchedule"}
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["memory-beyond-any-node", "affinity-no-node-matches", "taint-not-tolerated", "taint-tolerated"],
+)
+def test_whether_a_pinned_pod_holds_follows_memory_affinity_and_taints(case: str) -> None:
+    """The rest of what the scheduler asks of a node: a memory request over every node's allocatable
+    (128Gi), a required node-affinity term no node matches, a NoSchedule taint the Pod does not
+    tolerate. Such Pods hold nothing in the pool; tolerating the taint, the same Pod holds its 2 GPUs."""
+    fleet = a100_fleet()
+    tolerations = [GPU_TOLERATION]
+    if case.startswith("taint"):
+        for node in fleet:
+            node["spec"]["taints"] = [DEDICATED]
+        if case == "taint-tolerated":
+            tolerations.append({**DEDICATED, "operator": "Equal"})
+    pins = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB", "gpu.accelerator/class": "high"}
+    placed = {"gpupool.io/pool": str(A100)}
+    obj = pod("w", "ml", gpus=2, annotations=placed, tolerations=tolerations, node_selector=pins)
+    if case == "memory-beyond-any-node":
+        obj["spec"]["containers"][0]["resources"]["requests"] = {"memory": "200Gi"}
+    elif case == "affinity-no-node-matches":
+        term = {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["nowhere"]}]}
+        obj["spec"]["affinity"] = {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+        }
+    index = index_of([*fleet, obj])
+    (stats,) = [s for s in index.pool_stats() if s.pool == A100]
+    held = 2 if case == "taint-tolerated" else 0
+    assert (stats.gpus_free, stats.pending) == (16 - held, held)
 
 
 def test_a_pod_that_becomes_schedulable_holds_again() -> None:

@@ -229,6 +229,18 @@ def test_a_pod_refused_before_its_request_is_read_drops_its_reservation() -> Non
     assert replica.reservations == 0
 
 
+def test_a_denial_of_the_validating_call_says_how_to_fix_it_as_the_mutating_call_does() -> None:
+    """A Pod whose mutating call never ran (failurePolicy Ignore and a timeout): the validating call
+    denies it as that call would have, with the same words on how to fix it (issue 21, finding 7)."""
+    replica = Replica(DEMO_OBJECTS, demo_policy())
+    obj = pod("big", "team-a", annotations={"gpupool.io/gpu-count": "2", "gpupool.io/min-memory": "40Gi"})
+    mutating = replica.admitter.admit(obj, namespace="team-a", dry_run=True)
+    checked = replica.validator.validate_create(obj, namespace="team-a")
+    assert (checked.verdict.allowed, checked.verdict.reason, checked.reservation) == (False, "no-match", "")
+    assert checked.verdict.message == mutating.message
+    assert "team-a allows it with gpupool.io/gpu-class: high, but not now: GPU memory quota" in mutating.message
+
+
 # --- CREATE: reservations ---------------------------------------------------------------------------
 
 
@@ -443,6 +455,45 @@ def test_trusted_users_and_groups_may_and_the_message_names_them() -> None:
     refused = update(validator, old, new)
     assert "only gpupool's service account system:serviceaccount:gpu:pool, user bob and group oncall" in refused.message
     assert not update(validator, old, new, Caller(GPUPOOL)).allowed  # another install's account
+
+
+def test_a_cluster_admin_releasing_by_hand_is_refused_unless_acting_as_gpupool_or_trusted() -> None:
+    """Being cluster-admin (system:masters) is no exception: the emergency release by hand of
+    docs/install.md impersonates gpupool's service account, or is made by a trusted group."""
+    old = queued_pod()
+    ungated = copy.deepcopy(old)
+    ungated["spec"].pop("schedulingGates")
+    admin = Caller("kubernetes-admin", ("kubeadm:cluster-admins", "system:masters", "system:authenticated"))
+    refused = update(Replica(fleet()).validator, old, ungated, admin)
+    assert f"kubernetes-admin changed scheduling gate {QUEUE_GATE} (removed)" in refused.message
+    assert update(Replica(fleet()).validator, old, ungated, Caller(GPUPOOL)).allowed
+    trusted = Trusted.of("gpupool-system", "gpupool-webhook", groups=["system:masters"])
+    assert update(Replica(fleet(), trusted=trusted).validator, old, ungated, admin).allowed
+
+
+KUEUE = "system:serviceaccount:kueue-system:kueue-controller-manager"
+KUEUE_GATE = "kueue.x-k8s.io/admission"
+
+
+def test_kueues_plain_pod_release_needs_its_service_account_trusted() -> None:
+    """Kueue's plain-Pod integration admits a Pod it gated by one update: its flavor's nodeSelector and
+    tolerations added, its gate removed. On a GPU Pod gpupool placed that changes what gpupool guards, so
+    it is refused from Kueue's service account unless the admin trusts it (--trusted-users, as
+    docs/install.md says); a flavor that adds nothing, only Kueue's gate removed, needs no trust."""
+    old = placed_pod()
+    old["spec"]["schedulingGates"] = [{"name": KUEUE_GATE}]
+    admitted = copy.deepcopy(old)
+    admitted["spec"].pop("schedulingGates")
+    admitted["spec"]["nodeSelector"]["cloud.google.com/gke-nodepool"] = "t4-pool"
+    admitted["spec"]["tolerations"].append({"key": "kueue.example.com/flavor", "operator": "Exists"})
+    refused = update(Replica(fleet()).validator, old, admitted, Caller(KUEUE))
+    assert (refused.allowed, refused.code, refused.reason) == (False, 403, "guarded")
+    assert f"{KUEUE} changed nodeSelector cloud.google.com/gke-nodepool; tolerations" in refused.message
+    trusted = Trusted.of("gpupool-system", "gpupool-webhook", users=[KUEUE])
+    assert update(Replica(fleet(), trusted=trusted).validator, old, admitted, Caller(KUEUE)).allowed
+    ungated = copy.deepcopy(old)
+    ungated["spec"].pop("schedulingGates")
+    assert update(Replica(fleet()).validator, old, ungated, Caller(KUEUE)).allowed
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
-"""The bounded memo: each key computed once, no key never remembered, and never more than its limit of
-entries or of bytes."""
+"""The bounded memo: each key computed once (twice once it has been full), no key never remembered, and
+never more than its limit of entries or of bytes."""
 
 from __future__ import annotations
 
@@ -36,7 +36,31 @@ def test_it_never_holds_more_than_its_limit() -> None:
     for i in range(10):
         memo.get(i, lambda: 0)
         assert len(memo) <= 3
-    assert memo.get(9, Counting()) == 0, "the newest entry survives the clearing"
+    assert memo.get(3, Counting()) == 0, "the entry that started it over survives the clearing"
+
+
+def test_once_full_a_stream_of_distinct_keys_is_not_kept() -> None:
+    """A memo that has filled up sees keys it will not see again (every Pod a new shape): it keeps none of
+    them, so garbage collections have nothing more to walk and nothing is dropped en masse again, while
+    a key computed a second time is kept from then on."""
+    memo = Memo(limit=100)
+    for i in range(101):  # full, then started over
+        memo.get(i, lambda: [0])
+    held = len(memo)
+    for i in range(1000, 1500):
+        memo.get(i, lambda: [0])
+    assert len(memo) == held
+    compute = Counting()
+    assert [memo.get("again", compute) for _ in range(3)] == [1, 2, 2]
+    assert len(memo) == held + 1
+
+
+def test_clear_starts_over_as_a_new_memo() -> None:
+    memo, compute = Memo(limit=2), Counting()
+    for i in range(3):
+        memo.get(i, lambda: 0)
+    memo.clear()
+    assert [memo.get("k", compute) for _ in range(2)] == [1, 1]
 
 
 def test_a_failed_computation_is_not_remembered() -> None:

@@ -7,9 +7,11 @@ import gc
 
 from tests.builders import fleet, index_of, pod, policy
 from tests.pools.probes import POLICY, RES, T4, T4_SELECTOR, free, free_per_node
+from webhook.admission.core import Admitter
 from webhook.domain.model import PoolKey
 from webhook.pools.kubeobj import pod_from_obj
 from webhook.pools.reservations import Reservations
+from webhook.sources.snapshot import SnapshotInventory
 
 # --- through the index ----------------------------------------------------------------------------------
 
@@ -279,3 +281,24 @@ def test_a_confirmed_reservation_is_found_by_the_watch_but_no_longer_by_a_valida
     assert reservations.echo("ml", "train-x7k2p", "train-", pool=T4, node="", gpus=1) is None
     made = pod("train-x7k2p", gpus=1, annotations={"gpupool.io/pool": str(T4)})
     assert reservations.shown(pod_from_obj(made, RES)) == token
+
+
+def test_a_queued_pods_admission_reserves_nothing() -> None:
+    """A review for a namespace whose Pods queue (forged or real) is answered with the queue's gate and
+    holds nothing until the queue releases the Pod: no reservation, no GPU of a pool, no quota."""
+    pol = policy("namespaces:\n  q: {placement: queue, classQuota: {medium: 2, low: 2}}\n")
+    index = index_of(fleet(), pol)
+
+    def held() -> tuple[int, int, int]:
+        stats = index.pool_stats()
+        used = sum(index.class_used("q", c) for c in pol.classes)
+        return index.reservations, sum(s.gpus_free for s in stats), used
+
+    before = held()
+    admitter = Admitter(pol, SnapshotInventory(index, "test"))
+    for i in range(5):
+        verdict = admitter.admit(pod(f"forged-{i}", "q", gpus=2), namespace="q")
+        assert verdict.allowed and verdict.placement is None, verdict.message
+        assert any(op.get("path") == "/spec/schedulingGates" for op in verdict.patch), verdict.patch
+    assert held() == before
+    assert before[0] == before[2] == 0

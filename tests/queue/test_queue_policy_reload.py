@@ -2,7 +2,7 @@
 `gpupool serve` against the API simulator, its --policy file mounted the way the kubelet mounts a
 ConfigMap, and changed step by step:
 
-1. a namespace starts queueing in a server that ran no queue: its Pods are gated and released;
+1. a namespace starts queueing: its Pods are gated and released, by the queue that ran already;
 2. a rule the queue reads changes (a classQuota raised, same pools): a Pod waiting for it is released;
 3. the pools change (the product table makes the T4s class high): the queue follows the inventory read
    again for them, the same process still leading, and releases onto the new pools.
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ApiServerClient, ServerProcess, free_port, serve_argv, server_env, wait_until
-from tests.queue.test_queue_e2e import WAIT, Cluster, node
+from tests.queue.test_queue_e2e import WAIT, Cluster, node, pod
 from tests.serving.test_policyfile import ConfigMapVolume, metric
 from webhook.testing import KubeSim
 
@@ -53,16 +53,17 @@ def test_the_queue_follows_the_policy_file(
                        60, "the new policy in use")  # fmt: skip
 
         try:
-            assert sim.get("leases", "gpupool-system", "gpupool") is None  # no namespace queues: no election
+            # The queue runs before any namespace queues (Pods gated under an earlier policy are released).
+            wait_until(lambda: sim.get("leases", "gpupool-system", "gpupool") is not None, WAIT, "the election")
             lists = sim.list_requests("pods")
 
-            # 1. team-q queues from now on: the worker lists again (its queue must hold every gated Pod),
-            #    leads, and releases the first Pod; the second waits for the classQuota.
+            # 1. team-q queues from now on: the same inventory (its queue holds every gated Pod already);
+            #    the leader releases the first Pod; the second waits for the classQuota.
             change(QUEUED)
             cluster.create("first", "team-q")
             wait_until(lambda: cluster.released("team-q", "first"), WAIT, "the first release")
             assert cluster.pool("team-q", "first") == "nvidia/medium/Tesla-T4"
-            assert sim.list_requests("pods") == lists + 1
+            assert sim.list_requests("pods") == lists
             leader = cluster.leader()
             assert leader.startswith("replica-a-")
             cluster.create("second", "team-q")
@@ -73,16 +74,42 @@ def test_the_queue_follows_the_policy_file(
             # 2. Room for two: the same inventory, and the waiting Pod goes.
             change(QUEUED_ROOM_FOR_TWO)
             wait_until(lambda: cluster.released("team-q", "second"), WAIT, "the release under the new quota")
-            assert sim.list_requests("pods") == lists + 1
+            assert sim.list_requests("pods") == lists
 
             # 3. New pools: the inventory is read again and the queue moves onto it, the same worker leading.
             change(QUEUED_T4_IS_HIGH)
             cluster.create("third", "team-q", cls="high")
             wait_until(lambda: cluster.released("team-q", "third"), WAIT, "a release onto the new pools")
             assert cluster.pool("team-q", "third") == "nvidia/high/Tesla-T4"
-            assert sim.list_requests("pods") == lists + 2
+            assert sim.list_requests("pods") == lists + 1
             assert cluster.leader() == leader
             assert sim.handler_errors == []
         finally:
             client.close()
             server.stop()
+
+
+def test_a_pod_gated_under_an_earlier_policy_is_released_after_a_restart(
+    cert_dir: Path, tmp_path: Path, start_server: Callable[..., ServerProcess]
+) -> None:
+    """team-q queued; the policy was changed to place at admission and gpupool restarted, with one Pod
+    still gated: no namespace queues now, but that Pod is released (by the rules in use), not stranded."""
+    volume = ConfigMapVolume(tmp_path / "policy", PLACED_NOW)
+    gated = pod("left-behind", "team-q")
+    gated["spec"]["schedulingGates"] = [{"name": "gpupool.io/queue"}]
+    gated["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+    with KubeSim(bookmark_interval=0.2) as sim:
+        sim.load([node("t4-a", "Tesla-T4", gpu_class=None), gated])
+        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+        port, health_port = free_port(), free_port()
+        argv = serve_argv(cert_dir, port, health_port, "--kubeconfig", str(kubeconfig), "--policy", volume.path)
+        server = start_server(argv, health_port, env=server_env(POD_NAME="replica-a", POD_NAMESPACE="gpupool-system"))
+        client = ApiServerClient(port, cert_dir / "ca.crt")
+        cluster = Cluster(sim, [server], [client])
+        try:
+            wait_until(lambda: cluster.released("team-q", "left-behind"), WAIT, "the release of the stranded Pod")
+        except AssertionError:
+            print(server.log())
+            raise
+        assert cluster.pool("team-q", "left-behind") == "nvidia/medium/Tesla-T4"
+        assert sim.handler_errors == []

@@ -281,3 +281,46 @@ def test_an_answer_with_a_body_that_is_not_its_length_is_not_sent() -> None:
     assert conn.next_request() is not None
     with pytest.raises(h11.LocalProtocolError):
         conn.answer(Answer(200, b"OK", [(b"content-length", b"5")], b"{}"), close=False)
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        pytest.param([(b"x-note", b"a\r\nSet-Cookie: s=1")], id="line-break-in-a-value"),
+        pytest.param([(b"x note", b"1")], id="space-in-a-name"),
+        pytest.param([(b"x-note", b" padded")], id="leading-space"),
+        pytest.param([(b"content-length", b"2"), (b"content-length", b"3")], id="two-lengths"),
+        pytest.param([(b"content-length", b"+2")], id="signed-length"),
+        pytest.param([(b"transfer-encoding", b"chunked")], id="transfer-encoding"),
+    ],
+)
+def test_an_answer_http_cannot_carry_as_it_is_is_not_sent(headers: list[tuple[bytes, bytes]]) -> None:
+    """gpupool frames the app's answer itself: a header field h11 would refuse to send is refused too, so
+    nothing the app answers can split the answer in two or leave its end ambiguous."""
+    conn = HttpConnection(LIMIT)
+    conn.feed(with_length(b"{}"))
+    assert conn.next_request() is not None
+    with pytest.raises(h11.LocalProtocolError):
+        conn.answer(Answer(200, b"OK", headers, b"{}"), close=False)
+
+
+def test_an_answer_without_a_length_gets_one_and_a_repeated_one_is_sent_once() -> None:
+    conn = HttpConnection(LIMIT)
+    conn.feed(with_length(b"{}") * 3)
+    answers = []
+    for headers in ([], [(b"content-length", b"2"), (b"Content-Length", b"2")], [(b"connection", b"keep-alive")]):
+        assert conn.next_request() is not None
+        answers.append(conn.answer(Answer(200, b"OK", headers, b"{}"), close=False))
+        assert conn.next_cycle()
+    read = read_answers(b"".join(answers))
+    assert [(r.status_code, body) for r, body in read] == [(200, b"{}")] * 3
+    assert [[v for k, v in r.headers if k == b"content-length"] for r, _ in read] == [[b"2"]] * 3
+
+
+def test_a_client_that_asks_to_close_is_answered_with_close_and_the_connection_ends() -> None:
+    conn = HttpConnection(LIMIT)
+    conn.feed(with_length(b"{}", HEAD + b"Connection: keep-alive, Close\r\n") + with_length(b"{}"))
+    assert conn.next_request() is not None
+    ((response, _),) = read_answers(conn.answer(OK, close=False))
+    assert dict(response.headers)[b"connection"] == b"close"
+    assert not conn.next_cycle()

@@ -325,20 +325,26 @@ class TestMultiprocess:
         text = multiprocess_exposition(str(tmp_path)).decode()
         assert 'gpupool_admissions_total{outcome="mutated",pool="nvidia/medium/NVIDIA-L4"} 2.0' in text
 
-    def test_a_namespace_whose_queue_emptied_reads_zero_not_its_last_count(self, tmp_path: Path) -> None:
-        """Removing a label does not reach the multiprocess files: a namespace whose last waiting Pod was
-        released must read 0 at the next scrape, not the count it had before."""
-        env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
-        worker = (
-            "from webhook.serving.metrics import Metrics\n"
-            "m = Metrics.private()\n"
-            "m.queue_waiting({'team-q': 44, 'team-r': 2})\n"
-            "m.queue_waiting({'team-r': 1})\n"
+    def test_a_namespace_whose_queue_emptied_reads_zero(self, tmp_path: Path) -> None:
+        """Under multiprocess mode a series cannot be removed (prometheus-client keeps it in the worker's
+        file): the queue's gauges of a namespace that no longer waits must read 0, not its last count, or
+        GpupoolQueueNoLeader and GpupoolQueueWaitLong would fire on Pods long released."""
+        script = textwrap.dedent(
+            """
+            from webhook.queue.waiting import Backlog
+            from webhook.serving.metrics import Metrics
+            m = Metrics.private()
+            m.queue_waiting({"team-a": Backlog(2, 7200.0), "team-b": Backlog(1, 60.0)})
+            m.queue_waiting({"team-b": Backlog(1, 61.0)})
+            """
         )
-        subprocess.run([sys.executable, "-c", worker], env=env, cwd=REPO, check=True, timeout=60)
+        env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+        subprocess.run([sys.executable, "-c", script], env=env, cwd=REPO, check=True, timeout=60)
         text = multiprocess_exposition(str(tmp_path)).decode()
-        assert 'gpupool_queue_pods{namespace="team-q"} 0.0' in text
-        assert 'gpupool_queue_pods{namespace="team-r"} 1.0' in text
+        assert 'gpupool_queue_pods{namespace="team-a"} 0.0' in text
+        assert 'gpupool_queue_oldest_wait_seconds{namespace="team-a"} 0.0' in text
+        assert 'gpupool_queue_pods{namespace="team-b"} 1.0' in text
+        assert 'gpupool_queue_oldest_wait_seconds{namespace="team-b"} 61.0' in text
 
     def test_empty_directory_has_no_ready_worker(self, tmp_path: Path) -> None:
         """Before any worker writes, no worker is ready."""

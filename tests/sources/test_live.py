@@ -181,7 +181,8 @@ def test_stale_inventory_denies_when_policy_says_so(live: LiveInventory, sim: Ku
 
 
 def test_quota_and_class_quota_denials(live: LiveInventory, sim: KubeSim) -> None:
-    """A ResourceQuota in the enforced form and a per-class quota from the policy both deny, naming the limit."""
+    """A ResourceQuota in the enforced form and a per-class quota from the policy both deny, naming the limit
+    (and, for the class quota, the class the namespace may use that has room)."""
     admitter = Admitter(POLICY, live)
     two = pod("p", namespace="team-b", annotations={"gpupool.io/gpu-count": "2"})
     denied = admitter.admit(two, namespace="team-b")
@@ -196,7 +197,8 @@ def test_quota_and_class_quota_denials(live: LiveInventory, sim: KubeSim) -> Non
     high = pod("q", namespace="team-a", annotations={"gpupool.io/gpu-class": "high"})
     eventually(lambda: not admitter.admit(high, namespace="team-a", dry_run=True).allowed, what="class quota")
     assert admitter.admit(high, namespace="team-a").message == (
-        "class quota high in namespace team-a exceeded: used 2 + requested 1 > hard 2"
+        "class quota high in namespace team-a exceeded: used 2 + requested 1 > hard 2. class medium fits 1 GPU and "
+        "team-a allows it: set gpupool.io/gpu-class: medium"
     )
 
 

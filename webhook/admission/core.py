@@ -18,6 +18,7 @@ from webhook.admission import verdict
 from webhook.admission.bound import check_bound, reachable, single_named_node
 from webhook.admission.decision import decide
 from webhook.admission.groups import decide_for_group
+from webhook.admission.hints import hinted
 from webhook.admission.patch import PatchSpec, build_patch
 from webhook.admission.pod import PodError, PodShape, PodView, read_ephemeral_containers, read_pod, shape_bytes
 from webhook.admission.queueing import queue_verdict
@@ -89,6 +90,15 @@ def prepare(pod: Any, namespace: str, policy: Policy, shapes: Memo = NO_MEMO) ->
         return verdict.deny(str(exc), code=verdict.CODE_INVALID, reason="invalid")
     if view.mirror:  # the kubelet's copy of a static Pod: already running, nothing to decide
         return verdict.allow("mirror Pod: created by the kubelet, not placed by gpupool")
+    if QUEUE_GATE in (view.shape.gates or ()) and policy.placement(view.namespace) != "queue":
+        # Only a Pod being created: one the queue holds already (gated under an earlier policy) is released
+        # by the rules in use (prepare_view), never stranded behind the gate.
+        return verdict.deny(
+            f"spec.schedulingGates: {QUEUE_GATE} is gpupool's own gate, for namespaces whose policy queues their "
+            f"Pods; namespace {view.namespace} places them at admission: remove the gate",
+            code=verdict.CODE_INVALID,
+            reason="invalid",
+        )
     req = shapes.get(view.shape, lambda: _request(view.shape, policy), size=lambda r: _weight(r, view.shape))
     if isinstance(req, Verdict):
         return req
@@ -123,13 +133,14 @@ def place(
             result = _partitions(req, policy, index)
         return replace(result, group=GroupNote(view.group, None, 0)) if view.group else result
     if policy.placement(req.namespace) == "queue":
-        return queue_verdict(view, req, decide(req, index, policy, quotas=False), policy, index)
+        return queue_verdict(view, req, decide(req, index, policy, quotas=False), policy, index, shapes=shapes)
     # The group is read from the ledger now, after the (memoised) plan: it is identity, not shape.
     decision, group = decide_for_group(decide(req, index, policy), req, view.group, index, policy)
     reasons = decision.explain() if explain else ()
     chosen = decision.chosen
     if chosen is None:
-        return verdict.deny(decision.denial, reasons=reasons, reason=decision.denial_reason, group=group)
+        message = hinted(decision, req, view, index, policy, shapes=shapes)
+        return verdict.deny(message, reasons=reasons, reason=decision.denial_reason, group=group)
     quota_problem = check_quotas(req, index, policy, chosen.resource)
     if quota_problem:
         return verdict.deny(quota_problem, reasons=reasons, reason="quota", group=group)
@@ -189,13 +200,6 @@ def _weight(value: GpuRequest | Verdict, shape: PodShape) -> int:
 def _request(shape: PodShape, policy: Policy) -> GpuRequest | Verdict:
     """What the Pod's shape alone decides: not gpupool's business, against the rules, malformed, or this
     request."""
-    if QUEUE_GATE in (shape.gates or ()) and policy.placement(shape.namespace) != "queue":
-        return verdict.deny(
-            f"spec.schedulingGates: {QUEUE_GATE} is gpupool's own gate, for namespaces whose policy queues their "
-            f"Pods; namespace {shape.namespace} places them at admission: remove the gate",
-            code=verdict.CODE_INVALID,
-            reason="invalid",
-        )
     if not wants_gpus(shape, policy):
         return verdict.allow("no gpupool.io/ annotation and no GPU resource")
     problem = visible_devices_problem(all_containers(shape), shape.namespace, policy)

@@ -7,18 +7,39 @@ messages can show the user the nearest misses.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from sys import getsizeof
 from typing import NamedTuple
 
+from webhook.admission.misses import (
+    MAX_NEAR_PRODUCTS,
+    OTHER_PRODUCT,
+    PLACE,
+    PRODUCT,
+    Miss,
+    Rejection,
+    alike,
+    describe,
+    fit_misses,
+    key_misses,
+    nearest,
+    nearness,
+    other_device,
+    pool_misses,
+    product_nearness,
+    rejection,
+    with_families,
+)
 from webhook.admission.quotas import class_quota_problem, memory_quota_problem
 from webhook.admission.request import REQUEST_WEIGHT, GpuRequest
 from webhook.admission.verdict import Reason
 from webhook.domain.affinity import PoolConstraint
-from webhook.domain.devices import GPU, KINDS, NOUNS, SHARED
-from webhook.domain.model import PREFIX, PoolKey, Taint
+from webhook.domain.devices import GPU, KINDS, NOUNS
+from webhook.domain.model import PoolKey, Taint
 from webhook.domain.policy import Policy
-from webhook.domain.products import format_version, matches, tokens, version_at_least
+from webhook.domain.products import format_version, tokens, version_at_least
 from webhook.domain.quantity import format_mib
 from webhook.pools.index import Group, Inseparable, Pool, PoolIndex
 from webhook.pools.nodes import NodeFacts
@@ -39,20 +60,6 @@ class Candidate(NamedTuple):
     fallback: bool  # of a class the Pod did not ask for
     kind: str = GPU  # the pool's devices: gpu, mig or shared
     groups: tuple[Group, ...] = ()  # the pool's node groups the Pod can reach and tolerates
-
-
-@dataclass(frozen=True, slots=True)
-class Rejection:
-    pool: PoolKey
-    reasons: tuple[str, ...]
-    other_device: bool = False  # a kind or resource the Pod does not take: never among the nearest misses
-
-
-def _describe(rejection: Rejection, all_rejections: list[Rejection]) -> str:
-    """`NVIDIA-A100-SXM4-40GB: 40Gi < min-memory 80Gi`; the full pool name when the product is ambiguous."""
-    same = sum(r.pool.product == rejection.pool.product for r in all_rejections)
-    name = rejection.pool.product if same == 1 else str(rejection.pool)
-    return f"{name}: {', '.join(rejection.reasons)}"
 
 
 class Decision(NamedTuple):
@@ -109,7 +116,7 @@ def decide(req: GpuRequest, index: PoolIndex, policy: Policy, *, quotas: bool = 
     # Keyed by the whole request, the plan's only input besides the nodes: nothing it reads is left out.
     plan = index.memo(req, lambda: _plan(req, index, policy), size=lambda plan: _plan_bytes(req, plan))
     candidates = [_candidate(req, option) for option in plan.options]
-    rejections = list(plan.rejections)
+    over_quota: list[Rejection] = []
 
     order = {c: i for i, c in enumerate(req.classes)} if req.classes else {c: policy.class_rank(c) for c in requested}
     kinds = {k: i for i, k in enumerate(req.devices)}
@@ -124,7 +131,7 @@ def decide(req: GpuRequest, index: PoolIndex, policy: Policy, *, quotas: bool = 
 
     candidates.sort(key=rank)
     (quota_note, quota_reason), candidates = (
-        _class_quota(req, index, policy, candidates, rejections) if quotas else (("", ""), candidates)
+        _class_quota(req, index, policy, candidates, over_quota) if quotas else (("", ""), candidates)
     )
     primary = [c for c in candidates if not c.fallback]
     chosen = next((c for c in candidates if c.fits), None)
@@ -135,55 +142,72 @@ def decide(req: GpuRequest, index: PoolIndex, policy: Policy, *, quotas: bool = 
                 f"gpupool: no free {'/'.join(requested)} GPUs; fell back to class {chosen.pool.gpu_class} "
                 f"({chosen.pool.product})"
             )
-        return Decision(chosen, "", tuple(warnings), tuple(candidates), tuple(rejections))
+        return Decision(chosen, "", tuple(warnings), tuple(candidates), (*plan.rejections, *over_quota))
     waiting = primary[0] if primary else (candidates[0] if candidates else None)
-    if waiting is None:
-        if quota_note:
-            return Decision(None, quota_note, (), (), tuple(rejections), quota_reason)
-        nearest = "; ".join(_describe(r, rejections) for r in rejections[:3])
-        nearest = nearest or f"the inventory has no {req.vendor.name} GPU pools"
-        return Decision(None, f"no GPU pool matches the Pod: {nearest}", (), (), tuple(rejections), "no-match")
-    if policy.defaults.on_no_capacity == "deny":
-        need = f"{req.pod_total} free {waiting.resource} on one node"
-        return Decision(
-            None,
-            f"no capacity: no pool that matches has {need} (best match {waiting.pool}, at most "
-            f"{waiting.max_free} free on one node); policy onNoCapacity is deny",
-            (),
-            tuple(candidates),
-            tuple(rejections),
-            "no-capacity",
-        )
+    if waiting is None or policy.defaults.on_no_capacity == "deny":
+        quota = (quota_note, quota_reason)
+        return _denied(req, index, policy, waiting, quota=quota, candidates=candidates, over_quota=over_quota)
     devices = "GPUs" if waiting.kind == GPU else f"{NOUNS[waiting.kind]}s"
     warnings.append(
         f"gpupool: no {waiting.pool.product} node has {req.pod_total} free {devices} now; the Pod will wait"
     )
-    return Decision(waiting, "", tuple(warnings), tuple(candidates), tuple(rejections))
+    return Decision(waiting, "", tuple(warnings), tuple(candidates), (*plan.rejections, *over_quota))
+
+
+def _denied(
+    req: GpuRequest,
+    index: PoolIndex,
+    policy: Policy,
+    waiting: Candidate | None,
+    *,
+    quota: tuple[str, Reason],
+    candidates: list[Candidate],
+    over_quota: list[Rejection],
+) -> Decision:
+    """The denial when no candidate fits (and the policy will not let the Pod wait) or none is left: it
+    says what the pools lack, each judged on all the Pod asks (worked out only now)."""
+    rejections = (*judged(req, index, policy), *over_quota)
+    if waiting is None:
+        if quota[0]:
+            return Decision(None, quota[0], (), (), rejections, quota[1])
+        near = "; ".join(describe(r, rejections) for r in nearest(rejections))
+        near = near or f"the inventory has no {req.vendor.name} GPU pools"
+        return Decision(None, f"no GPU pool matches the Pod: {near}", (), (), rejections, "no-match")
+    need = f"{req.pod_total} free {waiting.resource} on one node"
+    return Decision(
+        None,
+        f"no capacity: no pool that matches has {need} (best match {waiting.pool}, at most "
+        f"{waiting.max_free} free on one node); policy onNoCapacity is deny",
+        (),
+        tuple(candidates),
+        rejections,
+        "no-capacity",
+    )
+
+
+def _classes(req: GpuRequest, policy: Policy) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The classes the Pod asks for, and those it may fall back to."""
+    requested = req.classes or req.allowed_classes
+    top = max(policy.class_rank(c) for c in requested)
+    fallback = tuple(c for c in req.allowed_classes if policy.class_rank(c) > top) if req.fallback else ()
+    return requested, fallback
 
 
 def _plan(req: GpuRequest, index: PoolIndex, policy: Policy) -> _Plan:
-    requested = req.classes or req.allowed_classes
-    top = max(policy.class_rank(c) for c in requested)
-    fallback_classes = tuple(c for c in req.allowed_classes if policy.class_rank(c) > top) if req.fallback else ()
+    requested, fallback_classes = _classes(req, policy)
     options: list[_Option] = []
     rejections: list[Rejection] = []
     for pool in index.pools(req.vendor.name):
-        reasons = _pool_reasons(req, pool.key, pool.kind, requested, fallback_classes, devices=req.devices)
-        if not reasons and pool.kind == SHARED and req.count > 1:  # in a list of devices: skipped
-            reasons = [f"a shared replica is not a GPU: {PREFIX}gpu-count {req.count} needs gpu or mig"]
-        if reasons:
-            other = pool.kind not in req.devices or bool(req.resource and pool.resource != req.resource)
-            rejections.append(Rejection(pool.key, tuple(reasons), other))
+        misses = key_misses(req, pool, requested, fallback_classes)
+        if misses:
+            rejections.append(rejection(pool.key, misses, other_device(req, pool), complete=False))
             continue
         option = _option(req, pool, pool.key.gpu_class in fallback_classes, index)
         if isinstance(option, _Option):
             options.append(option)
         else:
-            rejections.append(Rejection(pool.key, (option,)))
-    # PoolKey's own ordering, spelt out: comparing strings is far cheaper than comparing dataclasses
-    rejections.sort(
-        key=lambda r: (r.other_device, len(r.reasons), r.pool.vendor, r.pool.gpu_class, r.pool.product, r.pool.resource)
-    )
+            rejections.append(rejection(pool.key, option))
+    rejections.sort(key=nearness)
     return _Plan(tuple(options), tuple(rejections))
 
 
@@ -191,45 +215,79 @@ def _plan_bytes(req: GpuRequest, plan: _Plan) -> int:
     """What a plan's memo entry holds: its request (REQUEST_WEIGHT times the shape it is read from, whose
     strings it keeps), each option (its own tuples; its pool, selector and groups are the index's) and
     each rejection's reasons. An estimate at or above what they hold (tests/pools/test_memo.py)."""
-    reasons = sum(_REJECTION_BYTES + sum(map(getsizeof, r.reasons)) for r in plan.rejections)
-    return REQUEST_WEIGHT * req.shape_bytes + _OPTION_BYTES * len(plan.options) + reasons
+    return REQUEST_WEIGHT * req.shape_bytes + _OPTION_BYTES * len(plan.options) + _rejections_bytes(plan.rejections)
 
 
-_OPTION_BYTES, _REJECTION_BYTES = 512, 256
+def _rejections_bytes(rejections: Sequence[Rejection]) -> int:
+    """What rejections hold: each its tuples (itself, its reasons, what they are about) and its reasons'
+    strings; its pool is the index's."""
+    return sum(_REJECTION_BYTES + sum(map(getsizeof, r.reasons)) for r in rejections)
 
 
-def _pool_reasons(
-    req: GpuRequest,
-    key: PoolKey,
-    kind: str,
-    requested: tuple[str, ...],
-    fallback: tuple[str, ...],
-    *,
-    devices: tuple[str, ...],
-) -> list[str]:
-    """Why a pool (of devices of `kind`) cannot take the Pod at all (not counting capacity); empty when it can."""
-    reasons = []
-    if req.pool_pin is not None and req.pool_pin != key:
-        reasons.append(f"{PREFIX}pool pins {req.pool_pin}")
-    resource = key.resource or req.vendor.resource
-    if req.resource and resource != req.resource:
-        reasons.append(f"its devices are {resource}, the Pod requests {req.resource}")
-    elif kind not in devices:
-        reasons.append(f"device {kind} not in {','.join(devices)} ({req.device_source})")
-    if key.gpu_class not in req.allowed_classes:
-        reasons.append(f"class {key.gpu_class} is not allowed in namespace {req.namespace}")
-    elif key.gpu_class not in requested and key.gpu_class not in fallback:
-        reasons.append(f"class {key.gpu_class} not in {'/'.join(requested)} ({req.class_source})")
-    if req.products:
-        product = tokens(key.product, req.vendor.product_prefixes)
-        if not any(matches(q, product) for q in req.products):
-            reasons.append(f"product {key.product} does not match {PREFIX}gpu-product {req.product_text}")
-    return reasons
+# A rejection's own tuples: 7 fields, and two of up to 7 reasons and kinds (96 + 2 x 96 bytes).
+_OPTION_BYTES, _REJECTION_BYTES = 512, 320
 
 
-def _option(req: GpuRequest, pool: Pool, fallback: bool, index: PoolIndex) -> _Option | str:
+def judged(req: GpuRequest, index: PoolIndex, policy: Policy) -> tuple[Rejection, ...]:
+    """Every pool that cannot take the Pod, nearest first, each with all it lacks: for a pool its key
+    rules out (class, device, product), also what its nodes have alike (memory, driver, compute
+    capability, CUDA, taints, size; no node is walked, no constraint worked out), and how near its product
+    is to the one asked for. What a denial shows and a hint (webhook.admission.hints) starts from; worked
+    out only for denials, since placing a Pod needs none of it, and remembered per request until a node
+    changes."""
+    return index.memo(
+        ("judged", req),
+        lambda: _judged(req, index, policy),
+        size=lambda judged: REQUEST_WEIGHT * req.shape_bytes + _rejections_bytes(judged),
+    )
+
+
+def _judged(req: GpuRequest, index: PoolIndex, policy: Policy) -> tuple[Rejection, ...]:
+    plan: _Plan = index.memo(req, lambda: _plan(req, index, policy), size=lambda plan: _plan_bytes(req, plan))
+    pools = {pool.key: pool for pool in index.pools(req.vendor.name)}
+    queries = with_families(req.products) if len(req.products) <= MAX_NEAR_PRODUCTS else ()  # once per request
+    rejections = []
+    for r in plan.rejections:
+        if r.complete or r.pool not in pools:
+            rejections.append(r)
+            continue
+        pool = pools[r.pool]
+        misses = [Miss(kind, text) for kind, text in zip(r.kinds, r.reasons, strict=True)]
+        for i, miss in enumerate(misses):
+            if miss.kind == PRODUCT and queries:
+                distance, related = product_nearness(queries, tokens(pool.key.product, req.vendor.product_prefixes))
+                misses[i] = Miss(PRODUCT if related else OTHER_PRODUCT, miss.text, distance)
+        misses += fit_misses(req, index.memo(("alike", pool.key), partial(alike, pool)))[1]
+        rejections.append(rejection(pool.key, misses, r.other_device))
+    rejections.sort(key=nearness)
+    return tuple(rejections)
+
+
+def _option(req: GpuRequest, pool: Pool, fallback: bool, index: PoolIndex) -> _Option | list[Miss]:
     """The pool as the Pod can use it (its constraint and the node groups the Pod reaches and tolerates),
     or why it cannot."""
+    place = _place(req, pool, index)
+    if not isinstance(place, tuple):
+        return [Miss(PLACE, place)]
+    constraint, groups = place
+    tolerated, misses = fit_misses(req, groups)
+    if misses:
+        return misses
+    return _Option(
+        pool=pool.key,
+        resource=pool.resource,
+        constraint=constraint,
+        groups=tuple(tolerated),
+        gpu_taints=tuple(sorted({t for g in tolerated for t in g.gpu_taints}, key=lambda t: (t.key, t.effect))),
+        memory_mib=min(g.min_memory_mib() for g in tolerated),
+        fallback=fallback,
+        kind=pool.kind,
+    )
+
+
+def _place(req: GpuRequest, pool: Pool, index: PoolIndex) -> tuple[PoolConstraint, tuple[Group, ...]] | str:
+    """The pool's constraint and its node groups the Pod's own nodeSelector and node affinity reach, or
+    why the Pod cannot get there at all."""
     constraint = index.constraint(pool.key)
     if isinstance(constraint, Inseparable):
         return constraint.reason
@@ -251,31 +309,7 @@ def _option(req: GpuRequest, pool: Pool, fallback: bool, index: PoolIndex) -> _O
         groups = tuple(g for g in groups if g in reached)
     if not groups:
         return "no nodes"
-    tolerated = [g for g in groups if all(req.tolerations.tolerates(t) for t in g.other_taints)]
-    if not tolerated:
-        taints = {
-            f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
-            for g in groups
-            for t in g.other_taints
-        }
-        return f"every node has taints the Pod does not tolerate: {', '.join(sorted(taints))}"
-    # The scheduler may pick any node the constraint reaches that the Pod tolerates: each must hold.
-    problem = _group_problem(req, tolerated)
-    if problem:
-        return problem
-    largest = max(g.largest_node() for g in tolerated)
-    if largest < req.pod_total:
-        return f"no node has {req.pod_total} GPUs (the largest has {largest})"
-    return _Option(
-        pool=pool.key,
-        resource=pool.resource,
-        constraint=constraint,
-        groups=tuple(tolerated),
-        gpu_taints=tuple(sorted({t for g in tolerated for t in g.gpu_taints}, key=lambda t: (t.key, t.effect))),
-        memory_mib=min(g.min_memory_mib() for g in tolerated),
-        fallback=fallback,
-        kind=pool.kind,
-    )
+    return constraint, groups
 
 
 def _pinned(req: GpuRequest, constraint: PoolConstraint) -> list[tuple[str, str]]:
@@ -326,29 +360,6 @@ def _candidate(req: GpuRequest, o: _Option) -> Candidate:
     )
 
 
-def _group_problem(req: GpuRequest, groups: list[Group]) -> str:
-    """Memory, driver, compute capability and CUDA must hold on every node the selector can reach, since
-    the scheduler may pick any."""
-    memory = min(g.min_memory_mib() for g in groups)
-    if req.min_memory_mib and memory < req.min_memory_mib:
-        have = format_mib(memory) if memory else "unknown memory"
-        return f"{have} < min-memory {format_mib(req.min_memory_mib)}"
-    for need, name, what, unknown, versions in (
-        (req.min_driver, "min-driver", "driver", "driver version", [g.min_driver() for g in groups]),
-        (req.min_compute, "min-compute-capability", "compute capability", "compute capability",
-         [g.min_compute() for g in groups]),
-        (req.min_cuda, "min-cuda", "CUDA", "CUDA version", [g.min_cuda() for g in groups]),
-    ):  # fmt: skip
-        if need is None:
-            continue
-        if any(v is None for v in versions):
-            return f"{unknown} unknown on some nodes ({name} {format_version(need)})"
-        oldest = min(v for v in versions if v is not None)
-        if not version_at_least(oldest, need):
-            return f"{what} {format_version(oldest)} < {name} {format_version(need)}"
-    return ""
-
-
 def _class_quota(
     req: GpuRequest, index: PoolIndex, policy: Policy, candidates: list[Candidate], rejections: list[Rejection]
 ) -> tuple[tuple[str, Reason], list[Candidate]]:
@@ -387,7 +398,7 @@ def bound_problem(req: GpuRequest, facts: NodeFacts) -> str:
     requested = req.classes if req.class_source == "annotation" else req.allowed_classes
     # Likewise the namespace's device default: a Pod on a node may use what the node offers.
     devices = req.devices if req.device_source == "annotation" else KINDS
-    reasons = _pool_reasons(req, facts.pool, facts.kind, requested, (), devices=devices)
+    reasons = [m.text for m in pool_misses(req, facts.pool, facts.kind, requested, (), devices=devices)]
     if req.min_memory_mib and facts.memory_mib < req.min_memory_mib:
         have = format_mib(facts.memory_mib) if facts.memory_mib else "unknown memory"
         reasons.append(f"{have} < min-memory {format_mib(req.min_memory_mib)}")

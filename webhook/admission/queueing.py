@@ -16,27 +16,34 @@ from __future__ import annotations
 
 from webhook.admission import verdict
 from webhook.admission.decision import Candidate, Decision
+from webhook.admission.hints import hinted
 from webhook.admission.patch import queue_patch
 from webhook.admission.pod import PodView
-from webhook.admission.quotas import check_quotas
+from webhook.admission.quotas import hard_limit_problem
 from webhook.admission.request import GpuRequest
 from webhook.admission.verdict import Reason, Verdict
 from webhook.domain.devices import NOUNS
 from webhook.domain.policy import Policy
-from webhook.domain.quantity import format_mib
 from webhook.pools.index import PoolIndex
+from webhook.pools.memo import NO_MEMO, Memo
 
 
-def queue_verdict(view: PodView, req: GpuRequest, decision: Decision, policy: Policy, index: PoolIndex) -> Verdict:
+def queue_verdict(
+    view: PodView, req: GpuRequest, decision: Decision, policy: Policy, index: PoolIndex, *, shapes: Memo = NO_MEMO
+) -> Verdict:
     """The verdict for a Pod the policy sends to the queue. `decision` is taken without the quotas the
     namespace uses now (webhook.admission.decision.decide(..., quotas=False)): only their hard limits
-    count here."""
+    count here. A Pod no pool could ever hold is told the annotation value that would queue it, if one
+    would (webhook.admission.hints)."""
     if not decision.candidates:
-        return verdict.deny(decision.denial, reasons=decision.explain(), reason=decision.denial_reason or "no-match")
+        message = hinted(decision, req, view, index, policy, shapes=shapes, queued=True)
+        return verdict.deny(message, reasons=decision.explain(), reason=decision.denial_reason or "no-match")
     problems: list[tuple[str, Reason]] = []
     kept: list[Candidate] = []
     for candidate in decision.candidates:
-        problem = _hard_limit_problem(req, candidate, policy, index)
+        problem = hard_limit_problem(
+            req, candidate.pool, index, policy, resource=candidate.resource, memory_mib=candidate.memory_mib
+        )
         if problem[0]:
             problems.append(problem)
         else:
@@ -58,29 +65,3 @@ def queue_verdict(view: PodView, req: GpuRequest, decision: Decision, policy: Po
         warnings=(waits,),
         reasons=decision.explain(),
     )
-
-
-def _hard_limit_problem(req: GpuRequest, candidate: Candidate, policy: Policy, index: PoolIndex) -> tuple[str, Reason]:
-    """Why the request alone is over a hard limit of the namespace's quotas in this pool ("" when it is
-    not): the class quota, the GPU-memory quota, or a ResourceQuota in any form gpupool checks."""
-    rule = policy.namespace(req.namespace)
-    limit = rule.class_quota.get(candidate.pool.gpu_class)
-    if limit is not None and req.pod_total > limit:
-        return (
-            f"class quota {candidate.pool.gpu_class} in namespace {req.namespace}: requested {req.pod_total} > hard "
-            f"{limit}",
-            "class-quota",
-        )
-    if rule.memory_quota_mib is not None:
-        if not candidate.memory_mib:
-            return (f"GPU memory quota in namespace {req.namespace}: the GPU memory of {candidate.pool} is unknown",
-                    "memory-quota")  # fmt: skip
-        mib = req.pod_total * candidate.memory_mib
-        if mib > rule.memory_quota_mib:
-            return (
-                f"GPU memory quota in namespace {req.namespace}: requested {format_mib(mib)} > hard "
-                f"{format_mib(rule.memory_quota_mib)}",
-                "memory-quota",
-            )
-    problem = check_quotas(req, index, policy, candidate.resource, use="hard")
-    return (problem, "quota") if problem else ("", "")

@@ -21,6 +21,7 @@ from typing import Literal, NamedTuple
 
 from webhook.admission.request import GpuRequest
 from webhook.admission.verdict import Reason
+from webhook.domain.model import PoolKey
 from webhook.domain.policy import Policy
 from webhook.domain.quantity import format_mib
 from webhook.pools.index import PoolIndex
@@ -164,3 +165,32 @@ def memory_total_problem(
         f"GPU memory quota in namespace {namespace} exceeded: used {format_mib(used)} + requested "
         f"{format_mib(mib)} > hard {format_mib(hard)}"
     )
+
+
+def hard_limit_problem(
+    req: GpuRequest, pool: PoolKey, index: PoolIndex, policy: Policy, *, resource: str, memory_mib: int
+) -> tuple[str, Reason]:
+    """Why the request alone is over a hard limit of the namespace's quotas in `pool` (of `resource`,
+    `memory_mib` per device; "" when it is not): the class quota, the GPU-memory quota, or a ResourceQuota
+    in any form gpupool checks. What a queued Pod is held to (webhook.admission.queueing), since it holds
+    nothing until it is released."""
+    rule = policy.namespace(req.namespace)
+    limit = rule.class_quota.get(pool.gpu_class)
+    if limit is not None and req.pod_total > limit:
+        return (
+            f"class quota {pool.gpu_class} in namespace {req.namespace}: requested {req.pod_total} > hard {limit}",
+            "class-quota",
+        )
+    if rule.memory_quota_mib is not None:
+        if not memory_mib:
+            return (f"GPU memory quota in namespace {req.namespace}: the GPU memory of {pool} is unknown",
+                    "memory-quota")  # fmt: skip
+        mib = req.pod_total * memory_mib
+        if mib > rule.memory_quota_mib:
+            return (
+                f"GPU memory quota in namespace {req.namespace}: requested {format_mib(mib)} > hard "
+                f"{format_mib(rule.memory_quota_mib)}",
+                "memory-quota",
+            )
+    problem = check_quotas(req, index, policy, resource, use="hard")
+    return (problem, "quota") if problem else ("", "")

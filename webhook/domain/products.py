@@ -25,6 +25,16 @@ def tokens(name: str, prefixes: Iterable[str] = ()) -> Tokens:
     return tuple(parts)
 
 
+def without_prefixes(name: str, prefixes: Iterable[str] = ()) -> str:
+    """A product name as `gpupool.io/gpu-product` gives it: its tokens as written, vendor prefixes dropped
+    from the front (`NVIDIA-H100-80GB-HBM3` -> `H100-80GB-HBM3`); its tokens are the name's."""
+    parts = [p for p in _SPLIT.split(name) if p]
+    drop = {p.lower() for p in prefixes}
+    while len(parts) > 1 and parts[0].lower() in drop:
+        parts.pop(0)
+    return "-".join(parts)
+
+
 def matches(query: Tokens, product: Tokens) -> bool:
     """True when every query token appears in the product, in order: `A100-80GB` matches
     `A100-SXM4-80GB`; `A10` does not match `A100`."""

@@ -6,6 +6,14 @@ is made, an entry heavier than a small share of the budget is never kept (a Pod 
 tolerations is computed each time, as it would be on a miss anyway), and when the budget or the entry limit
 is reached everything is dropped at once. Shapes in use come back at the next call, so memory never follows
 the attacker, and the common case (a few hundred shapes of ordinary Pods) never notices.
+
+Once a memo has filled up, it is seeing a stream of values it will not see again (a burst of distinct
+Pods, or someone sending them): from then on a key is kept only the second time it is computed (its hash
+is noted the first time, in a set bounded like the memo). Keeping every one of them cost more than
+computing them: each entry is some twenty objects that every full garbage collection walks, and with the
+memo full those collections took tens of milliseconds, landing on whichever admission allocated at that
+moment (the p99 with every Pod a new shape, docs/performance.md), and emptying the full memo took
+milliseconds more. A key in use is computed once more and then kept as before.
 """
 
 from __future__ import annotations
@@ -26,9 +34,9 @@ _DEFAULT_SIZE = sys.getsizeof(0)
 
 class Memo:
     """A bounded memo: at most `limit` entries weighing at most `max_bytes` together, all dropped at once
-    when full (cheap, and shapes in use come back at the next call). Safe across threads: a hit is one
-    dict lookup; making an entry takes a lock for a few dict operations, and a race only computes one
-    value twice."""
+    when full (cheap, and shapes in use come back at the next call); once it has been full, a key is kept
+    the second time it is computed. Safe across threads: a hit is one dict lookup; making an entry takes
+    a lock for a few dict operations, and a race only computes one value twice."""
 
     def __init__(self, limit: int = MEMO_LIMIT, max_bytes: int = MEMO_BYTES) -> None:
         self._limit = limit
@@ -37,6 +45,8 @@ class Memo:
         self._values: dict[Hashable, Any] = {}
         self._bytes = 0
         self._lock = threading.Lock()
+        self._overflowed = False  # it has been full: keys are kept the second time they are computed
+        self._seen: set[int] = set()  # hashes of keys computed once since then, at most `limit`
 
     @property
     def remembers(self) -> bool:
@@ -60,6 +70,8 @@ class Memo:
             value: T = self._values[key]
         except KeyError:
             value = compute()
+            if self._overflowed and self._first_time(key):
+                return value
             weight = ENTRY_BYTES + (size(value) if size is not None else held_bytes((key, value), self._max_entry))
             if weight > self._max_entry:
                 return value  # not kept: it would let one Pod take a share of the budget few Pods need
@@ -67,15 +79,32 @@ class Memo:
                 if len(self._values) >= self._limit or self._bytes + weight > self._max_bytes:
                     self._values.clear()
                     self._bytes = 0
+                    self._overflowed = True
                 if key not in self._values:
                     self._values[key] = value
                     self._bytes += weight
         return value
 
+    def _first_time(self, key: Hashable) -> bool:
+        """Whether `key` is computed for the first time since the memo overflowed (noting it if so). Two
+        keys of one hash only make the second kept a call early."""
+        digest = hash(key)
+        with self._lock:
+            if digest in self._seen:
+                self._seen.discard(digest)
+                return False
+            if len(self._seen) >= self._limit:
+                self._seen.clear()
+            self._seen.add(digest)
+            return True
+
     def clear(self) -> None:
+        """Forget everything, whether it had been full included."""
         with self._lock:
             self._values.clear()
             self._bytes = 0
+            self._overflowed = False
+            self._seen.clear()
 
     def __len__(self) -> int:
         return len(self._values)

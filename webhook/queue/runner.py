@@ -39,7 +39,7 @@ from webhook.pools.kubeobj import pod_from_obj
 from webhook.pools.memo import Memo
 from webhook.queue.leader import Elector
 from webhook.queue.release import Release, Wait, plan, settle
-from webhook.queue.waiting import Waiting, is_queued
+from webhook.queue.waiting import Backlog, Waiting, is_queued
 from webhook.sources.writes import Conflict, Event, Gone, Refused, Released, ReleaseResult
 
 log = logging.getLogger("gpupool.queue")
@@ -77,7 +77,7 @@ class Events(Protocol):
 class QueueMetrics(Protocol):
     """What the runner reports (webhook.serving.metrics implements it)."""
 
-    def queue_waiting(self, by_namespace: dict[str, int]) -> None: ...
+    def queue_waiting(self, backlog: dict[str, Backlog]) -> None: ...
 
     def queue_released(self, outcome: str, wait_seconds: float | None) -> None: ...
 
@@ -85,7 +85,7 @@ class QueueMetrics(Protocol):
 
 
 class NoMetrics:
-    def queue_waiting(self, by_namespace: dict[str, int]) -> None:
+    def queue_waiting(self, backlog: dict[str, Backlog]) -> None:
         return None
 
     def queue_released(self, outcome: str, wait_seconds: float | None) -> None:
@@ -217,7 +217,7 @@ class Runner:
         self._take_rebind()
         leading = self.elector.leading()
         self._metrics.queue_leading(leading)
-        self._metrics.queue_waiting(self.waiting.by_namespace())
+        self._metrics.queue_waiting(self.waiting.backlog(datetime.now(UTC)))
         if not leading:
             self._caught_up, self._catch_up_since = False, None
             self._answers()

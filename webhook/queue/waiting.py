@@ -57,6 +57,13 @@ class Queued(NamedTuple):
         return (now - then).total_seconds() if then.tzinfo is not None else None
 
 
+class Backlog(NamedTuple):
+    """A namespace's waiting Pods, as the metrics report them."""
+
+    pods: int
+    oldest_seconds: float
+
+
 def is_queued(obj: Obj) -> bool:
     """Does the raw Pod still wait behind gpupool's gate?"""
     return any(as_map(g).get("name") == QUEUE_GATE for g in as_list(as_map(obj.get("spec")).get("schedulingGates")))
@@ -169,12 +176,20 @@ class Waiting:
     def __len__(self) -> int:
         return len(self._pods)
 
-    def by_namespace(self) -> dict[str, int]:
+    def backlog(self, now: datetime) -> dict[str, Backlog]:
+        """Per namespace with waiting Pods: how many, and how long the one waiting longest has, in seconds
+        from its creation to `now` (from when this process first saw it when its creation time is
+        unreadable; never below zero, whatever the clocks say). A queue stuck on anything (no leader,
+        refused releases, a quota that never frees) shows in the second number before any release does."""
+        mono = self._clock()
         with self._lock:
-            counts: dict[str, int] = {}
-            for namespace, _ in self._pods:
-                counts[namespace] = counts.get(namespace, 0) + 1
-            return counts
+            found: dict[str, Backlog] = {}
+            for (namespace, _), q in self._pods.items():
+                age = q.age(now)
+                waited = max(age if age is not None else mono - q.since, 0.0)
+                pods, oldest = found.get(namespace, (0, 0.0))
+                found[namespace] = Backlog(pods + 1, max(oldest, waited))
+            return found
 
     def load(self, objects: Iterable[Obj]) -> None:
         """Take the queued Pods among `objects` (a snapshot file's), as one list."""

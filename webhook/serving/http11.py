@@ -4,7 +4,14 @@ gpupool's worker (webhook.serving.worker) reads every connection in its event lo
 reads to this connection's `HttpConnection`; a request comes out once all of it is there, parsed
 once: method, target, headers and body. The parsing is h11's (sans-I/O, fuzzed, linear in the bytes it
 is given, with O(1) state per chunk of a chunked body); this module adds gpupool's limits and turns
-every protocol error into the answer it deserves. The answer is framed by h11 too.
+every protocol error into the answer it deserves.
+
+The answer is framed here, not by h11: the app's answer is whole (status, headers, the body in memory),
+so framing it is one status line, its header fields checked as h11 checks them, a Content-Length, and
+the body. Through h11 (three events through its state machine, its header normalisation) that took
+about 25 µs per admission, a tenth of a whole request's CPU in the server (docs/performance.md). h11
+still reads every request: after an answer the connection's next request starts on a new h11 state with
+the bytes that followed this one.
 
 Refused with an answer, and the connection closed after it (`ProtocolError`):
 - what h11 refuses (400): a malformed request line, header or chunk size (`0x2`, `1_0`), HTTP/1.1
@@ -23,6 +30,7 @@ a request and the connection closes after the answer (`Request.close`).
 from __future__ import annotations
 
 import email.utils
+import re
 import time
 from http import HTTPStatus
 from typing import NamedTuple
@@ -35,6 +43,11 @@ HEAD_LIMIT = 64 * 1024  # request line and headers (also a chunk-size line, trai
 MAX_HEADERS = 100  # header fields of a request (gunicorn's default limit too); kube-apiserver sends about 8
 MAX_CHUNKS = 1024  # chunks of one chunked body: a client streaming 3 MiB sends KiBs per chunk, not bytes
 JSON = b"application/json"
+# What h11 accepts in a header field it sends (RFC 9110's token and field-value): the app's answer cannot
+# smuggle a line break into the answer.
+_FIELD_NAME = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
+_FIELD_VALUE = re.compile(rb"(?:[\x21-\x7e\x80-\xff](?:[\t\x20-\x7e\x80-\xff]*[\x21-\x7e\x80-\xff])?)?")
+_NO_BODY = (204, 304)  # answers that never carry a body, whatever their headers say
 
 
 class Request(NamedTuple):
@@ -70,16 +83,22 @@ class HttpConnection:
     """The HTTP/1.1 state of one connection: bytes in, whole requests out, answers framed."""
 
     def __init__(self, max_body: int) -> None:
-        self._h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=HEAD_LIMIT)
         self._max_body = max_body
-        self._start_request()
+        self._start_request(b"")
 
-    def _start_request(self) -> None:
+    def _start_request(self, data: bytes) -> None:
+        """A new request on this connection, beginning with `data` (bytes that followed the last one)."""
+        self._h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=HEAD_LIMIT)
+        if data:
+            self._h11.receive_data(data)
         self._head: h11.Request | None = None
         self._headers: list[tuple[bytes, bytes]] = []
-        self._body = bytearray()
+        self._body: list[bytes] = []  # the body's pieces as h11 gives them, joined once
+        self._size = 0  # their bytes
         self._chunks = 0
         self._method = b""  # of the request being answered (a HEAD answer has no body)
+        self._client_keeps = False  # the client keeps the connection after the answer (HTTP/1.1, no close)
+        self._reusable = False  # answered, and the connection may carry a next request
 
     def feed(self, data: bytes) -> None:
         """Bytes the client sent (never empty: the worker closes at EOF, there is nothing to parse then)."""
@@ -91,7 +110,7 @@ class HttpConnection:
         HEAD_LIMIT once it asks for more, plus what one read brought) and the body so far."""
         # h11 has no public count of its buffer (`trailing_data` copies it, which on a head sent one
         # byte at a time would cost quadratic time); the buffer's length is O(1).
-        return len(self._h11._receive_buffer) + len(self._body)
+        return len(self._h11._receive_buffer) + self._size
 
     @property
     def buffered(self) -> bool:
@@ -125,11 +144,15 @@ class HttpConnection:
         if len(headers) > MAX_HEADERS:
             raise ProtocolError(431, f"more than {MAX_HEADERS} header fields; accepted: at most {MAX_HEADERS}")
         length = coding = None
+        keeps = event.http_version >= b"1.1"  # h11's rule: HTTP/1.0 closes, and so does Connection: close
         for name, value in headers:
             if name == b"content-length":
                 length = value
             elif name == b"transfer-encoding":
                 coding = value
+            elif name == b"connection" and b"close" in (token.strip().lower() for token in value.split(b",")):
+                keeps = False
+        self._client_keeps = keeps
         if length is not None and coding is not None:
             raise ProtocolError(400, "Content-Length together with Transfer-Encoding: the body's end is ambiguous")
         if length is not None and int(length) > self._max_body:
@@ -141,17 +164,21 @@ class HttpConnection:
             self._chunks += 1
             if self._chunks > MAX_CHUNKS:
                 raise ProtocolError(400, f"a chunked body in more than {MAX_CHUNKS} chunks; send larger chunks")
-        self._body += event.data
-        if len(self._body) > self._max_body:
-            del self._body[self._max_body + 1 :]  # enough for the app to see the body is too large (413)
+        self._body.append(event.data)
+        self._size += len(event.data)
+        if self._size > self._max_body:
+            # Enough for the app to see the body is too large (413).
+            self._body = [b"".join(self._body)[: self._max_body + 1]]
+            self._size = len(self._body[0])
             return self._take(close=True)
         return None
 
     def _take(self, *, close: bool) -> Request:
         head = self._head
         assert head is not None
-        request = Request(head.method, head.target, self._headers, bytes(self._body), head.http_version, close)
-        self._body = bytearray()
+        body = self._body[0] if len(self._body) == 1 else b"".join(self._body)  # one piece: no copy
+        request = Request(head.method, head.target, self._headers, body, head.http_version, close)
+        self._body, self._size = [], 0
         return request
 
     def continue_due(self) -> bytes:
@@ -162,15 +189,42 @@ class HttpConnection:
 
     def answer(self, answer: Answer, *, close: bool) -> bytes:
         """The bytes of the answer to the request handed over last. Raises h11.LocalProtocolError when the
-        app's answer cannot be sent as it is (a header h11 refuses, a body that is not its Content-Length)."""
-        headers = [*answer.headers, (b"Date", http_date())]
-        if close:
-            headers.append((b"Connection", b"close"))
-        send = self._h11.send
-        data = send(h11.Response(status_code=answer.status, reason=answer.reason, headers=headers))
-        if answer.body and self._method != b"HEAD" and answer.status not in (204, 304):  # no body, whatever it says
-            data += send(h11.Data(data=answer.body))
-        return data + send(h11.EndOfMessage())
+        app's answer cannot be sent as it is (a header field h11 would refuse, a body that is not its
+        Content-Length, a Transfer-Encoding on a body that is whole)."""
+        status = answer.status
+        sends_body = self._method != b"HEAD" and status not in _NO_BODY
+        head = [b"HTTP/1.1 %d %s\r\n" % (status, answer.reason)]
+        length = None
+        for name, value in answer.headers:
+            if _FIELD_NAME.fullmatch(name) is None or _FIELD_VALUE.fullmatch(value) is None:
+                raise h11.LocalProtocolError(f"illegal header field {name[:64]!r}: {value[:64]!r}")
+            lower = name.lower()
+            if lower == b"content-length":
+                if not value.isdigit() or (length is not None and value != length):
+                    raise h11.LocalProtocolError(f"bad Content-Length {value[:64]!r}")
+                if length is not None:
+                    continue  # the same value again: sent once
+                length = value
+            elif lower == b"transfer-encoding":
+                raise h11.LocalProtocolError("Transfer-Encoding on an answer whose body is whole")
+            elif lower == b"connection":
+                continue  # hop-by-hop: the server's to say (PEP 3333), below
+            head.append(b"%s: %s\r\n" % (name, value))
+        if sends_body:
+            if length is None:
+                head.append(b"Content-Length: %d\r\n" % len(answer.body))
+            elif int(length) != len(answer.body):
+                raise h11.LocalProtocolError(f"a body of {len(answer.body)} bytes with Content-Length {length!r}")
+        head.append(b"Date: %s\r\n" % http_date())
+        keep = not close and self._client_keeps
+        if not keep:
+            head.append(b"Connection: close\r\n")
+        head.append(b"\r\n")
+        if sends_body and answer.body:
+            head.append(answer.body)
+        # Only a request read to its end leaves the connection at the next one's first byte.
+        self._reusable = keep and self._h11.their_state is h11.DONE
+        return b"".join(head)
 
     def refusal(self, error: ProtocolError) -> bytes:
         """The bytes of the answer to a request refused for `error` (the connection closes after it)."""
@@ -183,10 +237,10 @@ class HttpConnection:
 
     def next_cycle(self) -> bool:
         """After an answer: ready for the connection's next request (False: it must close)."""
-        if self._h11.our_state is not h11.DONE or self._h11.their_state is not h11.DONE:
+        if not self._reusable:
             return False
-        self._h11.start_next_cycle()
-        self._start_request()
+        rest, _ = self._h11.trailing_data  # a pipelined request, or the start of one: usually nothing
+        self._start_request(rest)
         return True
 
 

@@ -31,6 +31,7 @@ from webhook.domain.policy import Policy
 from webhook.domain.quantity import MIB
 from webhook.pools.inventory import Inventory
 from webhook.pools.quotas import QuotaRow, quota_rows, unenforced
+from webhook.queue.waiting import Backlog
 from webhook.serving.certs import CertificateExpiry
 
 # Admission latency as the webhook sees it (decode to encode): sub-millisecond normally. 2.5 s is half
@@ -181,6 +182,13 @@ class Metrics:
             registry=registry,
             multiprocess_mode="livemax",
         )
+        self.queue_oldest = Gauge(
+            "gpupool_queue_oldest_wait_seconds",
+            "Seconds the Pod waiting longest in gpupool's queue has waited since its creation, per namespace",
+            ["namespace"],
+            registry=registry,
+            multiprocess_mode="livemax",
+        )
         self.queue_wait = Histogram(
             "gpupool_queue_wait_seconds",
             "Time from a queued Pod's creation to its release by the leader",
@@ -211,13 +219,17 @@ class Metrics:
 
     # --- the queue (webhook.queue.runner.QueueMetrics) ---------------------------------------------------
 
-    def queue_waiting(self, by_namespace: dict[str, int]) -> None:
+    def queue_waiting(self, backlog: dict[str, Backlog]) -> None:
         with self._lock:
-            for gone in self._queue_namespaces - set(by_namespace):
-                self.queue_pods.labels(gone).set(0)  # not remove(): it does not reach the multiprocess files
-            for namespace, n in by_namespace.items():
-                self.queue_pods.labels(namespace).set(n)
-            self._queue_namespaces = set(by_namespace)
+            # Set to 0, not removed: prometheus-client cannot remove a series in multiprocess mode (the
+            # value stays in the worker's file), so a removed one would keep its last count for good.
+            for gone in self._queue_namespaces - set(backlog):
+                self.queue_pods.labels(gone).set(0)
+                self.queue_oldest.labels(gone).set(0)
+            for namespace, waiting in backlog.items():
+                self.queue_pods.labels(namespace).set(waiting.pods)
+                self.queue_oldest.labels(namespace).set(waiting.oldest_seconds)
+            self._queue_namespaces = set(backlog)
 
     def queue_released(self, outcome: str, wait_seconds: float | None) -> None:
         self.queue_releases.labels(outcome).inc()

@@ -19,8 +19,8 @@ What a new policy costs depends on what it changes (webhook.pools.index.pooling)
   so the new one holds every admission the watch has not shown yet.
 
 The server adds what else a worker runs on its inventory (the queue, webhook.serving.queueing): `reopen`
-opens the new inventory, `needs_inventory` asks for one although the pools are the same, and
-`switched` is told of the new inventory once the Admitter uses it, before the old one is closed.
+opens the new inventory and `switched` is told of the new inventory once the Admitter uses it, before the
+old one is closed.
 
 A file that does not load keeps the policy in use (and a new inventory being built for an earlier
 change goes on), logs the error naming the field, counts it (`gpupool_policy_reloads_total{result=
@@ -133,7 +133,6 @@ class PolicyReloader:
         *,
         interval: float = POLL_SECONDS,
         reopen: Callable[[Inventory, Policy], Inventory] = reopen_inventory,
-        needs_inventory: Callable[[Policy], bool] = lambda policy: False,
         switched: Callable[[Inventory], None] = lambda inventory: None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -142,7 +141,6 @@ class PolicyReloader:
         self._reloaded = reloaded
         self._interval = interval
         self._reopen = reopen
-        self._needs_inventory = needs_inventory
         self._switched = switched
         self._clock = clock
         self._used = file.current.sha256  # the version the Admitter decides by (the file may be ahead)
@@ -180,7 +178,7 @@ class PolicyReloader:
     def _begin(self, version: PolicyVersion) -> None:
         self._abandon()  # a newer file wins over a change still waiting for its inventory
         admitter = self._admitter
-        if pooling(version.policy) == pooling(admitter.policy) and not self._needs_inventory(version.policy):
+        if pooling(version.policy) == pooling(admitter.policy):
             admitter.use(version.policy)
             self._in_use(version, "the pools are unchanged, the inventory is kept")
             return

@@ -172,7 +172,6 @@ def real_app_loader(core: Core) -> LoadApp:
                     admitter,
                     metrics.policy_reloaded,
                     reopen=queue.reopen,
-                    needs_inventory=queue.needs_inventory,
                     switched=queue.use,
                 )
             reloader.start()

@@ -11,8 +11,8 @@ client into the main loop (non-blocking, epoll):
   its bytes arrive (webhook.serving.http11), and a thread gets it only once it is complete: method,
   target, headers and body, from which it builds the WSGI environ (webhook.serving.wsgi) and calls
   the app;
-- the thread frames the answer (h11 again) and writes it without blocking: what the socket does not
-  take at once is sent by the main loop as the client reads it;
+- the thread frames the answer (webhook.serving.http11) and writes it without blocking: what the
+  socket does not take at once is sent by the main loop as the client reads it;
 - a connection must send a complete request within REQUEST_SECONDS of being accepted, or of the first
   byte of its next request when kept alive; between requests it may stay idle for gunicorn's keepalive
   (120 s); an answer must be taken within REQUEST_SECONDS; otherwise the connection is closed;

@@ -1,8 +1,9 @@
 """A whole request to the bytes of its answer, through the WSGI app (PEP 3333). No sockets here.
 
 gpupool's worker hands a thread one whole request (webhook.serving.http11.Request); the thread builds
-its environ once, here, calls the app, and frames the status, headers and body it answers with h11
-(`respond`). The body is in memory already, so `wsgi.input` is a BytesIO and is always terminated.
+its environ once, here, calls the app, and frames the status, headers and body it answers
+(`respond`, with webhook.serving.http11). The body is in memory already, so `wsgi.input` is a BytesIO
+and is always terminated.
 """
 
 from __future__ import annotations
@@ -118,7 +119,7 @@ def call_app(app: WSGIApplication, environ: WSGIEnvironment) -> Answer:
 
 
 class Reply(NamedTuple):
-    data: bytes  # the answer's bytes, as h11 framed them (empty when there is no answer to send)
+    data: bytes  # the answer's bytes, framed (empty when there is no answer to send)
     close: bool  # close the connection after them
 
 
