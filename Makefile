@@ -98,6 +98,7 @@ bench: $(STAMP) ## run every benchmark in bench/ (minutes; not part of make test
 	$(BIN)/python bench/bench_cache.py
 	$(BIN)/python bench/bench_server.py
 	$(BIN)/python bench/bench_slow_clients.py
+	$(BIN)/python bench/bench_queue.py
 
 # Who may reach the two ports and which namespaces are left out: the same for `make manifests` and `make release`.
 ACCESS_OPTIONS = $(addprefix --control-plane-cidr ,$(CONTROL_PLANE_CIDRS)) \

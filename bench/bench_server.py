@@ -43,7 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -201,13 +201,21 @@ def free_port() -> int:
 
 @contextmanager
 def running(
-    argv: list[str], health_port: int, log: Path, ready_timeout: float = 60.0, tree: Path = REPO
+    argv: list[str],
+    health_port: int,
+    log: Path,
+    ready_timeout: float = 60.0,
+    *,
+    tree: Path = REPO,
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """Start a server (gpupool's code from `tree`), wait for its /readyz, yield its process; SIGTERM (then
-    SIGKILL) at the end."""
-    env = {**os.environ, "PYTHONPATH": str(tree)} if tree != REPO else None
+    """Start a server (gpupool's code from `tree`, `env` added to the environment), wait for its /readyz,
+    yield its process; SIGTERM (then SIGKILL) at the end."""
+    full_env = {**os.environ, **(env or {})}
+    if tree != REPO:
+        full_env["PYTHONPATH"] = str(tree)
     with open(log, "wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=tree, env=env)
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=tree, env=full_env)
     try:
         deadline = time.monotonic() + ready_timeout
         while True:

@@ -143,3 +143,33 @@ def test_the_writes_are_limited_to_qps_after_a_burst() -> None:
     assert bucket.delay() == pytest.approx(0.1)
     clock.now += 1.0
     assert bucket.delay() == 0.0
+
+
+def test_a_candidate_still_listing_never_takes_the_lease_from_one_that_could_release() -> None:
+    """The leader is killed; its Pod's restarted worker is still listing the cluster (half a minute at
+    scale) when the Lease expires. It must not take the Lease: holding it, it would release nothing and keep
+    the synced follower out. Once synced, it is an ordinary candidate."""
+    leases, clock = FakeLeases(), Clock()
+    wall = lambda: datetime(2026, 12, 1, tzinfo=UTC)  # noqa: E731
+    synced = False
+    killed, follower = candidates(leases, clock)
+    restarted = Elector(leases, "gpupool-restarted", clock=clock, wall=wall, ready=lambda: synced)
+    killed.try_once()
+    follower.try_once()
+    restarted.try_once()
+    clock.now += 15.1  # the Lease unrenewed for its duration: anyone ready may take it
+    assert not restarted.try_once() and not restarted.leading()
+    assert follower.try_once()
+    assert leases.record is not None and leases.record.holder == "gpupool-1"
+    follower.stop()
+    follower.run()  # hands the Lease back
+    assert not restarted.try_once()  # free, but still not synced
+    synced = True
+    assert restarted.try_once() and restarted.leading()
+
+
+def test_a_candidate_still_listing_does_not_create_the_lease() -> None:
+    leases, clock = FakeLeases(), Clock()
+    (a,) = candidates(leases, clock, 1)
+    a.ready = lambda: False
+    assert not a.try_once() and leases.record is None

@@ -100,6 +100,57 @@ class TestCommandLine:
             if proc.stdout is not None:
                 proc.stdout.close()
 
+    def test_control_sets_the_finish_rate_of_the_pods_the_selector_picks_and_the_audit_logs_it(
+        self, tmp_path: Path
+    ) -> None:
+        """Nothing finishes until `finish-rate N` comes on stdin; then only Pods with `app=batch` do, and the
+        audit log holds each of those writes with its store time; on exit a line gives the log's counts."""
+        kubeconfig, audit = tmp_path / "kubeconfig", tmp_path / "audit.jsonl"
+        argv = ["--nodes", "10", "--pods", "200", "--schedule", "--control", "--finish-selector", "app=batch",
+                "--audit-log", str(audit), "--audit-kinds", "pods", "--kubeconfig", str(kubeconfig)]  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "webhook.testing", *argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert proc.stdin is not None and proc.stdout is not None
+            assert "serving http://127.0.0.1:" in proc.stdout.readline()
+            with kubernetes.config.new_client_from_config(config_file=str(kubeconfig)) as client:
+                api = kubernetes.client.CoreV1Api(client)
+
+                def running(selector: str) -> int:
+                    found = api.list_pod_for_all_namespaces(
+                        label_selector=selector, field_selector="status.phase=Running", _request_timeout=TIMEOUT
+                    )
+                    return len(found.items)
+
+                time.sleep(0.5)
+                assert running("app=batch") == 16  # no finish rate yet
+                proc.stdin.write("finish-rate 1000\nbogus\n")
+                proc.stdin.flush()
+                assert proc.stdout.readline().strip() == "kubesim: finish-rate 1000"
+                assert "unknown command 'bogus'" in proc.stdout.readline()
+                deadline = time.monotonic() + TIMEOUT
+                while running("app=batch") and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                assert running("app=batch") == 0 and running("app!=batch") > 0
+            proc.terminate()
+            rest = proc.stdout.read().splitlines()
+            assert proc.wait(timeout=TIMEOUT) == 0
+            counts = json.loads(rest[-1].removeprefix("kubesim: audit "))
+            finished = [
+                e
+                for e in map(json.loads, audit.read_text().splitlines())
+                if e["object"]["status"]["phase"] == "Succeeded"
+            ]
+            assert len(finished) == 16 and {e["object"]["metadata"]["labels"]["app"] for e in finished} == {"batch"}
+            assert counts["gaps"] == 0 and counts["lines"] >= 16 and all(e["at"] > 0 for e in finished)
+        finally:
+            proc.kill()
+            proc.wait(timeout=TIMEOUT)
+            for pipe in (proc.stdin, proc.stdout):
+                if pipe is not None:
+                    pipe.close()
+
     def test_finish_options_need_schedule(self) -> None:
         done = subprocess.run(
             [sys.executable, "-m", "webhook.testing", "--finish-rate", "5"],
@@ -109,3 +160,17 @@ class TestCommandLine:
             check=False,
         )
         assert done.returncode == 2 and "need --schedule" in done.stderr
+
+    def test_a_bad_finish_selector_or_audit_kind_is_refused_naming_it(self) -> None:
+        for argv, named in (
+            (["--schedule", "--finish-selector", "a in b"], "--finish-selector"),
+            (["--audit-log", "/dev/null", "--audit-kinds", "pods,secrets"], "--audit-kinds"),
+        ):
+            done = subprocess.run(
+                [sys.executable, "-m", "webhook.testing", "--nodes", "1", "--pods", "1", *argv],
+                capture_output=True,
+                text=True,
+                timeout=TIMEOUT,
+                check=False,
+            )
+            assert done.returncode == 2 and named in done.stderr, done.stderr

@@ -4,9 +4,10 @@ client-go's rules (Kueue's timings): a candidate takes the Lease when nobody hol
 itself, or when the record it last observed has not changed for the Lease's duration (15 s); the holder
 renews every retry period (2 s); a holder that has not renewed within the renew deadline (10 s) of its
 last successful renewal stops leading at once, before anyone else may take the Lease (they wait the full
-duration after they last saw it change). Every write carries the resourceVersion it read, so two
-candidates never both win. On `stop` the holder hands the Lease back (holder "", duration 1 s) so that
-the next replica of a rolling update takes over at once.
+duration after they last saw it change). A candidate takes part only once it is ready to release (its
+inventory has synced). Every write carries the resourceVersion it read, so two candidates never both win.
+On `stop` the holder hands the Lease back (holder "", duration 1 s) so that the next replica of a rolling
+update takes over at once.
 
 Why not the `kubernetes` package's own `leaderelection.LeaderElection`: it measures the lease and the
 renew deadline with the wall clock (a clock step makes a follower take a valid Lease, or a leader keep
@@ -60,8 +61,13 @@ class Elector:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], datetime] = lambda: datetime.now(UTC),
         on_change: Callable[[bool], None] = lambda leading: None,
+        ready: Callable[[], bool] = lambda: True,
     ) -> None:
+        """`ready` says whether this candidate could release now (its inventory has synced): one that
+        could not does not take the Lease, even a free or expired one, since it would hold it and release
+        nothing (a restarted worker lists for half a minute at scale while a synced replica waits)."""
         self._leases = leases
+        self.ready = ready
         self.identity = identity
         self.times = times
         self._clock, self._wall = clock, wall
@@ -103,6 +109,8 @@ class Elector:
         current = self._leases.get()
         now = self._wall()
         if current is None:
+            if not self.ready():
+                return False
             record = LeaseRecord(self.identity, int(self.times.duration), now, now, 0)
             return self._won(self._leases.create(record), started, took_over=True)
         if self._observed is None or current != self._observed:  # any write changes its resourceVersion
@@ -110,7 +118,7 @@ class Elector:
         mine = current.holder == self.identity
         free = not current.holder
         expired = started >= self._observed_at + max(current.duration_seconds, 1)
-        if not (mine or free or expired):
+        if not (mine or free or expired) or not (mine or self.ready()):
             self._lose()
             return False
         record = LeaseRecord(

@@ -29,6 +29,7 @@ from webhook.admission.core import prepare_view
 from webhook.admission.decision import Candidate, Decision, decide
 from webhook.admission.groups import decide_for_group, pods_at_once
 from webhook.admission.patch import PatchSpec, release_patch, toleration_for
+from webhook.admission.pod import PodShape
 from webhook.admission.quotas import check_quotas
 from webhook.admission.request import GpuRequest
 from webhook.admission.verdict import Verdict
@@ -90,6 +91,10 @@ def plan(queued: list[Queued], index: PoolIndex, policy: Policy, *, shapes: Memo
             gangs.setdefault((q.key[0], q.view.group), []).append((q, req))
         ready.append((q, req))
     released_gangs: set[tuple[str, str]] = set()
+    # A Pod that waits makes every later Pod of its shape wait too: within a pass room and quota only get
+    # taken, and what it waits for stays blocked. So a saturated fleet's pass decides each shape once, not
+    # each Pod (a pass holds the inventory's lock, which admissions on this replica wait for).
+    shape_waits: dict[PodShape, Wait] = {}
     for q, req in ready:
         if len(releases) >= limit:
             break
@@ -105,11 +110,18 @@ def plan(queued: list[Queued], index: PoolIndex, policy: Policy, *, shapes: Memo
             releases.extend(outcome)
             released_gangs.add(gang_key)
             continue
+        shape = q.view.shape
+        earlier = None if q.view.group else shape_waits.get(shape)
+        if earlier is not None:
+            waits.append(Wait(q, earlier.code, earlier.reason))
+            continue
         one = _one(q, req, index, policy, blocked)
         if isinstance(one, Release):
             releases.append(one)
         else:
             waits.append(one)
+            if not q.view.group:  # siblings decide by their group's pools: not one shape's answer
+                shape_waits[shape] = one
     return Plan(releases, waits)
 
 

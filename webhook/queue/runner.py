@@ -6,11 +6,14 @@ leader keeps no state of its own that another replica would need: released Pods 
 `gpupool.io/pool` and no gate, queued Pods their gate, so a new leader carries on from its own watch.
 
 A pass (webhook.queue.release.plan, under the inventory's lock) decides the queue in order and applies
-each release to the index at once; the writes follow one by one, outside the lock, each a PATCH with
-the resourceVersion it was decided on. The index is then settled with what the API answered: the
-released Pod (counted until the watch shows it), or, on a conflict (409: the Pod changed; decided again
-next pass), a deletion (404) or a refusal, the Pod as it was. A write whose answer is lost (a timeout)
-is looked up before it is undone, so a release that did happen is never counted as not.
+each release to the index at once; the writes follow outside the lock, `WRITERS` in flight at a time (a
+release waits on the API's round trip, not on this process, so one at a time would cap the releases at
+one per round trip), each a PATCH with the resourceVersion it was decided on. The next pass does not wait
+for them: its index counts them as released already. The index is then settled with
+what the API answered: the released Pod (counted until the watch shows it), or, on a conflict (409: the
+Pod changed; decided again next pass), a deletion (404) or a refusal, the Pod as it was. A write whose
+answer is lost (a timeout) is looked up before it is undone, so a release that did happen is never
+counted as not.
 
 A new leader first waits until its Pod watch has caught up with the Lease it took (resourceVersions are
 etcd's revisions, so the watch has then seen every release its predecessor wrote), at most
@@ -23,6 +26,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent import futures
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, Protocol
@@ -35,13 +40,15 @@ from webhook.pools.memo import Memo
 from webhook.queue.leader import Elector
 from webhook.queue.release import Release, Wait, plan, settle
 from webhook.queue.waiting import Backlog, Waiting, is_queued
-from webhook.sources.writes import Conflict, Event, Gone, Released, ReleaseResult
+from webhook.sources.writes import Conflict, Event, Gone, Refused, Released, ReleaseResult
 
 log = logging.getLogger("gpupool.queue")
 
 TICK_SECONDS = 1.0  # a pass at least this often while leading, whatever the watches say
+ANSWER_SECONDS = 0.05  # while writes are in flight, their answers are settled at least this often
 CATCH_UP_SECONDS = 5.0  # at most this long for a new leader's watch to reach the Lease's version
 BATCH = 500  # releases decided per pass; the next pass follows at once
+WRITERS = 8  # release PATCHes in flight at once (the API client's connection pool holds them: live.api_client)
 
 
 class Inventory(Protocol):
@@ -110,8 +117,9 @@ UNLIMITED = TokenBucket(1e9, 10**9)
 
 
 class PassResult(NamedTuple):
-    released: int
+    released: int  # writes answered "released" during the pass (run_pass: its own, every one answered)
     waiting: list[Wait]
+    decided: int = 0  # releases the pass decided
 
 
 class Runner:
@@ -127,6 +135,7 @@ class Runner:
         limiter: TokenBucket = UNLIMITED,
         clock: Callable[[], float] = time.monotonic,
         policy: Callable[[Inventory], Policy] = lambda inventory: inventory.policy,
+        writers: int = WRITERS,
     ) -> None:
         """`policy` gives the policy a pass on the runner's inventory decides by: the inventory's own by
         default; the server's is the one admission uses now, which a change of namespace rules makes
@@ -139,6 +148,10 @@ class Runner:
         self._metrics = metrics or NoMetrics()
         self._clock = clock
         self._limiter = limiter
+        self._writers = writers
+        self._pool = ThreadPoolExecutor(max_workers=writers, thread_name_prefix="gpupool-release")
+        self._sending: set[Future[tuple[Release, ReleaseResult]]] = set()  # writes in flight, settled by the loop
+        self._passed_at = float("-inf")  # when the last pass began (the loop's clock)
         self._stop = threading.Event()
         self._shapes = Memo()  # what a Pod's shape decides, for one policy only
         self._shapes_for: Policy | None = None
@@ -181,32 +194,43 @@ class Runner:
         elector, loop = self._threads or (None, None)
         if loop is not None:
             loop.join(10.0)
+        self._pool.shutdown(wait=False)
         self.elector.stop()
         if elector is not None:
             elector.join(10.0)
 
     def run(self) -> None:
-        while not self._stop.is_set():
-            self.waiting.wake.wait(TICK_SECONDS)
-            self.waiting.wake.clear()
-            if self._stop.is_set():
-                return
-            self._take_rebind()
-            leading = self.elector.leading()
-            self._metrics.queue_leading(leading)
-            self._metrics.queue_waiting(self.waiting.backlog(datetime.now(UTC)))
-            if not leading:
-                self._caught_up, self._catch_up_since = False, None
-                continue
-            if not self.inventory.ready or not self._catch_up():
-                continue
-            try:
-                result = self.run_pass()
-            except Exception:  # a bug must not stop the queue for good: logged, and the next pass tries again
-                log.exception("a pass of the queue failed")
-                continue
-            if result.released >= BATCH:
-                self.waiting.wake.set()
+        try:
+            while not self._stop.is_set():
+                woke = self.waiting.wake.wait(ANSWER_SECONDS if self._sending else TICK_SECONDS)
+                if self._stop.is_set():
+                    return
+                if not woke and self._clock() - self._passed_at < TICK_SECONDS:
+                    self._answers()  # writes came back, nothing else changed: no pass for that
+                    continue
+                self.waiting.wake.clear()
+                self._loop_once()
+        finally:
+            self._answers(every=True)  # nothing of this leader's still in flight once it stops
+
+    def _loop_once(self) -> None:
+        self._take_rebind()
+        leading = self.elector.leading()
+        self._metrics.queue_leading(leading)
+        self._metrics.queue_waiting(self.waiting.backlog(datetime.now(UTC)))
+        if not leading:
+            self._caught_up, self._catch_up_since = False, None
+            self._answers()
+            return
+        if not self.inventory.ready or not self._catch_up():
+            return
+        try:
+            result = self._pass()
+        except Exception:  # a bug must not stop the queue for good: logged, and the next pass tries again
+            log.exception("a pass of the queue failed")
+            return
+        if result.decided >= BATCH:
+            self.waiting.wake.set()
 
     def _catch_up(self) -> bool:
         """A new leader's watch must have reached the Lease's version (or had CATCH_UP_SECONDS to)."""
@@ -224,28 +248,76 @@ class Runner:
         return False
 
     def run_pass(self) -> PassResult:
-        """One pass: settle writes whose answer was lost, decide, write, tell."""
+        """One pass, its writes answered before it returns (the loop's own passes do not wait for theirs)."""
+        result = self._pass()
+        return result._replace(released=result.released + self._answers(every=True))
+
+    def _pass(self) -> PassResult:
+        """Settle the writes answered since the last pass and those whose answer was lost, decide, send,
+        tell. The writes are not waited for: the next pass may start while they are in flight (its index
+        counts them as released), so room that appears meanwhile waits for no API round trip but its own."""
+        released = self._answers()
         self._resolve_uncertain()
+        self._passed_at = self._clock()
         policy = self._policy(self.inventory)
         if policy is not self._shapes_for:
             self._shapes, self._shapes_for = Memo(), policy
         with self.inventory.read() as index:
             decided = plan(self.waiting.ordered(), index, policy, shapes=self._shapes, limit=BATCH)
         self._tell_queued(decided.waits)
-        released = 0
-        for i, release in enumerate(decided.releases):
-            if self._stop.is_set() or self.elector.remaining() < 1.0:
-                self._undo(decided.releases[i:])  # may no longer lead: another replica decides them
-                break
-            released += self._write(release)
-        return PassResult(released, decided.waits)
+        released += self._send_all(decided.releases)
+        return PassResult(released, decided.waits, len(decided.releases))
 
-    def _write(self, release: Release) -> int:
+    def _send_all(self, releases: list[Release]) -> int:
+        """Send the releases in their order, at most `writers` in flight (answers taken meanwhile are
+        settled, and counted in the result when released). Stops sending (and undoes the rest) once it may
+        no longer lead."""
+        released = 0
+        for i, release in enumerate(releases):
+            if self._stop.is_set() or self.elector.remaining() < 1.0:
+                self._undo(releases[i:])  # may no longer lead: another replica decides them
+                break
+            while len(self._sending) >= self._writers:
+                released += self._answers(one=True)
+            delay = self._limiter.delay()
+            if delay:
+                self._stop.wait(delay)
+            future = self._pool.submit(self._send, release)
+            future.add_done_callback(self._on_answer)
+            self._sending.add(future)
+        return released
+
+    def _on_answer(self, future: Future[tuple[Release, ReleaseResult]]) -> None:
+        """On the writer's thread: a write that did not release its Pod wakes the loop, which decides it
+        again; a release is settled at the loop's next look (at most ANSWER_SECONDS later)."""
+        if not isinstance(future.result()[1], Released):
+            self.waiting.wake.set()
+
+    def _answers(self, *, one: bool = False, every: bool = False) -> int:
+        """Settle the writes answered so far (with `one`, wait for at least one; with `every`, for all), on
+        the loop's thread; the number released."""
+        if not self._sending:
+            return 0
+        if every or one:
+            until = futures.ALL_COMPLETED if every else futures.FIRST_COMPLETED
+            done, pending = futures.wait(self._sending, return_when=until)
+        else:
+            done = {f for f in self._sending if f.done()}
+            pending = self._sending - done
+        self._sending = pending
+        return sum(self._answered(*f.result()) for f in done)
+
+    def _send(self, release: Release) -> tuple[Release, ReleaseResult]:
         namespace, name = release.queued.key
-        wait = self._limiter.delay()
-        if wait:
-            self._stop.wait(wait)
-        result = self._releaser.release(namespace, name, release.patch)
+        try:
+            return release, self._releaser.release(namespace, name, release.patch)
+        except Exception as exc:  # a bug must not leave the Pod counted as released for good: looked up next pass
+            log.exception("release of %s/%s failed", namespace, name)
+            return release, Refused(0, f"{type(exc).__name__}: {exc}")
+
+    def _answered(self, release: Release, result: ReleaseResult) -> int:
+        """Settle the index with a write's answer: 1 when the Pod was released."""
+        namespace, name = release.queued.key
         if isinstance(result, Released):
             self._settle(release, result.obj)
             self._released(release, "released")

@@ -7,7 +7,8 @@ creation time, then namespace and name.
 
 The inventory calls `replace` and `apply` for every page and event of every kind, inside its own lock
 (webhook.sources.live.Observer), so the queue and the pool index always agree; anything that changes may
-make room, so every call wakes the leader.
+make room, so every call wakes the leader, except the events of Pods that hold no devices the pools count
+(most of a cluster's Pod events: they free no room, and a pass over a long queue is not free).
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from webhook.admission.pod import PodError, PodView, read_pod
-from webhook.domain.model import QUEUE_GATE, PodInfo, PodKey
+from webhook.domain.model import POOL_ANNOTATION, QUEUE_GATE, PodInfo, PodKey
 from webhook.domain.policy import Policy
-from webhook.pools.kubeobj import as_list, as_map, pod_from_obj
+from webhook.pools.kubeobj import as_list, as_map, pod_from_obj, pod_gpu_requests
 
 log = logging.getLogger("gpupool.queue")
 
@@ -131,7 +132,16 @@ class Waiting:
                     self._drop(_key(obj))
                 else:
                     self._take(obj)
+            if not self._counts(obj):
+                return  # a Pod that holds no GPU frees none: no pass (each holds the inventory's lock)
         self.wake.set()
+
+    def _counts(self, obj: Obj) -> bool:
+        """Does the Pod hold (or want) devices the pools count? The same test as the pool index's."""
+        spec, meta = as_map(obj.get("spec")), as_map(obj.get("metadata"))
+        if POOL_ANNOTATION in as_map(meta.get("annotations")):
+            return True
+        return bool(pod_gpu_requests(spec, self.policy.gpu_resources, self.policy.partition_prefixes))
 
     def _take(self, obj: Obj) -> PodKey | None:
         if not is_queued(obj):

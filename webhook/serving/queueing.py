@@ -81,7 +81,7 @@ class WorkerQueue:
             elector = Elector(lease, identity, on_change=self._metrics.queue_leading)
             self._events = EventRecorder(api, identity).start()
             limiter = TokenBucket(self._settings.qps, self._settings.burst)
-            self._runner = Runner(
+            runner = Runner(
                 live,
                 waiting,
                 elector,
@@ -90,7 +90,10 @@ class WorkerQueue:
                 metrics=self._metrics,
                 limiter=limiter,
                 policy=self._policy_for,
-            ).start()
+            )
+            # Not before its inventory has synced: a restarted worker must not hold the Lease while it lists.
+            elector.ready = lambda: runner.inventory.ready
+            self._runner = runner.start()
 
     def reopen(self, inventory: Inventory, policy: Policy) -> Inventory:
         """`reopen_inventory`, with the new live inventory's queue attached before it lists."""

@@ -235,17 +235,27 @@ class InventoryConnectError(ConfigError):
     """No usable Kubernetes configuration."""
 
 
+POOL_CONNECTIONS = 24  # connections the API client keeps to the API server (see api_client)
+
+
 def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any:
     """A `kubernetes.client.ApiClient`: the in-cluster config when running in a Pod, else KUBECONFIG /
     ~/.kube/config (or `kubeconfig`), at its current context (or `context`, as kubectl's --context)."""
+    configuration = client.Configuration()
     try:
         in_cluster = kube_config.incluster_config.SERVICE_HOST_ENV_NAME in os.environ
         if kubeconfig is None and context is None and in_cluster:
-            kube_config.load_incluster_config()  # type: ignore[no-untyped-call]  # client is untyped
-            return client.ApiClient()
-        return kube_config.new_client_from_config(config_file=kubeconfig, context=context)  # type: ignore[no-untyped-call]
+            kube_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]  # client is untyped
+        else:
+            kube_config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=kubeconfig, context=context, client_configuration=configuration, persist_config=True
+            )
     except (kube_config.ConfigException, OSError, TypeError, ValueError) as exc:
         raise InventoryConnectError(f"cannot load Kubernetes configuration: {exc}") from None
+    # The pool's default is 5 per CPU of the machine; the watches, the Lease, the Events and the queue's
+    # concurrent releases hold more than that at once on a small node, and urllib3 closes what does not fit.
+    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, POOL_CONNECTIONS)
+    return client.ApiClient(configuration)
 
 
 def context_namespace(kubeconfig: str | None = None, context: str | None = None) -> str:

@@ -31,6 +31,7 @@ from typing import Any
 import orjson
 
 from webhook.testing.kubeapi import ApiState, Server, new_server, shutdown_quietly
+from webhook.testing.kubeaudit import AuditLog
 from webhook.testing.kubechurn import Churn
 from webhook.testing.kubehttp import VERBS
 from webhook.testing.kubepods import apply_defaults, has_defaults
@@ -66,6 +67,7 @@ class KubeSim:
         self._thread: threading.Thread | None = None
         self._churn: Churn | None = None
         self._scheduler: Scheduler | None = None
+        self._audit: AuditLog | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -78,7 +80,7 @@ class KubeSim:
 
     def stop(self) -> None:
         """Stop any churn and scheduler, close the listener and every connection (watch streams end
-        abruptly); idempotent."""
+        abruptly), then finish the audit log; idempotent."""
         if self._churn is not None:
             self._churn.stop()
         if self._scheduler is not None:
@@ -87,6 +89,8 @@ class KubeSim:
             self._state.closing = True
             self._state.lock.notify_all()
         self._close_server()
+        if self._audit is not None:
+            self._audit.stop()
 
     def __enter__(self) -> KubeSim:
         return self.start()
@@ -215,6 +219,15 @@ class KubeSim:
         if self._churn is not None:
             self._churn.binds = False
         return self._scheduler
+
+    def audit(self, path: str | os.PathLike[str], kinds: Iterable[str] | None = None) -> AuditLog:
+        """Log every write from now on (of `kinds`, e.g. `["pods", "nodes"]`; None: all) to `path`, one JSON
+        line each with the object and the time the store made it (webhook.testing.kubeaudit), until `stop()`.
+        Returns the running AuditLog."""
+        if self._audit is not None:
+            raise RuntimeError("KubeSim already keeps an audit log")
+        self._audit = AuditLog(self._store, path, kinds).start()
+        return self._audit
 
     # -- faults ---------------------------------------------------------------------------------
 

@@ -1,0 +1,191 @@
+"""The leader's cost: a pass's releases are in flight together (a slow API round trip does not make the
+queue release one Pod per round trip), a saturated pass decides each shape once, and only changes that can
+make room start a pass (each holds the inventory's lock, which admissions on the leader wait for)."""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
+
+import jsonpatch
+import pytest
+
+from tests.builders import gpu_node, index_of, pod, policy
+from tests.queue.helpers import enqueue, queued_pod
+from webhook.domain.policy import Policy
+from webhook.pools.index import PoolIndex
+from webhook.pools.inventory import LockedIndex
+from webhook.queue import release
+from webhook.queue.runner import Runner
+from webhook.queue.waiting import PODS, Waiting
+from webhook.sources.writes import Event, Released, ReleaseResult
+
+QUEUE = "namespaces:\n  q: {placement: queue}\n"
+
+
+class Inventory:
+    def __init__(self, index: PoolIndex) -> None:
+        self.policy: Policy = index.policy
+        self._locked = LockedIndex(index)
+        self.ready = True
+
+    def read(self) -> AbstractContextManager[PoolIndex]:
+        return self._locked.read()
+
+    def pod_version(self) -> str:
+        return "1"
+
+
+class Leading:
+    acquired_version = "1"
+
+    def leading(self) -> bool:
+        return True
+
+    def remaining(self) -> float:
+        return 15.0
+
+    def run(self) -> None:
+        return None
+
+    def stop(self) -> None:
+        return None
+
+
+class Events:
+    def __init__(self) -> None:
+        self.recorded: list[Event] = []
+
+    def record(self, event: Event) -> None:
+        self.recorded.append(event)
+
+
+class SlowApi:
+    """Every PATCH waits until `together` of them are in flight at once (or fails after `timeout`)."""
+
+    def __init__(self, pods: dict[tuple[str, str], dict[str, Any]], together: int, timeout: float = 5.0) -> None:
+        self._pods = pods
+        self._barrier = threading.Barrier(together, timeout=timeout)
+
+    def release(self, namespace: str, name: str, patch: list[dict[str, Any]]) -> ReleaseResult:
+        self._barrier.wait()
+        return Released(jsonpatch.apply_patch(copy.deepcopy(self._pods[(namespace, name)]), patch))
+
+    def read(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._pods.get((namespace, name))
+
+
+def test_a_pass_writes_its_releases_together_not_one_round_trip_after_another() -> None:
+    """Four Pods with room for all: their four PATCHes are in flight at once (an API that answers none
+    until four wait would make one-at-a-time writes fail), and all four are released."""
+    pol = policy(QUEUE)
+    index = index_of([gpu_node("t4-a", "Tesla-T4", 4)], pol)
+    waiting = Waiting(pol)
+    objs = [queued_pod(f"job-{k}", "q", pol, index, created=f"2026-12-01T10:00:0{k}Z") for k in range(4)]
+    enqueue(objs, index, waiting)
+    api = SlowApi({("q", o["metadata"]["name"]): o for o in objs}, together=4)
+    events = Events()
+    runner = Runner(Inventory(index), waiting, Leading(), api, events=events)  # type: ignore[arg-type]
+
+    result = runner.run_pass()
+
+    assert result.released == 4
+    assert sorted(e.pod for e in events.recorded if e.reason == "Released") == [f"job-{k}" for k in range(4)]
+    assert not any(index.is_queued(("q", f"job-{k}")) for k in range(4))
+
+
+def test_a_saturated_pass_decides_each_shape_once_and_every_pod_still_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fifty Pods of one shape and no room: each is told it waits for capacity, and the pass asked the
+    index for a decision once, not fifty times."""
+    pol = policy(QUEUE)
+    index = index_of([gpu_node("t4-a", "Tesla-T4", 1)], pol)
+    waiting = Waiting(pol)
+    taken = queued_pod("first", "q", pol, index, created="2026-12-01T09:00:00Z")
+    enqueue([taken], index, waiting)
+    first = release.plan(waiting.ordered(), index, pol)
+    assert [r.queued.key for r in first.releases] == [("q", "first")]  # the only GPU is taken
+    objs = [queued_pod(f"job-{k:02d}", "q", pol, index, created=f"2026-12-01T10:00:{k:02d}Z") for k in range(50)]
+    enqueue(objs, index, waiting)
+    calls = []
+    decide = release.decide
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args[0])
+        return decide(*args, **kwargs)
+
+    monkeypatch.setattr(release, "decide", counting)
+    decided = release.plan(waiting.ordered(), index, pol)
+    assert decided.releases == []
+    assert len(decided.waits) == 50 and {w.code for w in decided.waits} == {"capacity"}
+    assert len(calls) == 1
+
+
+def test_only_changes_that_can_make_room_wake_the_leader() -> None:
+    """A Pod that holds no GPU changing (most of a cluster's Pod events) starts no pass; a GPU Pod
+    finishing, a node and a quota do."""
+    waiting = Waiting(policy(QUEUE))
+    waiting.wake.clear()
+    waiting.apply(PODS, "MODIFIED", pod("web", "shop", node="cpu-1", phase="Running"))
+    waiting.apply(PODS, "DELETED", pod("web", "shop", node="cpu-1", phase="Running"))
+    assert not waiting.wake.is_set()
+    waiting.apply(PODS, "MODIFIED", pod("train", "ml", gpus=1, node="t4-a", phase="Succeeded"))
+    assert waiting.wake.is_set()
+    for kind in ("nodes", "resourcequotas"):
+        waiting.wake.clear()
+        waiting.apply(kind, "MODIFIED", {"metadata": {"name": "x"}})
+        assert waiting.wake.is_set()
+
+
+class HeldApi:
+    """PATCHes answered at once, except those of the Pods in `held`, answered once `go` is set."""
+
+    def __init__(self, pods: dict[tuple[str, str], dict[str, Any]], held: set[str]) -> None:
+        self.pods, self._held = pods, held
+        self.go = threading.Event()
+        self.sent: list[str] = []
+
+    def release(self, namespace: str, name: str, patch: list[dict[str, Any]]) -> ReleaseResult:
+        self.sent.append(name)
+        if name in self._held:
+            self.go.wait(10)
+        return Released(jsonpatch.apply_patch(copy.deepcopy(self.pods[(namespace, name)]), patch))
+
+    def read(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.pods.get((namespace, name))
+
+
+def test_room_that_appears_while_a_release_is_in_flight_is_not_kept_waiting_for_its_answer() -> None:
+    """The first release's PATCH hangs; a Pod queued meanwhile, with room, is released by the next pass
+    without waiting for that answer."""
+    pol = policy(QUEUE)
+    index = index_of([gpu_node("t4-a", "Tesla-T4", 2)], pol)
+    waiting = Waiting(pol)
+    first, second = (queued_pod(n, "q", pol, index, created=f"2026-12-01T10:00:0{k}Z") for k, n in enumerate("ab"))
+    api = HeldApi({("q", "a"): first, ("q", "b"): second}, held={"a"})
+    inventory = Inventory(index)
+    runner = Runner(inventory, waiting, Leading(), api, events=Events())  # type: ignore[arg-type]
+    runner.start()
+    try:
+        with inventory.read():  # as the watch delivers: under the inventory's lock
+            enqueue([first], index, waiting)
+        assert wait_for(lambda: api.sent == ["a"])
+        with inventory.read():
+            enqueue([second], index, waiting)
+        assert wait_for(lambda: api.sent == ["a", "b"]), "the second release waited for the first's answer"
+    finally:
+        api.go.set()
+        runner.stop()
+    assert not index.is_queued(("q", "a")) and not index.is_queued(("q", "b"))
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
