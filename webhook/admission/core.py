@@ -310,7 +310,7 @@ class Admitter:
             # own re-invocation, recognised above, is not counted twice).
             reserve = placement if not dry_run else None
             if reserve is not None:
-                _reserve(index, view, reserve, now, echoed=echoed)
+                reserve_for(index, view, reserve, now, echoed=echoed)
             if self._successor is not None and not dry_run:
                 _mirror(self._successor, prepared, reserve, now, echo=echo)
         if placement is not None and stale:
@@ -343,7 +343,11 @@ class Admitter:
         return self._clock()
 
 
-def _reserve(index: PoolIndex, view: PodView, placement: Placement, now: float, *, echoed: bool) -> None:
+def reserve_for(
+    index: PoolIndex, view: PodView, placement: Placement, now: float, *, echoed: bool, confirmed: bool = False
+) -> None:
+    """Hold what `placement` places for the Pod until the watch shows it (the mutating call's reservation,
+    or the validating call's, `confirmed` by the Pod as it will be stored)."""
     index.reserve(
         view.namespace,
         placement.pool,
@@ -357,6 +361,7 @@ def _reserve(index: PoolIndex, view: PodView, placement: Placement, now: float, 
         # A member of its group on the pool, as the Pod will be once the watch shows it carrying
         # gpupool.io/pool (a Pod that bypasses placement gets no pool written).
         group="" if placement.node else view.group,
+        confirmed=confirmed,
     )
 
 
@@ -373,7 +378,7 @@ def _mirror(successor: Inventory, prepared: Prepared, placement: Placement | Non
         )
         pool = None if placement is None else _pool_in(index, placement)
         if placement is not None and pool is not None:
-            _reserve(index, view, replace(placement, pool=pool), now, echoed=echoed)
+            reserve_for(index, view, replace(placement, pool=pool), now, echoed=echoed)
 
 
 def _pool_in(index: PoolIndex, placement: Placement) -> PoolKey | None:

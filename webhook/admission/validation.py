@@ -44,7 +44,7 @@ from itertools import zip_longest
 from typing import Any, NamedTuple
 
 from webhook.admission import verdict
-from webhook.admission.core import Admitter, place, prepare, stale_denial
+from webhook.admission.core import Admitter, place, prepare, reserve_for, stale_denial
 from webhook.admission.pod import ContainerView, PodError, PodView, read_pod
 from webhook.admission.request import wants_gpus
 from webhook.admission.verdict import Verdict
@@ -297,19 +297,8 @@ class Validator:
                 if placement is not None and stale and policy.defaults.on_stale == "deny":
                     result, placement = stale_denial(stale), None
                 if placement is not None and not dry_run:
-                    index.reserve(
-                        view.namespace,
-                        placement.pool,
-                        placement.selector,
-                        placement.pod_total,
-                        now,
-                        name=view.name,
-                        generate_name=view.generate_name,
-                        node=placement.node,
-                        echoed=True,  # no re-invocation follows a validating call
-                        group="" if placement.node else view.group,
-                        confirmed=True,
-                    )
+                    # No re-invocation follows a validating call: echoed.
+                    reserve_for(index, view, placement, now, echoed=True, confirmed=True)
             break
         pool = str(placement.pool) if placement is not None else ""
         if placement is not None and not dry_run:
