@@ -287,3 +287,11 @@ def test_a_policy_with_another_product_table_answers_from_its_own_table() -> Non
     other = dataclasses.replace(policy, products=())
     assert (other.product_class(t4), other.product_memory_mib(t4), other.product_compute(t4)) == ("", 0, None)
     assert policy.product_class(t4) == "medium"
+
+
+def test_a_policy_file_that_is_not_utf8_is_refused_naming_it(tmp_path: Path) -> None:
+    """`gpupool explain --policy` on a file that is not UTF-8 text: an error naming the file, not a traceback."""
+    path = tmp_path / "policy.yaml"
+    path.write_bytes(b"\xff\xfe classes: [a]")
+    with pytest.raises(PolicyError, match=r"policy\.yaml: not UTF-8 text"):
+        load_policy(str(path))

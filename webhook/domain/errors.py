@@ -22,3 +22,17 @@ def yaml_problem(exc: Any) -> str:
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
     return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark is not None else problem
+
+
+def read_user_file(path: str, error: type[ConfigError], what: str) -> tuple[bytes, str]:
+    """The bytes of the file a user named and their UTF-8 text; `error` naming the file (as `what`, say
+    "policy file") when it cannot be read or is not UTF-8 text."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise error(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    try:
+        return data, data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise error(f"{path}: not UTF-8 text") from None

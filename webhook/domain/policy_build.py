@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from webhook.domain.devices import DEVICE_LIST_HELP, GPU, parse_device_list
+from webhook.domain.errors import read_user_file
 from webhook.domain.policy_model import (
     PLACEMENTS,
     Defaults,
@@ -35,11 +36,7 @@ def load_policy(path: str | None) -> Policy:
     """The policy from `path` merged over the default, or the default itself when path is None."""
     if path is None:
         return load_policy_text(None)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise PolicyError(f"cannot read policy file {path}: {exc.strerror or exc}") from exc
+    _, text = read_user_file(path, PolicyError, "policy file")
     return load_policy_text(text, source=path)
 
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.admission.core import Admitter
-from webhook.domain.errors import ConfigError
+from webhook.domain.errors import ConfigError, read_user_file
 from webhook.domain.policy import Policy, PolicyError, load_policy_text
 from webhook.pools.index import pooling
 from webhook.pools.inventory import Inventory
@@ -67,15 +67,7 @@ def read_policy_file(path: str) -> PolicyVersion:
     """The policy in `path`, merged over the built-in default and validated; a ConfigError naming the file
     and the field when it is not a valid policy. The file is read once, so the hash is of what was parsed."""
     version = file_version(path)
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError as exc:
-        raise PolicyError(f"cannot read policy file {path}: {exc.strerror or exc}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise PolicyError(f"{path}: not UTF-8 text") from None
+    data, text = read_user_file(path, PolicyError, "policy file")
     return PolicyVersion(path, load_policy_text(text, source=path), hashlib.sha256(data).hexdigest(), version)
 
 

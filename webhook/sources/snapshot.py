@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import yaml
 
-from webhook.domain.errors import ConfigError, yaml_problem
+from webhook.domain.errors import ConfigError, read_user_file, yaml_problem
 from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
 from webhook.pools.inventory import LockedIndex
@@ -111,15 +111,7 @@ class SnapshotInventory(LockedIndex):
     def from_file(cls, path: str, policy: Policy, observers: Sequence[Observer] = ()) -> SnapshotInventory:
         """The file's index; each of `observers` is given the file's objects of each kind as one full list,
         as the live inventory gives its first list."""
-        try:
-            with open(path, "rb") as fh:
-                data = fh.read()
-        except OSError as exc:
-            raise InventoryFileError(f"cannot read inventory file {path}: {exc.strerror or exc}") from None
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            raise InventoryFileError(f"{path}: not UTF-8 text") from None
+        _, text = read_user_file(path, InventoryFileError, "inventory file")
         objects = parse_objects(text, path)
         inventory = cls(build_index(objects, policy, path), path)
         for kind, resource in _RESOURCES.items():
