@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException, LengthRequired, RequestEntityTooLarge, UnsupportedMediaType
@@ -123,6 +123,30 @@ def create_app(config: AppConfig) -> Flask:
 Answer = tuple[int, bytes]  # HTTP status code and JSON body
 
 
+class _Call(NamedTuple):
+    """One AdmissionReview read from its request: the review, its Pod, and the answer it gets unread (a
+    request the webhook leaves alone) or None."""
+
+    review: AdmissionRequest
+    ref: PodRef
+    skipped: Verdict | None
+
+
+def _read_call(
+    environ: WSGIEnvironment, limit: int, log: logging.Logger, skip: Callable[[AdmissionRequest], Verdict | None]
+) -> _Call | Answer:
+    """The review of a POST to /mutate or /validate, or the 400 answer to one that is not an admission (no
+    uid to answer: a warning with the reason, never the body). A malformed HTTP request (411, 413, 415)
+    raises an HTTPException."""
+    body = _json_body(environ, limit)
+    try:
+        review = parse_review(body)
+        return _Call(review, pod_ref(review), skip(review))
+    except ReviewError as exc:
+        log.warning("bad request", extra={"fields": {"code": exc.status, "reason": str(exc)}})
+        return _status_answer(exc.status, str(exc))
+
+
 class _Mutate:
     """POST /mutate: the WSGI environ in, (status, JSON body) out."""
 
@@ -137,15 +161,10 @@ class _Mutate:
     def answer(self, environ: WSGIEnvironment) -> Answer:
         """The answer to one call; a malformed HTTP request (411, 413, 415) raises an HTTPException."""
         started = time.perf_counter()
-        body = _json_body(environ, self._max_body)
-        try:
-            review = parse_review(body)
-            ref = pod_ref(review)
-            verdict = skip_verdict(review)
-        except ReviewError as exc:
-            # Not an admission (no uid to answer): a warning with the reason, never the body.
-            self._log.warning("bad request", extra={"fields": {"code": exc.status, "reason": str(exc)}})
-            return _status_answer(exc.status, str(exc))
+        call = _read_call(environ, self._max_body, self._log, skip_verdict)
+        if not isinstance(call, _Call):
+            return call
+        review, ref, verdict = call
         try:
             if verdict is None and review.is_ephemeral_update:
                 verdict = self._admitter.admit_ephemeral(review.object, namespace=ref.namespace, old=review.old_object)
@@ -219,14 +238,10 @@ class _Validate:
     def answer(self, environ: WSGIEnvironment) -> Answer:
         """The answer to one call; a malformed HTTP request (411, 413, 415) raises an HTTPException."""
         started = time.perf_counter()
-        body = _json_body(environ, self._max_body)
-        try:
-            review = parse_review(body)
-            ref = pod_ref(review)
-            skipped = validate_skip_verdict(review)
-        except ReviewError as exc:
-            self._log.warning("bad request", extra={"fields": {"code": exc.status, "reason": str(exc)}})
-            return _status_answer(exc.status, str(exc))
+        call = _read_call(environ, self._max_body, self._log, validate_skip_verdict)
+        if not isinstance(call, _Call):
+            return call
+        review, ref, skipped = call
         try:
             if skipped is not None:
                 checked = Checked(skipped)
