@@ -145,6 +145,18 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, cert_dir: Path) -> Iterato
                 server.stop(timeout=20)
 
 
+@pytest.fixture(autouse=True)
+def no_pods_left(cluster: Cluster) -> Iterator[None]:
+    """Each test starts on an empty cluster, also after one before it failed half-way (the replicas are
+    shared by the module; a Pod left behind would fill the GPUs the next test counts on)."""
+    yield
+    for obj in cluster.sim.objects("Pod"):
+        meta = obj["metadata"]
+        if cluster.sim.get("Pod", meta["namespace"], meta["name"]) is not None:
+            cluster.sim.delete("Pod", meta["namespace"], meta["name"])
+    time.sleep(0.5)  # both replicas' watches have seen the deletions
+
+
 def test_a_waiting_pod_goes_to_the_pool_that_frees_first(cluster: Cluster) -> None:
     """Every medium GPU busy; the Pod waits gated with no pool. When an L4 frees, it goes to the L4
     (not pinned to the T4s it was first compared with), and the scheduler binds it there."""
@@ -158,11 +170,9 @@ def test_a_waiting_pod_goes_to_the_pool_that_frees_first(cluster: Cluster) -> No
     wait_until(lambda: cluster.released("team-q", "late"), WAIT, "the release")
     assert cluster.pool("team-q", "late") == "nvidia/medium/NVIDIA-L4"
     wait_until(lambda: cluster.pod("team-q", "late")["spec"].get("nodeName") == "l4-a", WAIT, "the bind")
-    events = cluster.sim.events("team-q", about="late")
-    assert {"Queued", "Released"} <= {e["reason"] for e in events}
-    for name in ("fill-t4-a", "fill-t4-b"):
-        cluster.sim.delete("Pod", "other", name)
-    cluster.sim.delete("Pod", "team-q", "late")
+    # The Events go out from a thread of their own, after the release: wait for them, do not race them.
+    reasons = lambda: {e["reason"] for e in cluster.sim.events("team-q", about="late")}  # noqa: E731
+    wait_until(lambda: {"Queued", "Released"} <= reasons(), WAIT, "the Queued and Released events")
 
 
 def test_a_burst_through_both_replicas_never_exceeds_a_quota(cluster: Cluster) -> None:
@@ -183,9 +193,6 @@ def test_a_burst_through_both_replicas_never_exceeds_a_quota(cluster: Cluster) -
     time.sleep(6.0)
     got = {ns: sum(cluster.released(ns, f"b-{i}") for i in range(6)) for ns in wanted}
     assert got == wanted
-    for i in range(6):
-        for namespace in wanted:
-            cluster.sim.delete("Pod", namespace, f"b-{i}")
 
 
 def test_priority_decides_who_gets_the_one_free_gpu(cluster: Cluster) -> None:
@@ -205,8 +212,6 @@ def test_priority_decides_who_gets_the_one_free_gpu(cluster: Cluster) -> None:
     for name in ("fill-t4-a", "fill-t4-b", "fill-l4-a"):
         cluster.sim.delete("Pod", "other", name)
     wait_until(lambda: cluster.released("team-q", "low"), WAIT, "the low-priority release")
-    for name in ("low", "high"):
-        cluster.sim.delete("Pod", "team-q", name)
 
 
 def test_a_gang_is_released_whole(cluster: Cluster) -> None:
@@ -220,8 +225,6 @@ def test_a_gang_is_released_whole(cluster: Cluster) -> None:
     cluster.create("g-2", "team-g", gpus=2, extra=gang, run=600)
     wait_until(lambda: all(cluster.released("team-g", f"g-{i}") for i in range(3)), WAIT, "the gang")
     assert len({cluster.pool("team-g", f"g-{i}") for i in range(3)}) == 1
-    for i in range(3):
-        cluster.sim.delete("Pod", "team-g", f"g-{i}")
 
 
 def test_after_the_leader_is_killed_the_other_replica_releases(cluster: Cluster) -> None:
