@@ -19,9 +19,10 @@ without, in classes medium and high, one GPU each.
 3. Failover: SIGKILL of the leading worker process (its pid is in the Lease's holderIdentity,
    `POD_NAME-pid`), as the steady phase goes on; time from the kill to the first release after another
    worker took the Lease.
-4. Burst (releases/s): finishing stops, `--queued` medium Pods wait, then nodes with room for all of them
-   join at once (L4 nodes of 8 GPUs, created as fast as the API takes them); releases per second from the
-   first node stored to the last release.
+4. Burst (releases/s): finishing stops, `--queued` medium Pods wait (in the namespaces without quotas),
+   then nodes with room for every waiting Pod join at once (L4 nodes of 8 GPUs, created as fast as the
+   API takes them); releases per second of those medium Pods, from the first node stored to the last of
+   their releases.
 5. Memory: `--memory-queued` more Pods queued with no room; RSS of the leading worker and of the other
    replica's (a follower, which keeps the same watch and the same queue but does not release) before and
    after, their CPU while nothing changes, and the admission latency of each (dry runs in a `placement:
@@ -1028,7 +1029,11 @@ def burst(
         and n["status"]["allocatable"].get(GPU) == "8"
         and not n["spec"].get("unschedulable")
     )
-    count = math.ceil(sum(wanted.values()) / 8)
+    # Room for every Pod waiting, not only the burst's: the quota namespaces' Pods (medium ones among them)
+    # take room too as their quotas free, and a burst Pod left without room would wait for a finish, which
+    # is not the release rate this phase measures.
+    waiting_now = auditor.snapshot()["waiting"]
+    count = math.ceil(sum(waiting_now.values()) / 8)
     new_nodes = [burst_node(template, k) for k in range(count)]
     cpu = meter(sim, reps)
     leading = leader_of(reps, auditor.snapshot()["holder"])
@@ -1049,7 +1054,8 @@ def burst(
     r.notes["profile_burst"] = spy.summary()
     r.notes["burst_namespaces"] = list(wanted)
     r.notes["burst_nodes"] = count
-    print(f"burst: {count} nodes of 8 GPUs for {sum(wanted.values())} queued Pods", flush=True)
+    r.notes["burst_pods"] = sum(waiting_now.get(ns, 0) for ns in wanted)
+    print(f"burst: {count} nodes of 8 GPUs for {sum(waiting_now.values())} queued Pods", flush=True)
 
 
 def memory(r: Run, sim: Sim, reps: list[Replica], auditor: Auditor, *, creator: Creator) -> None:
