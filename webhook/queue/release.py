@@ -16,12 +16,14 @@ would take now (webhook.admission.decision and groups), with three differences:
 
 Each release decided is applied to the index at once, as the Pod will look once released
 (`Release.released`), so the next decision of the pass counts it; the runner then writes it
-(webhook.queue.runner) and `settle`s the index with what the API answered. Pure: no I/O, no clock; the
-caller holds the inventory's lock for `plan` and `settle`.
+(webhook.queue.runner) and `settle`s the index with what the API answered. Pure: no I/O, no clock. A
+pass is `prepare` (the requests, from the Pods alone) then `decide_prepared` (against the index), which
+is what `plan` does; the caller holds the inventory's lock for `decide_prepared`, `plan` and `settle`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, NamedTuple
 
@@ -29,7 +31,6 @@ from webhook.admission.core import prepare_view
 from webhook.admission.decision import Candidate, Decision, decide
 from webhook.admission.groups import decide_for_group, pods_at_once
 from webhook.admission.patch import PatchSpec, release_patch, toleration_for
-from webhook.admission.pod import PodShape
 from webhook.admission.quotas import check_quotas
 from webhook.admission.request import GpuRequest
 from webhook.admission.verdict import Verdict
@@ -64,6 +65,13 @@ class Plan(NamedTuple):
     waits: list[Wait]
 
 
+PAUSE_EVERY = 16  # Pods decided between two calls of decide_prepared's `pause`
+
+
+def _stay() -> None:
+    return None
+
+
 class _Blocked:
     """What the Pods that could not go yet want: later Pods leave it to them."""
 
@@ -72,46 +80,80 @@ class _Blocked:
         self.quotas: set[QuotaKey] = set()
 
 
+class Prepared(NamedTuple):
+    """The waiting Pods with their requests, read without the index (`prepare`): what `decide_prepared`
+    decides under the inventory's lock."""
+
+    pods: list[tuple[Queued, GpuRequest]]  # in release order
+    gangs: dict[tuple[str, str], list[tuple[Queued, GpuRequest]]]  # (namespace, group) -> members, in order
+    invalid: list[Wait]  # Pods whose request the policy now refuses (it changed since they were queued)
+
+
 def plan(queued: list[Queued], index: PoolIndex, policy: Policy, *, shapes: Memo = NO_MEMO, limit: int = 1000) -> Plan:
     """Decide the queue in order: at most `limit` releases, each applied to `index` as it is decided."""
-    blocked = _Blocked()
-    releases: list[Release] = []
-    waits: list[Wait] = []
+    return decide_prepared(prepare(queued, policy, shapes), index, policy, limit=limit)
+
+
+def prepare(queued: list[Queued], policy: Policy, shapes: Memo = NO_MEMO) -> Prepared:
+    """The requests of the waiting Pods (in their order), as admission reads them; no index, no lock."""
+    pods: list[tuple[Queued, GpuRequest]] = []
     gangs: dict[tuple[str, str], list[tuple[Queued, GpuRequest]]] = {}
-    ready: list[tuple[Queued, GpuRequest]] = []
+    invalid: list[Wait] = []
+    # Per shape, not per Pod: the request (which only the shape and the policy make), and in
+    # decide_prepared a shape's wait. Keyed by the shape's identity, as webhook.queue.waiting shares one
+    # object per distinct shape (equal shapes that are not one object are decided once each: slower, never
+    # wrong); the shapes live as long as `queued` does, so no id is reused meanwhile.
+    requests: dict[int, GpuRequest | Verdict] = {}
     for q in queued:
-        if not index.is_queued(q.key):
-            continue  # released already (by this leader's last pass, or another): the watch catches up
-        prepared = prepare_view(q.view, policy, shapes)
-        if isinstance(prepared, Verdict):  # the policy changed since it was queued, say
-            waits.append(Wait(q, "invalid", prepared.message))
+        req = requests.get(id(q.view.shape))
+        if req is None:
+            prepared = prepare_view(q.view, policy, shapes)
+            req = requests[id(q.view.shape)] = prepared if isinstance(prepared, Verdict) else prepared.request
+        if isinstance(req, Verdict):
+            invalid.append(Wait(q, "invalid", req.message))
             continue
-        req = prepared.request
         if req.group.size and q.view.group:
             gangs.setdefault((q.key[0], q.view.group), []).append((q, req))
-        ready.append((q, req))
-    released_gangs: set[tuple[str, str]] = set()
+        pods.append((q, req))
+    return Prepared(pods, gangs, invalid)
+
+
+def decide_prepared(
+    prepared: Prepared, index: PoolIndex, policy: Policy, *, limit: int = 1000, pause: Callable[[], None] = _stay
+) -> Plan:
+    """`plan` for Pods prepared already. `pause` is called between Pods: the runner lets go of the
+    inventory's lock there now and then, so that a long queue holds up neither the watch nor admissions.
+    Whatever changed meanwhile, the pass stays exact: each Pod is looked up in the index when its turn
+    comes (a Pod released or deleted meanwhile is passed over), every decision reads the index as it is
+    then, and what earlier Pods wait for stays theirs for the rest of the pass."""
+    blocked = _Blocked()
+    releases: list[Release] = []
+    waits = list(prepared.invalid)
+    judged_gangs: set[tuple[str, str]] = set()
     # A Pod that waits makes every later Pod of its shape wait too: within a pass room and quota only get
     # taken, and what it waits for stays blocked. So a saturated fleet's pass decides each shape once, not
-    # each Pod (a pass holds the inventory's lock, which admissions on this replica wait for).
-    shape_waits: dict[PodShape, Wait] = {}
-    for q, req in ready:
+    # each Pod.
+    shape_waits: dict[int, Wait] = {}  # by the shape's identity, as in `prepare`
+    for i, (q, req) in enumerate(prepared.pods):
         if len(releases) >= limit:
             break
-        gang_key = (q.key[0], q.view.group)
+        if not i % PAUSE_EVERY:
+            pause()
+        if not index.is_queued(q.key):
+            continue  # released already (by this leader's last pass, or another): the watch catches up
         if req.group.size and q.view.group:
-            if gang_key in released_gangs:
+            gang_key = (q.key[0], q.view.group)
+            if gang_key in judged_gangs:
                 continue
-            outcome = _gang(gangs[gang_key], req.group.size, index, policy, blocked)
+            judged_gangs.add(gang_key)  # judged once, for all its members
+            members = [m for m in prepared.gangs[gang_key] if index.is_queued(m[0].key)]
+            outcome = _gang(members, req.group.size, index, policy, blocked)
             if isinstance(outcome, Wait):
-                waits.extend(Wait(m, outcome.code, outcome.reason) for m, _ in gangs[gang_key])
-                released_gangs.add(gang_key)  # judged once, for all its members
-                continue
-            releases.extend(outcome)
-            released_gangs.add(gang_key)
+                waits.extend(Wait(m, outcome.code, outcome.reason) for m, _ in members)
+            else:
+                releases.extend(outcome)
             continue
-        shape = q.view.shape
-        earlier = None if q.view.group else shape_waits.get(shape)
+        earlier = None if q.view.group else shape_waits.get(id(q.view.shape))
         if earlier is not None:
             waits.append(Wait(q, earlier.code, earlier.reason))
             continue
@@ -121,7 +163,7 @@ def plan(queued: list[Queued], index: PoolIndex, policy: Policy, *, shapes: Memo
         else:
             waits.append(one)
             if not q.view.group:  # siblings decide by their group's pools: not one shape's answer
-                shape_waits[shape] = one
+                shape_waits[id(q.view.shape)] = one
     return Plan(releases, waits)
 
 

@@ -5,8 +5,10 @@ on the same Lease: exactly one process in the cluster leads, the others only ans
 leader keeps no state of its own that another replica would need: released Pods carry
 `gpupool.io/pool` and no gate, queued Pods their gate, so a new leader carries on from its own watch.
 
-A pass (webhook.queue.release.plan, under the inventory's lock) decides the queue in order and applies
-each release to the index at once; the writes follow outside the lock, `WRITERS` in flight at a time (a
+A pass (webhook.queue.release: `prepare` the requests, outside the inventory's lock, then
+`decide_prepared` under it, letting go of it every BREATHE_SECONDS so a long queue holds up neither the
+watch nor this replica's admissions) decides the queue in order and applies each release to the index
+at once; the writes follow outside the lock, `WRITERS` in flight at a time (a
 release waits on the API's round trip, not on this process, so one at a time would cap the releases at
 one per round trip), each a PATCH with the resourceVersion it was decided on. The next pass does not wait
 for them: its index counts them as released already. The index is then settled with
@@ -38,7 +40,7 @@ from webhook.pools.index import PoolIndex
 from webhook.pools.kubeobj import pod_from_obj
 from webhook.pools.memo import Memo
 from webhook.queue.leader import Elector
-from webhook.queue.release import Release, Wait, plan, settle
+from webhook.queue.release import Release, Wait, decide_prepared, prepare, settle
 from webhook.queue.waiting import Backlog, Waiting, is_queued
 from webhook.sources.writes import Conflict, Event, Gone, Refused, Released, ReleaseResult
 
@@ -48,6 +50,7 @@ TICK_SECONDS = 1.0  # a pass at least this often while leading, whatever the wat
 ANSWER_SECONDS = 0.05  # while writes are in flight, their answers are settled at least this often
 CATCH_UP_SECONDS = 5.0  # at most this long for a new leader's watch to reach the Lease's version
 BATCH = 500  # releases decided per pass; the next pass follows at once
+BREATHE_SECONDS = 0.002  # a pass lets go of the inventory's lock this often (see _Breather)
 WRITERS = 8  # release PATCHes in flight at once (the API client's connection pool holds them: live.api_client)
 
 
@@ -152,6 +155,7 @@ class Runner:
         self._pool = ThreadPoolExecutor(max_workers=writers, thread_name_prefix="gpupool-release")
         self._sending: set[Future[tuple[Release, ReleaseResult]]] = set()  # writes in flight, settled by the loop
         self._passed_at = float("-inf")  # when the last pass began (the loop's clock)
+        self._reported_at = float("-inf")  # when the backlog was last reported to the metrics
         self._stop = threading.Event()
         self._shapes = Memo()  # what a Pod's shape decides, for one policy only
         self._shapes_for: Policy | None = None
@@ -217,7 +221,9 @@ class Runner:
         self._take_rebind()
         leading = self.elector.leading()
         self._metrics.queue_leading(leading)
-        self._metrics.queue_waiting(self.waiting.backlog(datetime.now(UTC)))
+        if self._clock() - self._reported_at >= TICK_SECONDS:  # a walk of the whole queue: not every pass
+            self._reported_at = self._clock()
+            self._metrics.queue_waiting(self.waiting.backlog(datetime.now(UTC)))
         if not leading:
             self._caught_up, self._catch_up_since = False, None
             self._answers()
@@ -262,8 +268,10 @@ class Runner:
         policy = self._policy(self.inventory)
         if policy is not self._shapes_for:
             self._shapes, self._shapes_for = Memo(), policy
-        with self.inventory.read() as index:
-            decided = plan(self.waiting.ordered(), index, policy, shapes=self._shapes, limit=BATCH)
+        prepared = prepare(self.waiting.ordered(), policy, self._shapes)
+        held = self.inventory.read()
+        with held as index:
+            decided = decide_prepared(prepared, index, policy, limit=BATCH, pause=_Breather(held, self._clock))
         self._tell_queued(decided.waits)
         released += self._send_all(decided.releases)
         return PassResult(released, decided.waits, len(decided.releases))
@@ -377,6 +385,23 @@ class Runner:
                 self._events.record(Event(q.key[0], q.key[1], q.uid, "Queued", f"gpupool queue: {wait.reason}"))
         for key in [k for k in self._told if k not in seen and self.waiting.get(k) is None]:
             del self._told[key]
+
+
+class _Breather:
+    """decide_prepared's `pause`: lets go of the inventory's lock once it has held it for BREATHE_SECONDS,
+    so the watch and this replica's admissions get in between the Pods of a long pass."""
+
+    def __init__(self, held: AbstractContextManager[PoolIndex], clock: Callable[[], float]) -> None:
+        self._held, self._clock = held, clock
+        self._since = clock()
+
+    def __call__(self) -> None:
+        if self._clock() - self._since < BREATHE_SECONDS:
+            return
+        self._held.__exit__(None, None, None)
+        time.sleep(0)  # the GIL, for a thread that was waiting for the lock
+        self._held.__enter__()
+        self._since = self._clock()
 
 
 def _at_least(version: str, wanted: str) -> bool:

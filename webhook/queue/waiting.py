@@ -14,13 +14,14 @@ make room, so every call wakes the leader, except the events of Pods that hold n
 from __future__ import annotations
 
 import logging
+import operator
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from webhook.admission.pod import PodError, PodView, read_pod
+from webhook.admission.pod import PodError, PodShape, PodView, read_pod
 from webhook.domain.model import POOL_ANNOTATION, QUEUE_GATE, PodInfo, PodKey
 from webhook.domain.policy import Policy
 from webhook.pools.kubeobj import as_list, as_map, pod_from_obj, pod_gpu_requests
@@ -29,6 +30,7 @@ log = logging.getLogger("gpupool.queue")
 
 Obj = Mapping[str, Any]
 PODS = "pods"
+_ORDER = operator.attrgetter("order")
 
 
 class Queued(NamedTuple):
@@ -42,10 +44,7 @@ class Queued(NamedTuple):
     view: PodView  # as admission reads it
     info: PodInfo  # as the pool index counts it (nothing while queued; its claim once released)
     since: float  # when this process first saw it waiting (monotonic), for the wait time
-
-    @property
-    def order(self) -> tuple[int, str, str, str]:
-        return (-self.priority, self.created, self.key[0], self.key[1])
+    order: tuple[int, str, str, str] = (0, "", "", "")  # release order: set by read_queued (`order_of`)
 
     def age(self, now: datetime) -> float | None:
         """Seconds from the Pod's creation to `now` (below zero when the clocks disagree); None when its
@@ -83,17 +82,26 @@ def read_queued(obj: Obj, policy: Policy, since: float) -> Queued | None:
     if info is None:
         return None
     meta, spec = as_map(obj.get("metadata")), as_map(obj.get("spec"))
-    priority = spec.get("priority")
+    raw_priority = spec.get("priority")
+    priority = raw_priority if isinstance(raw_priority, int) and not isinstance(raw_priority, bool) else 0
+    key, created = _key(obj), str(meta.get("creationTimestamp", ""))
     return Queued(
-        key=_key(obj),
+        key=key,
         uid=str(meta.get("uid", "")),
         resource_version=str(meta.get("resourceVersion", "")),
-        priority=priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
-        created=str(meta.get("creationTimestamp", "")),
+        priority=priority,
+        created=created,
         view=view,
         info=info,
         since=since,
+        order=order_of(priority, created, key),
     )
+
+
+def order_of(priority: int, created: str, key: PodKey) -> tuple[int, str, str, str]:
+    """The release order's key: `spec.priority` descending, then creation time, then namespace and name.
+    Kept in each Queued rather than built per comparison: the queue is sorted again whenever it changes."""
+    return (-priority, created, key[0], key[1])
 
 
 class Waiting:
@@ -106,6 +114,9 @@ class Waiting:
         self._pods: dict[PodKey, Queued] = {}
         self._ordered: list[Queued] | None = None
         self._listing: set[PodKey] | None = None
+        # One object per distinct shape among the waiting Pods: a pass decides each shape once, and tells
+        # them apart by identity (a shape's hash walks all its tuples; a pass would pay it per Pod).
+        self._shapes: dict[PodShape, PodShape] = {}
         self.wake = threading.Event()  # set by every change: room may have appeared, or a Pod queued
 
     # --- fed by the inventory (webhook.sources.live.Observer) -----------------------------------------
@@ -160,9 +171,18 @@ class Waiting:
         old = self._pods.get(key)
         if old is not None and old.uid == queued.uid:
             queued = queued._replace(since=old.since)
+        queued = self._interned(queued)
         self._pods[key] = queued
         self._ordered = None
         return key
+
+    def _interned(self, queued: Queued) -> Queued:
+        """The Pod with its shape as the one object all waiting Pods of that shape share. The table is
+        rebuilt from the waiting Pods once it holds more than twice their shapes (Pods come and go)."""
+        if len(self._shapes) > 2 * len(self._pods) + 64:
+            self._shapes = {q.view.shape: q.view.shape for q in self._pods.values()}
+        shape = self._shapes.setdefault(queued.view.shape, queued.view.shape)
+        return queued if shape is queued.view.shape else queued._replace(view=queued.view._replace(shape=shape))
 
     def _drop(self, key: PodKey) -> None:
         if self._pods.pop(key, None) is not None:
@@ -174,7 +194,7 @@ class Waiting:
         """The waiting Pods in release order (a copy)."""
         with self._lock:
             if self._ordered is None:
-                self._ordered = sorted(self._pods.values(), key=lambda q: q.order)
+                self._ordered = sorted(self._pods.values(), key=_ORDER)
             return list(self._ordered)
 
     def get(self, key: PodKey) -> Queued | None:
