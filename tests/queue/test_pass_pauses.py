@@ -5,6 +5,7 @@ per distinct shape (a pass tells shapes apart by identity)."""
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -16,7 +17,7 @@ from tests.queue.test_runner import Events, Leading, SlowApi
 from webhook.domain.model import PodKey
 from webhook.pools.index import PoolIndex
 from webhook.pools.kubeobj import pod_from_obj
-from webhook.queue.release import PAUSE_EVERY, decide_prepared, plan, prepare
+from webhook.queue.release import PAUSE_EVERY, decide_prepared, plan, prepare, settle
 from webhook.queue.runner import Runner
 from webhook.queue.waiting import PODS, Waiting
 
@@ -196,3 +197,28 @@ def test_the_queue_shares_one_shape_object_per_distinct_shape() -> None:
         waiting.apply(PODS, "DELETED", obj)
     assert len(waiting._shapes) <= 2 * len(waiting) + 64
     assert len({id(q.view.shape) for q in waiting.ordered()}) == 1
+
+
+def test_a_release_refused_after_the_pod_changed_in_a_pause_leaves_the_index_as_the_watch_showed_it() -> None:
+    """The Pod after the second pause is changed during it (a toleration added, as a gated Pod may be). Its
+    release was decided on the queue's older view and the API refuses it (409); taking the release back
+    leaves the index with the Pod as the watch last showed it, not as the queue first saw it."""
+    pol = policy(QUEUE)
+    index = index_of([gpu_node(f"t4-{k}", "Tesla-T4", 4) for k in range(8)], pol)
+    waiting = Waiting(pol)
+    objs = queue_of(PAUSE_EVERY + 4, index, waiting)
+    changed = copy.deepcopy(objs[PAUSE_EVERY])
+    changed["metadata"]["resourceVersion"] = "999"
+    changed["spec"].setdefault("tolerations", []).append({"key": "example.com/spot", "operator": "Exists"})
+    newer = pod_from_obj(changed, pol.gpu_resources, pol.partition_prefixes)
+    key: PodKey = ("q", changed["metadata"]["name"])
+
+    def watch_shows_it() -> None:
+        index.upsert_pod(newer, key)
+        waiting.apply(PODS, "MODIFIED", changed)
+
+    decided = decide_prepared(prepare(waiting.ordered(), pol), index, pol, pause=at_pause(2, watch_shows_it))
+    (refused,) = [r for r in decided.releases if r.queued.key == key]
+    settle(index, refused, None)
+
+    assert index.pod_info(key) == newer and index.is_queued(key)

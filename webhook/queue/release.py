@@ -50,6 +50,7 @@ class Release(NamedTuple):
     pool: PoolKey
     patch: list[dict[str, Any]]
     released: PodInfo
+    before: PodInfo | None = None  # what the index counted for the Pod when it was decided (`settle`)
 
 
 class Wait(NamedTuple):
@@ -260,16 +261,19 @@ def _apply(q: Queued, req: GpuRequest, c: Candidate, index: PoolIndex) -> Releas
         tolerations=Tolerations((*tolerations.items, *added)),
         gates=tuple(g for g in info.gates if g != QUEUE_GATE),
     )
+    before = index.pod_info(q.key)
     index.upsert_pod(released, q.key)
-    return Release(q, c.pool, patch, released)
+    return Release(q, c.pool, patch, released, before)
 
 
 def settle(index: PoolIndex, release: Release, answer: PodInfo | None) -> None:
     """After the write: the index counts the Pod as the API answered (`answer`), or, when the write failed
-    (None), as it was before; unless the watch has shown a newer version of it meanwhile."""
+    (None), as the index counted it when the release was decided (which may be newer than the queue's
+    view of it: the watch updates the index first); unless the watch has shown a newer version since."""
     if index.pod_info(release.queued.key) is not release.released:
         return  # the watch was faster: what it showed stands
-    index.upsert_pod(answer if answer is not None else release.queued.info, release.queued.key)
+    before = release.before if release.before is not None else release.queued.info
+    index.upsert_pod(answer if answer is not None else before, release.queued.key)
 
 
 def _quota_keys(req: GpuRequest, pools: list[PoolKey], policy: Policy, index: PoolIndex) -> set[QuotaKey]:
