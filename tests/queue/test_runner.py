@@ -16,15 +16,19 @@ import pytest
 
 from tests.builders import gpu_node, index_of, pod, policy
 from tests.queue.helpers import enqueue, queued_pod
+from webhook.domain.model import PoolKey
 from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
 from webhook.pools.inventory import LockedIndex
 from webhook.queue import release
+from webhook.queue import runner as runner_module
 from webhook.queue.runner import Runner
 from webhook.queue.waiting import PODS, Waiting
 from webhook.sources.writes import Event, Released, ReleaseResult
 
 QUEUE = "namespaces:\n  q: {placement: queue}\n"
+T4 = PoolKey("nvidia", "medium", "Tesla-T4")
+T4_SELECTOR = (("gpu.accelerator/class", "medium"), ("nvidia.com/gpu.product", "Tesla-T4"))
 
 
 class Inventory:
@@ -189,3 +193,40 @@ def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
             return False
         time.sleep(0.01)
     return True
+
+
+def test_over_an_unchanged_index_the_loop_makes_no_pass_and_sees_a_change_nothing_announced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The only GPU is reserved for an admission, the Pod waits. While nothing changes the loop looks every
+    tick but makes no pass (each would walk the whole queue: 10,000 Pods on a large cluster). The
+    reservation then expires, which no watch event announces and nothing wakes the loop for: the next
+    tick's pass releases the Pod."""
+    monkeypatch.setattr(runner_module, "TICK_SECONDS", 0.02)
+    passes = []
+    decide_prepared = runner_module.decide_prepared
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        passes.append(time.monotonic())
+        return decide_prepared(*args, **kwargs)
+
+    monkeypatch.setattr(runner_module, "decide_prepared", counted)
+    pol = policy(QUEUE)
+    index = index_of([gpu_node("t4-a", "Tesla-T4", 1)], pol)
+    index.reserve("other", T4, T4_SELECTOR, 1, now=0.0)
+    waiting = Waiting(pol)
+    obj = queued_pod("job", "q", pol, index)
+    inventory = Inventory(index)
+    runner = Runner(inventory, waiting, Leading(), HeldApi({("q", "job"): obj}, held=set()), events=Events())  # type: ignore[arg-type]
+    with inventory.read():
+        enqueue([obj], index, waiting)
+    runner.start()
+    try:
+        assert wait_for(lambda: len(passes) >= 1)
+        time.sleep(0.5)  # some 25 ticks
+        assert len(passes) <= 2 and index.is_queued(("q", "job"))
+        with inventory.read():
+            assert index.expire(now=1e9) == 1
+        assert wait_for(lambda: not index.is_queued(("q", "job"))), "the tick's pass did not see the expiry"
+    finally:
+        runner.stop()

@@ -73,11 +73,16 @@ class PoolIndex:
         self._capacity = Capacity(policy)
         self._ledger = Ledger(policy, self._capacity)
         self._quotas: dict[str, dict[str, QuotaInfo]] = {}
+        # Changes made so far: the queue's leader passes over an unchanged index only when woken
+        # (webhook.queue.runner); a change no watch event announces (a reservation expired) still counts.
+        self.changes = 0
 
-    def _settle(self, reshaped: bool = False) -> None:
+    def _settle(self, reshaped: bool = False, *, changed: bool = True) -> None:
         """End of one change: place unbound Pods again if a selector came or went (or those a changed node
         may let run or stop), then pack the holds of every pool whose nodes or holds changed. `reshaped`:
-        a selector came or went earlier in a batch of changes (`upsert_nodes`)."""
+        a selector came or went earlier in a batch of changes (`upsert_nodes`). `changed`: False when it
+        was a batch of Pods the index holds none of (not counted in `changes`)."""
+        self.changes += changed
         if self._capacity.take_reshaped() or reshaped:
             self._capacity.take_changed()
             self._ledger.place_unbound_again()
@@ -129,10 +134,12 @@ class PoolIndex:
         it costs one lookup."""
         ledger = self._ledger
         held = ledger.held()
+        changed = False
         for key, pod in pods:
             if pod is not None or key in held:
                 ledger.upsert_pod(pod, key)
-        self._settle()
+                changed = True
+        self._settle(changed=changed)
 
     def pod_info(self, key: PodKey) -> PodInfo | None:
         """An unbound Pod as the index counts it; None for a bound Pod or one it does not hold."""
@@ -233,8 +240,10 @@ class PoolIndex:
             self.remove_quota(namespace, name)
             return
         self._quotas.setdefault(quota.namespace, {})[quota.name] = quota
+        self.changes += 1
 
     def remove_quota(self, namespace: str, name: str) -> None:
+        self.changes += 1
         quotas = self._quotas.get(namespace)
         if quotas is not None:
             quotas.pop(name, None)

@@ -46,7 +46,7 @@ from webhook.sources.writes import Conflict, Event, Gone, Refused, Released, Rel
 
 log = logging.getLogger("gpupool.queue")
 
-TICK_SECONDS = 1.0  # a pass at least this often while leading, whatever the watches say
+TICK_SECONDS = 1.0  # a look at least this often while leading: a pass if the index changed unannounced
 ANSWER_SECONDS = 0.05  # while writes are in flight, their answers are settled at least this often
 CATCH_UP_SECONDS = 5.0  # at most this long for a new leader's watch to reach the Lease's version
 BATCH = 500  # releases decided per pass; the next pass follows at once
@@ -156,6 +156,7 @@ class Runner:
         self._sending: set[Future[tuple[Release, ReleaseResult]]] = set()  # writes in flight, settled by the loop
         self._passed_at = float("-inf")  # when the last pass began (the loop's clock)
         self._reported_at = float("-inf")  # when the backlog was last reported to the metrics
+        self._changes_seen: int | None = None  # the index's changes when the last pass had decided
         self._stop = threading.Event()
         self._shapes = Memo()  # what a Pod's shape decides, for one policy only
         self._shapes_for: Policy | None = None
@@ -188,7 +189,7 @@ class Runner:
         # A write whose answer was lost is settled by the new inventory's own list, which shows the Pod as
         # the API has it; a Pod told it waits is not told again.
         self._uncertain.clear()
-        self._shapes_for = None
+        self._shapes_for, self._changes_seen = None, None
         self.waiting.wake.set()
 
     def stop(self) -> None:
@@ -213,11 +214,15 @@ class Runner:
                     self._answers()  # writes came back, nothing else changed: no pass for that
                     continue
                 self.waiting.wake.clear()
-                self._loop_once()
+                self._loop_once(tick=not woke)
         finally:
             self._answers(every=True)  # nothing of this leader's still in flight once it stops
 
-    def _loop_once(self) -> None:
+    def _loop_once(self, *, tick: bool = False) -> None:
+        """`tick`: nothing woke the loop (TICK_SECONDS went by); the pass is then made only if the index
+        changed since the last one (a change no watch event announces, such as a reservation that expired,
+        or an answer settled) or writes are in flight or unsettled: over an unchanged index and queue a
+        pass decides what the last one did, and with a long queue that is not free."""
         self._take_rebind()
         leading = self.elector.leading()
         self._metrics.queue_leading(leading)
@@ -225,10 +230,12 @@ class Runner:
             self._reported_at = self._clock()
             self._metrics.queue_waiting(self.waiting.backlog(datetime.now(UTC)))
         if not leading:
-            self._caught_up, self._catch_up_since = False, None
+            self._caught_up, self._catch_up_since, self._changes_seen = False, None, None
             self._answers()
             return
         if not self.inventory.ready or not self._catch_up():
+            return
+        if tick and self._unchanged():
             return
         try:
             result = self._pass()
@@ -237,6 +244,14 @@ class Runner:
             return
         if result.decided >= BATCH:
             self.waiting.wake.set()
+
+    def _unchanged(self) -> bool:
+        """Would a pass now decide on exactly what the last one did (same index, queue and policy, nothing
+        of its own in flight)? The queue's changes wake the loop, so they never reach this."""
+        if self._sending or self._uncertain or self._policy(self.inventory) is not self._shapes_for:
+            return False
+        with self.inventory.read() as index:
+            return index.changes == self._changes_seen
 
     def _catch_up(self) -> bool:
         """A new leader's watch must have reached the Lease's version (or had CATCH_UP_SECONDS to)."""
@@ -272,6 +287,7 @@ class Runner:
         held = self.inventory.read()
         with held as index:
             decided = decide_prepared(prepared, index, policy, limit=BATCH, pause=_Breather(held, self._clock))
+            self._changes_seen = index.changes
         self._tell_queued(decided.waits)
         released += self._send_all(decided.releases)
         return PassResult(released, decided.waits, len(decided.releases))
