@@ -44,7 +44,7 @@ class Queued(NamedTuple):
     view: PodView  # as admission reads it
     info: PodInfo  # as the pool index counts it (nothing while queued; its claim once released)
     since: float  # when this process first saw it waiting (monotonic), for the wait time
-    order: tuple[int, str, str, str] = (0, "", "", "")  # release order: set by read_queued (`order_of`)
+    order: tuple[int, str, str, str]  # the release order's key (`order_of`)
 
     def age(self, now: datetime) -> float | None:
         """Seconds from the Pod's creation to `now` (below zero when the clocks disagree); None when its
