@@ -12,8 +12,8 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from tests.builders import gpu_node, index_of, pod, policy
+from tests.queue.fakes import Events, Leading, SlowApi
 from tests.queue.helpers import GPU_TOLERATION, enqueue, queued_pod
-from tests.queue.test_runner import Events, Leading, SlowApi
 from webhook.domain.model import PodKey
 from webhook.pools.index import PoolIndex
 from webhook.pools.kubeobj import pod_from_obj

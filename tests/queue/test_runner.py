@@ -8,79 +8,24 @@ import copy
 import threading
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from typing import Any
 
 import jsonpatch
 import pytest
 
 from tests.builders import gpu_node, index_of, pod, policy
+from tests.queue.fakes import Events, Inventory, Leading, SlowApi
 from tests.queue.helpers import enqueue, queued_pod
 from webhook.domain.model import PoolKey
-from webhook.domain.policy import Policy
-from webhook.pools.index import PoolIndex
-from webhook.pools.inventory import LockedIndex
 from webhook.queue import release
 from webhook.queue import runner as runner_module
 from webhook.queue.runner import Runner
 from webhook.queue.waiting import PODS, Waiting
-from webhook.sources.writes import Event, Released, ReleaseResult
+from webhook.sources.writes import Released, ReleaseResult
 
 QUEUE = "namespaces:\n  q: {placement: queue}\n"
 T4 = PoolKey("nvidia", "medium", "Tesla-T4")
 T4_SELECTOR = (("gpu.accelerator/class", "medium"), ("nvidia.com/gpu.product", "Tesla-T4"))
-
-
-class Inventory:
-    def __init__(self, index: PoolIndex) -> None:
-        self.policy: Policy = index.policy
-        self._locked = LockedIndex(index)
-        self.ready = True
-
-    def read(self) -> AbstractContextManager[PoolIndex]:
-        return self._locked.read()
-
-    def pod_version(self) -> str:
-        return "1"
-
-
-class Leading:
-    acquired_version = "1"
-
-    def leading(self) -> bool:
-        return True
-
-    def remaining(self) -> float:
-        return 15.0
-
-    def run(self) -> None:
-        return None
-
-    def stop(self) -> None:
-        return None
-
-
-class Events:
-    def __init__(self) -> None:
-        self.recorded: list[Event] = []
-
-    def record(self, event: Event) -> None:
-        self.recorded.append(event)
-
-
-class SlowApi:
-    """Every PATCH waits until `together` of them are in flight at once (or fails after `timeout`)."""
-
-    def __init__(self, pods: dict[tuple[str, str], dict[str, Any]], together: int, timeout: float = 5.0) -> None:
-        self._pods = pods
-        self._barrier = threading.Barrier(together, timeout=timeout)
-
-    def release(self, namespace: str, name: str, patch: list[dict[str, Any]]) -> ReleaseResult:
-        self._barrier.wait()
-        return Released(jsonpatch.apply_patch(copy.deepcopy(self._pods[(namespace, name)]), patch))
-
-    def read(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self._pods.get((namespace, name))
 
 
 def test_a_pass_writes_its_releases_together_not_one_round_trip_after_another() -> None:
