@@ -36,7 +36,9 @@ from tests.conftest import (
     wait_until,
 )
 from webhook.serving.app import MAX_BODY_BYTES
-from webhook.serving.worker import BUFFER_BUDGET, QUEUE_SECONDS, REQUEST_SECONDS
+from webhook.serving.client_io import REQUEST_SECONDS
+from webhook.serving.clients import BUFFER_BUDGET
+from webhook.serving.worker import QUEUE_SECONDS
 from webhook.testing.slow_clients import KINDS, SlowClients, wait_closed
 
 pytestmark = pytest.mark.slow
