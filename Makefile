@@ -79,7 +79,7 @@ test: lint typecheck ## lint, type check and run the whole test suite
 fuzz: $(STAMP) ## the test suite with new random examples for the property tests (repeat it; add finds as @example)
 	HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest -q
 
-PYCODE := webhook tests bench manifests/render.py tools
+PYCODE := webhook tests bench manifests/render.py manifests/rendering tools
 
 lint: $(STAMP) ## ruff (lint and formatting) and import-linter (the layers of webhook/, see docs/development.md)
 	$(BIN)/ruff check $(PYCODE)

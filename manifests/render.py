@@ -29,47 +29,26 @@ EXCLUDE_NAMESPACES, IGNORE_LABEL), so a release can be made for one cluster; wha
 (overlay, failure policy, image, a client CA file, single-node) it refuses.
 
 Standard library only, so it runs before anything else is installed; `gpupool certs` runs with the
-same interpreter (`python -m webhook certs`).
+same interpreter (`python -m webhook certs`). This file is the command line; the steps are in
+manifests/rendering/ (the kustomization's text, the files and subprocesses, the release).
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import ipaddress
-import json
-import os
 import re
-import shutil
-import subprocess
 import sys
-import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-MANIFESTS = Path(__file__).resolve().parent
-REPO = MANIFESTS.parent
+from rendering.build import REPO, render
+from rendering.errors import RenderError
+from rendering.kustomization import EXCLUDED_BY_DEFAULT, IGNORE_LABEL, METRICS_NAMESPACES, Access
+from rendering.release import release
+
 OVERLAYS = ("self-signed", "cert-manager")
 FAILURE_POLICIES = ("Fail", "Ignore")
-# The Service the certificate must name; kube-apiserver connects to <service>.<namespace>.svc.
-SERVICE = "gpupool-webhook"
-NAMESPACE = "gpupool-system"
-# The image the base Deployment names; kustomize's `images:` entries match it by name.
-IMAGE_NAME = "ghcr.io/gpupool/gpupool-webhook"
-CERT_FILES = ("ca.crt", "tls.crt", "tls.key")
-CLIENT_CA_FILE = "client-ca.crt"  # the --client-ca copy, next to the scratch kustomization
-# A release needs no file from the machine that made it: cert-manager issues the certificates in the cluster.
-RELEASE_OVERLAY = "cert-manager"
-# The alerts' runbook_url points at docs/operations.md on main; a release points at its own tag's.
-RUNBOOKS = "https://github.com/gpupool/gpupool/blob/main/docs/"
-VERSION_FORMAT = re.compile(r"\d+\.\d+\.\d+(?:-[0-9A-Za-z.]+)?")
-# Who may reach the health port by default (manifests/base/networkpolicy.yaml): Prometheus' namespace.
-METRICS_NAMESPACES = ("monitoring",)
-# What the base's namespaceSelector leaves out by name (manifests/base/webhook.yaml), and its label.
-EXCLUDED_BY_DEFAULT = ("kube-system", NAMESPACE, "gpu-operator")
-IGNORE_LABEL = "gpupool.io/ignore"
-# The webhook configurations (manifests/base/webhook.yaml, validating-webhook.yaml), one webhook each.
-WEBHOOK_CONFIGURATIONS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 _NAMESPACE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 # What a release fixes itself (or would take from this machine): the options --release refuses, by flag.
 RELEASE_REFUSES = {
@@ -81,28 +60,6 @@ RELEASE_REFUSES = {
     "--client-ca": "client_ca",
     "--single-node": "single_node",
 }
-
-
-class RenderError(Exception):
-    """A failed step, printed as one line without a traceback."""
-
-
-def image_override(ref: str) -> list[str]:
-    """The kustomize `images:` entry (as YAML lines) that replaces the base's image with `ref`.
-
-    `ref` is `name:tag`, `name@sha256:...` or a bare `name` (which keeps the base's tag); a registry
-    port (`host:5000/name`) is not a tag.
-    """
-    if not ref or any(c.isspace() for c in ref):
-        raise RenderError(f"--image: {ref!r} is not an image reference")
-    lines = [f"  - name: {IMAGE_NAME}"]
-    if "@" in ref:
-        name, digest = ref.split("@", 1)
-        return [*lines, f"    newName: {json.dumps(name)}", f"    digest: {json.dumps(digest)}"]
-    name, sep, tag = ref.rpartition(":")
-    if sep and "/" not in tag:
-        return [*lines, f"    newName: {json.dumps(name)}", f"    newTag: {json.dumps(tag)}"]
-    return [*lines, f"    newName: {json.dumps(ref)}"]
 
 
 def control_plane_cidr(value: str) -> str:
@@ -124,300 +81,11 @@ def namespace_name(value: str) -> str:
     return value
 
 
-def namespace_selector_patch(exclude: Sequence[str], *, ignore_label: bool) -> list[str]:
-    """JSON patch lines (for the patch of the webhook configuration) that leave out the `exclude`
-    namespaces by name, besides the base's, and drop the gpupool.io/ignore label unless `ignore_label`.
-    The `test` ops make the render fail, rather than patch the wrong expression, if the base changes."""
-    selector = "/webhooks/0/namespaceSelector/matchExpressions"
-    ops = [f"- op: test\n  path: {selector}/0/key\n  value: kubernetes.io/metadata.name"]
-    for name in dict.fromkeys(exclude):
-        if name not in EXCLUDED_BY_DEFAULT:
-            ops.append(f"- op: add\n  path: {selector}/0/values/-\n  value: {json.dumps(name)}")
-    if not ignore_label:
-        ops.append(f"- op: test\n  path: {selector}/1/key\n  value: {IGNORE_LABEL}")
-        ops.append(f"- op: remove\n  path: {selector}/1")
-    return [] if len(ops) == 1 else [line for op in ops for line in op.split("\n")]
-
-
-def health_port_patch(metrics_namespaces: Sequence[str], health_cidrs: Sequence[str]) -> list[str]:
-    """JSON patch lines for the NetworkPolicy: the health port (8080) admits the `metrics_namespaces` by
-    name (instead of the base's), and the `health_cidrs` (the nodes, for a CNI that polices the kubelet's
-    probes). Empty when both are the base's."""
-    rule = "/spec/ingress/1"
-    ops = []
-    names = list(dict.fromkeys(metrics_namespaces))
-    if names and tuple(names) != METRICS_NAMESPACES:
-        ops += [
-            f"- op: test\n  path: {rule}/from/0/namespaceSelector/matchExpressions/0/key\n"
-            "  value: kubernetes.io/metadata.name",
-            f"- op: replace\n  path: {rule}/from/0/namespaceSelector/matchExpressions/0/values\n"
-            f"  value: {json.dumps(names)}",
-        ]
-    for cidr in dict.fromkeys(health_cidrs):
-        ops.append(f"- op: add\n  path: {rule}/from/-\n  value: {{ipBlock: {{cidr: {json.dumps(cidr)}}}}}")
-    if not ops:
-        return []
-    ops.insert(0, f"- op: test\n  path: {rule}/ports/0/port\n  value: 8080")
-    return [line for op in ops for line in op.split("\n")]
-
-
-def stacked_kustomization(
-    overlay: str,
-    failure_policy: str,
-    image: str | None,
-    *,
-    client_ca: bool = False,
-    control_plane_cidrs: Sequence[str] = (),
-    exclude_namespaces: Sequence[str] = (),
-    ignore_label: bool = True,
-    single_node: bool = False,
-    metrics_namespaces: Sequence[str] = (),
-    health_cidrs: Sequence[str] = (),
-) -> str:
-    """A kustomization, placed next to the copy of manifests/, that renders `overlay` as asked.
-
-    Paths are relative because kustomize refuses absolute resource paths. With `client_ca`, the
-    ConfigMap the client-ca component mounts is generated from CLIENT_CA_FILE next to it.
-    """
-    lines = ["apiVersion: kustomize.config.k8s.io/v1beta1", "kind: Kustomization", "resources:"]
-    lines.append(f"  - ../manifests/overlays/{overlay}")
-    components = []
-    if failure_policy == "Ignore":
-        components.append("failure-policy-ignore")
-    if single_node:
-        components.append("single-node")
-    if client_ca:
-        components.append("client-ca")
-    if control_plane_cidrs:
-        components.append("webhook-port-from-control-plane")
-    if components:
-        lines += ["components:", *(f"  - ../manifests/components/{c}" for c in components)]
-    if image:
-        lines += ["images:", *image_override(image)]
-    if client_ca:
-        # A fixed name, like the TLS Secret's: a changed CA updates it in place and the server reloads it.
-        lines += [
-            "configMapGenerator:",
-            "  - name: gpupool-client-ca",
-            f"    namespace: {NAMESPACE}",
-            f"    files: [ca.crt={CLIENT_CA_FILE}]",
-            "    options:",
-            "      disableNameSuffixHash: true",
-            "      labels: {app.kubernetes.io/name: gpupool-webhook, app.kubernetes.io/part-of: gpupool}",
-        ]
-    patches = []
-    policy_ops = health_port_patch(metrics_namespaces, health_cidrs)
-    if control_plane_cidrs:
-        blocks = ", ".join(f"{{ipBlock: {{cidr: {json.dumps(c)}}}}}" for c in control_plane_cidrs)
-        policy_ops += ["- op: replace", "  path: /spec/ingress/0/from", f"  value: [{blocks}]"]
-    if policy_ops:
-        patches += [
-            "  - target: {kind: NetworkPolicy, name: gpupool-webhook}",
-            "    patch: |-",
-            *(f"      {line}" for line in policy_ops),
-        ]
-    selector = namespace_selector_patch(exclude_namespaces, ignore_label=ignore_label)
-    for kind in WEBHOOK_CONFIGURATIONS if selector else ():  # both leave out the same namespaces
-        patches += [
-            f"  - target: {{kind: {kind}, name: gpupool-webhook}}",
-            "    patch: |-",
-            *(f"      {line}" for line in selector),
-        ]
-    if patches:
-        lines += ["patches:", *patches]
-    return "\n".join(lines) + "\n"
-
-
-def read_client_ca(path: Path) -> bytes:
-    """The --client-ca file's bytes: PEM certificates and nothing secret, since a ConfigMap is readable
-    by anyone who may read the namespace. `gpupool serve` checks the certificates themselves at start."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise RenderError(f"--client-ca {path}: cannot read: {exc.strerror}") from None
-    if b"PRIVATE KEY-----" in data:
-        raise RenderError(f"--client-ca {path}: holds a private key; give the CA certificate (ca.crt) alone")
-    if b"-----BEGIN CERTIFICATE-----" not in data:
-        raise RenderError(f"--client-ca {path}: no PEM certificate in it; give the client CA's certificate")
-    return data
-
-
-def ensure_certs(certs_dir: Path, hosts: Sequence[str]) -> list[str]:
-    """Create the CA and serving certificate with `gpupool certs`, or renew what needs renewing (a serving
-    certificate with 30 days or fewer left, one whose names changed); returns its lines for what it
-    created or renewed. The serving certificate names the Service, plus `hosts` only if given."""
-    command = [sys.executable, "-m", "webhook", "certs", "--out", str(certs_dir)]
-    command += ["--service", SERVICE, "--namespace", NAMESPACE]
-    for host in hosts:
-        command += ["--host", host]
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RenderError(f"`gpupool certs` failed: {done.stderr.strip() or done.stdout.strip()}")
-    return [line for line in done.stdout.splitlines() if line and not line.startswith("kept ")]
-
-
-def stage(scratch: Path, overlay: str, certs_dir: Path) -> None:
-    """Copy manifests/ into `scratch` (minus scripts and stray keys), with the certificates if needed."""
-    copy = scratch / "manifests"
-    ignore = shutil.ignore_patterns("*.py", "__pycache__", *CERT_FILES)
-    shutil.copytree(MANIFESTS, copy, ignore=ignore)
-    if overlay == "self-signed":
-        for name in CERT_FILES:
-            source = certs_dir / name
-            if not source.is_file():
-                raise RenderError(f"{source} is missing (`gpupool certs --out {certs_dir}` writes it)")
-            _write_private(copy / "overlays" / "self-signed" / name, source.read_bytes())
-
-
-def kustomize(kubectl: str, directory: Path) -> str:
-    done = subprocess.run([kubectl, "kustomize", str(directory)], capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RenderError(f"`kubectl kustomize` failed: {done.stderr.strip()}")
-    return done.stdout
-
-
-def check_ca_source(rendered: str, overlay: str) -> None:
-    """Refuse output whose webhooks have no CA: kube-apiserver would reject every call (x509 errors)."""
-    mark = {"self-signed": "caBundle:", "cert-manager": "cert-manager.io/inject-ca-from:"}[overlay]
-    if rendered.count(mark) < len(WEBHOOK_CONFIGURATIONS):
-        raise RenderError(f"a rendered webhook configuration has no {mark.rstrip(':')}")
-
-
-def render(
-    overlay: str,
-    *,
-    failure_policy: str,
-    image: str | None,
-    out: Path,
-    certs_dir: Path,
-    hosts: Sequence[str],
-    kubectl: str,
-    client_ca: Path | None = None,
-    control_plane_cidrs: Sequence[str] = (),
-    exclude_namespaces: Sequence[str] = (),
-    ignore_label: bool = True,
-    single_node: bool = False,
-    metrics_namespaces: Sequence[str] = (),
-    health_cidrs: Sequence[str] = (),
+def _add_repeatable(
+    parser: argparse.ArgumentParser, flag: str, metavar: str, help_text: str, value: Callable[[str], str] = str
 ) -> None:
-    if shutil.which(kubectl) is None:
-        raise RenderError(f"{kubectl!r} not found on PATH; kubectl (with kustomize) renders the manifests")
-    client_ca_pem = None if client_ca is None else read_client_ca(client_ca)
-    if overlay == "self-signed":
-        for line in ensure_certs(certs_dir, hosts):
-            print(line)  # the admin sees a new CA (a new caBundle) or a renewal happen
-    with tempfile.TemporaryDirectory(prefix="gpupool-render-") as tmp:
-        scratch = Path(tmp)
-        stage(scratch, overlay, certs_dir)
-        (scratch / "render").mkdir()
-        if client_ca_pem is not None:
-            (scratch / "render" / CLIENT_CA_FILE).write_bytes(client_ca_pem)
-        kustomization = stacked_kustomization(
-            overlay,
-            failure_policy,
-            image,
-            client_ca=client_ca_pem is not None,
-            control_plane_cidrs=control_plane_cidrs,
-            exclude_namespaces=exclude_namespaces,
-            ignore_label=ignore_label,
-            single_node=single_node,
-            metrics_namespaces=metrics_namespaces,
-            health_cidrs=health_cidrs,
-        )
-        (scratch / "render" / "kustomization.yaml").write_text(kustomization)
-        rendered = kustomize(kubectl, scratch / "render")
-    check_ca_source(rendered, overlay)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    _write_private(out, rendered.encode())
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    """Write `data` to `path` readable by the owner only, replacing it atomically."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.chmod(tmp, 0o600)  # O_CREAT's mode does not apply when the file already existed
-    os.replace(tmp, path)
-
-
-def release_version_problems(version: str, changelog: Path) -> list[str]:
-    """Why `version` cannot be released from this tree: its format, the version the package and
-    pyproject.toml say (what gpupool_build_info will report), a CHANGELOG without a section for it."""
-    if not VERSION_FORMAT.fullmatch(version):
-        return [f"VERSION {version!r} is not x.y.z (or x.y.z-suffix)"]
-    problems = []
-    package = re.search(r'^__version__ = "([^"]+)"', (REPO / "webhook" / "__init__.py").read_text(), re.M)
-    project = re.search(r'^version = "([^"]+)"', (REPO / "pyproject.toml").read_text(), re.M)
-    for where, found in (("webhook/__init__.py", package), ("pyproject.toml", project)):
-        if found is None or found.group(1) != version:
-            said = found.group(1) if found else "nothing"
-            problems.append(f"{where} says version {said}, not {version}: the image would report another version")
-    try:
-        text = changelog.read_text(encoding="utf-8")
-    except OSError as exc:
-        return [*problems, f"cannot read {changelog}: {exc.strerror}"]
-    if not re.search(rf"^## {re.escape(version)}(\s|$)", text, re.M):
-        problems.append(f"{changelog.name} has no section `## {version}`: say what the release changes")
-    return problems
-
-
-def release(
-    version: str,
-    *,
-    out_dir: Path,
-    kubectl: str,
-    changelog: Path,
-    control_plane_cidrs: Sequence[str] = (),
-    exclude_namespaces: Sequence[str] = (),
-    ignore_label: bool = True,
-    metrics_namespaces: Sequence[str] = (),
-    health_cidrs: Sequence[str] = (),
-) -> list[Path]:
-    """Write the release's files into `out_dir`; returns them. RenderError when the tree cannot be released.
-
-    Who may reach the two ports and which namespaces are left out are the cluster's to say, as for
-    `render`: a release built for one cluster passes them (the defaults are the base's)."""
-    problems = release_version_problems(version, changelog)
-    if problems:
-        raise RenderError("; ".join(problems))
-    if shutil.which(kubectl) is None:
-        raise RenderError(f"{kubectl!r} not found on PATH; kubectl (with kustomize) renders the manifests")
-    tag = f"https://github.com/gpupool/gpupool/blob/v{version}/docs/"
-    install = out_dir / f"gpupool-{version}.yaml"
-    monitoring = out_dir / f"gpupool-monitoring-{version}.yaml"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="gpupool-release-") as tmp:
-        scratch = Path(tmp)
-        stage(scratch, RELEASE_OVERLAY, scratch)
-        (scratch / "render").mkdir()
-        kustomization = stacked_kustomization(
-            RELEASE_OVERLAY,
-            "Fail",
-            f"{IMAGE_NAME}:{version}",
-            control_plane_cidrs=control_plane_cidrs,
-            exclude_namespaces=exclude_namespaces,
-            ignore_label=ignore_label,
-            metrics_namespaces=metrics_namespaces,
-            health_cidrs=health_cidrs,
-        )
-        (scratch / "render" / "kustomization.yaml").write_text(kustomization)
-        rendered = kustomize(kubectl, scratch / "render")
-        check_ca_source(rendered, RELEASE_OVERLAY)
-        (scratch / "monitoring").mkdir()
-        (scratch / "monitoring" / "kustomization.yaml").write_text(
-            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
-            "components:\n  - ../manifests/components/monitoring\n"
-        )
-        alerts = kustomize(kubectl, scratch / "monitoring")
-    if RUNBOOKS not in alerts:
-        raise RenderError(f"the alerts' runbook_url no longer starts with {RUNBOOKS}")
-    header = f"# gpupool {version}: {{}}\n"
-    install.write_text(header.format("kubectl apply -f (docs/install.md, Installing a release)") + rendered)
-    monitoring.write_text(header.format("monitoring for the Prometheus Operator") + alerts.replace(RUNBOOKS, tag))
-    sums = out_dir / "SHA256SUMS"
-    sums.write_text("".join(f"{hashlib.sha256(f.read_bytes()).hexdigest()}  {f.name}\n" for f in (install, monitoring)))
-    return [install, monitoring, sums]
+    """An option given once per value, checked by `value`; `[]` when absent, which --release reads as not given."""
+    parser.add_argument(flag, metavar=metavar, action="append", type=value, default=[], help=help_text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -432,12 +100,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--image", metavar="REF", help="image for the Deployment (default: the base's)")
     parser.add_argument("--out", metavar="FILE", type=Path, help="default: build/gpupool-<overlay>.yaml")
     parser.add_argument("--certs-dir", metavar="DIR", type=Path, default=REPO / "certs")
-    parser.add_argument(
+    _add_repeatable(
+        parser,
         "--host",
-        metavar="NAME_OR_IP",
-        action="append",
-        default=[],
-        help="one more name for the serving certificate, passed to `gpupool certs` (self-signed only; by "
+        "NAME_OR_IP",
+        "one more name for the serving certificate, passed to `gpupool certs` (self-signed only; by "
         "default it names only the Service)",
     )
     parser.add_argument(
@@ -447,41 +114,37 @@ def build_parser() -> argparse.ArgumentParser:
         help="PEM certificate(s) of the CA that signs kube-apiserver's client certificate: the webhook port "
         "then answers only clients with such a certificate (components/client-ca)",
     )
-    parser.add_argument(
+    _add_repeatable(
+        parser,
         "--control-plane-cidr",
-        metavar="CIDR",
-        action="append",
-        type=control_plane_cidr,
-        default=[],
-        help="an address range kube-apiserver calls the webhook from; repeatable. The NetworkPolicy then "
+        "CIDR",
+        "an address range kube-apiserver calls the webhook from; repeatable. The NetworkPolicy then "
         "admits only these to port 8443 (components/webhook-port-from-control-plane)",
+        control_plane_cidr,
     )
-    parser.add_argument(
+    _add_repeatable(
+        parser,
         "--metrics-namespace",
-        metavar="NAME",
-        action="append",
-        type=namespace_name,
-        default=[],
-        help="a namespace whose Pods (Prometheus) may reach the health and metrics port 8080; repeatable "
+        "NAME",
+        "a namespace whose Pods (Prometheus) may reach the health and metrics port 8080; repeatable "
         f"(default: {', '.join(METRICS_NAMESPACES)}). The kubelet's probes come from the node and need none",
+        namespace_name,
     )
-    parser.add_argument(
+    _add_repeatable(
+        parser,
         "--health-cidr",
-        metavar="CIDR",
-        action="append",
-        type=control_plane_cidr,
-        default=[],
-        help="an address range also admitted to port 8080, e.g. the nodes', for a CNI that applies "
+        "CIDR",
+        "an address range also admitted to port 8080, e.g. the nodes', for a CNI that applies "
         "NetworkPolicy to the kubelet's probes; repeatable",
+        control_plane_cidr,
     )
-    parser.add_argument(
+    _add_repeatable(
+        parser,
         "--exclude-namespace",
-        metavar="NAME",
-        action="append",
-        type=namespace_name,
-        default=[],
-        help="a namespace whose Pods are never sent to gpupool, by name; repeatable. Always left out: "
+        "NAME",
+        "a namespace whose Pods are never sent to gpupool, by name; repeatable. Always left out: "
         + ", ".join(EXCLUDED_BY_DEFAULT),
+        namespace_name,
     )
     parser.add_argument(
         "--no-ignore-label",
@@ -509,9 +172,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def access_of(args: argparse.Namespace) -> Access:
+    """The options `make manifests` and `make release` share, as parsed."""
+    return Access(
+        control_plane_cidrs=tuple(args.control_plane_cidr),
+        metrics_namespaces=tuple(args.metrics_namespace),
+        health_cidrs=tuple(args.health_cidr),
+        exclude_namespaces=tuple(args.exclude_namespace),
+        ignore_label=args.ignore_label,
+    )
+
+
+def described(access: Access, *, client_ca: bool, single_node: bool) -> str:
+    """What the install does beyond the overlay's defaults, for the `wrote` line (empty: nothing)."""
+    extras = ", client certificates required" if client_ca else ""
+    if access.control_plane_cidrs:
+        extras += f", port 8443 from {' '.join(access.control_plane_cidrs)} only"
+    if access.metrics_namespaces or access.health_cidrs:
+        readers = [*(access.metrics_readers or METRICS_NAMESPACES), *access.health_ranges]
+        extras += f", port 8080 from {' '.join(readers)} (and the node's probes)"
+    if access.also_excluded:
+        extras += f", also leaving out {' '.join(access.also_excluded)}"
+    if not access.ignore_label:
+        extras += f", {IGNORE_LABEL} not honoured"
+    if single_node:
+        extras += ", both replicas may share a node (single-node test cluster)"
+    return extras
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    access = access_of(args)
     if args.release is not None:
         given = [flag for flag, dest in RELEASE_REFUSES.items() if getattr(args, dest) not in (None, False, [])]
         if given:
@@ -519,59 +211,34 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"--release renders the cert-manager overlay, failurePolicy Fail, the image tagged VERSION and no "
                 f"file of this machine; {', '.join(given)} cannot be given with it"
             )
-        try:
-            files = release(
-                args.release,
-                out_dir=args.out_dir,
-                kubectl=args.kubectl,
-                changelog=args.changelog,
-                control_plane_cidrs=args.control_plane_cidr,
-                exclude_namespaces=args.exclude_namespace,
-                ignore_label=args.ignore_label,
-                metrics_namespaces=args.metrics_namespace,
-                health_cidrs=args.health_cidr,
-            )
-        except RenderError as exc:
-            print(f"render.py: error: {exc}", file=sys.stderr)
-            return 1
-        print(f"wrote {', '.join(str(f) for f in files)} (release {args.release})")
-        return 0
-    overlay: str = args.overlay or "self-signed"
-    failure_policy: str = args.failure_policy or "Fail"
-    out: Path = args.out or REPO / "build" / f"gpupool-{overlay}.yaml"
     try:
-        render(
-            overlay,
-            failure_policy=failure_policy,
-            image=args.image,
-            out=out,
-            certs_dir=args.certs_dir,
-            hosts=args.host,
-            kubectl=args.kubectl,
-            client_ca=args.client_ca,
-            control_plane_cidrs=args.control_plane_cidr,
-            exclude_namespaces=args.exclude_namespace,
-            ignore_label=args.ignore_label,
-            single_node=args.single_node,
-            metrics_namespaces=args.metrics_namespace,
-            health_cidrs=args.health_cidr,
-        )
+        if args.release is not None:
+            files = release(
+                args.release, out_dir=args.out_dir, kubectl=args.kubectl, changelog=args.changelog, access=access
+            )
+            wrote = f"wrote {', '.join(str(f) for f in files)} (release {args.release})"
+        else:
+            overlay: str = args.overlay or "self-signed"
+            failure_policy: str = args.failure_policy or "Fail"
+            out: Path = args.out or REPO / "build" / f"gpupool-{overlay}.yaml"
+            render(
+                overlay,
+                failure_policy=failure_policy,
+                image=args.image,
+                out=out,
+                certs_dir=args.certs_dir,
+                hosts=args.host,
+                kubectl=args.kubectl,
+                access=access,
+                client_ca=args.client_ca,
+                single_node=args.single_node,
+            )
+            extras = described(access, client_ca=args.client_ca is not None, single_node=args.single_node)
+            wrote = f"wrote {out} ({overlay}, failurePolicy {failure_policy}{extras})"
     except RenderError as exc:
         print(f"render.py: error: {exc}", file=sys.stderr)
         return 1
-    extras = ", client certificates required" if args.client_ca else ""
-    if args.control_plane_cidr:
-        extras += f", port 8443 from {' '.join(args.control_plane_cidr)} only"
-    if args.metrics_namespace or args.health_cidr:
-        readers = [*dict.fromkeys(args.metrics_namespace or METRICS_NAMESPACES), *dict.fromkeys(args.health_cidr)]
-        extras += f", port 8080 from {' '.join(readers)} (and the node's probes)"
-    if added := [n for n in dict.fromkeys(args.exclude_namespace) if n not in EXCLUDED_BY_DEFAULT]:
-        extras += f", also leaving out {' '.join(added)}"
-    if not args.ignore_label:
-        extras += f", {IGNORE_LABEL} not honoured"
-    if args.single_node:
-        extras += ", both replicas may share a node (single-node test cluster)"
-    print(f"wrote {out} ({overlay}, failurePolicy {failure_policy}{extras})")
+    print(wrote)
     return 0
 
 

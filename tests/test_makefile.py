@@ -170,8 +170,8 @@ def test_the_self_signed_overlay_renders_with_the_documented_commands(tmp_path: 
     copy = tmp_path / "repo"
     shutil.copytree(REPO / "manifests", copy / "manifests", ignore=shutil.ignore_patterns(*CERTS, "*.py"))
     # What `make manifests` does to certs/ (its render needs the whole checkout, and writes build/).
-    render = importlib.import_module("manifests.render")
-    render.ensure_certs(copy / "certs", [])
+    build = importlib.import_module("manifests.rendering.build")
+    build.ensure_certs(copy / "certs", [])
     for command in commands[1:]:
         done = subprocess.run(command, shell=True, cwd=copy, capture_output=True, text=True, check=False)
         assert done.returncode == 0, f"{command}: {done.stderr}"
