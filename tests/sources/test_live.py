@@ -466,3 +466,31 @@ def test_pages_screened_hold_what_reading_every_pod_whole_holds_and_a_relist_con
             eager.pod_keys(),
             decision_view(eager, namespaces),
         )
+
+
+def test_before_its_first_list_a_worker_refuses_gpu_pods_as_unavailable_not_as_unplaceable(
+    sim: KubeSim, tmp_path: Path
+) -> None:
+    """A worker that starts (or is restarted by gunicorn's master while its Pod is still in the Service)
+    answers before its first list is in. An empty index would say "no GPU pool matches the Pod" (403), a
+    false and final-sounding refusal; the mutating and the validating call refuse with 503 (gpupool cannot
+    decide yet) and say why. Once the list is in, the same Pod is placed."""
+    from webhook.admission.validation import Trusted, Validator  # noqa: PLC0415
+
+    sim.stall(3.0)
+    kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+    live = LiveInventory.connect(POLICY, str(kubeconfig), FAST).start()
+    try:
+        assert not live.ready
+        admitter = Admitter(POLICY, live)
+        gpu_pod = pod("p", annotations={"gpupool.io/gpu-class": "medium"})
+        answer = admitter.admit(copy.deepcopy(gpu_pod), namespace="ml")
+        assert (answer.allowed, answer.code) == (False, 503) and "still loading" in answer.message
+        validator = Validator(admitter, Trusted.of("gpupool-system", "gpupool-webhook"))
+        checked = validator.validate_create(copy.deepcopy(gpu_pod), namespace="ml")
+        assert (checked.verdict.allowed, checked.verdict.code) == (False, 503)
+        assert admitter.admit(pod("web"), namespace="ml").allowed  # not gpupool's business: never held up
+        assert live.wait_ready(20)
+        assert admitter.admit(copy.deepcopy(gpu_pod), namespace="ml").allowed
+    finally:
+        live.close()

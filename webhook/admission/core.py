@@ -287,6 +287,8 @@ class Admitter:
     def _place(self, bound: Bound, prepared: Prepared, dry_run: bool) -> Verdict | None:
         """Place a prepared Pod; None when the binding changed before the lock was had (decide again)."""
         policy, inventory, shapes = bound
+        if not inventory.ready:
+            return loading_denial()
         stale = self.stale_of(bound)
         view, req, node, devices = prepared
         # Only reading the pools and reserving hold the inventory's lock (which the watches need too).
@@ -391,6 +393,18 @@ def _pool_in(index: PoolIndex, placement: Placement) -> PoolKey | None:
     pins = tuple(sorted((k, v) for k, v in placement.selector if index.policy.pins_pool(k)))
     reached = [p.key for p in index.pools(placement.pool.vendor) if p.resource == placement.resource and p.reach(pins)]
     return reached[0] if len(reached) == 1 else None
+
+
+def loading_denial() -> Verdict:
+    """A GPU Pod refused because this worker's inventory has not finished its first list (a worker that
+    just started, or was restarted while its Pod is still in the Service): decided from an empty index it
+    would be told no pool matches, which is neither true nor the Pod's doing."""
+    return verdict.deny(
+        "gpupool's GPU inventory is still loading (this server has not finished its first list of the "
+        "cluster); GPU Pods are refused until it has, which takes seconds: retry",
+        code=verdict.CODE_UNAVAILABLE,
+        reason="loading",
+    )
 
 
 def stale_denial(stale: float) -> Verdict:

@@ -44,7 +44,7 @@ from itertools import zip_longest
 from typing import Any, NamedTuple
 
 from webhook.admission import verdict
-from webhook.admission.core import Admitter, place, prepare, reserve_for, stale_denial
+from webhook.admission.core import Admitter, loading_denial, place, prepare, reserve_for, stale_denial
 from webhook.admission.pod import ContainerView, PodError, PodView, read_pod
 from webhook.admission.request import wants_gpus
 from webhook.admission.verdict import Verdict
@@ -282,6 +282,8 @@ class Validator:
                 # Refused, or no GPU Pod (any more): what its mutating call reserved is not coming.
                 dropped = not dry_run and self._drop(pod, namespace)
                 return Checked(prepared, reservation="dropped" if dropped else "")
+            if not inventory.ready:
+                return Checked(loading_denial())  # this worker reserved nothing: its mutating calls are refused alike
             stale = Admitter.stale_of(bound)
             view, req, node, _ = prepared
             with inventory.read() as index:

@@ -17,7 +17,7 @@ Outcome = Literal["mutated", "unchanged", "denied"]
 # Why a Pod was denied, for metrics and logs (the message is for people and may change).
 Reason = Literal[
     "", "invalid", "no-match", "no-capacity", "quota", "class-quota", "stale", "visible-devices", "bound-node",
-    "memory-quota", "group", "changed", "guarded",
+    "memory-quota", "group", "changed", "guarded", "loading",
 ]  # fmt: skip
 # "changed": the Pod as it will be stored is not as gpupool placed it (webhook.admission.validation);
 # "guarded": an UPDATE changes what only gpupool may change on a GPU Pod.
@@ -25,7 +25,7 @@ Reason = Literal[
 # Status codes on denials, as kube-apiserver passes them on to the user.
 CODE_INVALID = 400  # an annotation or the Pod itself is malformed
 CODE_FORBIDDEN = 403  # policy, quota or capacity says no
-CODE_UNAVAILABLE = 503  # gpupool cannot decide now (stale inventory under onStale: deny)
+CODE_UNAVAILABLE = 503  # gpupool cannot decide now (inventory still loading, or stale under onStale: deny)
 
 
 @dataclass(frozen=True, slots=True)
