@@ -199,6 +199,20 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def ready(health_port: int) -> bool:
+    """Whether a server's /readyz answers 200 (not when it cannot be reached)."""
+    conn = http.client.HTTPConnection("127.0.0.1", health_port, timeout=5)
+    try:
+        conn.request("GET", "/readyz")
+        response = conn.getresponse()
+        response.read()  # closing with the body unread would reset the connection
+        return response.status == 200
+    except OSError:
+        return False
+    finally:
+        conn.close()
+
+
 @contextmanager
 def running(
     argv: list[str],
@@ -221,16 +235,8 @@ def running(
         while True:
             if proc.poll() is not None:
                 raise SystemExit(f"server exited with {proc.returncode}; see {log}")
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", health_port, timeout=5)
-                conn.request("GET", "/readyz")
-                response = conn.getresponse()
-                response.read()  # closing with the body unread would reset the connection
-                conn.close()
-                if response.status == 200:
-                    break
-            except OSError:
-                pass
+            if ready(health_port):
+                break
             if time.monotonic() > deadline:
                 raise SystemExit(f"server not ready after {ready_timeout:g} s; see {log}")
             time.sleep(0.1)

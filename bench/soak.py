@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import base64
 import bisect
+import contextlib
 import gc
 import http.client
 import json
@@ -59,11 +60,11 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import jsonpatch
 import orjson
@@ -214,10 +215,55 @@ class Simulator:
     kubeconfig: Path
     port: int
     token: str
-    churn: dict[str, float] = field(default_factory=dict)  # its counts, read when it stops
+    exit_lines: list[str] = field(default_factory=list)  # what it printed as it stopped
 
     def api(self) -> SimApi:
         return SimApi(self.port, self.token)
+
+    @property
+    def churn(self) -> dict[str, float]:
+        """Its churn's counts, printed when it stopped."""
+        for out in reversed(self.exit_lines):
+            if out.startswith("kubesim: churn "):
+                counts: dict[str, float] = json.loads(out.removeprefix("kubesim: churn "))
+                return counts
+        return {}
+
+    def command(self, line: str) -> str:
+        """One command on its stdin (`--control`), and its answer."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        answer = self.proc.stdout.readline().strip()
+        if not answer.startswith("kubesim: " + line.split(maxsplit=1)[0]):
+            raise RuntimeError(f"the simulator answered {answer!r} to {line!r}")
+        return answer
+
+
+@contextmanager
+def launch_simulator(
+    argv: list[str], kubeconfig: Path, *, control: bool = False, stop_timeout: float = 60.0
+) -> Iterator[Simulator]:
+    """The simulator `argv` starts, once it serves (its first line says where; `kubeconfig` holds its
+    token); `control`: its stdin is a pipe, for `Simulator.command`. SIGTERM at the end, and what it printed
+    then kept in `exit_lines`."""
+    stdin = subprocess.PIPE if control else None
+    proc = subprocess.Popen(argv, cwd=REPO, stdin=stdin, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    try:
+        line = proc.stdout.readline()
+        print(line.strip(), flush=True)
+        match = re.search(r"serving http://127\.0\.0\.1:(\d+)", line)
+        if not match:
+            raise SystemExit(f"the simulator did not start: {line!r}")
+        token = json.loads(kubeconfig.read_text())["users"][0]["user"]["token"]
+        sim = Simulator(proc, kubeconfig, int(match.group(1)), token)
+        yield sim
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=stop_timeout)
+        with contextlib.suppress(NameError):  # it did not start: nothing to keep
+            sim.exit_lines = rest.splitlines()
 
 
 @contextmanager
@@ -232,23 +278,8 @@ def simulator(args: argparse.Namespace, tmp: Path) -> Iterator[Simulator]:
         "kubeconfig": kubeconfig,
     }
     argv = [sys.executable, "-m", "webhook.testing", *(f"--{k}={v}" for k, v in options.items())]  # fmt: skip
-    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    try:
-        line = proc.stdout.readline()
-        print(line.strip(), flush=True)
-        match = re.search(r"serving http://127\.0\.0\.1:(\d+)", line)
-        if not match:
-            raise SystemExit(f"the simulator did not start: {line!r}")
-        token = json.loads(kubeconfig.read_text())["users"][0]["user"]["token"]
-        sim = Simulator(proc, kubeconfig, int(match.group(1)), token)
+    with launch_simulator(argv, kubeconfig) as sim:
         yield sim
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        rest, _ = proc.communicate(timeout=60)
-        for out in rest.splitlines():
-            if out.startswith("kubesim: churn "):
-                sim.churn = json.loads(out.removeprefix("kubesim: churn "))
 
 
 def gpu_node(name: str, product: str, gpus: int, memory_mib: int) -> dict[str, Any]:
@@ -651,6 +682,9 @@ def serve_argv(cert_dir: Path, kubeconfig: Path, port: int, health_port: int) ->
     ]  # fmt: skip
 
 
+ServerT = TypeVar("ServerT", bound="Server")
+
+
 @dataclass
 class Server:
     name: str
@@ -683,25 +717,41 @@ def bench_cluster(args: argparse.Namespace, name: str) -> Iterator[tuple[Path, s
 
 
 @contextmanager
-def servers(names: list[str], tmp: Path, sim: Simulator) -> Iterator[list[Server]]:
-    """Start one `gpupool serve` per name, one after the other (each waits for its first full list);
-    certificates and logs in `tmp`."""
+def servers(
+    kind: type[ServerT],
+    names: list[str],
+    tmp: Path,
+    sim: Simulator,
+    *,
+    options: list[str] | None = None,
+    env: dict[str, dict[str, str]] | None = None,
+    ready_timeout: float = 300.0,
+    announce: bool = True,
+) -> Iterator[list[ServerT]]:
+    """Start one `gpupool serve` per name, one after the other (each waits for its first full list), each
+    a `kind` (Server or a subclass); certificates and logs in `tmp`, `options` added to each command line,
+    `env[name]` to its environment; `announce`: say when each is ready."""
     with ExitStack() as stack:
         started = []
         for name in names:
             port, health = free_port(), free_port()
             log = tmp / f"{name}.log"
             began = time.monotonic()
-            proc = stack.enter_context(running(serve_argv(tmp, sim.kubeconfig, port, health), health, log, 300))
-            print(f"{name}: ready (live inventory synced) in {time.monotonic() - began:.1f} s", flush=True)
-            started.append(Server(name, proc, port, health, log))
+            argv = [*serve_argv(tmp, sim.kubeconfig, port, health), *(options or [])]
+            proc = stack.enter_context(running(argv, health, log, ready_timeout, env=(env or {}).get(name)))
+            if announce:
+                print(f"{name}: ready (live inventory synced) in {time.monotonic() - began:.1f} s", flush=True)
+            started.append(kind(name, proc, port, health, log))
         yield started
 
 
-def read_log(log: Path, keep: int = 30) -> dict[str, Any]:
-    """Lines per level of a server's log, and the first `keep` lines that are not admission lines."""
+def read_log(
+    log: Path, keep: int = 30, *, notable: Callable[[bytes, str], bool] | None = None, width: int = 400
+) -> dict[str, Any]:
+    """Lines per level of a server's log, and the first `keep` lines that are `notable` (given the line and
+    its level; by default, those that are not admission lines), cut at `width` characters."""
     levels: Counter[str] = Counter()
-    notable: list[str] = []
+    kept: list[str] = []
     with open(log, "rb") as f:
         for line in f:
             try:
@@ -709,9 +759,10 @@ def read_log(log: Path, keep: int = 30) -> dict[str, Any]:
             except orjson.JSONDecodeError:
                 level = "not JSON"
             levels[level] += 1
-            if b'"message":"admission"' not in line and len(notable) < keep:
-                notable.append(line.decode(errors="replace").rstrip()[:400])
-    return {"levels": dict(levels), "notable": notable}
+            chosen = notable(line, level) if notable else b'"message":"admission"' not in line
+            if chosen and len(kept) < keep:
+                kept.append(line.decode(errors="replace").rstrip()[:width])
+    return {"levels": dict(levels), "notable": kept}
 
 
 # --- watch lag: how long until a server counts a Pod that was just created ----------------------------
@@ -910,7 +961,7 @@ def soak(args: argparse.Namespace) -> int:
         if args.lock_stats:  # only the server started next imports bench/lockstats/sitecustomize.py
             hook = [str(REPO / "bench" / "lockstats"), *filter(None, [os.environ.get("PYTHONPATH")])]
             os.environ.update(PYTHONPATH=os.pathsep.join(hook), GPUPOOL_BENCH_LOCKSTATS=str(lock_stats))
-        with servers(["server"], tmp, sim) as (server,):
+        with servers(Server, ["server"], tmp, sim) as (server,):
             result = soak_run(args, server, sim=sim, api=api, maker=maker, context=context)
             result["server_log"] = read_log(server.log)
             if args.lock_stats:
@@ -1244,7 +1295,7 @@ def replicas_burst(args: argparse.Namespace) -> int:
     bursts, windows = [], []
     with (
         bench_cluster(args, "burst") as (tmp, context, sim, api),
-        servers(["replica-a", "replica-b"], tmp, sim) as replicas,
+        servers(Server, ["replica-a", "replica-b"], tmp, sim) as replicas,
     ):
         reset_burst_pool(replicas, api)
         for n in range(args.bursts):

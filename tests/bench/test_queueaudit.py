@@ -1,4 +1,4 @@
-"""The queue benchmark's judge (bench/queueaudit.py): overbooking, quotas and release latency worked out
+"""The queue benchmark's judge (bench/queueaudit/): overbooking, quotas and release latency worked out
 from the simulator's writes alone."""
 
 from __future__ import annotations
