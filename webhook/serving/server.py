@@ -149,8 +149,9 @@ def real_app_loader(core: Core) -> LoadApp:
                 queue = WorkerQueue(core.queue, metrics, admitter)
                 queue.attach(inventory, policy)  # before the first list, which fills the queue
             # The master never starts the watches: threads do not survive a fork, so each worker starts
-            # them on its own copy. Not waited for: /readyz stays false until the first full list, so no
-            # admission is routed to this worker before then.
+            # them on its own copy. Not waited for: /readyz stays false until the first full list. A call
+            # that reaches the worker meanwhile (a restarted worker's Pod stays in the Service until its
+            # probe fails) gets 503 for a GPU Pod (webhook.admission.core.loading_denial).
             inventory.start()
             if queue is not None:
                 queue.use(inventory)
