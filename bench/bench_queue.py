@@ -54,7 +54,7 @@ sys.path.insert(0, str(REPO))  # `python bench/bench_queue.py` finds the bench p
 
 from bench.queuebench.report import print_report  # noqa: E402
 from bench.queuebench.run import run  # noqa: E402
-from bench.soak import RESULTS  # noqa: E402
+from bench.serverbench.launch import RESULTS  # noqa: E402
 
 # --quick: a fifth of the cluster, still at 100 finishes/s, so a leader that falls behind shows it.
 QUICK = ["--nodes", "1000", "--pods", "30000", "--queued", "300", "--seconds", "20", "--memory-queued", "1000"]

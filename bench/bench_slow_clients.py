@@ -34,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script: the repository's packages
 
-from bench.bench_server import DEMO_INVENTORY, PATH, REPO, RESULTS, SAMPLE_REVIEW, free_port, running
+from bench.serverbench.launch import DEMO_INVENTORY, PATH, REPO, RESULTS, SAMPLE_REVIEW, free_port, running
 from webhook.serving.certs import ensure_certificates
 from webhook.testing.slow_clients import KINDS, SlowClients
 

@@ -17,7 +17,9 @@ import orjson
 from bench.queueaudit import Auditor
 from bench.queuebench.cluster import NAMESPACES, QUOTA, Space, now, queued_pod
 from bench.queuebench.replicas import Replica
-from bench.soak import DEADLINE_S, Connection, SimApi, Simulator, persisted, read_answer, review_body
+from bench.soakbench.client import DEADLINE_S, Connection, persisted, read_answer
+from bench.soakbench.reviews import review_body
+from bench.soakbench.sim import SimApi, Simulator
 
 
 class Creator:

@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.queuebench.replicas import Replica
-from bench.soak import RESULTS, CpuMeter, Simulator
+from bench.serverbench.launch import RESULTS
+from bench.soakbench.procfs import CpuMeter
+from bench.soakbench.sim import Simulator
 
 
 class Profile:

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.bench_server import ready
 from bench.queueaudit import GPU, Auditor
 from bench.queuebench.cluster import OPEN, burst_node, now
 from bench.queuebench.creator import Creator, keep_topped_up, targets, top_up, wait_queued
@@ -19,7 +18,9 @@ from bench.queuebench.meters import Profile, cpu_percent, meter
 from bench.queuebench.probes import Probes, timed_probes
 from bench.queuebench.replicas import Replica, leader_of, roles_of
 from bench.queuebench.sim import post_all
-from bench.soak import Simulator, rss_mb
+from bench.serverbench.launch import ready
+from bench.soakbench.procfs import rss_mb
+from bench.soakbench.sim import Simulator
 from webhook.testing.synthetic import GPU_MODELS
 
 

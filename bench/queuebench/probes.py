@@ -19,7 +19,10 @@ import orjson
 
 from bench.queuebench.cluster import PROBE_NAMESPACE, PROBE_POD_NAMESPACE, probe_pod
 from bench.queuebench.replicas import Replica
-from bench.soak import DEADLINE_S, Connection, SimApi, Simulator, quantiles, read_answer, review_body, tls_context
+from bench.soakbench.client import DEADLINE_S, Connection, read_answer, tls_context
+from bench.soakbench.metrics import quantiles
+from bench.soakbench.reviews import review_body
+from bench.soakbench.sim import SimApi, Simulator
 from webhook.queue.runner import WRITERS
 
 

@@ -8,7 +8,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from bench.queuebench.cluster import LEASE_NAMESPACE, POLICY, now
-from bench.soak import Server, Simulator, children, scrape, servers
+from bench.soakbench.metrics import scrape
+from bench.soakbench.procfs import children
+from bench.soakbench.servers import Server, servers
+from bench.soakbench.sim import Simulator
 
 
 class Replica(Server):

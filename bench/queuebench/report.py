@@ -11,7 +11,7 @@ from typing import Any
 
 from bench.queueaudit import Auditor, Release
 from bench.queuebench.phases import Run
-from bench.soak import quantiles
+from bench.soakbench.metrics import quantiles
 from webhook.queue.runner import WRITERS
 from webhook.testing.synthetic import GPU_MODELS
 

@@ -19,7 +19,9 @@ from bench.queuebench.probes import Probes, write_capacity
 from bench.queuebench.replicas import leader_of, replicas, roles_of
 from bench.queuebench.report import report
 from bench.queuebench.sim import AUDIT_LOG, Tail, list_all, post_all, quiet, simulator
-from bench.soak import SimApi, Simulator, read_log, tls_context
+from bench.soakbench.client import tls_context
+from bench.soakbench.servers import read_log
+from bench.soakbench.sim import SimApi, Simulator
 from webhook.serving.certs import ensure_certificates
 from webhook.testing.kubefit import pod_requests
 from webhook.testing.synthetic import GPU_MODELS

@@ -17,7 +17,7 @@ import orjson
 
 from bench.queueaudit import Auditor
 from bench.queuebench.cluster import FINISH_LABEL, now
-from bench.soak import SimApi, Simulator, launch_simulator
+from bench.soakbench.sim import SimApi, Simulator, launch_simulator
 
 AUDIT_LOG = "audit.jsonl"  # in the run's scratch directory
 
