@@ -33,9 +33,9 @@ from tests.conftest import (
     server_env,
     wait_until,
 )
+from tests.manifests.rendered import admitted, network_policy_sources, parse_objects
 from tests.queue.test_queue_e2e import Cluster
 from tests.test_docs import anchors
-from tests.test_manifests import admitted, network_policy_sources, parse_objects
 from webhook.testing import KubeSim
 
 COMPONENT = REPO / "manifests" / "components" / "monitoring"

@@ -1,7 +1,7 @@
 """Tests for the ValidatingWebhookConfiguration an admin installs (manifests/base/validating-webhook.yaml,
 its overlays and components, render.py): that it mirrors the mutating webhook where it must, and that its
 matchConditions, evaluated with a real CEL implementation, send kube-apiserver's calls for every Pod the
-core checks and keep every other update away (tests/test_manifests.py covers the rest of the install).
+core checks and keep every other update away (tests/manifests/ covers the rest of the install).
 """
 
 from __future__ import annotations
@@ -18,20 +18,19 @@ from celpy.adapter import json_to_cel
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from tests.test_manifests import (
+from tests.manifests.rendered import (
     ENV_NAMES,
     INSTALL_GUIDE,
     KUBECTL,
     MANIFESTS,
-    MIRROR,
     RESOURCE_NAMES,
     Rendering,
     kustomize,
     parse_objects,
     run_render,
-    should_be_sent,
 )
-from tests.test_manifests import pod as manifest_pod
+from tests.manifests.sending import MIRROR, should_be_sent
+from tests.manifests.sending import pod as manifest_pod
 from webhook.admission.core import Admitter
 from webhook.admission.pod import read_pod
 from webhook.admission.request import wants_gpus

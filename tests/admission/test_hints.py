@@ -9,18 +9,14 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from tests.admission.test_core import (
-    EXAMPLES,
+from tests.admission.demo import EXAMPLES, _demo_objects, demo_policy, sample_verdict, shared_demo_index
+from tests.admission.podgen import (
     NODE_EDITS,
     TAINTS,
     TWIN_NAMESPACES,
     NodeEdit,
-    _demo_objects,
-    demo_policy,
     edited_fleet,
     named_fixes,
-    sample_verdict,
-    shared_demo_index,
     stopped_fixes,
     twin_policy,
     with_annotation,

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests import scheduling
-from tests.admission.test_core import (
+from tests.admission.demo import (
     _demo_objects,
     apply,
     demo_policy,

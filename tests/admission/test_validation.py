@@ -15,7 +15,8 @@ import jsonpatch
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 
-from tests.admission.test_core import NAMESPACES, demo_policy, pod_st
+from tests.admission.demo import demo_policy
+from tests.admission.podgen import NAMESPACES, pod_st
 from tests.builders import fleet, gpu_node, index_of, pod, policy, quota
 from tests.conftest import DEMO_INVENTORY
 from webhook.admission.core import Admitter

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import DEMO_INVENTORY, REPO, free_port, server_env
-from tests.serving.test_server import client_certificate, new_ca
+from tests.serving.clientcerts import client_certificate, new_ca
 from webhook.admission.validation import Trusted
 from webhook.commands.serve import DEFAULTS, SERVE_ENV, configure, load_core, resolve_options
 from webhook.domain.errors import ConfigError

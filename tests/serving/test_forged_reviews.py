@@ -23,16 +23,13 @@ from tests.conftest import (
     ApiServerClient,
     ServerProcess,
     admission_review,
-    free_port,
-    health_get,
-    serve_argv,
     wait_until,
 )
+from tests.serving.running import SETTLE, gpu_quotas, metric, start_serving
 from webhook.testing.kubesim import KubeSim
 
 pytestmark = pytest.mark.slow
 
-SETTLE = 5.0  # the policy's default reservationSettleSeconds
 BOUND = 40  # maxReservationsPerNamespace in this module's policy
 QUOTAS = {"team-q": 4, "team-r": 6}  # requests.nvidia.com/gpu
 
@@ -57,10 +54,9 @@ class Cluster:
         self.sim.add(pod(name, namespace, gpus=gpus, node="t4-a", phase="Running"))
 
     def reservations(self) -> float:
-        status, body, _ = health_get(self.health_port, "/metrics")
-        assert status == 200
-        (line,) = [ln for ln in body.decode().splitlines() if ln.startswith("gpupool_reservations ")]
-        return float(line.split()[1])
+        value = metric(self.health_port, "gpupool_reservations")
+        assert value is not None, "no gpupool_reservations on /metrics"
+        return value
 
 
 @pytest.fixture(scope="module")
@@ -70,18 +66,12 @@ def cluster(
     tmp = tmp_path_factory.mktemp("forged")
     (tmp / "policy.yaml").write_text(f"defaults: {{maxReservationsPerNamespace: {BOUND}}}\n")
     with KubeSim(bookmark_interval=0.5) as sim:
-        sim.load([
-            gpu_node("t4-a", "Tesla-T4", 64, memory_mib=15360),
-            *(quota("gpus", ns, {"requests.nvidia.com/gpu": str(hard)}, {"requests.nvidia.com/gpu": "0"})
-              for ns, hard in QUOTAS.items()),
-        ])  # fmt: skip
+        sim.load([gpu_node("t4-a", "Tesla-T4", 64, memory_mib=15360), *gpu_quotas(QUOTAS)])
         kubeconfig = sim.write_kubeconfig(tmp / "kubeconfig")
-        port, health_port = free_port(), free_port()
-        argv = serve_argv(
-            cert_dir, port, health_port, "--kubeconfig", str(kubeconfig), "--policy", str(tmp / "policy.yaml")
+        policy = str(tmp / "policy.yaml")
+        server, client, health_port = start_serving(
+            start_server, cert_dir, "--kubeconfig", str(kubeconfig), "--policy", policy
         )
-        server = start_server(argv, health_port)
-        client = ApiServerClient(port, cert_dir / "ca.crt")
         try:
             yield Cluster(sim, client, health_port)
         finally:

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 import yaml
 
@@ -24,10 +23,10 @@ from tests.conftest import (
     admission_review,
     free_port,
     gpu_pod,
-    health_get,
     serve_argv,
     wait_until,
 )
+from tests.serving.running import metric, readyz
 from webhook.admission.core import Admitter
 from webhook.domain.errors import ConfigError
 from webhook.domain.policy import Policy
@@ -297,21 +296,6 @@ class TestReloader:
 
 
 # --- end to end: a real `gpupool serve` --------------------------------------------------------------
-
-
-def metric(health_port: int, sample: str) -> float | None:
-    """One sample's value from the server's /metrics (`name{labels}` as exposed), None when absent."""
-    _, body, _ = health_get(health_port, "/metrics")
-    for line in body.decode().splitlines():
-        name, _, value = line.rpartition(" ")
-        if name == sample:
-            return float(value)
-    return None
-
-
-def readyz(health_port: int) -> tuple[int, dict[str, Any]]:
-    status, body, _ = health_get(health_port, "/readyz")
-    return status, orjson.loads(body) if body else {}
 
 
 def placed_pool(client: ApiServerClient, gpu_class: str, namespace: str = "ml") -> str | None:

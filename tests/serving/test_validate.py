@@ -25,16 +25,13 @@ from tests.conftest import (
     ApiServerClient,
     ServerProcess,
     admission_review,
-    free_port,
-    health_get,
-    serve_argv,
     wait_until,
 )
+from tests.serving.running import SETTLE, gpu_quotas, metric, start_serving
 from webhook.testing.kubesim import KubeSim
 
 pytestmark = pytest.mark.slow
 
-SETTLE = 5.0  # the policy's default reservationSettleSeconds
 GPUPOOL = "system:serviceaccount:gpupool-system:gpupool-webhook"
 QUEUE_GATE = "gpupool.io/queue"
 QUOTAS = {"team-v": 2, "team-w": 1, "team-x": 2, "team-y": 1}  # requests.nvidia.com/gpu
@@ -64,13 +61,9 @@ class Replica:
         return self.call("/validate", review)
 
     def metric(self, name: str, **labels: str) -> float:
-        status, body, _ = health_get(self.health_port, "/metrics")
-        assert status == 200
         want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-        for line in body.decode().splitlines():
-            if line.startswith(f"{name}{{{want}}} ") or (not labels and line.startswith(f"{name} ")):
-                return float(line.split()[-1])
-        return 0.0
+        value = metric(self.health_port, f"{name}{{{want}}}" if labels else name)
+        return 0.0 if value is None else value
 
 
 class Cluster:
@@ -103,9 +96,7 @@ class Cluster:
 
 
 def start_replica(start: Callable[..., ServerProcess], cert_dir: Path, kubeconfig: Path) -> Replica:
-    port, health_port = free_port(), free_port()
-    argv = serve_argv(cert_dir, port, health_port, "--kubeconfig", str(kubeconfig), "--trusted-groups", "oncall")
-    return Replica(start(argv, health_port), ApiServerClient(port, cert_dir / "ca.crt"), health_port)
+    return Replica(*start_serving(start, cert_dir, "--kubeconfig", str(kubeconfig), "--trusted-groups", "oncall"))
 
 
 @pytest.fixture(scope="module")
@@ -117,8 +108,7 @@ def cluster(
         sim.load([
             gpu_node("t4-a", "Tesla-T4", 8, memory_mib=15360),
             gpu_node("t4-b", "Tesla-T4", 8, memory_mib=15360),
-            *(quota("gpus", ns, {"requests.nvidia.com/gpu": str(hard)}, {"requests.nvidia.com/gpu": "0"})
-              for ns, hard in QUOTAS.items()),
+            *gpu_quotas(QUOTAS),
         ])  # fmt: skip
         kubeconfig = sim.write_kubeconfig(tmp / "kubeconfig")
         a, b = (start_replica(start_server, cert_dir, kubeconfig) for _ in range(2))

@@ -31,10 +31,10 @@ from tests.conftest import (
     admission_review,
     free_port,
     gpu_pod,
-    health_get,
     serve_argv,
     wait_until,
 )
+from tests.serving.running import readyz
 from webhook.serving.app import MAX_BODY_BYTES
 from webhook.serving.client_io import REQUEST_SECONDS
 from webhook.serving.clients import BUFFER_BUDGET
@@ -65,7 +65,7 @@ class Served:
 
     def worker_rss(self) -> int:
         """The worker process's resident memory, in bytes."""
-        (pid,) = orjson.loads(health_get(self.health_port, "/readyz")[1])["workers"]
+        (pid,) = readyz(self.health_port)[1]["workers"]
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import http.client
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import kubernetes
@@ -31,16 +30,10 @@ Obj = dict[str, Any]
 
 @pytest.fixture
 def sim() -> Iterator[KubeSim]:
+    """An empty cluster, in place of tests/testing/conftest.py's synthetic one (its `api` talks to this)."""
     with KubeSim(bookmark_interval=0.2) as running:
         yield running
         assert running.handler_errors == []
-
-
-@pytest.fixture
-def api(sim: KubeSim, tmp_path: Path) -> Iterator[kubernetes.client.CoreV1Api]:
-    path = sim.write_kubeconfig(tmp_path / "kubeconfig")
-    with kubernetes.config.new_client_from_config(config_file=str(path)) as client:
-        yield kubernetes.client.CoreV1Api(api_client=client)
 
 
 def pod_body(name: str, *, gates: tuple[str, ...] = (GATE,), **spec: Any) -> Obj:
