@@ -222,24 +222,23 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         server, client, pump = tls_pair(Path(tmp))
 
-    def tls_read() -> None:
-        client.write(wire)
-        pump(client, server)
-        got = 0
-        while got < len(wire):
-            got += len(server.read(256 * 1024))
+    def across(sender: ssl.SSLObject, receiver: ssl.SSLObject, data: bytes) -> Callable[[], None]:
+        """One TLS hop: `sender` encrypts `data`, `receiver` decrypts all of it."""
+
+        def hop() -> None:
+            sender.write(data)
+            pump(sender, receiver)
+            got = 0
+            while got < len(data):
+                got += len(receiver.read(256 * 1024))
+
+        return hop
 
     framer = HttpConnection(MAX_BODY_BYTES)
     framer.feed(wire)
     framer.next_request()
     reply = framer.answer(answer, close=False)
-
-    def tls_write() -> None:
-        server.write(reply)
-        pump(server, client)
-        got = 0
-        while got < len(reply):
-            got += len(client.read(256 * 1024))
+    tls_read, tls_write = across(client, server, wire), across(server, client, reply)
 
     steps: dict[str, tuple[Callable[[], object], Callable[[], object] | None]] = {
         "TLS: decrypt the request": (tls_read, None),
