@@ -10,7 +10,8 @@ ConfigMap, and changed step by step:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -32,28 +33,40 @@ QUEUED_T4_IS_HIGH = (
 )
 
 
+@contextmanager
+def one_replica(
+    sim: KubeSim, policy: ConfigMapVolume, cert_dir: Path, tmp_path: Path, start_server: Callable[..., ServerProcess]
+) -> Iterator[tuple[Cluster, int]]:
+    """`gpupool serve` on the simulator as replica-a, its --policy the mounted file: the cluster as the
+    tests drive it, and the server's health port; the client closed and the server stopped after."""
+    kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+    port, health_port = free_port(), free_port()
+    argv = serve_argv(cert_dir, port, health_port, "--kubeconfig", str(kubeconfig), "--policy", policy.path)
+    server = start_server(argv, health_port, env=server_env(POD_NAME="replica-a", POD_NAMESPACE="gpupool-system"))
+    client = ApiServerClient(port, cert_dir / "ca.crt")
+    try:
+        yield Cluster(sim, [server], [client]), health_port
+    finally:
+        client.close()
+        server.stop()
+
+
 def test_the_queue_follows_the_policy_file(
     cert_dir: Path, tmp_path: Path, start_server: Callable[..., ServerProcess]
 ) -> None:
     volume = ConfigMapVolume(tmp_path / "policy", PLACED_NOW)
     with KubeSim(bookmark_interval=0.2) as sim:
         sim.load([node("t4-a", "Tesla-T4", gpu_class=None), node("t4-b", "Tesla-T4", gpu_class=None)])
-        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
-        port, health_port = free_port(), free_port()
-        argv = serve_argv(cert_dir, port, health_port, "--kubeconfig", str(kubeconfig), "--policy", volume.path)
-        server = start_server(argv, health_port, env=server_env(POD_NAME="replica-a", POD_NAMESPACE="gpupool-system"))
-        client = ApiServerClient(port, cert_dir / "ca.crt")
-        cluster = Cluster(sim, [server], [client])
-        reloads = 0
+        with one_replica(sim, volume, cert_dir, tmp_path, start_server) as (cluster, health_port):
+            reloads = 0
 
-        def change(text: str) -> None:
-            nonlocal reloads
-            volume.update(text)
-            reloads += 1
-            wait_until(lambda: metric(health_port, 'gpupool_policy_reloads_total{result="success"}') == reloads,
-                       60, "the new policy in use")  # fmt: skip
+            def change(text: str) -> None:
+                nonlocal reloads
+                volume.update(text)
+                reloads += 1
+                wait_until(lambda: metric(health_port, 'gpupool_policy_reloads_total{result="success"}') == reloads,
+                           60, "the new policy in use")  # fmt: skip
 
-        try:
             # The queue runs before any namespace queues (Pods gated under an earlier policy are released).
             wait_until(lambda: sim.get("leases", "gpupool-system", "gpupool") is not None, WAIT, "the election")
             lists = sim.list_requests("pods")
@@ -85,9 +98,6 @@ def test_the_queue_follows_the_policy_file(
             assert sim.list_requests("pods") == lists + 1
             assert cluster.leader() == leader
             assert sim.handler_errors == []
-        finally:
-            client.close()
-            server.stop()
 
 
 def test_a_pod_gated_under_an_earlier_policy_is_released_after_a_restart(
@@ -101,16 +111,11 @@ def test_a_pod_gated_under_an_earlier_policy_is_released_after_a_restart(
     gated["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
     with KubeSim(bookmark_interval=0.2) as sim:
         sim.load([node("t4-a", "Tesla-T4", gpu_class=None), gated])
-        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
-        port, health_port = free_port(), free_port()
-        argv = serve_argv(cert_dir, port, health_port, "--kubeconfig", str(kubeconfig), "--policy", volume.path)
-        server = start_server(argv, health_port, env=server_env(POD_NAME="replica-a", POD_NAMESPACE="gpupool-system"))
-        client = ApiServerClient(port, cert_dir / "ca.crt")
-        cluster = Cluster(sim, [server], [client])
-        try:
-            wait_until(lambda: cluster.released("team-q", "left-behind"), WAIT, "the release of the stranded Pod")
-        except AssertionError:
-            print(server.log())
-            raise
-        assert cluster.pool("team-q", "left-behind") == "nvidia/medium/Tesla-T4"
+        with one_replica(sim, volume, cert_dir, tmp_path, start_server) as (cluster, _):
+            try:
+                wait_until(lambda: cluster.released("team-q", "left-behind"), WAIT, "the release of the stranded Pod")
+            except AssertionError:
+                print(cluster.replicas[0].log())
+                raise
+            assert cluster.pool("team-q", "left-behind") == "nvidia/medium/Tesla-T4"
         assert sim.handler_errors == []
