@@ -172,7 +172,8 @@ def test_a_node_that_breaks_a_rule_is_never_changed(
     nodes, demand, free, s = situation
     broken: dict[str, str] = {}
     fleet = []
-    for n in nodes:
+    for drawn in nodes:
+        n = drawn
         why = data.draw(st.sampled_from([None, *BREAKS]), label=n.name)
         if why is not None:  # a node that would be a candidate but for this one rule
             broken[n.name] = why
