@@ -75,3 +75,17 @@ def test_by_default_every_mig_enabled_layout_may_be_chosen() -> None:
         "all-7g.80gb",
         "all-balanced",
     }
+
+
+def test_physical_gpus_under_each_strategy() -> None:
+    config = operator_layouts().config
+    catalog = operator_layouts().catalog
+    from webhook.mig.layouts import gpu_count
+
+    mixed = {"nvidia.com/gpu.product": A100_80, "nvidia.com/gpu.count": "8", "nvidia.com/mig.config": "all-1g.10gb"}
+    assert gpu_count(mixed, config, catalog) == 8
+    # Single strategy: gpu.count counts the instances, 7 per GPU under all-1g.10gb.
+    single = {**mixed, "nvidia.com/gpu.product": f"{A100_80}-MIG-1g.10gb", "nvidia.com/gpu.count": "56"}
+    assert gpu_count(single, config, catalog) == 8
+    assert gpu_count({**single, "nvidia.com/gpu.count": "55"}, config, catalog) == 0  # not whole GPUs: unknown
+    assert gpu_count({**single, "nvidia.com/mig.config": "custom"}, config, catalog) == 0

@@ -154,3 +154,18 @@ class Layouts:
         if layout is None:
             return f"the mig-parted config has no layout {name!r}"
         return layout_yield(layout, product, gpus, self.catalog)
+
+
+def gpu_count(labels: Mapping[str, str], config: MigConfig, catalog: Catalog) -> int:
+    """The node's physical GPUs, from GFD's labels: `nvidia.com/gpu.count`, except under the single MIG
+    strategy, where that counts instances: then it is divided by what the layout in place
+    (`nvidia.com/mig.config`) puts on one GPU. 0 when unknown."""
+    text = labels.get("nvidia.com/gpu.count", "")
+    count = int(text) if text.isascii() and text.isdigit() and len(text) <= 4 else 0
+    product = labels.get("nvidia.com/gpu.product", "")
+    if not split_product(product).profile:
+        return count
+    layout = config.layouts.get(labels.get("nvidia.com/mig.config", ""))
+    one = layout_yield(layout, product, 1, catalog) if layout is not None else "no layout"
+    per_gpu = sum(n for _, n in one.instances) if isinstance(one, Yield) else 0
+    return count // per_gpu if per_gpu and count % per_gpu == 0 else 0
