@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tests.mig.configs import A30, A100_40, A100_40_PCIE, A100_80, CUSTOM, H100, H200, H200_NVL, operator_layouts
 from webhook.mig.config import parse_config
-from webhook.mig.layouts import Layouts, Yield
+from webhook.mig.layouts import Layouts, Yield, gpu_count
 
 
 def yields(layouts: Layouts, product: str, gpus: int = 1) -> dict[str, str]:
@@ -80,7 +80,6 @@ def test_by_default_every_mig_enabled_layout_may_be_chosen() -> None:
 def test_physical_gpus_under_each_strategy() -> None:
     config = operator_layouts().config
     catalog = operator_layouts().catalog
-    from webhook.mig.layouts import gpu_count
 
     mixed = {"nvidia.com/gpu.product": A100_80, "nvidia.com/gpu.count": "8", "nvidia.com/mig.config": "all-1g.10gb"}
     assert gpu_count(mixed, config, catalog) == 8
