@@ -14,6 +14,7 @@ from webhook.domain.policy_build import default_policy_text, load_policy, load_p
 from webhook.domain.policy_model import (
     PLACEMENTS,
     Defaults,
+    MigReshaping,
     NamespaceRule,
     OnNoCapacity,
     OnStale,
@@ -28,6 +29,7 @@ from webhook.domain.policy_model import (
 __all__ = [
     "PLACEMENTS",
     "Defaults",
+    "MigReshaping",
     "NamespaceRule",
     "OnNoCapacity",
     "OnStale",

@@ -4,6 +4,7 @@ checked with its path, into the values of webhook.domain.policy_model."""
 from __future__ import annotations
 
 import importlib.resources
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,6 +15,7 @@ from webhook.domain.errors import read_user_file
 from webhook.domain.policy_model import (
     PLACEMENTS,
     Defaults,
+    MigReshaping,
     NamespaceRule,
     Placement,
     Policy,
@@ -165,6 +167,7 @@ _TOP = (
     "products",
     "vendors",
     "namespaces",
+    "migReshaping",
 )
 
 
@@ -237,6 +240,47 @@ def _build(data: dict[str, Any]) -> Policy:
         products=products,
         vendors=vendors,
         namespaces=namespaces,
+        mig_reshaping=_mig_reshaping(data.get("migReshaping")),
+    )
+
+
+_DNS_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?")
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?")
+_MAX_MIG_CONFIGS = 256
+
+
+def _mig_reshaping(data: Any) -> MigReshaping | None:
+    """`migReshaping` (absent or null: off; `{}`: on, with every default)."""
+    if data is None:
+        return None
+    path = "migReshaping"
+    f = _Fields(data, path, ("configMap", "configs", "idleSeconds", "maxInFlight", "timeoutSeconds"))
+    default = MigReshaping()
+    where = f.text("configMap", "/".join(default.config_map))
+    namespace, _, name = where.partition("/")
+    if not _DNS_LABEL.fullmatch(namespace) or not _DNS_SUBDOMAIN.fullmatch(name):
+        raise PolicyError(
+            f"{path}.configMap: {where[:300]!r} is not <namespace>/<name> of a ConfigMap; accepted: such as "
+            "gpu-operator/default-mig-parted-config"
+        )
+    configs = f.texts("configs")
+    if len(configs) > _MAX_MIG_CONFIGS:
+        raise PolicyError(f"{path}.configs: {len(configs)} names, more than the {_MAX_MIG_CONFIGS} accepted")
+    for config in configs:
+        if not _LABEL_VALUE.fullmatch(config):
+            raise PolicyError(
+                f"{path}.configs: {config[:80]!r} cannot be a value of the label nvidia.com/mig.config; accepted: "
+                "a layout name of the mig-parted config such as all-3g.40gb (at most 63 letters, digits, -, _, .)"
+            )
+    if len(set(configs)) != len(configs):
+        raise PolicyError(f"{path}.configs: names a layout twice")
+    return MigReshaping(
+        config_map=(namespace, name),
+        configs=configs,
+        idle_seconds=f.seconds("idleSeconds", default.idle_seconds),
+        max_in_flight=f.count("maxInFlight", default.max_in_flight, most=1000),
+        timeout_seconds=f.seconds("timeoutSeconds", default.timeout_seconds),
     )
 
 

@@ -150,6 +150,17 @@ class Defaults:
 
 
 @dataclass(frozen=True, slots=True)
+class MigReshaping:
+    """`migReshaping`: gpupool may re-cut opted-in, idle MIG nodes through NVIDIA's mig-manager (docs/mig.md)."""
+
+    config_map: tuple[str, str] = ("gpu-operator", "default-mig-parted-config")  # namespace, name
+    configs: tuple[str, ...] = ()  # the named layouts gpupool may choose; empty: every MIG-enabled one
+    idle_seconds: float = 60.0  # how long a node must have had no GPU Pod, and the least time between its changes
+    max_in_flight: int = 2  # changes under way at once, across the fleet
+    timeout_seconds: float = 900.0  # a change still pending after this long is given up on (left alone, alerted)
+
+
+@dataclass(frozen=True, slots=True)
 class Policy:
     classes: tuple[str, ...]
     class_label: str
@@ -158,6 +169,7 @@ class Policy:
     products: tuple[ProductRule, ...]
     vendors: Mapping[str, VendorPolicy]
     namespaces: Mapping[str, NamespaceRule]
+    mig_reshaping: MigReshaping | None = None  # None: gpupool never re-cuts a node
     # Every vendor's resources by name (VendorPolicy.resources); filled in by __post_init__.
     gpu_resources: frozenset[str] = frozenset()
     pool_labels: frozenset[str] = frozenset()  # the class label and every product label; likewise

@@ -23,7 +23,7 @@ import copy
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -34,6 +34,7 @@ from webhook.testing.kubeapi import ApiState, Server, new_server, shutdown_quiet
 from webhook.testing.kubeaudit import AuditLog
 from webhook.testing.kubechurn import Churn
 from webhook.testing.kubehttp import VERBS
+from webhook.testing.kubemig import MigManager
 from webhook.testing.kubepods import apply_defaults, has_defaults
 from webhook.testing.kubescheduler import Scheduler
 from webhook.testing.kubestore import Store, kind_of
@@ -68,6 +69,7 @@ class KubeSim:
         self._churn: Churn | None = None
         self._scheduler: Scheduler | None = None
         self._audit: AuditLog | None = None
+        self._mig_manager: MigManager | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -85,6 +87,8 @@ class KubeSim:
             self._churn.stop()
         if self._scheduler is not None:
             self._scheduler.stop()
+        if self._mig_manager is not None:
+            self._mig_manager.stop()
         with self._state.lock:
             self._state.closing = True
             self._state.lock.notify_all()
@@ -219,6 +223,24 @@ class KubeSim:
         if self._churn is not None:
             self._churn.binds = False
         return self._scheduler
+
+    def mig_manager(
+        self,
+        config: str,
+        *,
+        delay: float = 1.0,
+        fail: Collection[str] | Callable[[str, str], bool] = (),
+        stuck: Collection[str] = (),
+    ) -> MigManager:
+        """Play NVIDIA's mig-manager on every node until `stop()` (webhook.testing.kubemig): a change of a
+        node's `nvidia.com/mig.config` label is applied from `config` (mig-parted's YAML) after `delay`
+        seconds, through `pending` to `success` with GFD's labels and the allocatable rewritten; `fail`
+        and `stuck` nodes end `failed` or stay `pending`. Returns the running MigManager, whose
+        `violations` list Pods that used a node's GPUs while its layout changed."""
+        if self._mig_manager is not None:
+            raise RuntimeError("KubeSim already plays mig-manager")
+        self._mig_manager = MigManager(self._store, config, delay=delay, fail=fail, stuck=stuck).start()
+        return self._mig_manager
 
     def audit(self, path: str | os.PathLike[str], kinds: Iterable[str] | None = None) -> AuditLog:
         """Log every write from now on (of `kinds`, e.g. `["pods", "nodes"]`; None: all) to `path`, one JSON

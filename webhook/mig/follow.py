@@ -1,0 +1,60 @@
+"""Where a change gpupool asked for stands, from the node's labels: under way, done, failed or stuck.
+
+mig-manager sets `nvidia.com/mig.config.state` to `pending` once it starts, then `success` or `failed`;
+if the layout was already in place it sets `success` without `pending`, and until it notices the label
+the state is still the last change's. So `success` alone does not say the change is done: it is done
+when GPU Feature Discovery's labels and the node's allocatable show the new layout (`shows`). Until
+then, and while `pending` or `rebooting`, the change is under way (the leader releases nothing to the
+node); after `timeout_seconds` it is stuck; `failed` is failed; and a label no longer naming what
+gpupool asked for means someone else changed it (superseded: gpupool leaves the node to them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from webhook.mig.layouts import Yield
+
+IN_FLIGHT, DONE, FAILED, STUCK, SUPERSEDED = "in-flight", "done", "failed", "stuck", "superseded"
+STRATEGY_LABEL = "nvidia.com/mig.strategy"
+MIG_PREFIX = "nvidia.com/mig-"
+
+
+def status(
+    requested: str,
+    requested_at: float,
+    *,
+    label: str,
+    state: str,
+    shown: bool,
+    now: float,
+    timeout_seconds: float,
+) -> str:
+    """The change to `requested` asked for at `requested_at`, as the node's `nvidia.com/mig.config`
+    (`label`), its state and whether its labels show the new layout (`shown`) say it stands."""
+    if label != requested:
+        return SUPERSEDED
+    if state == "failed":
+        return FAILED
+    if state == "success" and shown:
+        return DONE
+    return STUCK if now - requested_at > timeout_seconds else IN_FLIGHT
+
+
+def shows(layout: Yield, labels: Mapping[str, str], allocatable: Mapping[str, int]) -> bool:
+    """Do the node's GFD labels and allocatable show `layout`'s instances, and only those? Mixed
+    strategy: allocatable `nvidia.com/mig-<profile>` per profile; single: one profile, in the product
+    label, with allocatable `nvidia.com/gpu` the instances."""
+    wanted = {p.label_name: n for p, n in layout.instances}
+    if labels.get(STRATEGY_LABEL) == "single":
+        product = labels.get("nvidia.com/gpu.product", "")
+        if len(wanted) != 1:
+            return False
+        ((profile, count),) = wanted.items()
+        return product.endswith(f"-MIG-{profile}") and allocatable.get("nvidia.com/gpu", 0) == count
+    offered = {
+        r[len(MIG_PREFIX) :]: n
+        for r, n in allocatable.items()
+        if r.startswith(MIG_PREFIX) and n > 0 and not r.endswith(".shared")
+    }
+    return offered == wanted and allocatable.get("nvidia.com/gpu", 0) == layout.whole_gpus
