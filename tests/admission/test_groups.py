@@ -20,6 +20,7 @@ from webhook.admission.request import parse_request
 from webhook.admission.verdict import GroupNote, Verdict
 from webhook.domain.model import PoolKey
 from webhook.pools.index import PoolIndex
+from webhook.pools.reservations import Reservation
 from webhook.sources.snapshot import SnapshotInventory
 
 A10 = PoolKey("nvidia", "medium", "NVIDIA-A10")
@@ -216,6 +217,6 @@ def test_room_for_pods_counts_whole_pods_per_node_after_reservations() -> None:
     req = parse_request(read_pod(job_pod(gpus=2), "ml").shape, index.policy)
     (candidate,) = decide(req, index, index.policy).candidates
     assert pods_at_once(candidate, 2) == 3
-    index.reserve("ml", L4, candidate.constraint.selector, 2, now=0.0)
+    index.reserve(Reservation(namespace="ml", pool=L4, selector=candidate.constraint.selector, gpus=2), now=0.0)
     (candidate,) = decide(req, index, index.policy).candidates
     assert pods_at_once(candidate, 2) == 2

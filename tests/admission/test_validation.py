@@ -74,7 +74,7 @@ class Replica:
     @property
     def reservations(self) -> int:
         with self.inventory.read() as index:
-            return index.reservations
+            return index.usage.reservations
 
     def probe(self, gpus: int = 1, namespace: str = "ml") -> bool:
         """Whether a dry run of another Pod of `gpus` GPUs would be admitted now (quota room left)."""

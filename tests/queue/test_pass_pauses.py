@@ -76,7 +76,7 @@ def test_a_pod_deleted_while_the_pass_let_go_is_neither_released_nor_counted_aga
 
     released = {r.queued.key for r in decided.releases}
     assert key not in released and len(released) == PAUSE_EVERY + 3
-    assert index.pod_info(key) is None
+    assert index.usage.pod_info(key) is None
 
 
 def test_room_that_appears_while_the_pass_let_go_is_not_taken_out_of_turn() -> None:
@@ -126,7 +126,7 @@ def test_a_gang_whose_member_is_deleted_while_the_pass_let_go_waits_whole() -> N
     assert decided.releases == []
     gang_waits = {w.queued.key[1]: w.code for w in decided.waits if w.queued.key[1].startswith("g")}
     assert gang_waits == {"g0": "gang", "g2": "gang"}
-    assert index.pod_info(("q", "g1")) is None
+    assert index.usage.pod_info(("q", "g1")) is None
 
 
 class CountingInventory:
@@ -168,7 +168,7 @@ def a_pass(clock: Callable[[], float]) -> tuple[int, list[PodKey]]:
     api = SlowApi({("q", o["metadata"]["name"]): o for o in objs}, together=1)
     runner = Runner(inventory, waiting, Leading(), api, events=Events(), clock=clock)  # type: ignore[arg-type]
     runner.run_pass()
-    return len(inventory.takes), [o for o in (("q", f"p{k:02d}") for k in range(100)) if not index.is_queued(o)]
+    return len(inventory.takes), [o for o in (("q", f"p{k:02d}") for k in range(100)) if not index.usage.is_queued(o)]
 
 
 def test_a_long_pass_lets_go_of_the_inventory_lock_and_releases_the_same() -> None:
@@ -221,4 +221,4 @@ def test_a_release_refused_after_the_pod_changed_in_a_pause_leaves_the_index_as_
     (refused,) = [r for r in decided.releases if r.queued.key == key]
     settle(index, refused, None)
 
-    assert index.pod_info(key) == newer and index.is_queued(key)
+    assert index.usage.pod_info(key) == newer and index.usage.is_queued(key)

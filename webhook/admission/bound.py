@@ -37,16 +37,16 @@ def reachable(requirements: NodeRequirements, node_name: str, index: PoolIndex) 
     """The nodes a Pod that bypasses placement could land on: those gpupool knows, by name, and those it
     names that gpupool does not know (a node without GPUs, or one not seen yet)."""
     if node_name:
-        return ([node_name], []) if index.node(node_name) is not None else ([], [node_name])
+        return ([node_name], []) if index.capacity.node(node_name) is not None else ([], [node_name])
     named = _names_every_term(requirements)
     if named is not None:  # the DaemonSet controller's form: look up only the nodes it names
         known = []
         for name in sorted(named):
-            node = index.node(name)
+            node = index.capacity.node(name)
             if node is not None and requirements.matches(name, node.labels):
                 known.append(name)
-        return known, sorted(n for n in named if index.node(n) is None)
-    return sorted(n.name for n in index.gpu_nodes() if requirements.matches(n.name, n.labels)), []
+        return known, sorted(n for n in named if index.capacity.node(n) is None)
+    return sorted(n.name for n in index.capacity.gpu_nodes() if requirements.matches(n.name, n.labels)), []
 
 
 def single_named_node(requirements: NodeRequirements) -> str:
@@ -86,7 +86,7 @@ def check_bound(
     on: list[tuple[str, list[tuple[int, NodeFacts]]]] = []  # the nodes every kind is classed on
     unclassed: list[str] = []  # reached, but some kind has no pool gpupool can class there
     for name in known:
-        found = [(n, index.node_facts(name, resource)) for resource, n in kinds]
+        found = [(n, index.capacity.node_facts(name, resource)) for resource, n in kinds]
         missing = next((f for _, f in found if not isinstance(f, NodeFacts)), _CLASSED)
         if missing is _CLASSED:
             on.append((name, [(n, f) for n, f in found if isinstance(f, NodeFacts)]))
@@ -128,7 +128,7 @@ def check_bound(
         notes = (note,) if unclassed else ()
         return verdict.allow(f"bypasses placement ({where}); checked on {len(on)} nodes").with_warnings(notes)
     ((name, held),) = on
-    free = [(n, f, index.node_free(f)) for n, f in held]
+    free = [(n, f, index.capacity.node_free(f)) for n, f in held]
     warnings = tuple(f"gpupool: node {name} has {left} free {f.resource} now" for n, f, left in free if left < n)
     # The placement (and the reservation until the watch shows the Pod) is the first resource's.
     f = held[0][1]

@@ -36,7 +36,7 @@ from webhook.admission.request import (
 from webhook.admission.verdict import GroupNote, Placement, Verdict
 from webhook.domain.model import QUEUE_GATE, PoolKey
 from webhook.domain.policy import Policy
-from webhook.pools.index import PoolIndex
+from webhook.pools.index import PoolIndex, Reservation
 from webhook.pools.inventory import Inventory
 from webhook.pools.memo import NO_MEMO, Memo, held_bytes
 from webhook.pools.nodes import NodeFacts
@@ -351,19 +351,21 @@ def reserve_for(
     """Hold what `placement` places for the Pod until the watch shows it (the mutating call's reservation,
     or the validating call's, `confirmed` by the Pod as it will be stored)."""
     index.reserve(
-        view.namespace,
-        placement.pool,
-        placement.selector,
-        placement.pod_total,
+        Reservation(
+            namespace=view.namespace,
+            pool=placement.pool,
+            selector=placement.selector,
+            gpus=placement.pod_total,
+            name=view.name,
+            generate_name=view.generate_name,
+            node=placement.node,
+            echoed=echoed,
+            # A member of its group on the pool, as the Pod will be once the watch shows it carrying
+            # gpupool.io/pool (a Pod that bypasses placement gets no pool written).
+            group="" if placement.node else view.group,
+            confirmed=confirmed,
+        ),
         now,
-        name=view.name,
-        generate_name=view.generate_name,
-        node=placement.node,
-        echoed=echoed,
-        # A member of its group on the pool, as the Pod will be once the watch shows it carrying
-        # gpupool.io/pool (a Pod that bypasses placement gets no pool written).
-        group="" if placement.node else view.group,
-        confirmed=confirmed,
     )
 
 
@@ -388,10 +390,12 @@ def _pool_in(index: PoolIndex, placement: Placement) -> PoolKey | None:
     of the devices of the one node a Pod that bypasses placement lands on, or the one pool its nodeSelector
     reaches, as the ledger will count the Pod once the watch shows it (webhook.pools.claims)."""
     if placement.node:
-        facts = index.node_facts(placement.node, placement.resource)
+        facts = index.capacity.node_facts(placement.node, placement.resource)
         return facts.pool if isinstance(facts, NodeFacts) else None
     pins = tuple(sorted((k, v) for k, v in placement.selector if index.policy.pins_pool(k)))
-    reached = [p.key for p in index.pools(placement.pool.vendor) if p.resource == placement.resource and p.reach(pins)]
+    reached = [
+        p.key for p in index.capacity.pools(placement.pool.vendor) if p.resource == placement.resource and p.reach(pins)
+    ]
     return reached[0] if len(reached) == 1 else None
 
 

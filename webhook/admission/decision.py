@@ -114,7 +114,7 @@ def decide(req: GpuRequest, index: PoolIndex, policy: Policy, *, quotas: bool = 
     and GPU-memory quotas the namespace uses now (a Pod queued at admission holds nothing yet)."""
     requested = req.classes or req.allowed_classes
     # Keyed by the whole request, the plan's only input besides the nodes: nothing it reads is left out.
-    plan = index.memo(req, lambda: _plan(req, index, policy), size=lambda plan: _plan_bytes(req, plan))
+    plan = index.capacity.memo(req, lambda: _plan(req, index, policy), size=lambda plan: _plan_bytes(req, plan))
     candidates = [_candidate(req, option) for option in plan.options]
     over_quota: list[Rejection] = []
 
@@ -197,7 +197,7 @@ def _plan(req: GpuRequest, index: PoolIndex, policy: Policy) -> _Plan:
     requested, fallback_classes = _classes(req, policy)
     options: list[_Option] = []
     rejections: list[Rejection] = []
-    for pool in index.pools(req.vendor.name):
+    for pool in index.capacity.pools(req.vendor.name):
         misses = key_misses(req, pool, requested, fallback_classes)
         if misses:
             rejections.append(rejection(pool.key, misses, other_device(req, pool), complete=False))
@@ -235,7 +235,7 @@ def judged(req: GpuRequest, index: PoolIndex, policy: Policy) -> tuple[Rejection
     is to the one asked for. What a denial shows and a hint (webhook.admission.hints) starts from; worked
     out only for denials, since placing a Pod needs none of it, and remembered per request until a node
     changes."""
-    return index.memo(
+    return index.capacity.memo(
         ("judged", req),
         lambda: _judged(req, index, policy),
         size=lambda judged: REQUEST_WEIGHT * req.shape_bytes + _rejections_bytes(judged),
@@ -243,8 +243,8 @@ def judged(req: GpuRequest, index: PoolIndex, policy: Policy) -> tuple[Rejection
 
 
 def _judged(req: GpuRequest, index: PoolIndex, policy: Policy) -> tuple[Rejection, ...]:
-    plan: _Plan = index.memo(req, lambda: _plan(req, index, policy), size=lambda plan: _plan_bytes(req, plan))
-    pools = {pool.key: pool for pool in index.pools(req.vendor.name)}
+    plan: _Plan = index.capacity.memo(req, lambda: _plan(req, index, policy), size=lambda plan: _plan_bytes(req, plan))
+    pools = {pool.key: pool for pool in index.capacity.pools(req.vendor.name)}
     queries = with_families(req.products) if len(req.products) <= MAX_NEAR_PRODUCTS else ()  # once per request
     rejections = []
     for r in plan.rejections:
@@ -257,7 +257,7 @@ def _judged(req: GpuRequest, index: PoolIndex, policy: Policy) -> tuple[Rejectio
             if miss.kind == PRODUCT and queries:
                 distance, related = product_nearness(queries, tokens(pool.key.product, req.vendor.product_prefixes))
                 misses[i] = Miss(PRODUCT if related else OTHER_PRODUCT, miss.text, distance)
-        misses += fit_misses(req, index.memo(("alike", pool.key), partial(alike, pool)))[1]
+        misses += fit_misses(req, index.capacity.memo(("alike", pool.key), partial(alike, pool)))[1]
         rejections.append(rejection(pool.key, misses, r.other_device))
     rejections.sort(key=nearness)
     return tuple(rejections)
@@ -288,7 +288,7 @@ def _option(req: GpuRequest, pool: Pool, fallback: bool, index: PoolIndex) -> _O
 def _place(req: GpuRequest, pool: Pool, index: PoolIndex) -> tuple[PoolConstraint, tuple[Group, ...]] | str:
     """The pool's constraint and its node groups the Pod's own nodeSelector and node affinity reach, or
     why the Pod cannot get there at all."""
-    constraint = index.constraint(pool.key)
+    constraint = index.capacity.constraint(pool.key)
     if isinstance(constraint, Inseparable):
         return constraint.reason
     # The Pod's own nodeSelector pins those labels on every node it reaches: they must satisfy the pool's.
@@ -323,7 +323,7 @@ def _reached(req: GpuRequest, pool: Pool, index: PoolIndex) -> set[Group]:
     reached: set[Group] = set()
     for group in pool.ordered():
         for name in group.nodes:
-            node = index.node(name)
+            node = index.capacity.node(name)
             if node is not None and requirements.matches(name, node.labels):
                 reached.add(group)
                 break
@@ -333,7 +333,9 @@ def _reached(req: GpuRequest, pool: Pool, index: PoolIndex) -> set[Group]:
 def _unreached(req: GpuRequest, pool: Pool, index: PoolIndex) -> str:
     """Why the Pod's own constraints reach no node of the pool: the nodeSelector entries no node of it
     has, else its node affinity."""
-    labels = [node.labels for g in pool.ordered() for name in g.nodes if (node := index.node(name)) is not None]
+    labels = [
+        node.labels for g in pool.ordered() for name in g.nodes if (node := index.capacity.node(name)) is not None
+    ]
     missing = [f"nodeSelector {k}={v}" for k, v in req.node_selector if all(n.get(k) != v for n in labels)]
     if missing:
         return f"{', '.join(missing)} excludes it"
@@ -387,7 +389,7 @@ def pool_quota_problem(req: GpuRequest, pool: PoolKey, index: PoolIndex, policy:
     if note:
         return note, "class-quota"
     note = memory_quota_problem(
-        req.namespace, req.pod_total, index.pool_memory_mib(pool), index, policy, where=str(pool)
+        req.namespace, req.pod_total, index.capacity.pool_memory_mib(pool), index, policy, where=str(pool)
     )
     return (note, "memory-quota") if note else ("", "")
 

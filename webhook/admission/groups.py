@@ -38,7 +38,7 @@ def decide_for_group(
     """The decision once the Pod's group is taken into account, and what to report of the group."""
     if not group and not req.group.size:
         return decision, None
-    pools = index.group_pools(req.namespace, group) if group else {}
+    pools = index.usage.group_pools(req.namespace, group) if group else {}
     if not pools:
         note = GroupNote(group, None, 0) if group else None
         if req.group.size and req.pool_pin is None:

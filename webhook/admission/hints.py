@@ -212,7 +212,7 @@ def _outcome(
         if pool is None:
             return None
         got = Outcome(pool, device_kind(pool.product), decision.denial)
-        resource, memory_mib = pool.resource or req.vendor.resource, index.pool_memory_mib(pool)
+        resource, memory_mib = pool.resource or req.vendor.resource, index.capacity.pool_memory_mib(pool)
     elif not chosen.fits:
         return None
     else:

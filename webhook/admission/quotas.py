@@ -83,7 +83,7 @@ def held_quota_problem(
 def class_quota_problem(namespace: str, gpu_class: str, count: int, index: PoolIndex, policy: Policy) -> str:
     """Why `count` more GPUs of `gpu_class` would exceed the namespace's per-class quota; "" if not."""
     limit = policy.namespace(namespace).class_quota.get(gpu_class)
-    used = index.class_used(namespace, gpu_class)
+    used = index.usage.class_used(namespace, gpu_class)
     if limit is None or used + count <= limit:
         return ""
     return f"class quota {gpu_class} in namespace {namespace} exceeded: used {used} + requested {count} > hard {limit}"
@@ -101,9 +101,9 @@ def check_quotas(
     admission, which holds nothing until released)."""
     count = req.pod_total if count is None else count
     enforce_all = policy.defaults.enforce_all_gpu_quota_forms
-    pending = index.reserved(req.namespace, resource)
+    pending = index.usage.reserved(req.namespace, resource)
     enforced = f"requests.{resource}"
-    for quota in sorted(index.quotas(req.namespace), key=lambda q: q.name):
+    for quota in sorted(index.quotas.of(req.namespace), key=lambda q: q.name):
         if quota.scoped:
             continue
         for key in (enforced, resource, f"limits.{resource}"):
@@ -119,7 +119,7 @@ def check_quotas(
                     continue
                 used = quota.used.get(key, 0) + pending
             else:
-                used = index.requested(req.namespace, resource) + pending
+                used = index.usage.requested(req.namespace, resource) + pending
             if used + count > hard:
                 problem = (
                     f"exceeded quota {quota.name} in namespace {req.namespace}: {key} used {used} + requested "
@@ -158,7 +158,7 @@ def memory_total_problem(
             "counted (label the nodes with their GPU memory, or give the product's memory in the policy)"
         )
     mib = sum(devices * mib_each for devices, mib_each in parts)
-    used = index.memory_used(namespace)
+    used = index.usage.memory_used(namespace)
     if used + mib <= hard:
         return ""
     return (

@@ -140,14 +140,14 @@ def decide_prepared(
             break
         if not i % PAUSE_EVERY:
             pause()
-        if not index.is_queued(q.key):
+        if not index.usage.is_queued(q.key):
             continue  # released already (by this leader's last pass, or another): the watch catches up
         if req.group.size and q.view.group:
             gang_key = (q.key[0], q.view.group)
             if gang_key in judged_gangs:
                 continue
             judged_gangs.add(gang_key)  # judged once, for all its members
-            members = [m for m in prepared.gangs[gang_key] if index.is_queued(m[0].key)]
+            members = [m for m in prepared.gangs[gang_key] if index.usage.is_queued(m[0].key)]
             outcome = _gang(members, req.group.size, index, policy, blocked)
             if isinstance(outcome, Wait):
                 waits.extend(Wait(m, outcome.code, outcome.reason) for m, _ in members)
@@ -201,7 +201,7 @@ def _gang(
 ) -> list[Release] | Wait:
     """The gang's waiting members, all to one pool where they fit at once, or why they wait."""
     q0, req0 = members[0]
-    placed = sum(index.group_pools(q0.key[0], q0.view.group).values())
+    placed = sum(index.usage.group_pools(q0.key[0], q0.view.group).values())
     if placed + len(members) < size:
         return Wait(q0, "gang", f"group {q0.view.group}: {placed + len(members)} of {size} Pods exist")
     decision = decide(req0, index, policy)
@@ -261,7 +261,7 @@ def _apply(q: Queued, req: GpuRequest, c: Candidate, index: PoolIndex) -> Releas
         tolerations=Tolerations((*tolerations.items, *added)),
         gates=tuple(g for g in info.gates if g != QUEUE_GATE),
     )
-    before = index.pod_info(q.key)
+    before = index.usage.pod_info(q.key)
     index.upsert_pod(released, q.key)
     return Release(q, c.pool, patch, released, before)
 
@@ -270,7 +270,7 @@ def settle(index: PoolIndex, release: Release, answer: PodInfo | None) -> None:
     """After the write: the index counts the Pod as the API answered (`answer`), or, when the write failed
     (None), as the index counted it when the release was decided (which may be newer than the queue's
     view of it: the watch updates the index first); unless the watch has shown a newer version since."""
-    if index.pod_info(release.queued.key) is not release.released:
+    if index.usage.pod_info(release.queued.key) is not release.released:
         return  # the watch was faster: what it showed stands
     before = release.before if release.before is not None else release.queued.info
     index.upsert_pod(answer if answer is not None else before, release.queued.key)
@@ -283,7 +283,7 @@ def _quota_keys(req: GpuRequest, pools: list[PoolKey], policy: Policy, index: Po
     keys: set[QuotaKey] = {("class", ns, p.gpu_class) for p in pools if p.gpu_class in rule.class_quota}
     if rule.memory_quota_mib is not None:
         keys.add(("memory", ns))
-    limited = {k for q in index.quotas(ns) for k in q.hard}
+    limited = {k for q in index.quotas.of(ns) for k in q.hard}
     for p in pools:
         resource = p.resource or policy.vendors[p.vendor].resource
         if {resource, f"limits.{resource}"} & limited:
