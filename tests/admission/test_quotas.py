@@ -9,9 +9,9 @@ import pytest
 from tests.builders import fleet, gpu_node, index_of, mig_mixed_node, pod, policy, quota
 from webhook.admission.core import Admitter, evaluate
 from webhook.admission.pod import read_pod
-from webhook.admission.quotas import check_quotas, memory_quota_problem
 from webhook.admission.request import GpuRequest, parse_request
 from webhook.domain.model import PoolKey
+from webhook.pools.quotas.checks import memory_quota_problem, resource_quota_problem
 from webhook.pools.reservations import Reservation
 from webhook.sources.snapshot import SnapshotInventory
 
@@ -36,12 +36,12 @@ def test_resource_quota_uses_status_used_plus_reservations() -> None:
     index = index_of(
         [*fleet(), quota("gpu-quota", "team", {"requests.nvidia.com/gpu": "4"}, {"requests.nvidia.com/gpu": "3"})]
     )
-    assert check_quotas(ask(1), index, POLICY, "nvidia.com/gpu") == ""
-    assert check_quotas(ask(2), index, POLICY, "nvidia.com/gpu") == (
+    assert resource_quota_problem(ask(1), index, POLICY, "nvidia.com/gpu") == ""
+    assert resource_quota_problem(ask(2), index, POLICY, "nvidia.com/gpu") == (
         "exceeded quota gpu-quota in namespace team: requests.nvidia.com/gpu used 3 + requested 2 > hard 4"
     )
     index.reserve(Reservation(namespace="team", pool=T4, selector=(), gpus=1), now=0.0)
-    assert "used 4 + requested 1 > hard 4" in check_quotas(ask(1), index, POLICY, "nvidia.com/gpu")
+    assert "used 4 + requested 1 > hard 4" in resource_quota_problem(ask(1), index, POLICY, "nvidia.com/gpu")
 
 
 @pytest.mark.parametrize("key", ["nvidia.com/gpu", "limits.nvidia.com/gpu"])
@@ -53,15 +53,15 @@ def test_the_tutorials_quota_form_is_enforced_by_gpupool(key: str) -> None:
     objects = [*fleet(), running("a", 2), running("b", 1), running("done", 4, phase="Succeeded"),
                running("other-ns", 4, namespace="elsewhere"), quota("gpu-quota", "team", {key: "4"})]  # fmt: skip
     index = index_of(objects)
-    assert check_quotas(ask(1), index, POLICY, "nvidia.com/gpu") == ""
-    assert check_quotas(ask(2), index, POLICY, "nvidia.com/gpu") == (
+    assert resource_quota_problem(ask(1), index, POLICY, "nvidia.com/gpu") == ""
+    assert resource_quota_problem(ask(2), index, POLICY, "nvidia.com/gpu") == (
         f"exceeded quota gpu-quota in namespace team: {key} used 3 + requested 2 > hard 4; Kubernetes does not "
         f"enforce '{key}' for extended resources, gpupool does; write 'requests.nvidia.com/gpu: 4' to have "
         "Kubernetes enforce it"
     )
     index.reserve(Reservation(namespace="team", pool=T4, selector=(), gpus=1, name="c"), now=0.0)
-    assert "used 4 + requested 1 > hard 4" in check_quotas(ask(1), index, POLICY, "nvidia.com/gpu")
-    assert check_quotas(ask(2), index, OFF, "nvidia.com/gpu") == ""  # the policy switch turns it off
+    assert "used 4 + requested 1 > hard 4" in resource_quota_problem(ask(1), index, POLICY, "nvidia.com/gpu")
+    assert resource_quota_problem(ask(2), index, OFF, "nvidia.com/gpu") == ""  # the policy switch turns it off
 
 
 def test_a_pod_naming_its_node_is_held_to_the_tutorials_form_too() -> None:
@@ -79,7 +79,7 @@ def test_scoped_quota_is_left_to_kubernetes() -> None:
         "matchExpressions": [{"scopeName": "PriorityClass", "operator": "In", "values": ["high"]}]
     }
     index = index_of([*fleet(), obj])
-    assert check_quotas(ask(1), index, POLICY, "nvidia.com/gpu") == ""
+    assert resource_quota_problem(ask(1), index, POLICY, "nvidia.com/gpu") == ""
 
 
 # --- the GPU-memory quota ----------------------------------------------------------------------------------

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 from webhook.admission import verdict
 from webhook.admission.decision import bound_problem
-from webhook.admission.quotas import Held, Holding, held_quota_problem
 from webhook.admission.request import GpuRequest
 from webhook.admission.verdict import Placement, Verdict
 from webhook.domain.affinity import IN, NODE_NAME_FIELD, NodeRequirements
 from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
 from webhook.pools.nodes import NodeFacts, Unclassified
+from webhook.pools.quotas.checks import Held, Holding, held_quota_problem
 
 MAX_NAMED = 5  # nodes a message names before it says how many more
 

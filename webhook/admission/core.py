@@ -22,7 +22,6 @@ from webhook.admission.hints import hinted
 from webhook.admission.patch import PatchSpec, build_patch
 from webhook.admission.pod import PodError, PodShape, PodView, read_ephemeral_containers, read_pod, shape_bytes
 from webhook.admission.queueing import queue_verdict
-from webhook.admission.quotas import Held, check_quotas, held_quota_problem
 from webhook.admission.request import (
     REQUEST_WEIGHT,
     GpuRequest,
@@ -40,6 +39,7 @@ from webhook.pools.index import PoolIndex, Reservation
 from webhook.pools.inventory import Inventory
 from webhook.pools.memo import NO_MEMO, Memo, held_bytes
 from webhook.pools.nodes import NodeFacts
+from webhook.pools.quotas.checks import Held, held_quota_problem, resource_quota_problem
 
 
 def evaluate(
@@ -141,7 +141,7 @@ def place(
     if chosen is None:
         message = hinted(decision, req, view, index, policy, shapes=shapes)
         return verdict.deny(message, reasons=reasons, reason=decision.denial_reason, group=group)
-    quota_problem = check_quotas(req, index, policy, chosen.resource)
+    quota_problem = resource_quota_problem(req, index, policy, chosen.resource)
     if quota_problem:
         return verdict.deny(quota_problem, reasons=reasons, reason="quota", group=group)
     placement = Placement(

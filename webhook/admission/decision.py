@@ -32,7 +32,6 @@ from webhook.admission.misses import (
     rejection,
     with_families,
 )
-from webhook.admission.quotas import class_quota_problem, memory_quota_problem
 from webhook.admission.request import REQUEST_WEIGHT, GpuRequest
 from webhook.admission.verdict import Reason
 from webhook.domain.affinity import PoolConstraint
@@ -43,6 +42,7 @@ from webhook.domain.products import format_version, tokens, version_at_least
 from webhook.domain.quantity import format_mib
 from webhook.pools.index import Group, Inseparable, Pool, PoolIndex
 from webhook.pools.nodes import NodeFacts
+from webhook.pools.quotas.checks import pool_quota_problem
 
 
 class Candidate(NamedTuple):
@@ -380,18 +380,6 @@ def _class_quota(
         else:
             kept.append(c)
     return (notes[0] if notes else ("", "")), kept
-
-
-def pool_quota_problem(req: GpuRequest, pool: PoolKey, index: PoolIndex, policy: Policy) -> tuple[str, Reason]:
-    """Why placing the request in `pool` would exceed the namespace's per-class or GPU-memory quota, and
-    which one; ("", "") when it would not."""
-    note = class_quota_problem(req.namespace, pool.gpu_class, req.pod_total, index, policy)
-    if note:
-        return note, "class-quota"
-    note = memory_quota_problem(
-        req.namespace, req.pod_total, index.capacity.pool_memory_mib(pool), index, policy, where=str(pool)
-    )
-    return (note, "memory-quota") if note else ("", "")
 
 
 def bound_problem(req: GpuRequest, facts: NodeFacts) -> str:

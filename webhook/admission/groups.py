@@ -22,12 +22,13 @@ where its siblings are changes with every admission. A Pod that arrives already 
 
 from __future__ import annotations
 
-from webhook.admission.decision import Candidate, Decision, pool_quota_problem
+from webhook.admission.decision import Candidate, Decision
 from webhook.admission.request import GpuRequest
 from webhook.admission.verdict import GroupNote, Reason
 from webhook.domain.model import PoolKey
 from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
+from webhook.pools.quotas.checks import pool_quota_problem
 
 MAX_WARNING_CHARS = 120  # kubectl shows each warning; kube-apiserver may cut longer ones
 

@@ -28,7 +28,6 @@ from webhook.admission.misses import DEVICE as DEVICE_MISS
 from webhook.admission.misses import MAX_NEAR_PRODUCTS, Rejection
 from webhook.admission.misses import PRODUCT as PRODUCT_MISS
 from webhook.admission.pod import PodShape, PodView
-from webhook.admission.quotas import check_quotas, hard_limit_problem
 from webhook.admission.request import (
     CLASS,
     FALLBACK,
@@ -45,6 +44,7 @@ from webhook.domain.products import without_prefixes
 from webhook.domain.quantity import format_mib
 from webhook.pools.index import PoolIndex
 from webhook.pools.memo import ENTRY_SHARE, MEMO_BYTES, NO_MEMO, Memo
+from webhook.pools.quotas.checks import hard_limit_problem, resource_quota_problem
 
 MAX_TRIES = 4  # alternative requests decided per denial
 MAX_HINTS = 2  # of those, named in the message (besides the fallback)
@@ -216,7 +216,7 @@ def _outcome(
     elif not chosen.fits:
         return None
     else:
-        got = Outcome(chosen.pool, chosen.kind, check_quotas(req, index, policy, chosen.resource))
+        got = Outcome(chosen.pool, chosen.kind, resource_quota_problem(req, index, policy, chosen.resource))
         if got.stopped_by and not stopped:
             return None
         resource, memory_mib = chosen.resource, chosen.memory_mib

@@ -19,13 +19,13 @@ from webhook.admission.decision import Candidate, Decision
 from webhook.admission.hints import hinted
 from webhook.admission.patch import queue_patch
 from webhook.admission.pod import PodView
-from webhook.admission.quotas import hard_limit_problem
 from webhook.admission.request import GpuRequest
 from webhook.admission.verdict import Reason, Verdict
 from webhook.domain.devices import NOUNS
 from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
 from webhook.pools.memo import NO_MEMO, Memo
+from webhook.pools.quotas.checks import hard_limit_problem
 
 
 def queue_verdict(

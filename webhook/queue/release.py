@@ -31,16 +31,14 @@ from webhook.admission.core import prepare_view
 from webhook.admission.decision import Candidate, Decision, decide
 from webhook.admission.groups import decide_for_group, pods_at_once
 from webhook.admission.patch import PatchSpec, release_patch, toleration_for
-from webhook.admission.quotas import check_quotas
 from webhook.admission.request import GpuRequest
 from webhook.admission.verdict import Verdict
 from webhook.domain.model import QUEUE_GATE, PodInfo, PodKey, PoolKey, Toleration, Tolerations
 from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
 from webhook.pools.memo import NO_MEMO, Memo
+from webhook.pools.quotas.checks import QuotaKey, charged_quota_problem, quota_keys
 from webhook.queue.waiting import Queued
-
-QuotaKey = tuple[str, ...]  # ("class", ns, class) | ("memory", ns) | ("quota", ns, resource)
 
 
 class Release(NamedTuple):
@@ -175,19 +173,19 @@ def _one(q: Queued, req: GpuRequest, index: PoolIndex, policy: Policy, blocked: 
     ordered = _ordered(decision)
     if not ordered:
         if decision.denial_reason in ("class-quota", "memory-quota"):
-            blocked.quotas |= _quota_keys(req, [r.pool for r in decision.rejections], policy, index)
+            blocked.quotas |= quota_keys(req.namespace, [r.pool for r in decision.rejections], index, policy)
             return Wait(q, "quota", decision.denial)
         return Wait(q, "capacity", decision.denial or "no pool it may use is left")
     behind: list[PoolKey] = []
     for c in ordered:
         if not c.fits:
             continue
-        if c.pool in blocked.pools or _quota_keys(req, [c.pool], policy, index) & blocked.quotas:
+        if c.pool in blocked.pools or quota_keys(req.namespace, [c.pool], index, policy) & blocked.quotas:
             behind.append(c.pool)
             continue
-        over = check_quotas(req, index, policy, c.resource, use="charged")
+        over = charged_quota_problem(req, index, policy, c.resource)
         if over:
-            blocked.quotas |= _quota_keys(req, [c.pool], policy, index)
+            blocked.quotas |= quota_keys(req.namespace, [c.pool], index, policy)
             return Wait(q, "quota", over)
         return _apply(q, req, c, index)
     if behind:
@@ -230,7 +228,7 @@ def _gang(
 def _to_pool(q: Queued, req: GpuRequest, pool: PoolKey, index: PoolIndex, policy: Policy) -> Release | None:
     """The Pod released to `pool` if it fits there now within its quotas, applied to the index; else None."""
     c = next((c for c in decide(req, index, policy).candidates if c.pool == pool), None)
-    if c is None or not c.fits or check_quotas(req, index, policy, c.resource, use="charged"):
+    if c is None or not c.fits or charged_quota_problem(req, index, policy, c.resource):
         return None
     return _apply(q, req, c, index)
 
@@ -274,21 +272,6 @@ def settle(index: PoolIndex, release: Release, answer: PodInfo | None) -> None:
         return  # the watch was faster: what it showed stands
     before = release.before if release.before is not None else release.queued.info
     index.upsert_pod(answer if answer is not None else before, release.queued.key)
-
-
-def _quota_keys(req: GpuRequest, pools: list[PoolKey], policy: Policy, index: PoolIndex) -> set[QuotaKey]:
-    """The quotas of the Pod's namespace a release to one of `pools` would take from."""
-    ns = req.namespace
-    rule = policy.namespace(ns)
-    keys: set[QuotaKey] = {("class", ns, p.gpu_class) for p in pools if p.gpu_class in rule.class_quota}
-    if rule.memory_quota_mib is not None:
-        keys.add(("memory", ns))
-    limited = {k for q in index.quotas.of(ns) for k in q.hard}
-    for p in pools:
-        resource = p.resource or policy.vendors[p.vendor].resource
-        if {resource, f"limits.{resource}"} & limited:
-            keys.add(("quota", ns, resource))
-    return keys
 
 
 def _pools(pools: list[PoolKey]) -> str:

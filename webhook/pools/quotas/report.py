@@ -1,6 +1,6 @@
 """Every quota gpupool checks, as the admin sees it (`gpupool quota`, the quota metrics), and the
-ResourceQuotas that do not do what their author meant (warnings). The check on admission is
-webhook.admission.quotas.
+ResourceQuotas that do not do what their author meant (warnings). The checks themselves are
+webhook.pools.quotas.checks.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from typing import Literal, NamedTuple
 from webhook.domain.model import QuotaInfo
 from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
+from webhook.pools.quotas.forms import counted_by_gpupool, enforced, forms, is_enforced, resource_of
 
 KUBERNETES_AND_GPUPOOL = "Kubernetes and gpupool"
 GPUPOOL_ONLY = "gpupool only"
@@ -46,10 +47,10 @@ def quota_rows(index: PoolIndex, policy: Policy, namespace: str | None = None) -
             continue
         for r in gpu_resources_of(q, policy):
             pending = index.usage.reserved(q.namespace, r)
-            for key in (f"requests.{r}", r, f"limits.{r}"):
+            for key in forms(r):
                 if key not in q.hard:
                     continue
-                if key.startswith("requests."):
+                if is_enforced(key):
                     used, who = q.used.get(key, 0), KUBERNETES_AND_GPUPOOL
                 else:
                     used, who = index.usage.requested(q.namespace, r), GPUPOOL_ONLY if enforce_all else NOBODY
@@ -72,7 +73,7 @@ def quota_rows(index: PoolIndex, policy: Policy, namespace: str | None = None) -
 
 def gpu_resources_of(quota: QuotaInfo, policy: Policy) -> list[str]:
     """The GPU resources (MIG instances included) a quota's hard names, in any form, sorted."""
-    named = {key.removeprefix("requests.").removeprefix("limits.") for key in quota.hard}
+    named = {resource_of(key) for key in quota.hard}
     return sorted(r for r in named if policy.vendor_of(r) is not None)
 
 
@@ -87,10 +88,10 @@ def unenforced(quota: QuotaInfo, policy: Policy) -> list[str]:
     )
     return [
         f"quota {quota.namespace}/{quota.name}: '{key}: {quota.hard[key]}' is not enforced by Kubernetes for "
-        f"extended resources; {who}; write 'requests.{r}: {quota.hard[key]}'"
+        f"extended resources; {who}; write '{enforced(r)}: {quota.hard[key]}'"
         for r in gpu_resources_of(quota, policy)
-        if f"requests.{r}" not in quota.hard
-        for key in (r, f"limits.{r}")
+        if enforced(r) not in quota.hard
+        for key in counted_by_gpupool(r)
         if key in quota.hard
     ]
 
