@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from webhook.admission import verdict
 from webhook.admission.decision import bound_problem
+from webhook.admission.pieces import NO_PATCH
 from webhook.admission.request import GpuRequest
 from webhook.admission.verdict import Placement, Verdict
 from webhook.domain.affinity import IN, NODE_NAME_FIELD, NodeRequirements
@@ -134,7 +135,9 @@ def check_bound(
     f = held[0][1]
     placement = Placement(f.pool, f.resource, devices, devices, f.selector, not warnings, False, f.kind, node=f.node)
     pools = " and ".join(str(f.pool) for _, f in held)
-    return verdict.place(placement, [], warnings=warnings, message=f"already bound to node {name} in pool {pools}")
+    return verdict.place(
+        placement, NO_PATCH, warnings=warnings, message=f"already bound to node {name} in pool {pools}"
+    )
 
 
 _CLASSED = object()  # no kind is missing on the node

@@ -160,7 +160,9 @@ def place(
     )
     # The key is the patch's whole input, so nothing it reads can be left out of it.
     patch = shapes.get(
-        (view.shape, spec), lambda: build_patch(view.shape, spec), size=lambda p: req.shape_bytes + _PATCH_OP * len(p)
+        (view.shape, spec),
+        lambda: build_patch(view.shape, spec),
+        size=lambda p: req.shape_bytes + _PATCH_OP * len(p.ops),
     )
     return verdict.place(placement, patch, warnings=decision.warnings, reasons=reasons, group=group)
 
@@ -184,8 +186,9 @@ def _partitions(req: GpuRequest, policy: Policy, index: PoolIndex) -> Verdict:
     return verdict.allow(f"requests {listed}, which gpupool does not place").with_warnings((note,))
 
 
-# What one op of a patch holds, at most: its path, and a value made of the pool's labels, taints, resource
-# and name (the cluster's, never the Pod's strings; node labels are validated: keys 317 characters, values 63).
+# What one op of a patch holds, at most, with its piece (webhook.admission.pieces): its path, and a value
+# made of the pool's labels, taints, resource and name (the cluster's, never the Pod's strings; node labels
+# are validated: keys 317 characters, values 63), which the piece names again.
 _PATCH_OP = 2048
 
 

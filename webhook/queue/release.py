@@ -14,8 +14,9 @@ would take now (webhook.admission.decision and groups), with three differences:
   another namespace). A workload group with `gpupool.io/group-size: N` is a gang: it goes only when N
   members exist and all its waiting members fit at once, then all together.
 
-Each release decided is applied to the index at once, as the Pod will look once released
-(`Release.released`), so the next decision of the pass counts it; the runner then writes it
+Each release decided is applied to the index at once, as the Pod will look once released: the release's
+patch applied to the Pod as the index counts it (`Release.released`, webhook.admission.pieces
+.patched_info), so the next decision of the pass counts what the API will store; the runner then writes it
 (webhook.queue.runner) and `settle`s the index with what the API answered. Pure: no I/O, no clock. A
 pass is `prepare` (the requests, from the Pods alone) then `decide_prepared` (against the index), which
 is what `plan` does; the caller holds the inventory's lock for `decide_prepared`, `plan` and `settle`.
@@ -24,16 +25,16 @@ is what `plan` does; the caller holds the inventory's lock for `decide_prepared`
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any, NamedTuple
 
 from webhook.admission.core import prepare_view
 from webhook.admission.decision import Candidate, Decision, decide
 from webhook.admission.groups import decide_for_group, pods_at_once
-from webhook.admission.patch import PatchSpec, release_patch, toleration_for
+from webhook.admission.patch import PatchSpec, release_patch
+from webhook.admission.pieces import patched_info
 from webhook.admission.request import GpuRequest
 from webhook.admission.verdict import Verdict
-from webhook.domain.model import QUEUE_GATE, PodInfo, PodKey, PoolKey, Toleration, Tolerations
+from webhook.domain.model import PodInfo, PodKey, PoolKey
 from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
 from webhook.pools.memo import NO_MEMO, Memo
@@ -244,24 +245,14 @@ def _ordered(decision: Decision) -> list[Candidate]:
 
 
 def _apply(q: Queued, req: GpuRequest, c: Candidate, index: PoolIndex) -> Release:
-    """The release to candidate `c`, applied to the index as the Pod will be once released."""
+    """The release to candidate `c`, applied to the index as the Pod will be once released: the patch sent,
+    applied to the Pod as the index counts it."""
     spec = PatchSpec(c.constraint, c.gpu_taints, req.container_index, c.resource, 0, str(c.pool))
     patch = release_patch(q.view.shape, spec, q.resource_version)
-    info = q.info
-    tolerations = info.tolerations or Tolerations()
-    added = tuple(Toleration(**toleration_for(t)) for t in c.gpu_taints if not tolerations.tolerates(t))
-    merged = {**info.node_selector, **dict(c.constraint.selector)}
-    released = replace(
-        info,
-        pool=str(c.pool),
-        node_selector=merged,
-        requirements=info.requirements.within(c.constraint),
-        tolerations=Tolerations((*tolerations.items, *added)),
-        gates=tuple(g for g in info.gates if g != QUEUE_GATE),
-    )
+    released = patched_info(q.info, patch)
     before = index.usage.pod_info(q.key)
     index.upsert_pod(released, q.key)
-    return Release(q, c.pool, patch, released, before)
+    return Release(q, c.pool, list(patch.ops), released, before)
 
 
 def settle(index: PoolIndex, release: Release, answer: PodInfo | None) -> None:
