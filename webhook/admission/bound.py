@@ -133,7 +133,17 @@ def check_bound(
     warnings = tuple(f"gpupool: node {name} has {left} free {f.resource} now" for n, f, left in free if left < n)
     # The placement (and the reservation until the watch shows the Pod) is the first resource's.
     f = held[0][1]
-    placement = Placement(f.pool, f.resource, devices, devices, f.selector, not warnings, False, f.kind, node=f.node)
+    placement = Placement(
+        pool=f.pool,
+        resource=f.resource,
+        gpus=devices,
+        pod_total=devices,
+        selector=f.selector,
+        has_capacity=not warnings,
+        fallback=False,
+        device=f.kind,
+        node=f.node,
+    )
     pools = " and ".join(str(f.pool) for _, f in held)
     return verdict.place(
         placement, NO_PATCH, warnings=warnings, message=f"already bound to node {name} in pool {pools}"

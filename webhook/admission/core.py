@@ -147,7 +147,7 @@ def place(
     placement = Placement(
         pool=chosen.pool,
         resource=chosen.resource,
-        count=req.count,
+        gpus=req.count,
         pod_total=req.pod_total,
         selector=policy.hold_pins({**dict(req.node_selector), **dict(chosen.constraint.selector)}),
         has_capacity=chosen.fits,
@@ -385,7 +385,7 @@ def _mirror(successor: Inventory, prepared: Prepared, placement: Placement | Non
         )
         pool = None if placement is None else _pool_in(index, placement)
         if placement is not None and pool is not None:
-            reserve_for(index, view, replace(placement, pool=pool), now, echoed=echoed)
+            reserve_for(index, view, placement._replace(pool=pool), now, echoed=echoed)
 
 
 def _pool_in(index: PoolIndex, placement: Placement) -> PoolKey | None:

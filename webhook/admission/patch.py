@@ -11,7 +11,6 @@ every parent a path names is an object or a list as the op expects.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from webhook.admission.pieces import (
@@ -63,19 +62,18 @@ def _toleration_json(toleration: Toleration) -> dict[str, str]:
     return tol
 
 
-def _missing_entries(current: tuple[tuple[str, object], ...] | None, entries: Mapping[str, str]) -> dict[str, str]:
+def _missing(current: tuple[tuple[str, object], ...] | None, entries: Entries) -> Entries:
+    """The entries the Pod's map (None: it has none) lacks or holds another value for."""
     existing = dict(current or ())
-    return {k: v for k, v in entries.items() if existing.get(k) != v}
+    return tuple((k, v) for k, v in entries if existing.get(k) != v)
 
 
-def _entry_ops(parent: str, current: object | None, missing: dict[str, str]) -> list[tuple[Entries, Op]]:
-    """The ops that add `missing` entries under `parent`: the map whole when the Pod has none, else one
-    op per entry; each with the entries it adds."""
-    if not missing:
-        return []
+def _entry_op(parent: str, current: object | None, missing: Entries) -> list[tuple[Entries, Op]]:
+    """The ops that add `missing` entries under `parent`, each with the entries it adds: the map whole
+    when the Pod has none, else one op per entry."""
     if current is None:
-        return [(tuple(missing.items()), {"op": "add", "path": parent, "value": dict(missing)})]
-    return [(((k, v),), {"op": "add", "path": f"{parent}/{escape(k)}", "value": v}) for k, v in missing.items()]
+        return [(missing, {"op": "add", "path": parent, "value": dict(missing)})]
+    return [(((k, v),), {"op": "add", "path": f"{parent}/{escape(k)}", "value": v}) for k, v in missing]
 
 
 def build_patch(shape: PodShape, spec: PatchSpec) -> PodPatch:
@@ -86,26 +84,31 @@ def build_patch(shape: PodShape, spec: PatchSpec) -> PodPatch:
 
 def _placement_pieces(shape: PodShape, spec: PatchSpec) -> list[Piece]:
     pieces: list[Piece] = []
-    missing = _missing_entries(shape.node_selector, dict(spec.constraint.selector))
-    pieces.extend(SelectorAdded(e, op) for e, op in _entry_ops("/spec/nodeSelector", shape.node_selector, missing))
-    _affinity_pieces(pieces, shape.affinity, spec.constraint.expressions, dict(shape.node_selector or ()))
+    missing = _missing(shape.node_selector, spec.constraint.selector)
+    if missing:
+        for entries, op in _entry_op("/spec/nodeSelector", shape.node_selector, missing):
+            pieces.append(SelectorAdded(entries, op))
+    if spec.constraint.expressions:
+        _affinity_pieces(pieces, shape.affinity, spec.constraint.expressions, dict(shape.node_selector or ()))
 
-    tolerations = Tolerations(shape.tolerations or ())
-    needed = [toleration_for(t) for t in spec.gpu_taints if not tolerations.tolerates(t)]
-    if needed:
-        if shape.tolerations is not None:
-            pieces.extend(
-                TolerationsAdded((t,), {"op": "add", "path": "/spec/tolerations/-", "value": _toleration_json(t)})
-                for t in needed
-            )
-        else:
+    if spec.gpu_taints:
+        tolerations = Tolerations(shape.tolerations or ())
+        needed = [toleration_for(t) for t in spec.gpu_taints if not tolerations.tolerates(t)]
+        if needed and shape.tolerations is not None:
+            for t in needed:
+                pieces.append(
+                    TolerationsAdded((t,), {"op": "add", "path": "/spec/tolerations/-", "value": _toleration_json(t)})
+                )
+        elif needed:
             op = {"op": "add", "path": "/spec/tolerations", "value": [_toleration_json(t) for t in needed]}
             pieces.append(TolerationsAdded(tuple(needed), op))
 
     if spec.gpus:
         _limit_pieces(pieces, shape.containers[spec.container_index], spec.container_index, spec.resource, spec.gpus)
-    missing = _missing_entries(shape.annotations, {POOL_ANNOTATION: spec.pool})
-    pieces.extend(AnnotationsAdded(e, op) for e, op in _entry_ops("/metadata/annotations", shape.annotations, missing))
+    missing = _missing(shape.annotations, ((POOL_ANNOTATION, spec.pool),))
+    if missing:
+        for entries, op in _entry_op("/metadata/annotations", shape.annotations, missing):
+            pieces.append(AnnotationsAdded(entries, op))
     return pieces
 
 
@@ -135,16 +138,18 @@ def _affinity_pieces(
         if not term:
             continue  # a term with no requirement matches no node; requirements would make it match
         missing = [r for r in needed if r not in term.expressions]
-        base = f"{_REQUIRED}/nodeSelectorTerms/{i}/matchExpressions"
         if not missing:
             continue
+        base = f"{_REQUIRED}/nodeSelectorTerms/{i}/matchExpressions"
         if listed:
-            pieces.extend(
-                RequirementsAdded((r,), i, {"op": "add", "path": f"{base}/-", "value": r.as_json()}) for r in missing
-            )
+            for r in missing:
+                pieces.append(RequirementsAdded((r,), i, {"op": "add", "path": f"{base}/-", "value": r.as_json()}))
         else:
-            op = {"op": "add", "path": base, "value": [r.as_json() for r in missing]}
-            pieces.append(RequirementsAdded(tuple(missing), i, op))
+            pieces.append(
+                RequirementsAdded(
+                    tuple(missing), i, {"op": "add", "path": base, "value": [r.as_json() for r in missing]}
+                )
+            )
 
 
 def _limit_pieces(pieces: list[Piece], container: ContainerView, index: int, resource: str, count: int) -> None:
@@ -157,11 +162,9 @@ def _limit_pieces(pieces: list[Piece], container: ContainerView, index: int, res
         return
     limits = dict(container.limits or ())
     if container.limits is None or resource not in limits or parse_count(limits[resource]) != count:
-        missing = _missing_entries(container.limits, {resource: value})
-        pieces.extend(
-            ResourcesAdded(index, container.name, "limits", e, op)
-            for e, op in _entry_ops(f"{base}/limits", container.limits, missing)
-        )
+        missing = _missing(container.limits, ((resource, value),))
+        for entries, op in _entry_op(f"{base}/limits", container.limits, missing) if missing else ():
+            pieces.append(ResourcesAdded(index, container.name, "limits", entries, op))
     # Requests stay equal to limits where the container sets requests; absent, they default to limits.
     if container.requests is not None and resource not in dict(container.requests):
         op = {"op": "add", "path": f"{base}/requests/{escape(resource)}", "value": value}

@@ -8,7 +8,7 @@ so what the queue's index believes of a released Pod is the very patch sent, nev
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, Literal, NamedTuple
 
 from webhook.domain.affinity import Entries, NodeRequirements, Requirement, Term
@@ -90,18 +90,28 @@ Piece = (
 )
 
 
-@dataclass(frozen=True, slots=True)
 class PodPatch:
-    """A patch: its pieces in order, and their ops (the RFC 6902 patch sent)."""
+    """A patch: its pieces in order, and their ops (the RFC 6902 patch sent). Immutable by convention, as
+    its parts are; equal to another with equal pieces. (A plain class: one is built per patch worked out,
+    and a frozen dataclass costs several times more to build.)"""
 
-    pieces: tuple[Piece, ...] = ()
-    ops: tuple[Op, ...] = field(init=False, repr=False, compare=False)
+    __slots__ = ("ops", "pieces")
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "ops", tuple(p.op for p in self.pieces))
+    def __init__(self, pieces: tuple[Piece, ...] = ()) -> None:
+        self.pieces = pieces
+        self.ops: tuple[Op, ...] = tuple([p.op for p in pieces])
 
     def __bool__(self) -> bool:
         return bool(self.pieces)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PodPatch) and self.pieces == other.pieces
+
+    def __hash__(self) -> int:  # its ops are dicts: hashed by their paths, which equal patches share
+        return hash(tuple(op["path"] for op in self.ops))
+
+    def __repr__(self) -> str:
+        return f"PodPatch({self.pieces!r})"
 
 
 NO_PATCH = PodPatch()

@@ -29,13 +29,13 @@ CODE_FORBIDDEN = 403  # policy, quota or capacity says no
 CODE_UNAVAILABLE = 503  # gpupool cannot decide now (inventory still loading, or stale under onStale: deny)
 
 
-@dataclass(frozen=True, slots=True)
-class Placement:
-    """The chosen pool and what the Pod takes from it."""
+class Placement(NamedTuple):
+    """The chosen pool and what the Pod takes from it. (A NamedTuple: one is built per placed Pod, and a
+    frozen dataclass costs several times more to build.)"""
 
     pool: PoolKey
     resource: str  # e.g. nvidia.com/gpu
-    count: int  # GPUs of the target container, as the patch sets them
+    gpus: int  # GPUs of the target container, as the patch sets them
     pod_total: int  # GPUs of the whole Pod (what a node must have free)
     selector: tuple[tuple[str, str], ...]  # the pool labels its nodeSelector pins once patched (its hold's reach)
     has_capacity: bool  # False when admitted under on-no-capacity=warn
@@ -127,7 +127,7 @@ def queue(resource: str, patch: PodPatch, message: str, warnings: tuple[str, ...
     """Allowed and queued: gated until the queue releases it; no pool yet, so nothing to reserve."""
     return Verdict(
         allowed=True,
-        outcome="mutated" if patch else "unchanged",
+        outcome="mutated" if patch.ops else "unchanged",
         message=message,
         warnings=warnings,
         changes=patch,
@@ -149,7 +149,7 @@ def place(
     its node: then `message` says so)."""
     return Verdict(
         allowed=True,
-        outcome="mutated" if patch else "unchanged",
+        outcome="mutated" if patch.ops else "unchanged",
         message=message or f"placed on {placement.pool}",
         warnings=warnings,
         placement=placement,

@@ -200,7 +200,7 @@ def render_text(section: Section) -> str:
         lines.append(f"Decision: allowed unchanged: {result.message}")
     else:
         p = result.placement
-        lines.append(f"Decision: {result.outcome}: pool {p.pool}, {p.count} x {p.resource}")
+        lines.append(f"Decision: {result.outcome}: pool {p.pool}, {p.gpus} x {p.resource}")
         if result.patch and (p.constraint.selector or p.constraint.expressions):
             lines.append(f"Constraints: {p.constraint.text()}")
     if result.group is not None:

@@ -142,11 +142,14 @@ def charged_quota_problem(req: Ask, index: PoolIndex, policy: Policy, resource: 
 
 
 def _resource_quotas(req: Ask, index: PoolIndex, policy: Policy, resource: str, count: int, *, basis: _Basis) -> str:
+    quotas = index.quotas.of(req.namespace)
+    if not quotas:  # most namespaces: nothing more to read
+        return ""
     enforce_all = policy.defaults.enforce_all_gpu_quota_forms
     pending = index.usage.reserved(req.namespace, resource)
     keys = forms(resource)
     enforced = keys[0]
-    for quota in sorted(index.quotas.of(req.namespace), key=lambda q: q.name):
+    for quota in sorted(quotas, key=lambda q: q.name):
         if quota.scoped:
             continue
         for key in keys:
