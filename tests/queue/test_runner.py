@@ -61,13 +61,13 @@ def test_a_saturated_pass_decides_each_shape_once_and_every_pod_still_waits(monk
     objs = [queued_pod(f"job-{k:02d}", "q", pol, index, created=f"2026-12-01T10:00:{k:02d}Z") for k in range(50)]
     enqueue(objs, index, waiting)
     calls = []
-    decide = release.decide
+    decide = release.choose
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         calls.append(args[0])
         return decide(*args, **kwargs)
 
-    monkeypatch.setattr(release, "decide", counting)
+    monkeypatch.setattr(release, "choose", counting)
     decided = release.plan(waiting.ordered(), index, pol)
     assert decided.releases == []
     assert len(decided.waits) == 50 and {w.code for w in decided.waits} == {"capacity"}

@@ -1,4 +1,4 @@
-"""Admission of one Pod: annotations -> request -> decision -> group -> quota -> patch, as a Verdict.
+"""Admission of one Pod: annotations -> request -> the one decision (pool, group, quotas) -> patch, as a Verdict.
 
 `evaluate` is the pure core (no I/O, no clock): the same function answers kube-apiserver through the
 Flask app and the user through `gpupool explain`. It is `prepare` (what the Pod alone decides) then
@@ -16,8 +16,7 @@ from typing import Any, NamedTuple
 
 from webhook.admission import verdict
 from webhook.admission.bound import check_bound, reachable, single_named_node
-from webhook.admission.decision import decide
-from webhook.admission.groups import decide_for_group
+from webhook.admission.choice import ADMIT, QUEUE, choose
 from webhook.admission.hints import hinted
 from webhook.admission.patch import PatchSpec, build_patch
 from webhook.admission.pod import PodError, PodShape, PodView, read_ephemeral_containers, read_pod, shape_bytes
@@ -39,7 +38,7 @@ from webhook.pools.index import PoolIndex, Reservation
 from webhook.pools.inventory import Inventory
 from webhook.pools.memo import NO_MEMO, Memo, held_bytes
 from webhook.pools.nodes import NodeFacts
-from webhook.pools.quotas.checks import Held, held_quota_problem, resource_quota_problem
+from webhook.pools.quotas.checks import Held, held_quota_problem
 
 
 def evaluate(
@@ -133,17 +132,14 @@ def place(
             result = _partitions(req, policy, index)
         return replace(result, group=GroupNote(view.group, None, 0)) if view.group else result
     if policy.placement(req.namespace) == "queue":
-        return queue_verdict(view, req, decide(req, index, policy, quotas=False), policy, index, shapes=shapes)
-    # The group is read from the ledger now, after the (memoised) plan: it is identity, not shape.
-    decision, group = decide_for_group(decide(req, index, policy), req, view.group, index, policy)
+        return queue_verdict(view, req, choose(req, view, index, policy, QUEUE), policy, index, shapes=shapes)
+    choice = choose(req, view, index, policy, ADMIT)
+    decision = choice.decision
     reasons = decision.explain() if explain else ()
-    chosen = decision.chosen
+    chosen = choice.chosen
     if chosen is None:
-        message = hinted(decision, req, view, index, policy, shapes=shapes)
-        return verdict.deny(message, reasons=reasons, reason=decision.denial_reason, group=group)
-    quota_problem = resource_quota_problem(req, index, policy, chosen.resource)
-    if quota_problem:
-        return verdict.deny(quota_problem, reasons=reasons, reason="quota", group=group)
+        message = hinted(choice, req, view, index, policy, shapes=shapes)
+        return verdict.deny(message, reasons=reasons, reason=choice.reason, group=choice.group)
     placement = Placement(
         pool=chosen.pool,
         resource=chosen.resource,
@@ -164,7 +160,7 @@ def place(
         lambda: build_patch(view.shape, spec),
         size=lambda p: req.shape_bytes + _PATCH_OP * len(p.ops),
     )
-    return verdict.place(placement, patch, warnings=decision.warnings, reasons=reasons, group=group)
+    return verdict.place(placement, patch, warnings=decision.warnings, reasons=reasons, group=choice.group)
 
 
 def _partitions(req: GpuRequest, policy: Policy, index: PoolIndex) -> Verdict:

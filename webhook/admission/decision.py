@@ -1,8 +1,10 @@
-"""The decision: which pool a GpuRequest goes to, or why none can take it.
+"""The decision's two steps: which pools a GpuRequest matches, best first (`rank`), and which of them it
+goes to, or why none can take it (`conclude`).
 
-A pure function of the request, the pool index and the policy. Every pool of the Pod's vendor is
+Pure functions of the request, the pool index and the policy. Every pool of the Pod's vendor is
 judged; each judgement says why the pool was taken or passed over, so `gpupool explain` and denial
-messages can show the user the nearest misses.
+messages can show the user the nearest misses. The one decision (webhook.admission.choice) runs them,
+with the quotas that pass pools over between the two and the workload group after: nothing else does.
 """
 
 from __future__ import annotations
@@ -42,7 +44,6 @@ from webhook.domain.products import format_version, tokens, version_at_least
 from webhook.domain.quantity import format_mib
 from webhook.pools.index import Group, Inseparable, Pool, PoolIndex
 from webhook.pools.nodes import NodeFacts
-from webhook.pools.quotas.checks import pool_quota_problem
 
 
 class Candidate(NamedTuple):
@@ -109,19 +110,33 @@ class _Plan:
     rejections: tuple[Rejection, ...]
 
 
-def decide(req: GpuRequest, index: PoolIndex, policy: Policy, *, quotas: bool = True) -> Decision:
-    """The pool for the request, or why none. Without `quotas`, pools are not passed over for the class
-    and GPU-memory quotas the namespace uses now (a Pod queued at admission holds nothing yet)."""
+# Every pool the request matches, best first, with its free devices read now; and the plan's rejections
+# (the pools it does not match, and why). (A plain pair: one is made per admission.)
+Ranked = tuple[list[Candidate], tuple[Rejection, ...]]
+
+
+class PassedOver(NamedTuple):
+    """What a quota left of the ranking: the candidates kept, a rejection for each one passed over (its
+    quota's words), and the first of those words, the denial when none is kept."""
+
+    kept: list[Candidate]
+    rejections: list[Rejection]
+    denial: str
+    reason: Reason
+
+
+def rank(req: GpuRequest, index: PoolIndex, policy: Policy) -> Ranked:
+    """The pools the request matches, best first: the Pod's own class order (or the policy's), its device
+    order, the least memory that fits, the most free devices."""
     requested = req.classes or req.allowed_classes
     # Keyed by the whole request, the plan's only input besides the nodes: nothing it reads is left out.
     plan = index.capacity.memo(req, lambda: _plan(req, index, policy), size=lambda plan: _plan_bytes(req, plan))
     candidates = [_candidate(req, option) for option in plan.options]
-    over_quota: list[Rejection] = []
 
     order = {c: i for i, c in enumerate(req.classes)} if req.classes else {c: policy.class_rank(c) for c in requested}
     kinds = {k: i for i, k in enumerate(req.devices)}
 
-    def rank(c: Candidate) -> tuple[int, int, int, int, int, str]:
+    def by_rank(c: Candidate) -> tuple[int, int, int, int, int, str]:
         tier = order.get(c.pool.gpu_class, len(order) + policy.class_rank(c.pool.gpu_class))
         device = kinds.get(c.kind, len(kinds))
         # Within a requested class the device kinds come in the Pod's order; with no class asked for,
@@ -129,29 +144,36 @@ def decide(req: GpuRequest, index: PoolIndex, policy: Policy, *, quotas: bool = 
         first, second = (tier, device) if req.classes else (device, tier)
         return (int(c.fallback), first, second, c.memory_mib, -c.free_total, c.pool.product)
 
-    candidates.sort(key=rank)
-    (quota_note, quota_reason), candidates = (
-        _class_quota(req, index, policy, candidates, over_quota) if quotas else (("", ""), candidates)
-    )
-    primary = [c for c in candidates if not c.fallback]
+    candidates.sort(key=by_rank)
+    return candidates, plan.rejections
+
+
+def conclude(
+    req: GpuRequest, index: PoolIndex, policy: Policy, ranked: Ranked, passed: PassedOver | None = None
+) -> Decision:
+    """The decision from the ranking, once `passed` (what a quota left of it, if one was asked:
+    webhook.admission.choice) is taken out: the best candidate that fits; else, under onNoCapacity warn,
+    the best one to wait on; else why none."""
+    candidates, rejections = ranked
+    if passed is not None:
+        candidates = passed.kept
+        rejections = (*rejections, *passed.rejections) if passed.rejections else rejections
     chosen = next((c for c in candidates if c.fits), None)
-    warnings: list[str] = []
     if chosen is not None:
+        warnings: tuple[str, ...] = ()
         if chosen.fallback:
-            warnings.append(
+            requested = req.classes or req.allowed_classes
+            warnings = (
                 f"gpupool: no free {'/'.join(requested)} GPUs; fell back to class {chosen.pool.gpu_class} "
-                f"({chosen.pool.product})"
+                f"({chosen.pool.product})",
             )
-        return Decision(chosen, "", tuple(warnings), tuple(candidates), (*plan.rejections, *over_quota))
-    waiting = primary[0] if primary else (candidates[0] if candidates else None)
+        return Decision(chosen, "", warnings, tuple(candidates), rejections)
+    waiting = next((c for c in candidates if not c.fallback), candidates[0] if candidates else None)
     if waiting is None or policy.defaults.on_no_capacity == "deny":
-        quota = (quota_note, quota_reason)
-        return _denied(req, index, policy, waiting, quota=quota, candidates=candidates, over_quota=over_quota)
+        return _denied(req, index, policy, waiting, candidates=candidates, passed=passed)
     devices = "GPUs" if waiting.kind == GPU else f"{NOUNS[waiting.kind]}s"
-    warnings.append(
-        f"gpupool: no {waiting.pool.product} node has {req.pod_total} free {devices} now; the Pod will wait"
-    )
-    return Decision(waiting, "", tuple(warnings), tuple(candidates), (*plan.rejections, *over_quota))
+    warning = f"gpupool: no {waiting.pool.product} node has {req.pod_total} free {devices} now; the Pod will wait"
+    return Decision(waiting, "", (warning,), tuple(candidates), rejections)
 
 
 def _denied(
@@ -160,16 +182,15 @@ def _denied(
     policy: Policy,
     waiting: Candidate | None,
     *,
-    quota: tuple[str, Reason],
     candidates: list[Candidate],
-    over_quota: list[Rejection],
+    passed: PassedOver | None,
 ) -> Decision:
     """The denial when no candidate fits (and the policy will not let the Pod wait) or none is left: it
     says what the pools lack, each judged on all the Pod asks (worked out only now)."""
-    rejections = (*judged(req, index, policy), *over_quota)
+    rejections = (*judged(req, index, policy), *(passed.rejections if passed is not None else ()))
     if waiting is None:
-        if quota[0]:
-            return Decision(None, quota[0], (), (), rejections, quota[1])
+        if passed is not None and passed.denial:
+            return Decision(None, passed.denial, (), (), rejections, passed.reason)
         near = "; ".join(describe(r, rejections) for r in nearest(rejections))
         near = near or f"the inventory has no {req.vendor.name} GPU pools"
         return Decision(None, f"no GPU pool matches the Pod: {near}", (), (), rejections, "no-match")
@@ -360,26 +381,6 @@ def _candidate(req: GpuRequest, o: _Option) -> Candidate:
         o.kind,
         o.groups,
     )
-
-
-def _class_quota(
-    req: GpuRequest, index: PoolIndex, policy: Policy, candidates: list[Candidate], rejections: list[Rejection]
-) -> tuple[tuple[str, Reason], list[Candidate]]:
-    """Drop candidates whose class would exceed the namespace's per-class quota, or whose GPUs its GPU
-    memory quota (each one is added to `rejections`, saying so); the first note, and why, is the denial
-    when none is left."""
-    rule = policy.namespace(req.namespace)
-    if not rule.class_quota and rule.memory_quota_mib is None:
-        return ("", ""), candidates
-    kept, notes = [], []
-    for c in candidates:
-        note = pool_quota_problem(req, c.pool, index, policy)
-        if note[0]:
-            notes.append(note)
-            rejections.append(Rejection(c.pool, (note[0],)))
-        else:
-            kept.append(c)
-    return (notes[0] if notes else ("", "")), kept
 
 
 def bound_problem(req: GpuRequest, facts: NodeFacts) -> str:

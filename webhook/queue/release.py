@@ -1,7 +1,7 @@
 """Which queued Pods go where now: one pass over the queue, exact, against the leader's pool index.
 
 The pass takes the waiting Pods in order (webhook.queue.waiting) and, for each, the decision admission
-would take now (webhook.admission.decision and groups), with three differences:
+would take now, by the one decision in RELEASE mode (webhook.admission.choice), with three differences:
 
 - **Only where it fits now.** A Pod goes to the best-ranked pool with room on one node, among the pools
   that offer the device resource fixed at admission; otherwise it waits. Nothing is ever released to
@@ -27,9 +27,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from webhook.admission.choice import RELEASE, Ahead, choose, release_to
 from webhook.admission.core import prepare_view
-from webhook.admission.decision import Candidate, Decision, decide
-from webhook.admission.groups import decide_for_group, pods_at_once
+from webhook.admission.decision import Candidate
+from webhook.admission.groups import pods_at_once
 from webhook.admission.patch import PatchSpec, release_patch
 from webhook.admission.pieces import patched_info
 from webhook.admission.request import GpuRequest
@@ -38,7 +39,6 @@ from webhook.domain.model import PodInfo, PodKey, PoolKey
 from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
 from webhook.pools.memo import NO_MEMO, Memo
-from webhook.pools.quotas.checks import QuotaKey, charged_quota_problem, quota_keys
 from webhook.queue.waiting import Queued
 
 
@@ -70,14 +70,6 @@ PAUSE_EVERY = 16  # Pods decided between two calls of decide_prepared's `pause`
 
 def _stay() -> None:
     return None
-
-
-class _Blocked:
-    """What the Pods that could not go yet want: later Pods leave it to them."""
-
-    def __init__(self) -> None:
-        self.pools: set[PoolKey] = set()
-        self.quotas: set[QuotaKey] = set()
 
 
 class Prepared(NamedTuple):
@@ -126,7 +118,7 @@ def decide_prepared(
     Whatever changed meanwhile, the pass stays exact: each Pod is looked up in the index when its turn
     comes (a Pod released or deleted meanwhile is passed over), every decision reads the index as it is
     then, and what earlier Pods wait for stays theirs for the rest of the pass."""
-    blocked = _Blocked()
+    ahead = Ahead()  # what the Pods decided before wait for stays theirs
     releases: list[Release] = []
     waits = list(prepared.invalid)
     judged_gangs: set[tuple[str, str]] = set()
@@ -147,7 +139,7 @@ def decide_prepared(
                 continue
             judged_gangs.add(gang_key)  # judged once, for all its members
             members = [m for m in prepared.gangs[gang_key] if index.usage.is_queued(m[0].key)]
-            outcome = _gang(members, req.group.size, index, policy, blocked)
+            outcome = _gang(members, req.group.size, index, policy, ahead)
             if isinstance(outcome, Wait):
                 waits.extend(Wait(m, outcome.code, outcome.reason) for m, _ in members)
             else:
@@ -157,7 +149,7 @@ def decide_prepared(
         if earlier is not None:
             waits.append(Wait(q, earlier.code, earlier.reason))
             continue
-        one = _one(q, req, index, policy, blocked)
+        one = _one(q, req, index, policy, ahead)
         if isinstance(one, Release):
             releases.append(one)
         else:
@@ -167,48 +159,27 @@ def decide_prepared(
     return Plan(releases, waits)
 
 
-def _one(q: Queued, req: GpuRequest, index: PoolIndex, policy: Policy, blocked: _Blocked) -> Release | Wait:
-    decision = decide(req, index, policy)
-    if q.view.group:  # siblings stay together (webhook.admission.groups), as at admission
-        decision, _ = decide_for_group(decision, req, q.view.group, index, policy)
-    ordered = _ordered(decision)
-    if not ordered:
-        if decision.denial_reason in ("class-quota", "memory-quota"):
-            blocked.quotas |= quota_keys(req.namespace, [r.pool for r in decision.rejections], index, policy)
-            return Wait(q, "quota", decision.denial)
-        return Wait(q, "capacity", decision.denial or "no pool it may use is left")
-    behind: list[PoolKey] = []
-    for c in ordered:
-        if not c.fits:
-            continue
-        if c.pool in blocked.pools or quota_keys(req.namespace, [c.pool], index, policy) & blocked.quotas:
-            behind.append(c.pool)
-            continue
-        over = charged_quota_problem(req, index, policy, c.resource)
-        if over:
-            blocked.quotas |= quota_keys(req.namespace, [c.pool], index, policy)
-            return Wait(q, "quota", over)
-        return _apply(q, req, c, index)
-    if behind:
-        return Wait(q, "behind", f"behind Pods of higher priority or older that wait for {_pools(behind)}")
-    blocked.pools |= {c.pool for c in ordered}
-    return Wait(q, "capacity", f"no node of {_pools([c.pool for c in ordered])} has {req.pod_total} free now")
+def _one(q: Queued, req: GpuRequest, index: PoolIndex, policy: Policy, ahead: Ahead) -> Release | Wait:
+    choice = choose(req, q.view, index, policy, ahead.mode)
+    if choice.chosen is not None:
+        return _apply(q, req, choice.chosen, index)
+    ahead.take(req, choice, index, policy)
+    return Wait(q, choice.wait or "capacity", choice.denial)
 
 
 def _gang(
-    members: list[tuple[Queued, GpuRequest]], size: int, index: PoolIndex, policy: Policy, blocked: _Blocked
+    members: list[tuple[Queued, GpuRequest]], size: int, index: PoolIndex, policy: Policy, ahead: Ahead
 ) -> list[Release] | Wait:
     """The gang's waiting members, all to one pool where they fit at once, or why they wait."""
     q0, req0 = members[0]
     placed = sum(index.usage.group_pools(q0.key[0], q0.view.group).values())
     if placed + len(members) < size:
         return Wait(q0, "gang", f"group {q0.view.group}: {placed + len(members)} of {size} Pods exist")
-    decision = decide(req0, index, policy)
-    decision, _ = decide_for_group(decision, req0, q0.view.group, index, policy)
-    ordered = _ordered(decision)
+    # The pools in the order its first member would try them (its group's pool first).
+    ordered = choose(req0, q0.view, index, policy, RELEASE).candidates
     total = sum(req.pod_total for _, req in members)
     for c in ordered:
-        if c.pool in blocked.pools or pods_at_once(c, req0.pod_total) < len(members):
+        if c.pool in ahead.pools or pods_at_once(c, req0.pod_total) < len(members):
             continue
         done: list[Release] = []
         for q, req in members:
@@ -220,7 +191,7 @@ def _gang(
             return done
         for release in reversed(done):  # not all of them fit together: none goes
             settle(index, release, None)
-    blocked.pools |= {c.pool for c in ordered}
+    ahead.take_room(c.pool for c in ordered)
     return Wait(
         q0, "capacity", f"group {q0.view.group}: no pool has room for its {len(members)} Pods ({total} devices) at once"
     )
@@ -228,20 +199,8 @@ def _gang(
 
 def _to_pool(q: Queued, req: GpuRequest, pool: PoolKey, index: PoolIndex, policy: Policy) -> Release | None:
     """The Pod released to `pool` if it fits there now within its quotas, applied to the index; else None."""
-    c = next((c for c in decide(req, index, policy).candidates if c.pool == pool), None)
-    if c is None or not c.fits or charged_quota_problem(req, index, policy, c.resource):
-        return None
-    return _apply(q, req, c, index)
-
-
-def _ordered(decision: Decision) -> list[Candidate]:
-    """The candidates in the order to try: the decision's choice first (a group's pool), then by rank."""
-    candidates = list(decision.candidates)
-    chosen = decision.chosen
-    if chosen is not None and chosen in candidates:
-        candidates.remove(chosen)
-        candidates.insert(0, chosen)
-    return candidates
+    chosen = choose(req, q.view, index, policy, release_to(pool)).chosen
+    return _apply(q, req, chosen, index) if chosen is not None else None
 
 
 def _apply(q: Queued, req: GpuRequest, c: Candidate, index: PoolIndex) -> Release:
@@ -263,11 +222,6 @@ def settle(index: PoolIndex, release: Release, answer: PodInfo | None) -> None:
         return  # the watch was faster: what it showed stands
     before = release.before if release.before is not None else release.queued.info
     index.upsert_pod(answer if answer is not None else before, release.queued.key)
-
-
-def _pools(pools: list[PoolKey]) -> str:
-    names = sorted({p.product for p in pools})
-    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
 def waiting_reasons(waits: list[Wait]) -> dict[PodKey, Wait]:
