@@ -150,13 +150,13 @@ def test_over_an_unchanged_index_the_loop_makes_no_pass_and_sees_a_change_nothin
     tick's pass releases the Pod."""
     monkeypatch.setattr(runner_module, "TICK_SECONDS", 0.02)
     passes = []
-    decide_prepared = runner_module.decide_prepared
+    decide_batch = runner_module.decide_batch
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         passes.append(time.monotonic())
-        return decide_prepared(*args, **kwargs)
+        return decide_batch(*args, **kwargs)
 
-    monkeypatch.setattr(runner_module, "decide_prepared", counted)
+    monkeypatch.setattr(runner_module, "decide_batch", counted)
     pol = policy(QUEUE)
     index = index_of([gpu_node("t4-a", "Tesla-T4", 1)], pol)
     index.reserve(Reservation(namespace="other", pool=T4, selector=T4_SELECTOR, gpus=1), now=0.0)

@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 from webhook.admission.choice import ADMIT, QUEUE, QUOTA_DENIALS, Choice, choose, quota_stop
 from webhook.admission.decision import judged
-from webhook.admission.devices import DEVICE
+from webhook.admission.device_request import DEVICE
 from webhook.admission.misses import CLASS as CLASS_MISS
 from webhook.admission.misses import DEVICE as DEVICE_MISS
 from webhook.admission.misses import MAX_NEAR_PRODUCTS, Rejection

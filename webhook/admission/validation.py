@@ -44,7 +44,7 @@ from itertools import zip_longest
 from typing import Any, NamedTuple
 
 from webhook.admission import verdict
-from webhook.admission.core import Admitter, loading_denial, place, prepare, reserve_for, stale_denial
+from webhook.admission.core import Admitter, loading_denial, place, reserve_for, stale_denial
 from webhook.admission.pieces import (
     NEW_TERM,
     AnnotationsAdded,
@@ -57,6 +57,7 @@ from webhook.admission.pieces import (
     TolerationsAdded,
 )
 from webhook.admission.pod import ContainerView, PodError, PodView, read_pod
+from webhook.admission.prepared import prepare
 from webhook.admission.request import wants_gpus
 from webhook.admission.verdict import Verdict
 from webhook.domain.model import PREFIX, QUEUE_GATE

@@ -18,8 +18,8 @@ Each release decided is applied to the index at once, as the Pod will look once 
 patch applied to the Pod as the index counts it (`Release.released`, webhook.admission.pieces
 .patched_info), so the next decision of the pass counts what the API will store; the runner then writes it
 (webhook.queue.runner) and `settle`s the index with what the API answered. Pure: no I/O, no clock. A
-pass is `prepare` (the requests, from the Pods alone) then `decide_prepared` (against the index), which
-is what `plan` does; the caller holds the inventory's lock for `decide_prepared`, `plan` and `settle`.
+pass is `read_batch` (the requests, from the Pods alone) then `decide_batch` (against the index), which
+is what `plan` does; the caller holds the inventory's lock for `decide_batch`, `plan` and `settle`.
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from webhook.admission.choice import RELEASE, Ahead, choose, release_to
-from webhook.admission.core import prepare_view
 from webhook.admission.decision import Candidate
 from webhook.admission.groups import pods_at_once
 from webhook.admission.patch import PatchSpec, release_patch
 from webhook.admission.pieces import patched_info
+from webhook.admission.prepared import prepare_view
 from webhook.admission.request import GpuRequest
 from webhook.admission.verdict import Verdict
 from webhook.domain.model import PodInfo, PodKey, PoolKey
@@ -65,15 +65,15 @@ class Plan(NamedTuple):
     waits: list[Wait]
 
 
-PAUSE_EVERY = 16  # Pods decided between two calls of decide_prepared's `pause`
+PAUSE_EVERY = 16  # Pods decided between two calls of decide_batch's `pause`
 
 
 def _stay() -> None:
     return None
 
 
-class Prepared(NamedTuple):
-    """The waiting Pods with their requests, read without the index (`prepare`): what `decide_prepared`
+class Batch(NamedTuple):
+    """The waiting Pods with their requests, read without the index (`read_batch`): what `decide_batch`
     decides under the inventory's lock."""
 
     pods: list[tuple[Queued, GpuRequest]]  # in release order
@@ -83,16 +83,16 @@ class Prepared(NamedTuple):
 
 def plan(queued: list[Queued], index: PoolIndex, policy: Policy, *, shapes: Memo = NO_MEMO, limit: int = 1000) -> Plan:
     """Decide the queue in order: at most `limit` releases, each applied to `index` as it is decided."""
-    return decide_prepared(prepare(queued, policy, shapes), index, policy, limit=limit)
+    return decide_batch(read_batch(queued, policy, shapes), index, policy, limit=limit)
 
 
-def prepare(queued: list[Queued], policy: Policy, shapes: Memo = NO_MEMO) -> Prepared:
+def read_batch(queued: list[Queued], policy: Policy, shapes: Memo = NO_MEMO) -> Batch:
     """The requests of the waiting Pods (in their order), as admission reads them; no index, no lock."""
     pods: list[tuple[Queued, GpuRequest]] = []
     gangs: dict[tuple[str, str], list[tuple[Queued, GpuRequest]]] = {}
     invalid: list[Wait] = []
     # Per shape, not per Pod: the request (which only the shape and the policy make), and in
-    # decide_prepared a shape's wait. Keyed by the shape's identity, as webhook.queue.waiting shares one
+    # decide_batch a shape's wait. Keyed by the shape's identity, as webhook.queue.waiting shares one
     # object per distinct shape (equal shapes that are not one object are decided once each: slower, never
     # wrong); the shapes live as long as `queued` does, so no id is reused meanwhile.
     requests: dict[int, GpuRequest | Verdict] = {}
@@ -107,26 +107,26 @@ def prepare(queued: list[Queued], policy: Policy, shapes: Memo = NO_MEMO) -> Pre
         if req.group.size and q.view.group:
             gangs.setdefault((q.key[0], q.view.group), []).append((q, req))
         pods.append((q, req))
-    return Prepared(pods, gangs, invalid)
+    return Batch(pods, gangs, invalid)
 
 
-def decide_prepared(
-    prepared: Prepared, index: PoolIndex, policy: Policy, *, limit: int = 1000, pause: Callable[[], None] = _stay
+def decide_batch(
+    batch: Batch, index: PoolIndex, policy: Policy, *, limit: int = 1000, pause: Callable[[], None] = _stay
 ) -> Plan:
-    """`plan` for Pods prepared already. `pause` is called between Pods: the runner lets go of the
+    """`plan` for a batch read already. `pause` is called between Pods: the runner lets go of the
     inventory's lock there now and then, so that a long queue holds up neither the watch nor admissions.
     Whatever changed meanwhile, the pass stays exact: each Pod is looked up in the index when its turn
     comes (a Pod released or deleted meanwhile is passed over), every decision reads the index as it is
     then, and what earlier Pods wait for stays theirs for the rest of the pass."""
     ahead = Ahead()  # what the Pods decided before wait for stays theirs
     releases: list[Release] = []
-    waits = list(prepared.invalid)
+    waits = list(batch.invalid)
     judged_gangs: set[tuple[str, str]] = set()
     # A Pod that waits makes every later Pod of its shape wait too: within a pass room and quota only get
     # taken, and what it waits for stays blocked. So a saturated fleet's pass decides each shape once, not
     # each Pod.
-    shape_waits: dict[int, Wait] = {}  # by the shape's identity, as in `prepare`
-    for i, (q, req) in enumerate(prepared.pods):
+    shape_waits: dict[int, Wait] = {}  # by the shape's identity, as in `read_batch`
+    for i, (q, req) in enumerate(batch.pods):
         if len(releases) >= limit:
             break
         if not i % PAUSE_EVERY:
@@ -138,7 +138,7 @@ def decide_prepared(
             if gang_key in judged_gangs:
                 continue
             judged_gangs.add(gang_key)  # judged once, for all its members
-            members = [m for m in prepared.gangs[gang_key] if index.usage.is_queued(m[0].key)]
+            members = [m for m in batch.gangs[gang_key] if index.usage.is_queued(m[0].key)]
             outcome = _gang(members, req.group.size, index, policy, ahead)
             if isinstance(outcome, Wait):
                 waits.extend(Wait(m, outcome.code, outcome.reason) for m, _ in members)
