@@ -21,12 +21,15 @@ strand them, but holds them to their namespace's rules on every node they can la
 from __future__ import annotations
 
 from webhook.admission import verdict
-from webhook.admission.decision import bound_problem
+from webhook.admission.misses import pool_misses
 from webhook.admission.pieces import NO_PATCH
 from webhook.admission.request import GpuRequest
 from webhook.admission.verdict import Placement, Verdict
 from webhook.domain.affinity import IN, NODE_NAME_FIELD, NodeRequirements
+from webhook.domain.devices import KINDS
 from webhook.domain.policy import Policy
+from webhook.domain.products import format_version, version_at_least
+from webhook.domain.quantity import format_mib
 from webhook.pools.index import PoolIndex
 from webhook.pools.nodes import NodeFacts, Unclassified
 from webhook.pools.quotas.checks import Held, Holding, held_quota_problem
@@ -163,3 +166,24 @@ def _where(known: list[str], unknown: list[str]) -> str:
 def _listed(names: list[str]) -> str:
     more = f" and {len(names) - MAX_NAMED} more" if len(names) > MAX_NAMED else ""
     return ", ".join(names[:MAX_NAMED]) + more
+
+
+def bound_problem(req: GpuRequest, facts: NodeFacts) -> str:
+    """Why a Pod that names its node breaks its namespace's rules or its own annotations there ("" when
+    it does not). A namespace's default class is only a default: any allowed class may be named."""
+    requested = req.classes if req.class_source == "annotation" else req.allowed_classes
+    # Likewise the namespace's device default: a Pod on a node may use what the node offers.
+    devices = req.devices if req.device_source == "annotation" else KINDS
+    reasons = [m.text for m in pool_misses(req, facts.pool, facts.kind, requested, (), devices=devices)]
+    if req.min_memory_mib and facts.memory_mib < req.min_memory_mib:
+        have = format_mib(facts.memory_mib) if facts.memory_mib else "unknown memory"
+        reasons.append(f"{have} < min-memory {format_mib(req.min_memory_mib)}")
+    for need, name, what, have_version in (
+        (req.min_driver, "min-driver", "driver", facts.driver),
+        (req.min_compute, "min-compute-capability", "compute capability", facts.compute),
+        (req.min_cuda, "min-cuda", "CUDA", facts.cuda),
+    ):
+        if need is not None and (have_version is None or not version_at_least(have_version, need)):
+            have = format_version(have_version) if have_version else "unknown"
+            reasons.append(f"{what} {have} < {name} {format_version(need)}")
+    return f"node {facts.node} is in pool {facts.pool}: {'; '.join(reasons)}" if reasons else ""

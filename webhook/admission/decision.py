@@ -29,7 +29,6 @@ from webhook.admission.misses import (
     nearest,
     nearness,
     other_device,
-    pool_misses,
     product_nearness,
     rejection,
     with_families,
@@ -37,13 +36,12 @@ from webhook.admission.misses import (
 from webhook.admission.request import REQUEST_WEIGHT, GpuRequest
 from webhook.admission.verdict import Reason
 from webhook.domain.affinity import PoolConstraint
-from webhook.domain.devices import GPU, KINDS, NOUNS
+from webhook.domain.devices import GPU, NOUNS
 from webhook.domain.model import PoolKey, Taint
 from webhook.domain.policy import Policy
-from webhook.domain.products import format_version, tokens, version_at_least
+from webhook.domain.products import tokens
 from webhook.domain.quantity import format_mib
 from webhook.pools.index import Group, Inseparable, Pool, PoolIndex
-from webhook.pools.nodes import NodeFacts
 
 
 class Candidate(NamedTuple):
@@ -381,24 +379,3 @@ def _candidate(req: GpuRequest, o: _Option) -> Candidate:
         o.kind,
         o.groups,
     )
-
-
-def bound_problem(req: GpuRequest, facts: NodeFacts) -> str:
-    """Why a Pod that names its node breaks its namespace's rules or its own annotations there ("" when
-    it does not). A namespace's default class is only a default: any allowed class may be named."""
-    requested = req.classes if req.class_source == "annotation" else req.allowed_classes
-    # Likewise the namespace's device default: a Pod on a node may use what the node offers.
-    devices = req.devices if req.device_source == "annotation" else KINDS
-    reasons = [m.text for m in pool_misses(req, facts.pool, facts.kind, requested, (), devices=devices)]
-    if req.min_memory_mib and facts.memory_mib < req.min_memory_mib:
-        have = format_mib(facts.memory_mib) if facts.memory_mib else "unknown memory"
-        reasons.append(f"{have} < min-memory {format_mib(req.min_memory_mib)}")
-    for need, name, what, have_version in (
-        (req.min_driver, "min-driver", "driver", facts.driver),
-        (req.min_compute, "min-compute-capability", "compute capability", facts.compute),
-        (req.min_cuda, "min-cuda", "CUDA", facts.cuda),
-    ):
-        if need is not None and (have_version is None or not version_at_least(have_version, need)):
-            have = format_version(have_version) if have_version else "unknown"
-            reasons.append(f"{what} {have} < {name} {format_version(need)}")
-    return f"node {facts.node} is in pool {facts.pool}: {'; '.join(reasons)}" if reasons else ""
