@@ -14,7 +14,7 @@ from webhook.pools.index import PoolIndex
 from webhook.sources.snapshot import build_index
 
 
-def gpu_node(
+def gpu_node(  # noqa: PLR0913 (a test builder: each field a keyword)
     name: str,
     product: str = "Tesla-T4",
     gpus: int = 4,
@@ -153,7 +153,7 @@ def issue_fleet() -> list[dict[str, Any]]:
     ]
 
 
-def pod(
+def pod(  # noqa: PLR0913 (a test builder: each field a keyword)
     name: str = "job",
     namespace: str = "ml",
     *,

@@ -97,6 +97,7 @@ def release_to(pool: PoolKey) -> Mode:
 class Choice(NamedTuple):
     """The one decision's answer. (A NamedTuple: one is built per admission.)"""
 
+    mode: Mode  # how it was decided
     decision: Decision  # every candidate (best first) and rejection, with the group applied: what explains it
     chosen: Candidate | None  # where the Pod goes (ADMIT: it may wait there under onNoCapacity warn)
     denial: str = ""  # else why not: a denial's words (ADMIT, QUEUE), or what it waits for (RELEASE)
@@ -131,12 +132,12 @@ def choose(req: GpuRequest, pod: PodView, index: PoolIndex, policy: Policy, mode
     if mode.kind == "admit":
         chosen = decision.chosen
         if chosen is None:
-            return Choice(decision, None, decision.denial, decision.denial_reason, note)
+            return Choice(mode, decision, None, decision.denial, decision.denial_reason, note)
         problem = resource_quota_problem(req, index, policy, chosen.resource)
         if problem:
-            return Choice(decision, None, problem, "quota", note)
-        return Choice(decision, chosen, group=note)
-    return _released(req, Choice(decision, None, group=note), index, policy, mode)
+            return Choice(mode, decision, None, problem, "quota", note)
+        return Choice(mode, decision, chosen, group=note)
+    return _released(req, Choice(mode, decision, None, group=note), index, policy)
 
 
 def _passed_over(req: GpuRequest, ranked: Ranked, index: PoolIndex, policy: Policy) -> PassedOver:
@@ -158,21 +159,21 @@ def _passed_over(req: GpuRequest, ranked: Ranked, index: PoolIndex, policy: Poli
 def _queued(req: GpuRequest, decision: Decision, index: PoolIndex, policy: Policy) -> Choice:
     """QUEUE: the best candidate the request alone is within every hard limit of; else the first limit."""
     if not decision.candidates:
-        return Choice(decision, None, decision.denial, decision.denial_reason or "no-match")
+        return Choice(QUEUE, decision, None, decision.denial, decision.denial_reason or "no-match")
     first: tuple[str, Reason] | None = None
     for c in decision.candidates:
         problem = hard_limit_problem(req, c.pool, index, policy, resource=c.resource, memory_mib=c.memory_mib)
         if not problem[0]:
-            return Choice(decision, c)
+            return Choice(QUEUE, decision, c)
         first = first or problem
     assert first is not None
-    return Choice(decision, None, *first)
+    return Choice(QUEUE, decision, None, *first)
 
 
-def _released(req: GpuRequest, choice: Choice, index: PoolIndex, policy: Policy, mode: Mode) -> Choice:
+def _released(req: GpuRequest, choice: Choice, index: PoolIndex, policy: Policy) -> Choice:
     """RELEASE: the first candidate with room on one node now that no Pod ahead waits for, within the
     quotas as charged; else what the Pod waits for."""
-    decision = choice.decision
+    decision, mode = choice.decision, choice.mode
     ordered = choice.candidates
     if mode.to is not None:
         ordered = [c for c in ordered if c.pool == mode.to]

@@ -74,12 +74,11 @@ def hinted(
     policy: Policy,
     *,
     shapes: Memo = NO_MEMO,
-    queued: bool = False,
 ) -> str:
     """The choice's denial, followed by the annotation values that would place the Pod now (if any),
-    or else the first value only a quota stops now, with the quota's denial. `queued`: the namespace
-    queues its Pods (policy `placement: queue`), so a value is named when it would queue the Pod: some
-    pool matches it within every quota's hard limit."""
+    or else the first value only a quota stops now, with the quota's denial. Each value is decided in the
+    choice's mode: for a Pod queued at admission (QUEUE, policy `placement: queue`), a value is named when
+    it would queue the Pod: some pool matches it within every quota's hard limit."""
     # A long list of products gets none: each value decided would be a plan over all of them (a hostile
     # list of 100 costs a millisecond a plan), and no one writes such a list by hand. Nor does a Pod too
     # large for the requests of its values to be remembered: they would be read again at every denial.
@@ -96,7 +95,7 @@ def hinted(
         # (The fallback reaches a class stopped alike; a Pod a quota stops already learns nothing from
         # another value a quota stops.)
         wanted = stopped is None and alt.key != FALLBACK and choice.reason not in QUOTA_DENIALS
-        outcome = _outcome(again, view, index, policy, queued=queued, stopped=wanted)
+        outcome = _outcome(again, view, index, policy, queued=choice.mode.kind == "queue", stopped=wanted)
         # (A class named that falls back to another is not what the hint would say.)
         if outcome is None or (alt.key == CLASS and outcome.pool.gpu_class != alt.value):
             continue

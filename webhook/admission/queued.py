@@ -35,7 +35,7 @@ def queue_verdict(
     told the annotation value that would queue it, if one would (webhook.admission.hints)."""
     decision = choice.decision
     if not decision.candidates:
-        message = hinted(choice, req, view, index, policy, shapes=shapes, queued=True)
+        message = hinted(choice, req, view, index, policy, shapes=shapes)
         return verdict.deny(message, reasons=decision.explain(), reason=choice.reason)
     best = choice.chosen  # the ranking's first within every hard limit: its device resource is fixed now
     if best is None:

@@ -126,7 +126,7 @@ class PassResult(NamedTuple):
 
 
 class Runner:
-    def __init__(
+    def __init__(  # noqa: PLR0913 (a constructor: its parts and injectable clocks, by keyword)
         self,
         inventory: QueueInventory,
         waiting: Waiting,

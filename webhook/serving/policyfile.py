@@ -117,7 +117,7 @@ class PolicyReloader:
 
     `reloaded(ok)` is told of every change taken into use (True) or refused (False), for the metrics."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (a constructor: injectable clocks and callbacks, by keyword)
         self,
         file: PolicyFile,
         admitter: Admitter,
