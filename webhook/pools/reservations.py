@@ -76,24 +76,14 @@ class Reservations:
         holds, classes, reserved = parts
         who = (namespace, name, "" if name else generate_name)  # the name, once known, is what counts
         member = (group, pool) if group else None
-        if node:
-            # Held on the node as the pool's resource (the watch shows what the Pod really requests).
-            return Claim(
-                namespace,
-                node=node,
-                requests=(reserved,),
-                classes=classes,
-                reserved=reserved,
-                who=who,
-                echoed=echoed,
-                memory_mib=memory_mib,
-                group=member,
-                confirmed=confirmed,
-            )
+        # On its node, held as the pool's resource (the watch shows what the Pod really requests); else in
+        # the pool, where its selector reaches.
         return Claim(
             namespace,
-            holds=holds,
-            pins=selector,
+            node=node,
+            requests=(reserved,) if node else (),
+            holds=() if node else holds,
+            pins=() if node else selector,
             classes=classes,
             reserved=reserved,
             who=who,
