@@ -1,7 +1,8 @@
 """Workload groups at decision time: siblings stay together, and a group's first Pod looks for room for all.
 
-`decide` (webhook.admission.decision) ranks the pools for the Pod's request; this module then applies
-the Pod's group (webhook.domain.groups) to that ranking:
+The decision (webhook.admission.decision) ranks the pools for the Pod's request; this module then
+applies the Pod's group (webhook.domain.groups) to it, asked by the one decision
+(webhook.admission.choice):
 
 - **Siblings stay together.** When the group's Pods or reservations already hold a pool (the one with
   most of them), the Pod goes there whenever one of its nodes fits the Pod, even if the ranking alone
