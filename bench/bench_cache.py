@@ -128,8 +128,8 @@ def child_gpupool(kubeconfig: str, events: int) -> dict[str, Any]:
     sync = clock.read()
     peak = rss_mb()
     with live.read() as index:
-        gpu_pods = len(index.pod_keys())
-        all_gpu = sorted(n for p in index.pools() for g in p.groups.values() for n in g.nodes)
+        gpu_pods = len(index.usage.pod_keys())
+        all_gpu = sorted(n for p in index.capacity.pools() for g in p.groups.values() for n in g.nodes)
         gpu_nodes = all_gpu[:: max(len(all_gpu) // 500, 1)][:500]  # spread over every pool
     # Watch events: Pods flipping between Running and Succeeded on GPU nodes, so each one updates a pool.
     lines = []
@@ -247,7 +247,7 @@ def child_steps(kubeconfig: str) -> dict[str, Any]:
             if not cont:
                 break
     with live.read() as index:
-        kept = len(index.pod_keys())
+        kept = len(index.usage.pod_keys())
     return {"cpu_s": cpu, "floor_cpu_s": floors, "list_wall_s": list_wall, "kept": kept}
 
 

@@ -54,7 +54,7 @@ class Measure:
     worker_rss_mb: float
 
 
-def attack(port: int, ca: str, kind: str, count: int, *, measuring: Any, stop: Any, opened: Any) -> None:
+def attack(port: int, ca: str, kind: str, count: int, *, measuring: Any, stop: Any, opened: Any) -> None:  # noqa: PLR0913 (a benchmark child process's entry: its options from the parent)
     """In its own process: keep `count` slow connections of `kind` open until `stop` is set. `opened`
     holds how many are open: the latest count until `measuring` is set, then the mean since."""
     context = ssl.create_default_context(cafile=ca)

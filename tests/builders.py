@@ -14,7 +14,7 @@ from webhook.pools.index import PoolIndex
 from webhook.sources.snapshot import build_index
 
 
-def gpu_node(
+def gpu_node(  # noqa: PLR0913 (a test builder: each field a keyword)
     name: str,
     product: str = "Tesla-T4",
     gpus: int = 4,
@@ -153,7 +153,7 @@ def issue_fleet() -> list[dict[str, Any]]:
     ]
 
 
-def pod(
+def pod(  # noqa: PLR0913 (a test builder: each field a keyword)
     name: str = "job",
     namespace: str = "ml",
     *,
@@ -251,7 +251,7 @@ def decision_view(index: PoolIndex, namespaces: Iterable[str]) -> dict[str, Any]
     its class usage and the GPUs it has reserved."""
     policy = index.policy
     return {
-        "stats": index.pool_stats(),
+        "stats": index.capacity.pool_stats(),
         "groups": sorted(
             (
                 str(p.key),
@@ -261,11 +261,11 @@ def decision_view(index: PoolIndex, namespaces: Iterable[str]) -> dict[str, Any]
                 sorted(g.buckets.items()),
                 sorted(g.own_free.items()),
             )
-            for p in index.pools()
+            for p in index.capacity.pools()
             for g in p.groups.values()
         ),
-        "class": {(ns, c): index.class_used(ns, c) for ns in namespaces for c in policy.classes},
-        "reserved": {(ns, r): index.reserved(ns, r) for ns in namespaces for r in sorted(policy.gpu_resources)},
-        "requested": {(ns, r): index.requested(ns, r) for ns in namespaces for r in sorted(policy.gpu_resources)},
-        "memory": {ns: (index.memory_used(ns), index.memory_pending(ns)) for ns in namespaces},
+        "class": {(ns, c): index.usage.class_used(ns, c) for ns in namespaces for c in policy.classes},
+        "reserved": {(ns, r): index.usage.reserved(ns, r) for ns in namespaces for r in sorted(policy.gpu_resources)},
+        "requested": {(ns, r): index.usage.requested(ns, r) for ns in namespaces for r in sorted(policy.gpu_resources)},
+        "memory": {ns: (index.usage.memory_used(ns), index.usage.memory_pending(ns)) for ns in namespaces},
     }

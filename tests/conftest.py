@@ -113,7 +113,7 @@ def gpu_pod(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
-def admission_review(
+def admission_review(  # noqa: PLR0913 (a test builder: each field of the review a keyword)
     obj: Mapping[str, Any] | None,
     *,
     uid: str | None = None,

@@ -78,7 +78,7 @@ def fill(sim: Simulator, api: SimApi, auditor: Auditor, tail: Tail) -> int:
     return len(fillers)
 
 
-def phases(
+def phases(  # noqa: PLR0913 (the benchmark's phases share one run's parts)
     r: Run,
     sim: Simulator,
     api: SimApi,

@@ -70,7 +70,7 @@ def bench_cluster(args: argparse.Namespace, name: str) -> Iterator[tuple[Path, s
 
 
 @contextmanager
-def servers(
+def servers(  # noqa: PLR0913 (a benchmark fixture: every server option, by keyword)
     kind: type[ServerT],
     names: list[str],
     tmp: Path,

@@ -100,7 +100,7 @@ def render_overlay(
     return rendered
 
 
-def render(
+def render(  # noqa: PLR0913 (the render command's flags, one keyword each)
     overlay: str,
     *,
     failure_policy: str,

@@ -134,7 +134,7 @@ def assert_feasible(
     assert set(requests) == {placement.resource}, f"the Pod requests {requests}, its pool {placement.resource}"
     offering = [o for o in objects if o["kind"] == "Node" and scheduling.offers(o, placement.resource, 0)]
     reached = scheduling.reachable(patched, offering)
-    members = {n.name for n in index.members(placement.pool)}
+    members = {n.name for n in index.capacity.members(placement.pool)}
     wanted = members & scheduling.reachable(original, offering) if original is not None else members
     constraint = placement.constraint.text()
     assert reached <= members, f"{sorted(reached - members)} are reached by {constraint} but not in {placement.pool}"

@@ -111,7 +111,7 @@ DEVICE_LISTS = st.sampled_from(["mig,gpu", "shared,gpu", "gpu,mig,shared", "mig"
 @example(**FOUND, edits=[*[NO_EDIT] * 12, (False, None, None, "time-sliced")])
 # gpu-t4-02 time-sliced and unlabelled: its selector (the product label alone) reaches gpu-t4-shared-01 too.
 @example(**FOUND, edits=[*[NO_EDIT] * 6, (False, None, "remove", "time-sliced")])
-def test_the_chosen_devices_memory_is_never_below_min_memory(
+def test_the_chosen_devices_memory_is_never_below_min_memory(  # noqa: PLR0913 (hypothesis draws each value as a keyword)
     *,
     namespace: str,
     need: str,
@@ -140,6 +140,6 @@ def test_the_chosen_devices_memory_is_never_below_min_memory(
     wanted = -(-parse_bytes(need) // MIB)
     offering = [o for o in objects if o["kind"] == "Node" and scheduling.offers(o, result.placement.resource, 0)]
     for name in scheduling.reachable(patched, offering):
-        facts = index.node_facts(name, result.placement.resource)
+        facts = index.capacity.node_facts(name, result.placement.resource)
         assert isinstance(facts, NodeFacts), f"{name} is reached but offers no {result.placement.resource} pool"
         assert facts.memory_mib >= wanted, f"{facts.node}: {facts.memory_mib} MiB < {need}"

@@ -142,7 +142,7 @@ def test_dry_run_reserves_nothing() -> None:
     dry = [adm.admit(burst_pod(i), namespace="ml", dry_run=True) for i in range(7)]
     assert pools_of(dry) == [T4] * 7
     assert all(r.placement is not None and r.placement.has_capacity for r in dry)
-    assert index.reservations == 0
+    assert index.usage.reservations == 0
     real = [adm.admit(burst_pod(i), namespace="ml") for i in range(6)]
     assert [r.placement.has_capacity for r in real if r.placement] == [True] * 5 + [False]
 
@@ -156,7 +156,7 @@ def test_reinvocation_of_the_same_pod_does_not_reserve_twice() -> None:
     again = adm.admit(patched, namespace="ml")
     assert again.allowed and again.patch == ()
     assert again.placement is not None and str(again.placement.pool) == T4
-    assert index.reservations == 1
+    assert index.usage.reservations == 1
     rest = [adm.admit(burst_pod(i), namespace="ml") for i in range(1, 6)]
     assert [r.placement.has_capacity for r in rest if r.placement] == [True] * 4 + [False]
 
@@ -172,7 +172,7 @@ def test_reservations_expire_when_the_pods_never_show_up() -> None:
     clock.now += 31
     later = adm.admit(burst_pod(6), namespace="ml")
     assert later.placement is not None and later.placement.has_capacity
-    assert index.reservations == 1
+    assert index.usage.reservations == 1
 
 
 def test_admitted_pods_showing_up_take_over_their_reservations() -> None:
@@ -187,12 +187,12 @@ def test_admitted_pods_showing_up_take_over_their_reservations() -> None:
         seen["metadata"]["name"] = f"burst-{i}-x7k2q"
         seen["metadata"]["namespace"] = "ml"
         patched.append(seen)
-    assert index.reservations == 5
+    assert index.usage.reservations == 5
     for seen in patched:
         info = pod_from_obj(seen, index.policy.gpu_resources)
         assert info is not None
         index.upsert_pod(info)
-    assert index.reservations == 0
+    assert index.usage.reservations == 0
     results = [adm.admit(burst_pod(i), namespace="ml") for i in range(5, 7)]
     assert [r.placement.has_capacity for r in results if r.placement] == [False, False]
 
@@ -222,7 +222,7 @@ def test_denied_and_unchanged_pods_reserve_nothing() -> None:
     adm, _, index = admitter(burst_fleet())
     adm.admit(burst_pod(0, count=65), namespace="ml")
     adm.admit(pod(annotations={}), namespace="ml")
-    assert index.reservations == 0
+    assert index.usage.reservations == 0
 
 
 def test_daemonset_pod_on_its_node_gets_no_patch_but_is_checked() -> None:
@@ -271,7 +271,7 @@ class TestReinvocation:
         assert result.placement is not None and result.patch
         again = adm.admit(reinvoked(first, result), namespace="ml")
         assert (again.allowed, again.patch, again.warnings) == (True, (), ())
-        assert index.reservations == 1
+        assert index.usage.reservations == 1
         other = adm.admit(pod("other", "ml", annotations={"gpupool.io/gpu-class": "medium"}), namespace="ml")
         assert not other.allowed and "no capacity" in other.message
 
@@ -281,7 +281,7 @@ class TestReinvocation:
         first = burst_pod(0)
         result = adm.admit(first, namespace="ml")
         again = adm.admit(reinvoked(first, result), namespace="ml")
-        assert (again.allowed, again.patch, again.warnings, index.reservations) == (True, (), (), 1)
+        assert (again.allowed, again.patch, again.warnings, index.usage.reservations) == (True, (), (), 1)
 
     def test_a_copy_of_a_placed_pod_under_another_name_is_a_new_pod(self) -> None:
         """A Pod copied from a placed one (same placement, another name) is checked and reserved like any
@@ -291,7 +291,7 @@ class TestReinvocation:
         copy_ = reinvoked(first, adm.admit(first, namespace="ml"))
         copy_["metadata"]["name"] = "infer-copy"
         assert not adm.admit(copy_, namespace="ml").allowed
-        assert index.reservations == 1
+        assert index.usage.reservations == 1
 
     def test_a_second_reinvocation_is_a_new_pod(self) -> None:
         """A reservation is matched by one re-invocation at most; a third call is counted like a new Pod."""
@@ -299,9 +299,9 @@ class TestReinvocation:
         first = pod("infer", "ml", annotations={"gpupool.io/gpu-class": "medium"})
         patched = reinvoked(first, adm.admit(first, namespace="ml"))
         adm.admit(patched, namespace="ml")
-        assert index.reservations == 1
+        assert index.usage.reservations == 1
         adm.admit(patched, namespace="ml")
-        assert index.reservations == 2
+        assert index.usage.reservations == 2
 
 
 class TestPrePatched:

@@ -34,6 +34,7 @@ from tests.admission.demo import (
 )
 from webhook.admission.core import evaluate
 from webhook.domain.model import PoolKey
+from webhook.pools.reservations import Reservation
 
 SAMPLE_OUTCOMES = {
     "bad-annotation.yaml": None,
@@ -148,7 +149,10 @@ def test_device_mig_falls_back_to_a_whole_gpu_when_no_instance_that_size_is_free
     class with 16Gi: the RTX 4090), not a smaller instance."""
     index = demo_index()
     for i in range(3):
-        index.reserve("ml-train", PoolKey.parse(A100_3G), (), 1, 0.0, name=f"other-{i}")  # type: ignore[arg-type]
+        index.reserve(
+            Reservation(namespace="ml-train", pool=PoolKey.parse(A100_3G), selector=(), gpus=1, name=f"other-{i}"),
+            now=0.0,
+        )  # type: ignore[arg-type]
     result, _ = check_placed(load_sample("device-mig.yaml"), "ml-train", demo_policy(), index)
     assert result.placement is not None and str(result.placement.pool) == RTX4090
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from tests.builders import GPU_TAINT, fleet, gpu_node, index_of, issue_fleet, mig_mixed_node, pod, policy
-from webhook.admission.decision import Decision, decide
+from webhook.admission.choice import ADMIT, choose
+from webhook.admission.decision import Decision
 from webhook.admission.misses import product_distance
 from webhook.admission.pod import read_pod
 from webhook.admission.request import parse_request
@@ -30,11 +31,8 @@ def run(
     **kw: Any,
 ) -> Decision:
     index = index or index_of(objects if objects is not None else fleet(), pol)
-    return decide(
-        parse_request(read_pod(pod(annotations=annotations, namespace=namespace, **kw), namespace).shape, pol),
-        index,
-        pol,
-    )
+    view = read_pod(pod(annotations=annotations, namespace=namespace, **kw), namespace)
+    return choose(parse_request(view.shape, pol), view, index, pol, ADMIT).decision
 
 
 def chosen(decision: Decision) -> PoolKey | None:

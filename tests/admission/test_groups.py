@@ -12,14 +12,15 @@ from typing import Any
 
 from tests.builders import gpu_node, index_of, pod
 from tests.builders import policy as make_policy
+from webhook.admission.choice import ADMIT, choose
 from webhook.admission.core import Admitter, evaluate
-from webhook.admission.decision import decide
 from webhook.admission.groups import pods_at_once
 from webhook.admission.pod import read_pod
 from webhook.admission.request import parse_request
 from webhook.admission.verdict import GroupNote, Verdict
 from webhook.domain.model import PoolKey
 from webhook.pools.index import PoolIndex
+from webhook.pools.reservations import Reservation
 from webhook.sources.snapshot import SnapshotInventory
 
 A10 = PoolKey("nvidia", "medium", "NVIDIA-A10")
@@ -213,9 +214,10 @@ def test_room_for_pods_counts_whole_pods_per_node_after_reservations() -> None:
     """Per node floor(free / GPUs per Pod): three 3-GPU nodes hold three 2-GPU Pods, not four; GPUs held
     for admissions the watch has not shown yet are not room."""
     index = index_of([gpu_node(f"l4-{i}", "NVIDIA-L4", 3, memory_mib=MEMORY) for i in range(3)])
-    req = parse_request(read_pod(job_pod(gpus=2), "ml").shape, index.policy)
-    (candidate,) = decide(req, index, index.policy).candidates
+    view = read_pod(job_pod(gpus=2), "ml")
+    req = parse_request(view.shape, index.policy)
+    (candidate,) = choose(req, view, index, index.policy, ADMIT).decision.candidates
     assert pods_at_once(candidate, 2) == 3
-    index.reserve("ml", L4, candidate.constraint.selector, 2, now=0.0)
-    (candidate,) = decide(req, index, index.policy).candidates
+    index.reserve(Reservation(namespace="ml", pool=L4, selector=candidate.constraint.selector, gpus=2), now=0.0)
+    (candidate,) = choose(req, view, index, index.policy, ADMIT).decision.candidates
     assert pods_at_once(candidate, 2) == 2

@@ -22,8 +22,8 @@ from tests.admission.podgen import (
     with_annotation,
 )
 from tests.builders import fleet, gpu_node, index_of, mig_mixed_node, pod, policy
+from webhook.admission.choice import ADMIT, choose
 from webhook.admission.core import evaluate
-from webhook.admission.decision import decide
 from webhook.admission.hints import HINTED, MAX_MESSAGE_CHARS, MAX_TRIES, hinted
 from webhook.admission.misses import MAX_NEAR_PRODUCTS
 from webhook.admission.pod import read_pod
@@ -262,7 +262,7 @@ def test_a_long_denial_is_cut_so_that_the_hint_stays_whole() -> None:
     view = read_pod(obj, "ml")
     req = parse_request(view.shape, pol)
     plain = evaluate(obj, "ml", pol, index)
-    long = decide(req, index, pol)._replace(denial="x" * 5000)
+    long = choose(req, view, index, pol, ADMIT)._replace(denial="x" * 5000)
     message = hinted(long, req, view, index, pol)
     assert len(message) <= MAX_MESSAGE_CHARS < review.MAX_MESSAGE_CHARS
     assert message.endswith(plain.message[plain.message.index(". ") :])

@@ -38,7 +38,7 @@ def patch_of(obj: dict[str, Any], count: int = 2, expressions: tuple[Requirement
         gpus=count,
         pool="nvidia/high/NVIDIA-A100-SXM4-40GB",
     )
-    return build_patch(read_pod(obj).shape, spec)
+    return list(build_patch(read_pod(obj).shape, spec).ops)
 
 
 def applied(obj: dict[str, Any], **kw: Any) -> dict[str, Any]:

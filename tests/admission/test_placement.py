@@ -65,7 +65,7 @@ def test_a_pod_waiting_for_the_h100s_cannot_land_on_the_one_whose_mig_layout_is_
     assert any("will wait" in w for w in result.warnings)
     reached = where_it_can_run(result, obj, demo_objects())
     assert "gpu-h100-mig-01" not in reached
-    assert reached == {n.name for n in shared_demo_index().members(result.placement.pool)}
+    assert reached == {n.name for n in shared_demo_index().capacity.members(result.placement.pool)}
 
 
 def test_the_strict_group_sample_cannot_land_on_the_pending_node_either() -> None:
@@ -290,7 +290,7 @@ def test_a_patched_pod_reaches_exactly_the_pools_nodes_that_it_allows(
         assert kubectl_patch(obj, list(result.patch), tmp_path_factory.mktemp("kubectl")) == patched
     validate_pod(patched)
     offering = nodes_of(objects, result.placement.resource)
-    members = {n.name for n in index.members(result.placement.pool)}
+    members = {n.name for n in index.capacity.members(result.placement.pool)}
     assert scheduling.reachable(patched, offering) == members & scheduling.reachable(obj, offering), (
         f"{result.placement.pool}: {result.placement.constraint.text()}"
     )
@@ -342,7 +342,7 @@ def test_an_unknown_node_is_no_exemption_from_the_namespaces_quota() -> None:
     was "not checked" and skipped it. It is held to it now: asking one GPU past the quota is refused,
     and within it allowed with a note that the class could not be checked."""
     index = shared_demo_index()
-    used = index.requested("team-b", "nvidia.com/gpu")
+    used = index.usage.requested("team-b", "nvidia.com/gpu")
     obj = daemonset_pod("team-b", [NAMES_UNKNOWN])
     obj["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = str(4 - used + 1)
     result = evaluate(obj, "team-b", demo_policy(), index)
@@ -403,7 +403,7 @@ def test_pods_that_can_never_be_scheduled_hold_no_gpus(impossible: dict[str, Any
             obj["spec"]["containers"][0]["resources"]["requests"] = {"cpu": impossible["cpu"]}
         stuck.append(obj)
     index = index_of([*a100_fleet(), *stuck], pol)
-    (stats,) = [s for s in index.pool_stats() if s.pool == A100]
+    (stats,) = [s for s in index.capacity.pool_stats() if s.pool == A100]
     assert (stats.gpus_free, stats.pending) == (16, 0)
     admitter = Admitter(pol, SnapshotInventory(index, "test"))
     placed = [admitter.admit(pod(f"real-{i}", "ml", annotations={"gpupool.io/gpu-class": "high"}), namespace="ml")
@@ -440,7 +440,7 @@ def test_whether_a_pinned_pod_holds_follows_memory_affinity_and_taints(case: str
             "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
         }
     index = index_of([*fleet, obj])
-    (stats,) = [s for s in index.pool_stats() if s.pool == A100]
+    (stats,) = [s for s in index.capacity.pool_stats() if s.pool == A100]
     held = 2 if case == "taint-tolerated" else 0
     assert (stats.gpus_free, stats.pending) == (16 - held, held)
 
@@ -450,9 +450,9 @@ def test_a_pod_that_becomes_schedulable_holds_again() -> None:
     obj = pod("w", "ml", gpus=2, annotations={"gpupool.io/pool": str(A100)}, tolerations=[GPU_TOLERATION],
               node_selector={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB", "zone": "z"})  # fmt: skip
     index = index_of([*a100_fleet(), obj])
-    assert sum(s.pending for s in index.pool_stats()) == 0
+    assert sum(s.pending for s in index.capacity.pool_stats()) == 0
     zoned = gpu_node("a100-z", "NVIDIA-A100-SXM4-40GB", 8, memory_mib=40960, gpu_class="high", labels={"zone": "z"})
     index.upsert_node(node_from_obj(zoned, index.policy.gpu_resources, index.policy.partition_prefixes))
-    assert sum(s.pending for s in index.pool_stats()) == 2
+    assert sum(s.pending for s in index.capacity.pool_stats()) == 2
     index.remove_node("a100-z")
-    assert sum(s.pending for s in index.pool_stats()) == 0
+    assert sum(s.pending for s in index.capacity.pool_stats()) == 0

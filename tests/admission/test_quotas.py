@@ -9,9 +9,10 @@ import pytest
 from tests.builders import fleet, gpu_node, index_of, mig_mixed_node, pod, policy, quota
 from webhook.admission.core import Admitter, evaluate
 from webhook.admission.pod import read_pod
-from webhook.admission.quotas import check_quotas, memory_quota_problem
 from webhook.admission.request import GpuRequest, parse_request
 from webhook.domain.model import PoolKey
+from webhook.pools.quotas.checks import memory_quota_problem, resource_quota_problem
+from webhook.pools.reservations import Reservation
 from webhook.sources.snapshot import SnapshotInventory
 
 POLICY = policy()
@@ -35,12 +36,12 @@ def test_resource_quota_uses_status_used_plus_reservations() -> None:
     index = index_of(
         [*fleet(), quota("gpu-quota", "team", {"requests.nvidia.com/gpu": "4"}, {"requests.nvidia.com/gpu": "3"})]
     )
-    assert check_quotas(ask(1), index, POLICY, "nvidia.com/gpu") == ""
-    assert check_quotas(ask(2), index, POLICY, "nvidia.com/gpu") == (
+    assert resource_quota_problem(ask(1), index, POLICY, "nvidia.com/gpu") == ""
+    assert resource_quota_problem(ask(2), index, POLICY, "nvidia.com/gpu") == (
         "exceeded quota gpu-quota in namespace team: requests.nvidia.com/gpu used 3 + requested 2 > hard 4"
     )
-    index.reserve("team", T4, (), 1, now=0.0)
-    assert "used 4 + requested 1 > hard 4" in check_quotas(ask(1), index, POLICY, "nvidia.com/gpu")
+    index.reserve(Reservation(namespace="team", pool=T4, selector=(), gpus=1), now=0.0)
+    assert "used 4 + requested 1 > hard 4" in resource_quota_problem(ask(1), index, POLICY, "nvidia.com/gpu")
 
 
 @pytest.mark.parametrize("key", ["nvidia.com/gpu", "limits.nvidia.com/gpu"])
@@ -52,15 +53,15 @@ def test_the_tutorials_quota_form_is_enforced_by_gpupool(key: str) -> None:
     objects = [*fleet(), running("a", 2), running("b", 1), running("done", 4, phase="Succeeded"),
                running("other-ns", 4, namespace="elsewhere"), quota("gpu-quota", "team", {key: "4"})]  # fmt: skip
     index = index_of(objects)
-    assert check_quotas(ask(1), index, POLICY, "nvidia.com/gpu") == ""
-    assert check_quotas(ask(2), index, POLICY, "nvidia.com/gpu") == (
+    assert resource_quota_problem(ask(1), index, POLICY, "nvidia.com/gpu") == ""
+    assert resource_quota_problem(ask(2), index, POLICY, "nvidia.com/gpu") == (
         f"exceeded quota gpu-quota in namespace team: {key} used 3 + requested 2 > hard 4; Kubernetes does not "
         f"enforce '{key}' for extended resources, gpupool does; write 'requests.nvidia.com/gpu: 4' to have "
         "Kubernetes enforce it"
     )
-    index.reserve("team", T4, (), 1, now=0.0, name="c")
-    assert "used 4 + requested 1 > hard 4" in check_quotas(ask(1), index, POLICY, "nvidia.com/gpu")
-    assert check_quotas(ask(2), index, OFF, "nvidia.com/gpu") == ""  # the policy switch turns it off
+    index.reserve(Reservation(namespace="team", pool=T4, selector=(), gpus=1, name="c"), now=0.0)
+    assert "used 4 + requested 1 > hard 4" in resource_quota_problem(ask(1), index, POLICY, "nvidia.com/gpu")
+    assert resource_quota_problem(ask(2), index, OFF, "nvidia.com/gpu") == ""  # the policy switch turns it off
 
 
 def test_a_pod_naming_its_node_is_held_to_the_tutorials_form_too() -> None:
@@ -78,7 +79,7 @@ def test_scoped_quota_is_left_to_kubernetes() -> None:
         "matchExpressions": [{"scopeName": "PriorityClass", "operator": "In", "values": ["high"]}]
     }
     index = index_of([*fleet(), obj])
-    assert check_quotas(ask(1), index, POLICY, "nvidia.com/gpu") == ""
+    assert resource_quota_problem(ask(1), index, POLICY, "nvidia.com/gpu") == ""
 
 
 # --- the GPU-memory quota ----------------------------------------------------------------------------------
@@ -117,7 +118,7 @@ def test_the_memory_quota_counts_admissions_the_watch_has_not_shown() -> None:
     """A burst cannot get past it: each admission holds its memory at once."""
     index = index_of(memory_fleet(), MEMORY)
     assert memory_quota_problem("team", 1, 15360, index, MEMORY, where="t4") == ""
-    index.reserve("team", T4, (), 1, now=0.0, name="x")
+    index.reserve(Reservation(namespace="team", pool=T4, selector=(), gpus=1, name="x"), now=0.0)
     assert memory_quota_problem("team", 1, 15360, index, MEMORY, where="t4") == (
         "GPU memory quota in namespace team exceeded: used 55Gi + requested 15Gi > hard 64Gi"
     )
@@ -154,7 +155,7 @@ def test_mig_instances_count_their_own_memory_against_the_quota() -> None:
     pol = policy("namespaces: {team: {memoryQuota: 30Gi}}")
     running = pod("run", "team", gpus=1, resource="nvidia.com/mig-3g.20gb", node="m-a", phase="Running")
     index = index_of([mig_mixed_node("m-a"), running], pol)
-    assert index.memory_used("team") == 20096
+    assert index.usage.memory_used("team") == 20096
     for node in ("m-a", None):
         again = evaluate(pod("b", "team", gpus=1, resource="nvidia.com/mig-3g.20gb", node=node), "team", pol, index)
         assert (again.allowed, again.reason) == (False, "memory-quota")
@@ -265,6 +266,6 @@ def test_a_pod_naming_its_node_reserves_its_first_kind_exactly() -> None:
         "nvidia.com/gpu",
         2,
     )
-    assert index.class_used("team", "high") == 2
+    assert index.usage.class_used("team", "high") == 2
     assert admitter.admit(pod("q", "team", gpus=2, node="mixed-a"), namespace="team").allowed
     assert not admitter.admit(pod("r", "team", gpus=1, node="mixed-a"), namespace="team").allowed

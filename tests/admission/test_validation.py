@@ -20,6 +20,7 @@ from tests.admission.podgen import NAMESPACES, pod_st
 from tests.builders import fleet, gpu_node, index_of, pod, policy, quota
 from tests.conftest import DEMO_INVENTORY
 from webhook.admission.core import Admitter
+from webhook.admission.pieces import GateAdded, PodPatch
 from webhook.admission.pod import read_pod
 from webhook.admission.validation import Caller, Trusted, Validator, as_stored
 from webhook.admission.verdict import Verdict
@@ -74,7 +75,7 @@ class Replica:
     @property
     def reservations(self) -> int:
         with self.inventory.read() as index:
-            return index.reservations
+            return index.usage.reservations
 
     def probe(self, gpus: int = 1, namespace: str = "ml") -> bool:
         """Whether a dry run of another Pod of `gpus` GPUs would be admitted now (quota room left)."""
@@ -566,7 +567,7 @@ def test_a_queued_pod_whose_gate_a_later_webhook_removed_is_refused_naming_the_g
     """A Pod the queue holds is placed nowhere yet: what keeps it waiting is gpupool's gate, and a Pod the
     mutating call would still gate (a later webhook removed it) is refused, naming the gate."""
     gate = {"op": "add", "path": "/spec/schedulingGates", "value": [{"name": QUEUE_GATE}]}
-    held = Verdict(allowed=True, outcome="mutated", patch=(gate,))
+    held = Verdict(allowed=True, outcome="mutated", changes=PodPatch((GateAdded(QUEUE_GATE, gate),)))
     view = read_pod(queued_pod(), "ml")
     refused = as_stored(held, view)
     assert (refused.allowed, refused.reason) == (False, "changed")

@@ -183,4 +183,4 @@ class TestEphemeralContainers:
         index = index_of(fleet(), POLICY)
         admitter = Admitter(POLICY, SnapshotInventory(index, "test"))
         assert not admitter.admit_ephemeral(running_pod(debug()), namespace="students", old=running_pod()).allowed
-        assert index.reservations == 0
+        assert index.usage.reservations == 0

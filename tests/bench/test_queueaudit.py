@@ -24,7 +24,7 @@ def node(name: str, gpus: int = 2, *, ready: bool = True) -> dict[str, Any]:
     }
 
 
-def pod(name: str, namespace: str = "q", *, node: str = "", phase: str = "Pending", gated: bool = False,
+def pod(name: str, namespace: str = "q", *, node: str = "", phase: str = "Pending", gated: bool = False,  # noqa: PLR0913 (a test builder: each field a keyword)
         gpus: int = 1, pool: str = "") -> dict[str, Any]:  # fmt: skip
     spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"limits": {GPU: str(gpus)}}}]}
     if node:

@@ -44,7 +44,7 @@ def should_be_sent(obj: Obj) -> bool:
     )
 
 
-def pod(
+def pod(  # noqa: PLR0913 (a test builder: each field a keyword)
     *,
     annotations: dict[str, str] | None = None,
     limits: dict[str, str] | None = None,

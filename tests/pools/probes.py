@@ -23,18 +23,18 @@ TRAIN = policy("namespaces: {train: {classQuota: {high: 20}}}")
 
 
 def stats(index: PoolIndex, key: PoolKey) -> PoolStats:
-    return next(s for s in index.pool_stats() if s.pool == key)
+    return next(s for s in index.capacity.pool_stats() if s.pool == key)
 
 
 def free_per_node(index: PoolIndex, key: PoolKey) -> dict[str, int]:
     """Each usable node's own free GPUs: allocatable minus the Pods bound to it."""
-    pool = next(p for p in index.pools() if p.key == key)
+    pool = next(p for p in index.capacity.pools() if p.key == key)
     return {n: f for g in pool.groups.values() for n, f in g.own_free.items()}
 
 
 def free_counts(index: PoolIndex, key: PoolKey) -> Counter[int]:
     """How many usable nodes of the pool have each number of free GPUs once its holds are placed."""
-    pool = next(p for p in index.pools() if p.key == key)
+    pool = next(p for p in index.capacity.pools() if p.key == key)
     return sum((Counter(g.buckets) for g in pool.groups.values()), Counter())
 
 

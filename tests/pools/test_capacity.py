@@ -50,7 +50,7 @@ def test_cordon_uncordon_and_removal_change_the_pool() -> None:
     assert free_per_node(index, T4)["t4-a"] == 4
     index.remove_node("t4-a")
     index.remove_node("t4-b")
-    assert T4 not in {s.pool for s in index.pool_stats()}
+    assert T4 not in {s.pool for s in index.capacity.pool_stats()}
 
 
 def test_relabelled_node_moves_pool_keeping_its_usage() -> None:
@@ -183,7 +183,7 @@ def test_a_mixed_node_offers_each_device_in_its_pool_with_its_own_free_count() -
     on one MIG instance takes one instance, not a GPU; each pool says what its devices are."""
     running = pod("r", gpus=1, node="mixed-a", phase="Running", resource="nvidia.com/mig-3g.20gb")
     index = index_of([mig_mixed_node("mixed-a"), shared_node("ts-a"), running], POLICY)
-    by_product = {s.pool.product: s for s in index.pool_stats()}
+    by_product = {s.pool.product: s for s in index.capacity.pool_stats()}
     whole, big = by_product["NVIDIA-A100-SXM4-40GB"], by_product["NVIDIA-A100-SXM4-40GB-MIG-3g.20gb"]
     assert (whole.kind, whole.resource, whole.gpus_total, whole.gpus_free, whole.memory_mib) == (
         "gpu",

@@ -19,7 +19,7 @@ GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSc
 
 def test_bound_pods_count_against_their_nodes_class_without_the_annotation() -> None:
     """Pods on high-class nodes count 16 high GPUs for `train`, whatever their annotations say."""
-    assert index_of(train_cluster(), TRAIN).class_used("train", "high") == 16
+    assert index_of(train_cluster(), TRAIN).usage.class_used("train", "high") == 16
 
 
 def test_removing_the_pool_annotation_changes_no_usage() -> None:
@@ -29,12 +29,12 @@ def test_removing_the_pool_annotation_changes_no_usage() -> None:
     waiting = pod("w", namespace="train", gpus=4, annotations=placed, node_selector=dict(A100_SELECTOR))
     waiting["spec"]["tolerations"] = [GPU_TOLERATION]
     index = index_of([a100("a100-a"), a100("a100-b"), bound, waiting], TRAIN)
-    before = (index.class_used("train", "high"), stats(index, A100).pending, stats(index, A100).gpus_free)
+    before = (index.usage.class_used("train", "high"), stats(index, A100).pending, stats(index, A100).gpus_free)
     assert before == (12, 4, 4)
     for obj in (bound, waiting):
         del obj["metadata"]["annotations"]
         index.upsert_pod(pod_from_obj(obj, RES))
-    assert (index.class_used("train", "high"), stats(index, A100).pending, stats(index, A100).gpus_free) == before
+    assert (index.usage.class_used("train", "high"), stats(index, A100).pending, stats(index, A100).gpus_free) == before
 
 
 @pytest.mark.parametrize(
@@ -73,8 +73,8 @@ def test_unbound_pod_counts_against_the_pool_it_is_pinned_to(
         tolerations=[GPU_TOLERATION],  # as gpupool's patch tolerates the GPU taint
     )
     index.upsert_pod(pod_from_obj(waiting, RES))
-    counted = {c: index.class_used("train", c) for c in POLICY.classes}
-    counted["pending"] = sum(s.pending for s in index.pool_stats())
+    counted = {c: index.usage.class_used("train", c) for c in POLICY.classes}
+    counted["pending"] = sum(s.pending for s in index.capacity.pool_stats())
     assert {k: v for k, v in counted.items() if v} == expected
 
 
@@ -164,7 +164,7 @@ def test_a_bound_pod_counts_its_devices_against_the_class_of_their_pool() -> Non
     on_mig = pod("m", "train", gpus=2, node="mixed-a", phase="Running", resource="nvidia.com/mig-3g.20gb")
     on_gpu = pod("g", "train", gpus=1, node="mixed-a", phase="Running")
     index = index_of([node, on_mig, on_gpu], MIG_CLASSES)
-    assert (index.class_used("train", "medium"), index.class_used("train", "high")) == (2, 1)
+    assert (index.usage.class_used("train", "medium"), index.usage.class_used("train", "high")) == (2, 1)
 
 
 def test_an_unbound_pod_pinned_to_a_mig_pool_holds_an_instance_there() -> None:
@@ -181,7 +181,7 @@ def test_an_unbound_pod_pinned_to_a_mig_pool_holds_an_instance_there() -> None:
     index = index_of(
         [mig_mixed_node("mixed-a", gpu_class=None), mig_mixed_node("mixed-b", gpu_class=None), placed], MIG_CLASSES
     )
-    assert (stats(index, BIG_MIG).pending, index.class_used("train", "medium")) == (1, 1)
+    assert (stats(index, BIG_MIG).pending, index.usage.class_used("train", "medium")) == (1, 1)
     assert stats(index, PoolKey("nvidia", "high", "NVIDIA-A100-SXM4-40GB")).pending == 0
 
 
@@ -201,5 +201,5 @@ def test_a_mig_product_label_pins_the_pool_an_unbound_pod_holds_in() -> None:
         phase="Pending",
     )
     index = index_of([a100, h100, waiting], POLICY)
-    pending = {s.pool.product: s.pending for s in index.pool_stats() if s.resource == "nvidia.com/mig-1g.10gb"}
+    pending = {s.pool.product: s.pending for s in index.capacity.pool_stats() if s.resource == "nvidia.com/mig-1g.10gb"}
     assert pending == {"NVIDIA-H100-80GB-HBM3-MIG-1g.10gb": 1, "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb": 0}

@@ -18,6 +18,7 @@ from webhook.pools import capacity as capacity_module
 from webhook.pools import pool as pool_module
 from webhook.pools.index import ADMISSION_ONLY_DEFAULTS, Group, Pool, PoolIndex, PoolStats, pooling
 from webhook.pools.kubeobj import node_from_obj, pod_from_obj, quota_from_obj
+from webhook.pools.reservations import Reservation
 
 
 def test_the_index_names_the_records_its_callers_read() -> None:
@@ -38,11 +39,11 @@ def test_quotas_are_kept_per_namespace() -> None:
     index = index_of(
         [*fleet(), quota("gpu", "team", {"requests.nvidia.com/gpu": "4"}, {"requests.nvidia.com/gpu": "1"})]
     )
-    assert [q.name for q in index.quotas("team")] == ["gpu"]
+    assert [q.name for q in index.quotas.of("team")] == ["gpu"]
     index.upsert_quota(quota_from_obj(quota("gpu", "team", {"requests.nvidia.com/gpu": "8"}), RES))
-    assert index.quotas("team")[0].hard == {"requests.nvidia.com/gpu": 8}
+    assert index.quotas.of("team")[0].hard == {"requests.nvidia.com/gpu": 8}
     index.upsert_quota(None, "team", "gpu")
-    assert index.quotas("team") == []
+    assert index.quotas.of("team") == []
 
 
 # --- the index kept incrementally equals the index built from the final objects -------------------------
@@ -119,7 +120,7 @@ def _check_free_gpus(index: PoolIndex, nodes: dict[str, dict[str, Any]], pods: d
             used[p["spec"]["nodeName"]] += int(
                 p["spec"]["containers"][0].get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0)
             )
-    for pool in index.pools():
+    for pool in index.capacity.pools():
         hidden = 0
         for group in pool.groups.values():
             for name, own in group.own_free.items():
@@ -155,7 +156,7 @@ def test_incremental_index_matches_a_rebuild_in_any_order(ops: list[tuple[str, A
             pods.pop(arg, None)
             index.remove_pod(arg)
         else:
-            index.reserve("ml", T4, T4_SELECTOR, arg, now=0.0)
+            index.reserve(Reservation(namespace="ml", pool=T4, selector=T4_SELECTOR, gpus=arg), now=0.0)
         _check_free_gpus(index, nodes, pods)
     index.expire(now=10**9)
     final = [*nodes.values(), *pods.values()]
@@ -178,7 +179,7 @@ def _apply_batch(index: PoolIndex, kind: str, args: list[Any]) -> None:
         )
     else:
         for gpus in args:
-            index.reserve("ml", T4, T4_SELECTOR, gpus, now=0.0)
+            index.reserve(Reservation(namespace="ml", pool=T4, selector=T4_SELECTOR, gpus=gpus), now=0.0)
 
 
 @settings(max_examples=300, deadline=None)
@@ -220,7 +221,7 @@ def test_a_pod_that_holds_nothing_changes_nothing() -> None:
     index.upsert_pods([(("ml", f"cpu-{i}"), None) for i in range(100)])
     assert view(index) == before
     index.upsert_pods([(("ml", "a"), None)])
-    assert ("ml", "a") not in index.pod_keys()
+    assert ("ml", "a") not in index.usage.pod_keys()
 
 
 # --- the view does not depend on the order objects arrive in (issue 12) ---------------------------------
@@ -250,7 +251,7 @@ def test_holds_move_to_where_room_is_when_nodes_arrive_one_by_one() -> None:
     ]
     for order in ([*nodes, *pods], [*pods, *nodes], [pods[1], nodes[0], pods[0], nodes[1]]):
         index = feed(PoolIndex(POLICY), order)
-        (group,) = next(p for p in index.pools() if p.key == T4).groups.values()
+        (group,) = next(p for p in index.capacity.pools() if p.key == T4).groups.values()
         assert (group.max_free(), group.free_total) == (4, 4)
 
 
@@ -258,9 +259,9 @@ def test_pod_bound_to_a_node_not_yet_seen_counts_once_the_node_arrives() -> None
     """A bound Pod listed before its node takes the node's GPUs and its class when the node comes."""
     index = PoolIndex(POLICY)
     index.upsert_pod(pod_from_obj(pod("a", gpus=3, node="t4-a", phase="Running"), RES))
-    assert index.class_used("ml", "medium") == 0  # no node, no class yet
+    assert index.usage.class_used("ml", "medium") == 0  # no node, no class yet
     index.upsert_node(node_from_obj(gpu_node("t4-a"), RES))
-    assert (stats(index, T4).gpus_free, index.class_used("ml", "medium")) == (1, 3)
+    assert (stats(index, T4).gpus_free, index.usage.class_used("ml", "medium")) == (1, 3)
 
 
 def another(value: Any) -> Any:

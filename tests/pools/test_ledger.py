@@ -22,6 +22,7 @@ from webhook.pools.capacity import Capacity
 from webhook.pools.index import PoolIndex
 from webhook.pools.kubeobj import node_from_obj, pod_from_obj
 from webhook.pools.ledger import Ledger
+from webhook.pools.reservations import Reservation
 
 # --- through the index ----------------------------------------------------------------------------------
 
@@ -30,18 +31,18 @@ def test_reservations_hold_capacity_until_the_pod_shows_up_or_expires() -> None:
     """An admitted Pod counts against its pool until the watch shows it, then only once."""
     index = index_of(fleet())
     for _ in range(8):
-        index.reserve("ml", T4, T4_SELECTOR, 1, now=0.0)
+        index.reserve(Reservation(namespace="ml", pool=T4, selector=T4_SELECTOR, gpus=1), now=0.0)
     assert free(index, T4) == 0
-    assert index.reserved("ml", "nvidia.com/gpu") == 8
+    assert index.usage.reserved("ml", "nvidia.com/gpu") == 8
     seen = pod("p1", annotations={"gpupool.io/pool": str(T4)}, gpus=1, node="t4-a", phase="Running")
     index.upsert_pod(pod_from_obj(seen, RES))
-    assert (index.reservations, free(index, T4)) == (7, 0)
+    assert (index.usage.reservations, free(index, T4)) == (7, 0)
     index.upsert_pod(pod_from_obj(seen, RES))  # the same Pod again settles nothing more
-    assert index.reservations == 7
+    assert index.usage.reservations == 7
     assert index.expire(now=POLICY.defaults.reservation_seconds + 1) == 7
     assert free(index, T4) == 7
-    assert index.reserved("ml", "nvidia.com/gpu") == 0
-    assert index.class_used("ml", "medium") == 1
+    assert index.usage.reserved("ml", "nvidia.com/gpu") == 0
+    assert index.usage.class_used("ml", "medium") == 1
 
 
 def test_class_quota_denies_a_pod_beyond_the_gpus_already_on_the_nodes() -> None:
@@ -60,11 +61,11 @@ def test_relabelled_node_moves_the_class_usage_of_its_pods() -> None:
     """A node relabelled from high to medium takes its Pods' GPUs to medium, and back."""
     index = index_of(train_cluster(), TRAIN)
     index.upsert_node(node_from_obj(a100("a100-a", gpu_class="medium"), RES))
-    assert (index.class_used("train", "high"), index.class_used("train", "medium")) == (8, 8)
+    assert (index.usage.class_used("train", "high"), index.usage.class_used("train", "medium")) == (8, 8)
     index.upsert_node(node_from_obj(a100("a100-a"), RES))
-    assert (index.class_used("train", "high"), index.class_used("train", "medium")) == (16, 0)
+    assert (index.usage.class_used("train", "high"), index.usage.class_used("train", "medium")) == (16, 0)
     index.remove_node("a100-b")
-    assert index.class_used("train", "high") == 8
+    assert index.usage.class_used("train", "high") == 8
 
 
 def job_pod(name: str, job: str = "train", **fields: Any) -> dict[str, Any]:
@@ -80,18 +81,20 @@ def test_a_group_holds_its_pool_through_reservations_then_pods_until_they_finish
     with no member left is forgotten."""
     index = index_of(fleet())
     for i in range(3):
-        index.reserve("ml", T4, T4_SELECTOR, 1, now=0.0, name=f"p{i}", group="Job/train")
-    assert index.group_pools("ml", "Job/train") == {T4: 3}
-    assert index.group_pools("other", "Job/train") == {}  # groups are namespace-scoped
+        index.reserve(
+            Reservation(namespace="ml", pool=T4, selector=T4_SELECTOR, gpus=1, name=f"p{i}", group="Job/train"), now=0.0
+        )
+    assert index.usage.group_pools("ml", "Job/train") == {T4: 3}
+    assert index.usage.group_pools("other", "Job/train") == {}  # groups are namespace-scoped
     for i in range(3):
         index.upsert_pod(pod_from_obj(job_pod(f"p{i}"), RES))
-    assert (index.reservations, index.group_pools("ml", "Job/train")) == (0, {T4: 3})
+    assert (index.usage.reservations, index.usage.group_pools("ml", "Job/train")) == (0, {T4: 3})
     index.upsert_pod(pod_from_obj(job_pod("p0", node="t4-a", phase="Running"), RES))
     index.upsert_pod(pod_from_obj(job_pod("p1", node="t4-a", phase="Succeeded"), RES))
     index.remove_pod(("ml", "p2"))
-    assert index.group_pools("ml", "Job/train") == {T4: 1}
+    assert index.usage.group_pools("ml", "Job/train") == {T4: 1}
     index.remove_pod(("ml", "p0"))
-    assert index.group_pools("ml", "Job/train") == {}
+    assert index.usage.group_pools("ml", "Job/train") == {}
 
 
 def test_gpupool_counts_each_namespaces_gpu_requests_itself() -> None:
@@ -101,10 +104,10 @@ def test_gpupool_counts_each_namespaces_gpu_requests_itself() -> None:
     index.upsert_pod(pod_from_obj(pod("run", gpus=2, node="t4-a", phase="Running"), RES))
     index.upsert_pod(pod_from_obj(pod("wait", gpus=3), RES))
     index.upsert_pod(pod_from_obj(pod("done", gpus=4, node="t4-b", phase="Succeeded"), RES))
-    index.reserve("ml", T4, T4_SELECTOR, 1, now=0.0, name="next")
-    assert (index.requested("ml", "nvidia.com/gpu"), index.reserved("ml", "nvidia.com/gpu")) == (5, 1)
+    index.reserve(Reservation(namespace="ml", pool=T4, selector=T4_SELECTOR, gpus=1, name="next"), now=0.0)
+    assert (index.usage.requested("ml", "nvidia.com/gpu"), index.usage.reserved("ml", "nvidia.com/gpu")) == (5, 1)
     index.upsert_pod(pod_from_obj(pod("wait", gpus=3, phase="Failed"), RES))
-    assert index.requested("ml", "nvidia.com/gpu") == 2
+    assert index.usage.requested("ml", "nvidia.com/gpu") == 2
 
 
 def test_gpu_memory_follows_the_node_or_pool_a_pod_is_on() -> None:
@@ -115,16 +118,16 @@ def test_gpu_memory_follows_the_node_or_pool_a_pod_is_on() -> None:
     a100_pool = {"gpupool.io/pool": "nvidia/high/NVIDIA-A100-SXM4-40GB"}
     index.upsert_pod(pod_from_obj(pod("run", gpus=2, node="t4-a", phase="Running"), RES))
     index.upsert_pod(pod_from_obj(pod("wait", gpus=1, annotations=a100_pool), RES))
-    index.reserve("ml", T4, T4_SELECTOR, 1, now=0.0, name="next")
-    assert (index.memory_used("ml"), index.memory_pending("ml")) == (3 * 15360, 15360)
+    index.reserve(Reservation(namespace="ml", pool=T4, selector=T4_SELECTOR, gpus=1, name="next"), now=0.0)
+    assert (index.usage.memory_used("ml"), index.usage.memory_pending("ml")) == (3 * 15360, 15360)
     index.upsert_node(node_from_obj(gpu_node("t4-a", memory_mib=16384), RES))
-    assert index.memory_used("ml") == 2 * 16384 + 15360  # the reservation keeps what it was made with
+    assert index.usage.memory_used("ml") == 2 * 16384 + 15360  # the reservation keeps what it was made with
     a100_node = gpu_node("a100-a", "NVIDIA-A100-SXM4-40GB", 8, memory_mib=40960, gpu_class="high")
     index.upsert_node(node_from_obj(a100_node, RES))
-    assert index.memory_used("ml") == 2 * 16384 + 15360 + 40960
+    assert index.usage.memory_used("ml") == 2 * 16384 + 15360 + 40960
     index.expire(now=POLICY.defaults.reservation_seconds + 1)
     index.remove_pod(("ml", "run"))
-    assert (index.memory_used("ml"), index.memory_pending("ml")) == (40960, 0)
+    assert (index.usage.memory_used("ml"), index.usage.memory_pending("ml")) == (40960, 0)
 
 
 def test_pod_list_before_node_list_gives_the_same_usage() -> None:
@@ -132,7 +135,7 @@ def test_pod_list_before_node_list_gives_the_same_usage() -> None:
     objects = train_cluster()
     nodes_first = feed(PoolIndex(TRAIN), objects)
     pods_first = feed(PoolIndex(TRAIN), objects[::-1])
-    assert pods_first.class_used("train", "high") == nodes_first.class_used("train", "high") == 16
+    assert pods_first.usage.class_used("train", "high") == nodes_first.usage.class_used("train", "high") == 16
     assert decision_view(pods_first, ["train"]) == decision_view(nodes_first, ["train"])
 
 
@@ -162,7 +165,7 @@ def test_the_ledger_tells_the_capacity_index_what_claims_take_and_takes_it_back_
     waiting = pod_from_obj(pod("w", gpus=2, node_selector=dict(T4_SELECTOR)), RES)
     ledger.upsert_pod(bound, bound.key)
     ledger.upsert_pod(waiting, waiting.key)
-    token = ledger.reserve("ml", T4, T4_SELECTOR, 1, 0.0)
+    token = ledger.reserve(Reservation(namespace="ml", pool=T4, selector=T4_SELECTOR, gpus=1), 0.0)
     assert free_and_pending(capacity) == (2, 3)
     assert (ledger.used_on("t4-a"), ledger.class_used("ml", "medium"), ledger.reserved("ml", "nvidia.com/gpu")) == (
         {"nvidia.com/gpu": 3},

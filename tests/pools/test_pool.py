@@ -11,6 +11,7 @@ from tests.pools.probes import RES, T4, T4_SELECTOR, free, free_counts, free_per
 from webhook.pools.kubeobj import node_from_obj, pod_from_obj
 from webhook.pools.nodes import Selector
 from webhook.pools.pool import Group, Pool, pack
+from webhook.pools.reservations import Reservation
 
 # --- through the index: what decisions see ---------------------------------------------------------------
 
@@ -24,7 +25,7 @@ def test_nodes_are_grouped_by_selector_and_taints() -> None:
             gpu_node("c", taints=[GPU_TAINT]),
         ]
     )
-    pool = next(index.pools())
+    pool = next(index.capacity.pools())
     assert len(pool.groups) == 3
     assert len(pool.by_selector()) == 2
 
@@ -36,14 +37,14 @@ def test_pending_pinned_pod_is_placed_virtually_on_best_fit_node() -> None:
     index.upsert_pod(pod_from_obj(waiting, RES))
     assert free_counts(index, T4) == {0: 1, 4: 1}
     assert stats(index, T4).pending == 2
-    assert index.class_used("ml", "medium") == 4  # the running Pod's 2 on a medium node, and these 2
+    assert index.usage.class_used("ml", "medium") == 4  # the running Pod's 2 on a medium node, and these 2
     # Scheduled: the virtual hold is replaced by the real one on the chosen node.
     waiting["spec"]["nodeName"] = "t4-b"
     index.upsert_pod(pod_from_obj(waiting, RES))
     assert free_per_node(index, T4) == {"t4-a": 2, "t4-b": 2}
     assert free_counts(index, T4) == {2: 2}
     assert stats(index, T4).pending == 0
-    assert index.class_used("ml", "medium") == 4
+    assert index.usage.class_used("ml", "medium") == 4
 
 
 @pytest.mark.parametrize("landed_on", ["t4-a", "t4-b"])
@@ -52,10 +53,10 @@ def test_pod_landing_where_holds_were_guessed_moves_the_holds(landed_on: str) ->
     so the pool's free count stays exact whichever node the scheduler picked."""
     index = index_of(fleet())
     for _ in range(7):
-        index.reserve("ml", T4, T4_SELECTOR, 1, now=0.0)
+        index.reserve(Reservation(namespace="ml", pool=T4, selector=T4_SELECTOR, gpus=1), now=0.0)
     seen = pod("p1", annotations={"gpupool.io/pool": str(T4)}, gpus=1, node=landed_on, phase="Running")
     index.upsert_pod(pod_from_obj(seen, RES))
-    assert index.reservations == 6
+    assert index.usage.reservations == 6
     assert free(index, T4) == 1
     assert stats(index, T4).pending == 6
 
@@ -64,7 +65,7 @@ def test_reservation_on_a_full_pool_holds_gpus_on_a_node_that_joins() -> None:
     """An admission reserved while its pool was full is placed when the pool gains a node (or a node
     frees up): the new capacity is not offered twice."""
     index = index_of([*fleet(), pod("a", gpus=4, node="t4-a", phase="Running"), pod("b", gpus=4, node="t4-b")])
-    index.reserve("ml", T4, T4_SELECTOR, 3, now=0.0)
+    index.reserve(Reservation(namespace="ml", pool=T4, selector=T4_SELECTOR, gpus=3), now=0.0)
     assert (stats(index, T4).gpus_free, stats(index, T4).pending) == (0, 3)
     index.upsert_node(node_from_obj(gpu_node("t4-c"), RES))
     assert (stats(index, T4).gpus_free, stats(index, T4).pending) == (1, 3)

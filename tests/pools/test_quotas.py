@@ -5,7 +5,8 @@ from __future__ import annotations
 from tests.builders import fleet, index_of, pod, policy, quota
 from tests.pools.probes import T4, T4_SELECTOR
 from webhook.pools.kubeobj import quota_from_obj
-from webhook.pools.quotas import quota_rows, quota_warnings, unenforced
+from webhook.pools.quotas.report import quota_rows, quota_warnings, unenforced
+from webhook.pools.reservations import Reservation
 
 POLICY = policy()
 
@@ -58,7 +59,7 @@ def test_every_quota_gpupool_checks_is_a_row_with_used_pending_hard_and_who_enfo
         scoped,
     ]
     index = index_of(objects, pol)
-    index.reserve("team-a", T4, T4_SELECTOR, 1, now=0.0, name="next")
+    index.reserve(Reservation(namespace="team-a", pool=T4, selector=T4_SELECTOR, gpus=1, name="next"), now=0.0)
     rows = quota_rows(index, pol)
     assert [tuple(r) for r in rows] == [
         ("team-a", "classQuota", "medium", 2, 1, 8, "gpus", "gpupool only"),

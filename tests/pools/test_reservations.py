@@ -10,7 +10,7 @@ from tests.pools.probes import POLICY, RES, T4, T4_SELECTOR, free, free_per_node
 from webhook.admission.core import Admitter
 from webhook.domain.model import PoolKey
 from webhook.pools.kubeobj import pod_from_obj
-from webhook.pools.reservations import Reservations
+from webhook.pools.reservations import Reservation, Reservations
 from webhook.sources.snapshot import SnapshotInventory
 
 # --- through the index ----------------------------------------------------------------------------------
@@ -19,14 +19,14 @@ from webhook.sources.snapshot import SnapshotInventory
 def test_reservation_is_settled_only_by_a_matching_pod() -> None:
     """Another namespace, pool or size does not settle a reservation."""
     index = index_of(fleet())
-    index.reserve("ml", T4, T4_SELECTOR, 2, now=0.0)
+    index.reserve(Reservation(namespace="ml", pool=T4, selector=T4_SELECTOR, gpus=2), now=0.0)
     for other in (
         pod("x", namespace="other", annotations={"gpupool.io/pool": str(T4)}, gpus=2),
         pod("y", annotations={"gpupool.io/pool": "nvidia/medium/NVIDIA-L4"}, gpus=2),
         pod("z", annotations={"gpupool.io/pool": str(T4)}, gpus=1),
     ):
         index.upsert_pod(pod_from_obj(other, RES))
-    assert index.reservations == 1
+    assert index.usage.reservations == 1
 
 
 def test_a_reservation_is_settled_by_its_pods_name_or_generate_name() -> None:
@@ -34,32 +34,36 @@ def test_a_reservation_is_settled_by_its_pods_name_or_generate_name() -> None:
     from a generateName by any Pod with that generateName, oldest reservation first), whatever the Pod
     carries: a Pod that named its node has no pool annotation at all."""
     index = index_of(fleet())
-    index.reserve("ml", T4, T4_SELECTOR, 1, now=0.0, name="infer")
-    index.reserve("ml", T4, T4_SELECTOR, 1, now=0.0, generate_name="train-")
-    index.reserve("ml", T4, T4_SELECTOR, 2, now=0.0, name="bound", node="t4-b")
+    index.reserve(Reservation(namespace="ml", pool=T4, selector=T4_SELECTOR, gpus=1, name="infer"), now=0.0)
+    index.reserve(Reservation(namespace="ml", pool=T4, selector=T4_SELECTOR, gpus=1, generate_name="train-"), now=0.0)
+    index.reserve(
+        Reservation(namespace="ml", pool=T4, selector=T4_SELECTOR, gpus=2, name="bound", node="t4-b"), now=0.0
+    )
     assert free_per_node(index, T4)["t4-b"] == 2  # held on the node it names, not in the pool
     index.upsert_pod(pod_from_obj(pod("someone-else", gpus=1, node="t4-a", phase="Running"), RES))
-    assert index.reservations == 3
+    assert index.usage.reservations == 3
     made = pod("train-x7k2p", gpus=1, node="t4-a", phase="Running")
     made["metadata"]["generateName"] = "train-"
     for shown in (pod("infer", gpus=1, node="t4-a", phase="Running"), made, pod("bound", gpus=2, node="t4-b")):
-        before = index.reservations
+        before = index.usage.reservations
         index.upsert_pod(pod_from_obj(shown, RES))
-        assert index.reservations == before - 1, shown["metadata"]["name"]
+        assert index.usage.reservations == before - 1, shown["metadata"]["name"]
 
 
 def test_a_reinvocation_takes_back_only_its_own_unmatched_reservation() -> None:
     """take_echo finds the reservation of the same Pod, pool (or node) and GPUs, once: a second call, or
     another pool or size, finds none."""
     index = index_of(fleet())
-    index.reserve("ml", T4, T4_SELECTOR, 1, now=0.0, name="infer")
+    index.reserve(Reservation(namespace="ml", pool=T4, selector=T4_SELECTOR, gpus=1, name="infer"), now=0.0)
     l4 = PoolKey("nvidia", "medium", "NVIDIA-L4")
     assert not index.take_echo("ml", "infer", "", pool=l4, node="", gpus=1)
     assert not index.take_echo("ml", "infer", "", pool=T4, node="", gpus=2)
     assert not index.take_echo("ml", "other", "", pool=T4, node="", gpus=1)
     assert index.take_echo("ml", "infer", "", pool=T4, node="", gpus=1)
-    assert index.reservations == 0
-    index.reserve("ml", T4, T4_SELECTOR, 1, now=0.0, name="infer", echoed=True)
+    assert index.usage.reservations == 0
+    index.reserve(
+        Reservation(namespace="ml", pool=T4, selector=T4_SELECTOR, gpus=1, name="infer", echoed=True), now=0.0
+    )
     assert not index.take_echo("ml", "infer", "", pool=T4, node="", gpus=1)
 
 
@@ -67,17 +71,19 @@ def test_past_the_bound_a_namespaces_oldest_reservation_stops_counting() -> None
     """maxReservationsPerNamespace 3: a fourth reservation in team-q pushes out team-q's oldest, whose
     GPUs are free again at once (pool and quota); team-a's reservation is not touched."""
     index = index_of(fleet(), policy("defaults: {maxReservationsPerNamespace: 3}"))
-    index.reserve("team-a", T4, T4_SELECTOR, 1, now=0.0, name="a-0")
+    index.reserve(Reservation(namespace="team-a", pool=T4, selector=T4_SELECTOR, gpus=1, name="a-0"), now=0.0)
     for i in range(3):
-        index.reserve("team-q", T4, T4_SELECTOR, 2, now=1.0 + i, name=f"forged-{i}")
-    assert (index.reserved("team-q", "nvidia.com/gpu"), free(index, T4)) == (6, 1)
-    index.reserve("team-q", T4, T4_SELECTOR, 1, now=5.0, name="real")
-    assert (index.reserved("team-q", "nvidia.com/gpu"), free(index, T4)) == (5, 2)
-    assert index.reserved("team-a", "nvidia.com/gpu") == 1
-    assert index.reservations == 4
+        index.reserve(
+            Reservation(namespace="team-q", pool=T4, selector=T4_SELECTOR, gpus=2, name=f"forged-{i}"), now=1.0 + i
+        )
+    assert (index.usage.reserved("team-q", "nvidia.com/gpu"), free(index, T4)) == (6, 1)
+    index.reserve(Reservation(namespace="team-q", pool=T4, selector=T4_SELECTOR, gpus=1, name="real"), now=5.0)
+    assert (index.usage.reserved("team-q", "nvidia.com/gpu"), free(index, T4)) == (5, 2)
+    assert index.usage.reserved("team-a", "nvidia.com/gpu") == 1
+    assert index.usage.reservations == 4
     shown = pod("forged-0", namespace="team-q", gpus=2, node="t4-a", phase="Running")
     index.upsert_pod(pod_from_obj(shown, RES))  # the pushed-out one is not matched any more
-    assert index.reservations == 4
+    assert index.usage.reservations == 4
 
 
 def test_a_real_burst_stays_exact_under_a_stream_of_forged_reviews() -> None:
@@ -88,15 +94,22 @@ def test_a_real_burst_stays_exact_under_a_stream_of_forged_reviews() -> None:
     index = index_of(fleet(), policy(f"defaults: {{maxReservationsPerNamespace: {bound}}}"))
     now = 0.0
     for i in range(bound):
-        index.reserve("team-q", T4, T4_SELECTOR, 1, now=now, name=f"forged-{i}")
+        index.reserve(
+            Reservation(namespace="team-q", pool=T4, selector=T4_SELECTOR, gpus=1, name=f"forged-{i}"), now=now
+        )
     for i in range(4):  # each real Pod is followed by 10 forged reviews before the watch shows it
-        index.reserve("team-q", T4, T4_SELECTOR, 1, now=now, name=f"real-{i}")
+        index.reserve(Reservation(namespace="team-q", pool=T4, selector=T4_SELECTOR, gpus=1, name=f"real-{i}"), now=now)
         for j in range(10):
-            index.reserve("team-q", T4, T4_SELECTOR, 1, now=now, name=f"forged-{i}-{j}")
-        before = index.reservations
+            index.reserve(
+                Reservation(namespace="team-q", pool=T4, selector=T4_SELECTOR, gpus=1, name=f"forged-{i}-{j}"), now=now
+            )
+        before = index.usage.reservations
         index.upsert_pod(pod_from_obj(pod(f"real-{i}", namespace="team-q", gpus=1, node="t4-a"), RES))
-        assert index.reservations == before - 1, f"real-{i} was pushed out before the watch showed it"
-    assert (index.requested("team-q", "nvidia.com/gpu"), index.reserved("team-q", "nvidia.com/gpu")) == (4, bound - 1)
+        assert index.usage.reservations == before - 1, f"real-{i} was pushed out before the watch showed it"
+    assert (index.usage.requested("team-q", "nvidia.com/gpu"), index.usage.reserved("team-q", "nvidia.com/gpu")) == (
+        4,
+        bound - 1,
+    )
 
 
 # --- the reservations alone -----------------------------------------------------------------------------
@@ -111,7 +124,18 @@ def add(
     gpus: int = 1,
     namespace: str = "ml",
 ) -> int:
-    claim = reservations.make(namespace, T4, T4_SELECTOR, gpus, name=name, generate_name="", node=node, echoed=False)
+    claim = reservations.make(
+        Reservation(
+            namespace=namespace,
+            pool=T4,
+            selector=T4_SELECTOR,
+            gpus=gpus,
+            name=name,
+            generate_name="",
+            node=node,
+            echoed=False,
+        )
+    )
     token, crowded = reservations.add(claim, now)
     assert crowded == []
     return token
@@ -121,8 +145,23 @@ def test_a_reservation_holds_in_its_pool_or_on_the_node_it_names() -> None:
     """In the pool where its selector reaches, or on its node as the pool's resource; counted against
     the pool's class and its namespace's quota either way."""
     reservations = Reservations(POLICY)
-    in_pool = reservations.make("ml", T4, T4_SELECTOR, 2, name="a", generate_name="", node="", echoed=False)
-    on_node = reservations.make("ml", T4, T4_SELECTOR, 2, name="b", generate_name="b-", node="t4-a", echoed=True)
+    in_pool = reservations.make(
+        Reservation(
+            namespace="ml", pool=T4, selector=T4_SELECTOR, gpus=2, name="a", generate_name="", node="", echoed=False
+        )
+    )
+    on_node = reservations.make(
+        Reservation(
+            namespace="ml",
+            pool=T4,
+            selector=T4_SELECTOR,
+            gpus=2,
+            name="b",
+            generate_name="b-",
+            node="t4-a",
+            echoed=True,
+        )
+    )
     assert (in_pool.node, in_pool.holds, in_pool.pins) == ("", ((T4, 2),), T4_SELECTOR)
     assert (on_node.node, on_node.requests, on_node.holds) == ("t4-a", (("nvidia.com/gpu", 2),), ())
     for claim in (in_pool, on_node):
@@ -138,7 +177,11 @@ def test_expiry_takes_the_oldest_first_and_skips_those_already_gone() -> None:
     first, second, third = add(reservations, 0.0), add(reservations, 1.0), add(reservations, 2.0)
     reservations.pop(second)
     assert reservations.expire(seconds + 0.5, None) == [
-        reservations.make("ml", T4, T4_SELECTOR, 1, name="", generate_name="", node="", echoed=False)
+        reservations.make(
+            Reservation(
+                namespace="ml", pool=T4, selector=T4_SELECTOR, gpus=1, name="", generate_name="", node="", echoed=False
+            )
+        )
     ]
     assert (len(reservations), reservations.pop(first), reservations.pop(third) is not None) == (1, None, True)
     assert reservations.expire(seconds + 10, None) == []
@@ -165,7 +208,18 @@ def test_one_made_before_the_watch_came_back_does_not_hold_up_younger_ones() -> 
     old = add(reservations, 0.0, name="during-outage")
     young = add(reservations, 12.0, name="forged")
     assert reservations.expire(12.0 + defaults.reservation_settle_seconds, current_since=10.0) == [
-        reservations.make("ml", T4, T4_SELECTOR, 1, name="forged", generate_name="", node="", echoed=False)
+        reservations.make(
+            Reservation(
+                namespace="ml",
+                pool=T4,
+                selector=T4_SELECTOR,
+                gpus=1,
+                name="forged",
+                generate_name="",
+                node="",
+                echoed=False,
+            )
+        )
     ]
     assert (reservations.pop(young), len(reservations)) == (None, 1)
     assert len(reservations.expire(defaults.reservation_seconds - 0.5, current_since=10.0)) == 0
@@ -188,7 +242,11 @@ def test_the_bound_pushes_out_the_oldest_of_the_namespace_and_returns_it() -> No
     reservations = Reservations(policy("defaults: {maxReservationsPerNamespace: 2}"))
     first, second = add(reservations, 0.0, name="p-0"), add(reservations, 1.0, name="p-1")
     add(reservations, 2.0, name="other", namespace="team-a")
-    claim = reservations.make("ml", T4, T4_SELECTOR, 1, name="p-2", generate_name="", node="", echoed=False)
+    claim = reservations.make(
+        Reservation(
+            namespace="ml", pool=T4, selector=T4_SELECTOR, gpus=1, name="p-2", generate_name="", node="", echoed=False
+        )
+    )
     third, crowded = reservations.add(claim, 3.0)
     assert [c.who for c in crowded] == [("ml", "p-0", "")]
     assert (reservations.pop(first), reservations.in_namespace("ml"), reservations.in_namespace("team-a")) == (
@@ -250,7 +308,11 @@ def test_a_validating_call_finds_its_pods_reservation_by_name_then_generate_name
     l4 = PoolKey("nvidia", "medium", "NVIDIA-L4")
 
     def make(pool: PoolKey, *, name: str = "", generate_name: str = "", node: str = "") -> int:
-        claim = reservations.make("ml", pool, (), 1, name=name, generate_name=generate_name, node=node, echoed=False)
+        claim = reservations.make(
+            Reservation(
+                namespace="ml", pool=pool, selector=(), gpus=1, name=name, generate_name=generate_name, node=node
+            )
+        )
         return reservations.add(claim, 0.0)[0]
 
     named = make(T4, name="infer")
@@ -273,8 +335,10 @@ def test_a_confirmed_reservation_is_found_by_the_watch_but_no_longer_by_a_valida
     """Confirmed (made by the validating call, under the Pod's name): the watch takes it over as any
     other; no second validating call or re-invocation takes it back."""
     reservations = Reservations(POLICY)
-    claim = reservations.make("ml", T4, T4_SELECTOR, 1, name="train-x7k2p", generate_name="train-", node="",
-                              echoed=True, confirmed=True)  # fmt: skip
+    claim = reservations.make(
+        Reservation(namespace="ml", pool=T4, selector=T4_SELECTOR, gpus=1, name="train-x7k2p", generate_name="train-",
+                    node="", echoed=True, confirmed=True)
+    )  # fmt: skip
     token, _ = reservations.add(claim, 0.0)
     assert claim.confirmed and claim.who == ("ml", "train-x7k2p", "")
     assert reservations.admitted("ml", "train-x7k2p", "train-", pool=T4, node="") is None
@@ -290,9 +354,9 @@ def test_a_queued_pods_admission_reserves_nothing() -> None:
     index = index_of(fleet(), pol)
 
     def held() -> tuple[int, int, int]:
-        stats = index.pool_stats()
-        used = sum(index.class_used("q", c) for c in pol.classes)
-        return index.reservations, sum(s.gpus_free for s in stats), used
+        stats = index.capacity.pool_stats()
+        used = sum(index.usage.class_used("q", c) for c in pol.classes)
+        return index.usage.reservations, sum(s.gpus_free for s in stats), used
 
     before = held()
     admitter = Admitter(pol, SnapshotInventory(index, "test"))

@@ -17,7 +17,7 @@ from webhook.queue.waiting import Waiting
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 
-def queued_pod(
+def queued_pod(  # noqa: PLR0913 (a test builder: each field a keyword)
     name: str,
     namespace: str,
     policy: Policy,

@@ -17,7 +17,7 @@ from tests.queue.helpers import GPU_TOLERATION, enqueue, queued_pod
 from webhook.domain.model import PodKey
 from webhook.pools.index import PoolIndex
 from webhook.pools.kubeobj import pod_from_obj
-from webhook.queue.release import PAUSE_EVERY, decide_prepared, plan, prepare, settle
+from webhook.queue.release import PAUSE_EVERY, decide_batch, plan, read_batch, settle
 from webhook.queue.runner import Runner
 from webhook.queue.waiting import PODS, Waiting
 
@@ -70,13 +70,13 @@ def test_a_pod_deleted_while_the_pass_let_go_is_neither_released_nor_counted_aga
     victim = objs[PAUSE_EVERY]
     key: PodKey = ("q", victim["metadata"]["name"])
 
-    decided = decide_prepared(
-        prepare(waiting.ordered(), pol), index, pol, pause=at_pause(2, deleted(index, waiting, victim))
+    decided = decide_batch(
+        read_batch(waiting.ordered(), pol), index, pol, pause=at_pause(2, deleted(index, waiting, victim))
     )
 
     released = {r.queued.key for r in decided.releases}
     assert key not in released and len(released) == PAUSE_EVERY + 3
-    assert index.pod_info(key) is None
+    assert index.usage.pod_info(key) is None
 
 
 def test_room_that_appears_while_the_pass_let_go_is_not_taken_out_of_turn() -> None:
@@ -93,7 +93,7 @@ def test_room_that_appears_while_the_pass_let_go_is_not_taken_out_of_turn() -> N
         done["status"]["phase"] = "Succeeded"
         index.upsert_pod(pod_from_obj(done, pol.gpu_resources, pol.partition_prefixes), ("other", "busy"))
 
-    decided = decide_prepared(prepare(waiting.ordered(), pol), index, pol, pause=at_pause(2, frees))
+    decided = decide_batch(read_batch(waiting.ordered(), pol), index, pol, pause=at_pause(2, frees))
     assert decided.releases == []
     again = plan(waiting.ordered(), index, pol)
     assert [r.queued.key[1] for r in again.releases][:1] == ["p00"]
@@ -119,14 +119,14 @@ def test_a_gang_whose_member_is_deleted_while_the_pass_let_go_waits_whole() -> N
     ]
     enqueue([*ahead, *members], index, waiting)
 
-    decided = decide_prepared(
-        prepare(waiting.ordered(), pol), index, pol, pause=at_pause(2, deleted(index, waiting, members[1]))
+    decided = decide_batch(
+        read_batch(waiting.ordered(), pol), index, pol, pause=at_pause(2, deleted(index, waiting, members[1]))
     )
 
     assert decided.releases == []
     gang_waits = {w.queued.key[1]: w.code for w in decided.waits if w.queued.key[1].startswith("g")}
     assert gang_waits == {"g0": "gang", "g2": "gang"}
-    assert index.pod_info(("q", "g1")) is None
+    assert index.usage.pod_info(("q", "g1")) is None
 
 
 class CountingInventory:
@@ -168,7 +168,7 @@ def a_pass(clock: Callable[[], float]) -> tuple[int, list[PodKey]]:
     api = SlowApi({("q", o["metadata"]["name"]): o for o in objs}, together=1)
     runner = Runner(inventory, waiting, Leading(), api, events=Events(), clock=clock)  # type: ignore[arg-type]
     runner.run_pass()
-    return len(inventory.takes), [o for o in (("q", f"p{k:02d}") for k in range(100)) if not index.is_queued(o)]
+    return len(inventory.takes), [o for o in (("q", f"p{k:02d}") for k in range(100)) if not index.usage.is_queued(o)]
 
 
 def test_a_long_pass_lets_go_of_the_inventory_lock_and_releases_the_same() -> None:
@@ -217,8 +217,8 @@ def test_a_release_refused_after_the_pod_changed_in_a_pause_leaves_the_index_as_
         index.upsert_pod(newer, key)
         waiting.apply(PODS, "MODIFIED", changed)
 
-    decided = decide_prepared(prepare(waiting.ordered(), pol), index, pol, pause=at_pause(2, watch_shows_it))
+    decided = decide_batch(read_batch(waiting.ordered(), pol), index, pol, pause=at_pause(2, watch_shows_it))
     (refused,) = [r for r in decided.releases if r.queued.key == key]
     settle(index, refused, None)
 
-    assert index.pod_info(key) == newer and index.is_queued(key)
+    assert index.usage.pod_info(key) == newer and index.usage.is_queued(key)

@@ -13,7 +13,7 @@ from tests.queue.helpers import GPU_TOLERATION, enqueue, queued_pod
 from tests.queue.test_release import A100, L4, QUEUE, T4, fleet, setup
 from webhook.admission.core import evaluate
 from webhook.pools.index import PoolIndex
-from webhook.pools.quotas import quota_rows
+from webhook.pools.quotas.report import quota_rows
 from webhook.queue.preview import STAND_IN, arriving, preview
 from webhook.queue.release import plan
 from webhook.queue.waiting import Queued, Waiting
@@ -24,9 +24,9 @@ NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 def counted(index: PoolIndex) -> tuple[Any, ...]:
     """Everything a decision reads that a release changes: per pool, free and held devices; per quota,
     used and pending; which Pods wait."""
-    pools = sorted((str(s.pool), s.gpus_free, s.gpus_allocated, s.pending) for s in index.pool_stats())
+    pools = sorted((str(s.pool), s.gpus_free, s.gpus_allocated, s.pending) for s in index.capacity.pool_stats())
     quotas = [(r.namespace, r.quota, r.resource, r.used, r.pending) for r in quota_rows(index, index.policy, None)]
-    return (pools, quotas, sorted(k for k in index.pod_keys() if index.is_queued(k)))
+    return (pools, quotas, sorted(k for k in index.usage.pod_keys() if index.usage.is_queued(k)))
 
 
 def outcomes(found: list[Any]) -> list[tuple[str, int, str]]:
@@ -43,7 +43,7 @@ def about_to_queue(
     verdict = evaluate(obj, "q", index.policy, index)
     assert verdict.queued, verdict.message
     patched = jsonpatch.apply_patch(obj, list(verdict.patch))
-    taken = index.pod_keys() | {q.key for q in waiting.ordered()}
+    taken = index.usage.pod_keys() | {q.key for q in waiting.ordered()}
     found = arriving(patched, "q", index.policy, NOW, taken)
     assert found is not None
     return found

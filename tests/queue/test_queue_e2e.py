@@ -79,7 +79,7 @@ class Cluster:
         return str((lease or {}).get("spec", {}).get("holderIdentity") or "")
 
 
-def pod(name: str, namespace: str, *, gpus: int = 1, cls: str = "medium", priority: int = 0,
+def pod(name: str, namespace: str, *, gpus: int = 1, cls: str = "medium", priority: int = 0,  # noqa: PLR0913 (a test builder: each field a keyword)
         run: float | None = None, extra: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
     annotations = {"gpupool.io/gpu-class": cls, "gpupool.io/gpu-count": str(gpus), **(extra or {})}
     if run is not None:

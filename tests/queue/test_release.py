@@ -157,4 +157,4 @@ def test_a_gang_goes_whole_when_all_fit_at_once_and_not_at_all_otherwise() -> No
     enqueue(gang(3, index), index, waiting)
     decided = plan(waiting.ordered(), index, index.policy)
     assert decided.releases == []
-    assert sum(s.pending for s in index.pool_stats()) == 0
+    assert sum(s.pending for s in index.capacity.pool_stats()) == 0

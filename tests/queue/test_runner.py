@@ -17,6 +17,7 @@ from tests.builders import gpu_node, index_of, pod, policy
 from tests.queue.fakes import Events, Inventory, Leading, SlowApi
 from tests.queue.helpers import enqueue, queued_pod
 from webhook.domain.model import PoolKey
+from webhook.pools.reservations import Reservation
 from webhook.queue import release
 from webhook.queue import runner as runner_module
 from webhook.queue.runner import Runner
@@ -44,7 +45,7 @@ def test_a_pass_writes_its_releases_together_not_one_round_trip_after_another() 
 
     assert result.released == 4
     assert sorted(e.pod for e in events.recorded if e.reason == "Released") == [f"job-{k}" for k in range(4)]
-    assert not any(index.is_queued(("q", f"job-{k}")) for k in range(4))
+    assert not any(index.usage.is_queued(("q", f"job-{k}")) for k in range(4))
 
 
 def test_a_saturated_pass_decides_each_shape_once_and_every_pod_still_waits(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -60,13 +61,13 @@ def test_a_saturated_pass_decides_each_shape_once_and_every_pod_still_waits(monk
     objs = [queued_pod(f"job-{k:02d}", "q", pol, index, created=f"2026-12-01T10:00:{k:02d}Z") for k in range(50)]
     enqueue(objs, index, waiting)
     calls = []
-    decide = release.decide
+    decide = release.choose
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         calls.append(args[0])
         return decide(*args, **kwargs)
 
-    monkeypatch.setattr(release, "decide", counting)
+    monkeypatch.setattr(release, "choose", counting)
     decided = release.plan(waiting.ordered(), index, pol)
     assert decided.releases == []
     assert len(decided.waits) == 50 and {w.code for w in decided.waits} == {"capacity"}
@@ -128,7 +129,7 @@ def test_room_that_appears_while_a_release_is_in_flight_is_not_kept_waiting_for_
     finally:
         api.go.set()
         runner.stop()
-    assert not index.is_queued(("q", "a")) and not index.is_queued(("q", "b"))
+    assert not index.usage.is_queued(("q", "a")) and not index.usage.is_queued(("q", "b"))
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
@@ -149,16 +150,16 @@ def test_over_an_unchanged_index_the_loop_makes_no_pass_and_sees_a_change_nothin
     tick's pass releases the Pod."""
     monkeypatch.setattr(runner_module, "TICK_SECONDS", 0.02)
     passes = []
-    decide_prepared = runner_module.decide_prepared
+    decide_batch = runner_module.decide_batch
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         passes.append(time.monotonic())
-        return decide_prepared(*args, **kwargs)
+        return decide_batch(*args, **kwargs)
 
-    monkeypatch.setattr(runner_module, "decide_prepared", counted)
+    monkeypatch.setattr(runner_module, "decide_batch", counted)
     pol = policy(QUEUE)
     index = index_of([gpu_node("t4-a", "Tesla-T4", 1)], pol)
-    index.reserve("other", T4, T4_SELECTOR, 1, now=0.0)
+    index.reserve(Reservation(namespace="other", pool=T4, selector=T4_SELECTOR, gpus=1), now=0.0)
     waiting = Waiting(pol)
     obj = queued_pod("job", "q", pol, index)
     inventory = Inventory(index)
@@ -169,9 +170,9 @@ def test_over_an_unchanged_index_the_loop_makes_no_pass_and_sees_a_change_nothin
     try:
         assert wait_for(lambda: len(passes) >= 1)
         time.sleep(0.5)  # some 25 ticks
-        assert len(passes) <= 2 and index.is_queued(("q", "job"))
+        assert len(passes) <= 2 and index.usage.is_queued(("q", "job"))
         with inventory.read():
             assert index.expire(now=1e9) == 1
-        assert wait_for(lambda: not index.is_queued(("q", "job"))), "the tick's pass did not see the expiry"
+        assert wait_for(lambda: not index.usage.is_queued(("q", "job"))), "the tick's pass did not see the expiry"
     finally:
         runner.stop()

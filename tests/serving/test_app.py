@@ -23,6 +23,7 @@ from werkzeug.test import EnvironBuilder, run_wsgi_app
 
 from tests.conftest import DEMO_INVENTORY, admission_review, gpu_pod
 from webhook.admission.core import Admitter
+from webhook.admission.pieces import PodPatch, SelectorAdded
 from webhook.admission.verdict import Placement, Verdict, allow, deny, place
 from webhook.domain.model import PoolKey
 from webhook.domain.policy import load_policy
@@ -34,7 +35,14 @@ from webhook.sources.snapshot import SnapshotInventory
 POOL = PoolKey("nvidia", "medium", "NVIDIA-L4")
 PLACED = place(
     Placement(POOL, "nvidia.com/gpu", 1, 1, (("nvidia.com/gpu.product", "NVIDIA-L4"),), True, False),
-    [{"op": "add", "path": "/spec/nodeSelector", "value": {"nvidia.com/gpu.product": "NVIDIA-L4"}}],
+    PodPatch(
+        (
+            SelectorAdded(
+                (("nvidia.com/gpu.product", "NVIDIA-L4"),),
+                {"op": "add", "path": "/spec/nodeSelector", "value": {"nvidia.com/gpu.product": "NVIDIA-L4"}},
+            ),
+        )
+    ),
     warnings=("fell back to class medium",),
 )
 

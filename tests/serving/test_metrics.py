@@ -33,6 +33,7 @@ from tests.conftest import (
 from webhook.domain.model import PoolKey, QuotaInfo
 from webhook.domain.policy import Policy, load_policy, load_policy_text
 from webhook.pools.inventory import PoolStats
+from webhook.pools.reservations import Reservation
 from webhook.serving.certs import CertificateExpiry, ensure_certificates
 from webhook.serving.metrics import (
     CERT_EXPIRY_METRIC,
@@ -57,16 +58,30 @@ def stats(pool: PoolKey, nodes: int, gpus: int, free: int) -> PoolStats:
 
 @dataclass
 class FakeView:
+    """An index's read views (webhook.pools.views) with set pools, quotas and reservations."""
+
     stats: list[PoolStats]
-    quotas: list[QuotaInfo] = field(default_factory=list)
+    quota_list: list[QuotaInfo] = field(default_factory=list)
     reservations: int = 0
     policy: Policy = field(default_factory=lambda: load_policy(None))
+
+    @property
+    def capacity(self) -> FakeView:
+        return self
+
+    @property
+    def usage(self) -> FakeView:
+        return self
+
+    @property
+    def quotas(self) -> FakeView:
+        return self
 
     def pool_stats(self) -> list[PoolStats]:
         return list(self.stats)
 
-    def all_quotas(self) -> list[QuotaInfo]:
-        return list(self.quotas)
+    def all(self) -> list[QuotaInfo]:
+        return list(self.quota_list)
 
     def reserved(self, namespace: str, resource: str) -> int:
         return 0
@@ -190,7 +205,7 @@ class TestRefresh:
             quota("tutorial", "team-b", {"nvidia.com/gpu": "4"}),
         ]
         index = build_index(objects, pol)
-        index.reserve("team-a", A100, (), 1, now=0.0, name="next")
+        index.reserve(Reservation(namespace="team-a", pool=A100, selector=(), gpus=1, name="next"), now=0.0)
         registry = CollectorRegistry()
         metrics = Metrics(registry)
         metrics.refresh(SnapshotInventory(index, "test"))

@@ -121,12 +121,12 @@ class Setup:
 
     def reservations(self) -> int:
         with self.admitter.inventory.read() as index:
-            return index.reservations
+            return index.usage.reservations
 
     def pending(self) -> dict[str, int]:
         """GPUs held per pool for Pods the inventory has not seen on a node."""
         with self.admitter.inventory.read() as index:
-            return {str(s.pool): s.pending for s in index.pool_stats()}
+            return {str(s.pool): s.pending for s in index.capacity.pool_stats()}
 
 
 class TestPolicyFile:
@@ -250,8 +250,8 @@ class TestReloader:
 
         def free() -> dict[str, int]:
             with s.admitter.inventory.read() as index:
-                facts = {n: index.node_facts(n, "nvidia.com/gpu") for n in ("t4-0", "t4-1")}
-                return {n: index.node_free(f) for n, f in facts.items() if isinstance(f, NodeFacts)}
+                facts = {n: index.capacity.node_facts(n, "nvidia.com/gpu") for n in ("t4-0", "t4-1")}
+                return {n: index.capacity.node_free(f) for n, f in facts.items() if isinstance(f, NodeFacts)}
 
         assert free() == {"t4-0": 0, "t4-1": 4}
         assert s.pending() == {"nvidia/medium/Tesla-T4": 1}  # "before", held in the pool

@@ -10,6 +10,7 @@ import orjson
 import pytest
 
 from tests.conftest import admission_review, gpu_pod
+from webhook.admission.pieces import NO_PATCH, AnnotationsAdded, PodPatch, SelectorAdded
 from webhook.admission.verdict import Placement, allow, deny, place
 from webhook.domain.model import PoolKey
 from webhook.serving.review import (
@@ -29,6 +30,12 @@ PATCH = [
     {"op": "add", "path": "/spec/nodeSelector", "value": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}},
     {"op": "add", "path": "/metadata/annotations/gpupool.io~1pool", "value": str(POOL)},
 ]
+PIECES = PodPatch(  # PATCH, piece by piece, as webhook.admission.patch builds it
+    (
+        SelectorAdded((("nvidia.com/gpu.product", "NVIDIA-A100-SXM4-40GB"),), PATCH[0]),
+        AnnotationsAdded((("gpupool.io/pool", str(POOL)),), PATCH[1]),
+    )
+)
 
 
 def placement() -> Placement:
@@ -182,7 +189,7 @@ class TestResponseBody:
     def test_mutation_carries_uid_patch_type_base64_patch_and_audit_pool(self) -> None:
         """Same apiVersion/kind, uid echoed, patchType JSONPatch with a base64 patch, audit annotation."""
         review = admission_review(gpu_pod(), uid="uid-1")
-        result = answer(review, place(placement(), PATCH))
+        result = answer(review, place(placement(), PIECES))
         assert (result["apiVersion"], result["kind"]) == ("admission.k8s.io/v1", "AdmissionReview")
         response = result["response"]
         assert (response["uid"], response["allowed"], response["patchType"]) == ("uid-1", True, "JSONPatch")
@@ -193,7 +200,7 @@ class TestResponseBody:
     def test_patch_applies_to_the_pod(self) -> None:
         """The decoded patch applies to the Pod that was sent (as kube-apiserver will apply it)."""
         pod = gpu_pod()
-        response = answer(admission_review(pod), place(placement(), PATCH))["response"]
+        response = answer(admission_review(pod), place(placement(), PIECES))["response"]
         patched = jsonpatch.apply_patch(pod, orjson.loads(base64.b64decode(response["patch"])))
         assert patched["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}
 
@@ -209,7 +216,7 @@ class TestResponseBody:
 
     def test_placed_without_change_keeps_the_audit_pool_but_has_no_patch(self) -> None:
         """A reinvoked, already placed Pod: no patch, but the audit log still names the pool."""
-        response = answer(admission_review(gpu_pod()), place(placement(), []))["response"]
+        response = answer(admission_review(gpu_pod()), place(placement(), NO_PATCH))["response"]
         assert "patch" not in response and "patchType" not in response
         assert response["auditAnnotations"] == {"pool": str(POOL)}
 
@@ -223,7 +230,7 @@ class TestResponseBody:
     def test_warnings_are_at_most_120_characters(self) -> None:
         """Every warning fits kubectl's line: long ones are shortened, short ones kept as they are."""
         long = "no free capacity in pool nvidia/high/NVIDIA-A100-SXM4-40GB " * 5
-        verdict = place(placement(), PATCH, warnings=("fallback to class high", long))
+        verdict = place(placement(), PIECES, warnings=("fallback to class high", long))
         warnings = answer(admission_review(gpu_pod()), verdict)["response"]["warnings"]
         assert warnings[0] == "fallback to class high"
         assert len(warnings[1]) <= MAX_WARNING_CHARS and warnings[1].endswith("...")

@@ -76,14 +76,14 @@ def live(sim: KubeSim, tmp_path: Path) -> Iterator[LiveInventory]:
 
 def free(inventory: LiveInventory, key: PoolKey = T4) -> int:
     with inventory.read() as index:
-        return next((s.gpus_free for s in index.pool_stats() if s.pool == key), -1)
+        return next((s.gpus_free for s in index.capacity.pool_stats() if s.pool == key), -1)
 
 
 def stats(inventory: LiveInventory) -> list[Any]:
     with inventory.read() as index:
         return [
             (s.pool, s.nodes, s.usable_nodes, s.gpus_total, s.gpus_allocated, s.gpus_free, s.pending)
-            for s in index.pool_stats()
+            for s in index.capacity.pool_stats()
         ]
 
 
@@ -91,7 +91,7 @@ def same_as_snapshot(inventory: LiveInventory, objects: list[dict[str, Any]], po
     index = build_index(objects, pol)
     expected = [
         (s.pool, s.nodes, s.usable_nodes, s.gpus_total, s.gpus_allocated, s.gpus_free, s.pending)
-        for s in index.pool_stats()
+        for s in index.capacity.pool_stats()
     ]
     return stats(inventory) == expected
 
@@ -276,7 +276,7 @@ def test_a_jobs_burst_stays_on_one_pool_before_and_after_the_watch_shows_it(tmp_
                 sim.add(seen)
             eventually(lambda: _reservations(live) == 0, what="the Pods taking over their reservations")
             with live.read() as index:
-                assert index.group_pools("ml", "Job/train") == {home: 16}
+                assert index.usage.group_pools("ml", "Job/train") == {home: 16}
             nxt = admitter.admit(job_pod(16), namespace="ml")
             assert nxt.placement is not None and nxt.placement.pool == home and not nxt.warnings
         finally:
@@ -377,7 +377,7 @@ def _with_kinds(lists: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
 
 def _reservations(inventory: LiveInventory) -> int:
     with inventory.read() as index:
-        return index.reservations
+        return index.usage.reservations
 
 
 def test_the_contexts_namespace_is_kubectls(tmp_path: Path) -> None:
@@ -453,17 +453,17 @@ def test_pages_screened_hold_what_reading_every_pod_whole_holds_and_a_relist_con
         relist(live, kind, lists[kind], size=50)
     eager = _eager_index(lists, POLICY)
     with live.read() as index:
-        assert 0 < len(index.pod_keys()) < len(lists["pods"]) / 2
-        assert (index.pod_keys(), decision_view(index, namespaces)) == (
-            eager.pod_keys(),
+        assert 0 < len(index.usage.pod_keys()) < len(lists["pods"]) / 2
+        assert (index.usage.pod_keys(), decision_view(index, namespaces)) == (
+            eager.usage.pod_keys(),
             decision_view(eager, namespaces),
         )
     lists["pods"] = _changed(lists["pods"])
     relist(live, "pods", lists["pods"], size=50)
     eager = _eager_index(lists, POLICY)
     with live.read() as index:
-        assert (index.pod_keys(), decision_view(index, namespaces)) == (
-            eager.pod_keys(),
+        assert (index.usage.pod_keys(), decision_view(index, namespaces)) == (
+            eager.usage.pod_keys(),
             decision_view(eager, namespaces),
         )
 

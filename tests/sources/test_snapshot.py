@@ -32,16 +32,16 @@ def test_kubectl_list_loads_in_yaml_and_json(tmp_path: Path, fmt: str) -> None:
     inventory = SnapshotInventory.from_file(str(path), POLICY)
     assert inventory.ready and inventory.age_seconds() == 0
     with inventory.read() as index:
-        t4 = next(s for s in index.pool_stats() if s.pool == PoolKey("nvidia", "medium", "Tesla-T4"))
+        t4 = next(s for s in index.capacity.pool_stats() if s.pool == PoolKey("nvidia", "medium", "Tesla-T4"))
         assert (t4.gpus_total, t4.gpus_free) == (8, 6)
-        assert [q.name for q in index.quotas("team")] == ["q"]
+        assert [q.name for q in index.quotas.of("team")] == ["q"]
 
 
 def test_demo_inventory_pools() -> None:
     """The demo cluster has every kind of pool the README shows, with its cordoned and NotReady nodes."""
     inventory = SnapshotInventory.from_file(str(REPO / "examples" / "cluster.yaml"), POLICY)
     with inventory.read() as index:
-        pools = {str(s.pool): s for s in index.pool_stats()}
+        pools = {str(s.pool): s for s in index.capacity.pool_stats()}
     assert set(pools) == {
         "nvidia/medium/Tesla-T4",
         "nvidia/medium/NVIDIA-L4",
@@ -108,7 +108,7 @@ def test_yaml_stream_of_objects_is_accepted(tmp_path: Path) -> None:
     path = tmp_path / "stream.yaml"
     path.write_text(yaml.safe_dump_all(fleet()))
     with SnapshotInventory.from_file(str(path), POLICY).read() as index:
-        assert len(index.pool_stats()) == 5
+        assert len(index.capacity.pool_stats()) == 5
 
 
 class Recorder:

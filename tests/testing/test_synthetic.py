@@ -91,8 +91,8 @@ class TestSyntheticCluster:
         assert any(r.startswith("nvidia.com/mig-") for _, r in used)
         assert all(n <= int(capacity[node][resource]) for (node, resource), n in used.items())
         index = build_index(objects, load_policy(None))
-        assert index.unclassified() == []
-        assert {s.kind for s in index.pool_stats()} == {"gpu", "mig", "shared"}
+        assert index.capacity.unclassified() == []
+        assert {s.kind for s in index.capacity.pool_stats()} == {"gpu", "mig", "shared"}
         assert synthetic_cluster(nodes=20, pods=100, seed=1, partitioned=0.0) == synthetic_cluster(
             nodes=20, pods=100, seed=1
         )

@@ -21,14 +21,18 @@ strand them, but holds them to their namespace's rules on every node they can la
 from __future__ import annotations
 
 from webhook.admission import verdict
-from webhook.admission.decision import bound_problem
-from webhook.admission.quotas import Held, Holding, held_quota_problem
+from webhook.admission.misses import pool_misses
+from webhook.admission.pieces import NO_PATCH
 from webhook.admission.request import GpuRequest
 from webhook.admission.verdict import Placement, Verdict
 from webhook.domain.affinity import IN, NODE_NAME_FIELD, NodeRequirements
+from webhook.domain.devices import KINDS
 from webhook.domain.policy import Policy
+from webhook.domain.products import format_version, version_at_least
+from webhook.domain.quantity import format_mib
 from webhook.pools.index import PoolIndex
 from webhook.pools.nodes import NodeFacts, Unclassified
+from webhook.pools.quotas.checks import Held, Holding, held_quota_problem
 
 MAX_NAMED = 5  # nodes a message names before it says how many more
 
@@ -37,16 +41,16 @@ def reachable(requirements: NodeRequirements, node_name: str, index: PoolIndex) 
     """The nodes a Pod that bypasses placement could land on: those gpupool knows, by name, and those it
     names that gpupool does not know (a node without GPUs, or one not seen yet)."""
     if node_name:
-        return ([node_name], []) if index.node(node_name) is not None else ([], [node_name])
+        return ([node_name], []) if index.capacity.node(node_name) is not None else ([], [node_name])
     named = _names_every_term(requirements)
     if named is not None:  # the DaemonSet controller's form: look up only the nodes it names
         known = []
         for name in sorted(named):
-            node = index.node(name)
+            node = index.capacity.node(name)
             if node is not None and requirements.matches(name, node.labels):
                 known.append(name)
-        return known, sorted(n for n in named if index.node(n) is None)
-    return sorted(n.name for n in index.gpu_nodes() if requirements.matches(n.name, n.labels)), []
+        return known, sorted(n for n in named if index.capacity.node(n) is None)
+    return sorted(n.name for n in index.capacity.gpu_nodes() if requirements.matches(n.name, n.labels)), []
 
 
 def single_named_node(requirements: NodeRequirements) -> str:
@@ -86,7 +90,7 @@ def check_bound(
     on: list[tuple[str, list[tuple[int, NodeFacts]]]] = []  # the nodes every kind is classed on
     unclassed: list[str] = []  # reached, but some kind has no pool gpupool can class there
     for name in known:
-        found = [(n, index.node_facts(name, resource)) for resource, n in kinds]
+        found = [(n, index.capacity.node_facts(name, resource)) for resource, n in kinds]
         missing = next((f for _, f in found if not isinstance(f, NodeFacts)), _CLASSED)
         if missing is _CLASSED:
             on.append((name, [(n, f) for n, f in found if isinstance(f, NodeFacts)]))
@@ -128,13 +132,25 @@ def check_bound(
         notes = (note,) if unclassed else ()
         return verdict.allow(f"bypasses placement ({where}); checked on {len(on)} nodes").with_warnings(notes)
     ((name, held),) = on
-    free = [(n, f, index.node_free(f)) for n, f in held]
+    free = [(n, f, index.capacity.node_free(f)) for n, f in held]
     warnings = tuple(f"gpupool: node {name} has {left} free {f.resource} now" for n, f, left in free if left < n)
     # The placement (and the reservation until the watch shows the Pod) is the first resource's.
     f = held[0][1]
-    placement = Placement(f.pool, f.resource, devices, devices, f.selector, not warnings, False, f.kind, node=f.node)
+    placement = Placement(
+        pool=f.pool,
+        resource=f.resource,
+        gpus=devices,
+        pod_total=devices,
+        selector=f.selector,
+        has_capacity=not warnings,
+        fallback=False,
+        device=f.kind,
+        node=f.node,
+    )
     pools = " and ".join(str(f.pool) for _, f in held)
-    return verdict.place(placement, [], warnings=warnings, message=f"already bound to node {name} in pool {pools}")
+    return verdict.place(
+        placement, NO_PATCH, warnings=warnings, message=f"already bound to node {name} in pool {pools}"
+    )
 
 
 _CLASSED = object()  # no kind is missing on the node
@@ -150,3 +166,24 @@ def _where(known: list[str], unknown: list[str]) -> str:
 def _listed(names: list[str]) -> str:
     more = f" and {len(names) - MAX_NAMED} more" if len(names) > MAX_NAMED else ""
     return ", ".join(names[:MAX_NAMED]) + more
+
+
+def bound_problem(req: GpuRequest, facts: NodeFacts) -> str:
+    """Why a Pod that names its node breaks its namespace's rules or its own annotations there ("" when
+    it does not). A namespace's default class is only a default: any allowed class may be named."""
+    requested = req.classes if req.class_source == "annotation" else req.allowed_classes
+    # Likewise the namespace's device default: a Pod on a node may use what the node offers.
+    devices = req.devices if req.device_source == "annotation" else KINDS
+    reasons = [m.text for m in pool_misses(req, facts.pool, facts.kind, requested, (), devices=devices)]
+    if req.min_memory_mib and facts.memory_mib < req.min_memory_mib:
+        have = format_mib(facts.memory_mib) if facts.memory_mib else "unknown memory"
+        reasons.append(f"{have} < min-memory {format_mib(req.min_memory_mib)}")
+    for need, name, what, have_version in (
+        (req.min_driver, "min-driver", "driver", facts.driver),
+        (req.min_compute, "min-compute-capability", "compute capability", facts.compute),
+        (req.min_cuda, "min-cuda", "CUDA", facts.cuda),
+    ):
+        if need is not None and (have_version is None or not version_at_least(have_version, need)):
+            have = format_version(have_version) if have_version else "unknown"
+            reasons.append(f"{what} {have} < {name} {format_version(need)}")
+    return f"node {facts.node} is in pool {facts.pool}: {'; '.join(reasons)}" if reasons else ""

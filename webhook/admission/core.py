@@ -1,8 +1,9 @@
-"""Admission of one Pod: annotations -> request -> decision -> group -> quota -> patch, as a Verdict.
+"""Admission of one Pod: annotations -> request -> the one decision (pool, group, quotas) -> patch, as a Verdict.
 
 `evaluate` is the pure core (no I/O, no clock): the same function answers kube-apiserver through the
-Flask app and the user through `gpupool explain`. It is `prepare` (what the Pod alone decides) then
-`place` (what the pools decide). `Admitter` binds them to a policy and an inventory, holds the
+Flask app and the user through `gpupool explain`. It is `prepare` (what the Pod alone decides,
+webhook.admission.prepared) then `place` (what the pools decide, by the one decision of
+webhook.admission.choice). `Admitter` binds them to a policy and an inventory, holds the
 inventory's lock only for `place`, and records a reservation for each real (not dry-run) placement; the
 server rebinds it when the policy file changes (webhook.serving.policyfile).
 """
@@ -15,31 +16,22 @@ from dataclasses import replace
 from typing import Any, NamedTuple
 
 from webhook.admission import verdict
-from webhook.admission.bound import check_bound, reachable, single_named_node
-from webhook.admission.decision import decide
-from webhook.admission.groups import decide_for_group
+from webhook.admission.bound import check_bound, reachable
+from webhook.admission.choice import ADMIT, QUEUE, choose
 from webhook.admission.hints import hinted
 from webhook.admission.patch import PatchSpec, build_patch
-from webhook.admission.pod import PodError, PodShape, PodView, read_ephemeral_containers, read_pod, shape_bytes
-from webhook.admission.queueing import queue_verdict
-from webhook.admission.quotas import Held, check_quotas, held_quota_problem
-from webhook.admission.request import (
-    REQUEST_WEIGHT,
-    GpuRequest,
-    RequestError,
-    all_containers,
-    parse_request,
-    requested_resources,
-    visible_devices_problem,
-    wants_gpus,
-)
+from webhook.admission.pod import PodError, PodView, read_ephemeral_containers
+from webhook.admission.prepared import Prepared, prepare
+from webhook.admission.queued import queue_verdict
+from webhook.admission.request import GpuRequest, visible_devices_problem
 from webhook.admission.verdict import GroupNote, Placement, Verdict
-from webhook.domain.model import QUEUE_GATE, PoolKey
+from webhook.domain.model import PoolKey
 from webhook.domain.policy import Policy
-from webhook.pools.index import PoolIndex
+from webhook.pools.index import PoolIndex, Reservation
 from webhook.pools.inventory import Inventory
-from webhook.pools.memo import NO_MEMO, Memo, held_bytes
+from webhook.pools.memo import NO_MEMO, Memo
 from webhook.pools.nodes import NodeFacts
+from webhook.pools.quotas.checks import Held, held_quota_problem
 
 
 def evaluate(
@@ -63,61 +55,6 @@ def evaluate(
     return place(prepared, policy, index, explain=explain, shapes=shapes)
 
 
-class Prepared(NamedTuple):
-    """A Pod that is gpupool's business, with its validated request: all that is known before the pools
-    are read. (A NamedTuple: one is built per admission, and it is cheaper to build than a frozen
-    dataclass.)"""
-
-    pod: PodView
-    request: GpuRequest
-    node: str  # the one node a Pod that bypasses placement names (nodeName, or a DaemonSet's); "" for none
-    # The GPUs its reservation holds: the request's for a Pod gpupool places; for one that bypasses
-    # placement, its own request of the first resource it requests (the one its placement names).
-    devices: int
-
-    @property
-    def bypasses(self) -> bool:
-        """Placed by someone else: it names its node, or its controller is a DaemonSet (webhook.admission.bound)."""
-        return bool(self.pod.node_name or self.pod.daemonset)
-
-
-def prepare(pod: Any, namespace: str, policy: Policy, shapes: Memo = NO_MEMO) -> Prepared | Verdict:
-    """What the Pod alone decides, without the inventory: the verdict for a Pod gpupool refuses as
-    malformed or leaves alone, else its request. The raw Pod is read here, once."""
-    try:
-        view = read_pod(pod, namespace)
-    except PodError as exc:
-        return verdict.deny(str(exc), code=verdict.CODE_INVALID, reason="invalid")
-    if view.mirror:  # the kubelet's copy of a static Pod: already running, nothing to decide
-        return verdict.allow("mirror Pod: created by the kubelet, not placed by gpupool")
-    if QUEUE_GATE in (view.shape.gates or ()) and policy.placement(view.namespace) != "queue":
-        # Only a Pod being created: one the queue holds already (gated under an earlier policy) is released
-        # by the rules in use (prepare_view), never stranded behind the gate.
-        return verdict.deny(
-            f"spec.schedulingGates: {QUEUE_GATE} is gpupool's own gate, for namespaces whose policy queues their "
-            f"Pods; namespace {view.namespace} places them at admission: remove the gate",
-            code=verdict.CODE_INVALID,
-            reason="invalid",
-        )
-    req = shapes.get(view.shape, lambda: _request(view.shape, policy), size=lambda r: _weight(r, view.shape))
-    if isinstance(req, Verdict):
-        return req
-    # A DaemonSet's Pod is placed by the DaemonSet controller's node affinity; pinning it to a pool could
-    # only strand it, but like a Pod that names its node it is checked on the nodes it can reach.
-    bypasses = bool(view.node_name or view.daemonset)
-    node = view.node_name or (single_named_node(view.shape.requirements) if view.daemonset else "")
-    devices = (req.own_requests[0][1] if req.own_requests else 0) if bypasses else req.pod_total
-    return Prepared(view, req, node, devices)
-
-
-def prepare_view(view: PodView, policy: Policy, shapes: Memo = NO_MEMO) -> Prepared | Verdict:
-    """`prepare` for a Pod already read (the queue keeps the views of the Pods it holds)."""
-    req = shapes.get(view.shape, lambda: _request(view.shape, policy), size=lambda r: _weight(r, view.shape))
-    if isinstance(req, Verdict):
-        return req
-    return Prepared(view, req, "", req.pod_total)
-
-
 def place(
     prepared: Prepared, policy: Policy, index: PoolIndex, *, explain: bool = True, shapes: Memo = NO_MEMO
 ) -> Verdict:
@@ -133,21 +70,18 @@ def place(
             result = _partitions(req, policy, index)
         return replace(result, group=GroupNote(view.group, None, 0)) if view.group else result
     if policy.placement(req.namespace) == "queue":
-        return queue_verdict(view, req, decide(req, index, policy, quotas=False), policy, index, shapes=shapes)
-    # The group is read from the ledger now, after the (memoised) plan: it is identity, not shape.
-    decision, group = decide_for_group(decide(req, index, policy), req, view.group, index, policy)
+        return queue_verdict(view, req, choose(req, view, index, policy, QUEUE), policy, index, shapes=shapes)
+    choice = choose(req, view, index, policy, ADMIT)
+    decision = choice.decision
     reasons = decision.explain() if explain else ()
-    chosen = decision.chosen
+    chosen = choice.chosen
     if chosen is None:
-        message = hinted(decision, req, view, index, policy, shapes=shapes)
-        return verdict.deny(message, reasons=reasons, reason=decision.denial_reason, group=group)
-    quota_problem = check_quotas(req, index, policy, chosen.resource)
-    if quota_problem:
-        return verdict.deny(quota_problem, reasons=reasons, reason="quota", group=group)
+        message = hinted(choice, req, view, index, policy, shapes=shapes)
+        return verdict.deny(message, reasons=reasons, reason=choice.reason, group=choice.group)
     placement = Placement(
         pool=chosen.pool,
         resource=chosen.resource,
-        count=req.count,
+        gpus=req.count,
         pod_total=req.pod_total,
         selector=policy.hold_pins({**dict(req.node_selector), **dict(chosen.constraint.selector)}),
         has_capacity=chosen.fits,
@@ -160,9 +94,11 @@ def place(
     )
     # The key is the patch's whole input, so nothing it reads can be left out of it.
     patch = shapes.get(
-        (view.shape, spec), lambda: build_patch(view.shape, spec), size=lambda p: req.shape_bytes + _PATCH_OP * len(p)
+        (view.shape, spec),
+        lambda: build_patch(view.shape, spec),
+        size=lambda p: req.shape_bytes + _PATCH_OP * len(p.ops),
     )
-    return verdict.place(placement, patch, warnings=decision.warnings, reasons=reasons, group=group)
+    return verdict.place(placement, patch, warnings=decision.warnings, reasons=reasons, group=choice.group)
 
 
 def _partitions(req: GpuRequest, policy: Policy, index: PoolIndex) -> Verdict:
@@ -184,33 +120,10 @@ def _partitions(req: GpuRequest, policy: Policy, index: PoolIndex) -> Verdict:
     return verdict.allow(f"requests {listed}, which gpupool does not place").with_warnings((note,))
 
 
-# What one op of a patch holds, at most: its path, and a value made of the pool's labels, taints, resource
-# and name (the cluster's, never the Pod's strings; node labels are validated: keys 317 characters, values 63).
+# What one op of a patch holds, at most, with its piece (webhook.admission.pieces): its path, and a value
+# made of the pool's labels, taints, resource and name (the cluster's, never the Pod's strings; node labels
+# are validated: keys 317 characters, values 63), which the piece names again.
 _PATCH_OP = 2048
-
-
-def _weight(value: GpuRequest | Verdict, shape: PodShape) -> int:
-    """What a memo entry of a shape and what it decides holds: a request mirrors the shape; a verdict is
-    a message (bounded by the core) beside it."""
-    if isinstance(value, GpuRequest):
-        return REQUEST_WEIGHT * value.shape_bytes
-    return shape_bytes(shape) + held_bytes(value)
-
-
-def _request(shape: PodShape, policy: Policy) -> GpuRequest | Verdict:
-    """What the Pod's shape alone decides: not gpupool's business, against the rules, malformed, or this
-    request."""
-    if not wants_gpus(shape, policy):
-        return verdict.allow("no gpupool.io/ annotation and no GPU resource")
-    problem = visible_devices_problem(all_containers(shape), shape.namespace, policy)
-    if problem:
-        return verdict.deny(problem, reason="visible-devices")
-    if not shape.annotations and not requested_resources(shape, policy):
-        return verdict.allow("no gpupool.io/ annotation and no GPU resource")
-    try:
-        return parse_request(shape, policy)
-    except RequestError as exc:
-        return verdict.deny(str(exc), code=verdict.CODE_INVALID, reason="invalid")
 
 
 def evaluate_ephemeral(pod: Any, old: Any, namespace: str, policy: Policy) -> Verdict:
@@ -228,7 +141,7 @@ def evaluate_ephemeral(pod: Any, old: Any, namespace: str, policy: Policy) -> Ve
     return verdict.allow("ephemeral containers: none sets NVIDIA_VISIBLE_DEVICES")
 
 
-class Bound(NamedTuple):
+class Binding(NamedTuple):
     """What an Admitter decides with: a policy, an inventory whose index was built for it, and what Pod
     shapes decide under that policy (webhook.pools.memo; valid for this policy only)."""
 
@@ -242,14 +155,14 @@ class Admitter:
     policy (and inventory) between two admissions: each admission is decided by one policy, whole."""
 
     def __init__(self, policy: Policy, inventory: Inventory, clock: Callable[[], float] = time.monotonic) -> None:
-        self._bound = Bound(policy, inventory, Memo())
+        self._bound = Binding(policy, inventory, Memo())
         self._clock = clock
         # An inventory being built for the next policy: every reservation (and echo) made meanwhile is made
         # in it too, so it holds what the current one holds once the reservations made before are gone.
         self._successor: Inventory | None = None
 
     @property
-    def bound(self) -> Bound:
+    def bound(self) -> Binding:
         return self._bound
 
     @property
@@ -266,7 +179,7 @@ class Admitter:
         admission inside it finishes by the old policy, one that read the old binding decides again."""
         old = self._bound
         with old.inventory.read():
-            self._bound = Bound(policy, inventory or old.inventory, Memo())
+            self._bound = Binding(policy, inventory or old.inventory, Memo())
             self._successor = None
 
     def mirror_into(self, successor: Inventory | None) -> None:
@@ -284,7 +197,7 @@ class Admitter:
             if result is not None:
                 return result
 
-    def _place(self, bound: Bound, prepared: Prepared, dry_run: bool) -> Verdict | None:
+    def _place(self, bound: Binding, prepared: Prepared, dry_run: bool) -> Verdict | None:
         """Place a prepared Pod; None when the binding changed before the lock was had (decide again)."""
         policy, inventory, shapes = bound
         if not inventory.ready:
@@ -329,7 +242,7 @@ class Admitter:
         return self.stale_of(self._bound)
 
     @staticmethod
-    def stale_of(bound: Bound) -> float:
+    def stale_of(bound: Binding) -> float:
         """How stale `bound`'s inventory is beyond its policy's threshold (0 when fresh)."""
         age = bound.inventory.age_seconds()
         return age if age > bound.policy.defaults.stale_after_seconds else 0.0
@@ -351,19 +264,21 @@ def reserve_for(
     """Hold what `placement` places for the Pod until the watch shows it (the mutating call's reservation,
     or the validating call's, `confirmed` by the Pod as it will be stored)."""
     index.reserve(
-        view.namespace,
-        placement.pool,
-        placement.selector,
-        placement.pod_total,
+        Reservation(
+            namespace=view.namespace,
+            pool=placement.pool,
+            selector=placement.selector,
+            gpus=placement.pod_total,
+            name=view.name,
+            generate_name=view.generate_name,
+            node=placement.node,
+            echoed=echoed,
+            # A member of its group on the pool, as the Pod will be once the watch shows it carrying
+            # gpupool.io/pool (a Pod that bypasses placement gets no pool written).
+            group="" if placement.node else view.group,
+            confirmed=confirmed,
+        ),
         now,
-        name=view.name,
-        generate_name=view.generate_name,
-        node=placement.node,
-        echoed=echoed,
-        # A member of its group on the pool, as the Pod will be once the watch shows it carrying
-        # gpupool.io/pool (a Pod that bypasses placement gets no pool written).
-        group="" if placement.node else view.group,
-        confirmed=confirmed,
     )
 
 
@@ -380,7 +295,7 @@ def _mirror(successor: Inventory, prepared: Prepared, placement: Placement | Non
         )
         pool = None if placement is None else _pool_in(index, placement)
         if placement is not None and pool is not None:
-            reserve_for(index, view, replace(placement, pool=pool), now, echoed=echoed)
+            reserve_for(index, view, placement._replace(pool=pool), now, echoed=echoed)
 
 
 def _pool_in(index: PoolIndex, placement: Placement) -> PoolKey | None:
@@ -388,10 +303,12 @@ def _pool_in(index: PoolIndex, placement: Placement) -> PoolKey | None:
     of the devices of the one node a Pod that bypasses placement lands on, or the one pool its nodeSelector
     reaches, as the ledger will count the Pod once the watch shows it (webhook.pools.claims)."""
     if placement.node:
-        facts = index.node_facts(placement.node, placement.resource)
+        facts = index.capacity.node_facts(placement.node, placement.resource)
         return facts.pool if isinstance(facts, NodeFacts) else None
     pins = tuple(sorted((k, v) for k, v in placement.selector if index.policy.pins_pool(k)))
-    reached = [p.key for p in index.pools(placement.pool.vendor) if p.resource == placement.resource and p.reach(pins)]
+    reached = [
+        p.key for p in index.capacity.pools(placement.pool.vendor) if p.resource == placement.resource and p.reach(pins)
+    ]
     return reached[0] if len(reached) == 1 else None
 
 

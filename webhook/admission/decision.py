@@ -1,8 +1,10 @@
-"""The decision: which pool a GpuRequest goes to, or why none can take it.
+"""The decision's two steps: which pools a GpuRequest matches, best first (`rank`), and which of them it
+goes to, or why none can take it (`conclude`).
 
-A pure function of the request, the pool index and the policy. Every pool of the Pod's vendor is
+Pure functions of the request, the pool index and the policy. Every pool of the Pod's vendor is
 judged; each judgement says why the pool was taken or passed over, so `gpupool explain` and denial
-messages can show the user the nearest misses.
+messages can show the user the nearest misses. The one decision (webhook.admission.choice) runs them,
+with the quotas that pass pools over between the two and the workload group after: nothing else does.
 """
 
 from __future__ import annotations
@@ -27,22 +29,19 @@ from webhook.admission.misses import (
     nearest,
     nearness,
     other_device,
-    pool_misses,
     product_nearness,
     rejection,
     with_families,
 )
-from webhook.admission.quotas import class_quota_problem, memory_quota_problem
 from webhook.admission.request import REQUEST_WEIGHT, GpuRequest
 from webhook.admission.verdict import Reason
 from webhook.domain.affinity import PoolConstraint
-from webhook.domain.devices import GPU, KINDS, NOUNS
+from webhook.domain.devices import GPU, NOUNS
 from webhook.domain.model import PoolKey, Taint
 from webhook.domain.policy import Policy
-from webhook.domain.products import format_version, tokens, version_at_least
+from webhook.domain.products import tokens
 from webhook.domain.quantity import format_mib
 from webhook.pools.index import Group, Inseparable, Pool, PoolIndex
-from webhook.pools.nodes import NodeFacts
 
 
 class Candidate(NamedTuple):
@@ -109,19 +108,33 @@ class _Plan:
     rejections: tuple[Rejection, ...]
 
 
-def decide(req: GpuRequest, index: PoolIndex, policy: Policy, *, quotas: bool = True) -> Decision:
-    """The pool for the request, or why none. Without `quotas`, pools are not passed over for the class
-    and GPU-memory quotas the namespace uses now (a Pod queued at admission holds nothing yet)."""
+# Every pool the request matches, best first, with its free devices read now; and the plan's rejections
+# (the pools it does not match, and why). (A plain pair: one is made per admission.)
+Ranked = tuple[list[Candidate], tuple[Rejection, ...]]
+
+
+class PassedOver(NamedTuple):
+    """What a quota left of the ranking: the candidates kept, a rejection for each one passed over (its
+    quota's words), and the first of those words, the denial when none is kept."""
+
+    kept: list[Candidate]
+    rejections: list[Rejection]
+    denial: str
+    reason: Reason
+
+
+def rank(req: GpuRequest, index: PoolIndex, policy: Policy) -> Ranked:
+    """The pools the request matches, best first: the Pod's own class order (or the policy's), its device
+    order, the least memory that fits, the most free devices."""
     requested = req.classes or req.allowed_classes
     # Keyed by the whole request, the plan's only input besides the nodes: nothing it reads is left out.
-    plan = index.memo(req, lambda: _plan(req, index, policy), size=lambda plan: _plan_bytes(req, plan))
+    plan = index.capacity.memo(req, lambda: _plan(req, index, policy), size=lambda plan: _plan_bytes(req, plan))
     candidates = [_candidate(req, option) for option in plan.options]
-    over_quota: list[Rejection] = []
 
     order = {c: i for i, c in enumerate(req.classes)} if req.classes else {c: policy.class_rank(c) for c in requested}
     kinds = {k: i for i, k in enumerate(req.devices)}
 
-    def rank(c: Candidate) -> tuple[int, int, int, int, int, str]:
+    def by_rank(c: Candidate) -> tuple[int, int, int, int, int, str]:
         tier = order.get(c.pool.gpu_class, len(order) + policy.class_rank(c.pool.gpu_class))
         device = kinds.get(c.kind, len(kinds))
         # Within a requested class the device kinds come in the Pod's order; with no class asked for,
@@ -129,29 +142,36 @@ def decide(req: GpuRequest, index: PoolIndex, policy: Policy, *, quotas: bool = 
         first, second = (tier, device) if req.classes else (device, tier)
         return (int(c.fallback), first, second, c.memory_mib, -c.free_total, c.pool.product)
 
-    candidates.sort(key=rank)
-    (quota_note, quota_reason), candidates = (
-        _class_quota(req, index, policy, candidates, over_quota) if quotas else (("", ""), candidates)
-    )
-    primary = [c for c in candidates if not c.fallback]
+    candidates.sort(key=by_rank)
+    return candidates, plan.rejections
+
+
+def conclude(
+    req: GpuRequest, index: PoolIndex, policy: Policy, ranked: Ranked, passed: PassedOver | None = None
+) -> Decision:
+    """The decision from the ranking, once `passed` (what a quota left of it, if one was asked:
+    webhook.admission.choice) is taken out: the best candidate that fits; else, under onNoCapacity warn,
+    the best one to wait on; else why none."""
+    candidates, rejections = ranked
+    if passed is not None:
+        candidates = passed.kept
+        rejections = (*rejections, *passed.rejections) if passed.rejections else rejections
     chosen = next((c for c in candidates if c.fits), None)
-    warnings: list[str] = []
     if chosen is not None:
+        warnings: tuple[str, ...] = ()
         if chosen.fallback:
-            warnings.append(
+            requested = req.classes or req.allowed_classes
+            warnings = (
                 f"gpupool: no free {'/'.join(requested)} GPUs; fell back to class {chosen.pool.gpu_class} "
-                f"({chosen.pool.product})"
+                f"({chosen.pool.product})",
             )
-        return Decision(chosen, "", tuple(warnings), tuple(candidates), (*plan.rejections, *over_quota))
-    waiting = primary[0] if primary else (candidates[0] if candidates else None)
+        return Decision(chosen, "", warnings, tuple(candidates), rejections)
+    waiting = next((c for c in candidates if not c.fallback), candidates[0] if candidates else None)
     if waiting is None or policy.defaults.on_no_capacity == "deny":
-        quota = (quota_note, quota_reason)
-        return _denied(req, index, policy, waiting, quota=quota, candidates=candidates, over_quota=over_quota)
+        return _denied(req, index, policy, waiting, candidates=candidates, passed=passed)
     devices = "GPUs" if waiting.kind == GPU else f"{NOUNS[waiting.kind]}s"
-    warnings.append(
-        f"gpupool: no {waiting.pool.product} node has {req.pod_total} free {devices} now; the Pod will wait"
-    )
-    return Decision(waiting, "", tuple(warnings), tuple(candidates), (*plan.rejections, *over_quota))
+    warning = f"gpupool: no {waiting.pool.product} node has {req.pod_total} free {devices} now; the Pod will wait"
+    return Decision(waiting, "", (warning,), tuple(candidates), rejections)
 
 
 def _denied(
@@ -160,16 +180,15 @@ def _denied(
     policy: Policy,
     waiting: Candidate | None,
     *,
-    quota: tuple[str, Reason],
     candidates: list[Candidate],
-    over_quota: list[Rejection],
+    passed: PassedOver | None,
 ) -> Decision:
     """The denial when no candidate fits (and the policy will not let the Pod wait) or none is left: it
     says what the pools lack, each judged on all the Pod asks (worked out only now)."""
-    rejections = (*judged(req, index, policy), *over_quota)
+    rejections = (*judged(req, index, policy), *(passed.rejections if passed is not None else ()))
     if waiting is None:
-        if quota[0]:
-            return Decision(None, quota[0], (), (), rejections, quota[1])
+        if passed is not None and passed.denial:
+            return Decision(None, passed.denial, (), (), rejections, passed.reason)
         near = "; ".join(describe(r, rejections) for r in nearest(rejections))
         near = near or f"the inventory has no {req.vendor.name} GPU pools"
         return Decision(None, f"no GPU pool matches the Pod: {near}", (), (), rejections, "no-match")
@@ -197,7 +216,7 @@ def _plan(req: GpuRequest, index: PoolIndex, policy: Policy) -> _Plan:
     requested, fallback_classes = _classes(req, policy)
     options: list[_Option] = []
     rejections: list[Rejection] = []
-    for pool in index.pools(req.vendor.name):
+    for pool in index.capacity.pools(req.vendor.name):
         misses = key_misses(req, pool, requested, fallback_classes)
         if misses:
             rejections.append(rejection(pool.key, misses, other_device(req, pool), complete=False))
@@ -235,7 +254,7 @@ def judged(req: GpuRequest, index: PoolIndex, policy: Policy) -> tuple[Rejection
     is to the one asked for. What a denial shows and a hint (webhook.admission.hints) starts from; worked
     out only for denials, since placing a Pod needs none of it, and remembered per request until a node
     changes."""
-    return index.memo(
+    return index.capacity.memo(
         ("judged", req),
         lambda: _judged(req, index, policy),
         size=lambda judged: REQUEST_WEIGHT * req.shape_bytes + _rejections_bytes(judged),
@@ -243,8 +262,8 @@ def judged(req: GpuRequest, index: PoolIndex, policy: Policy) -> tuple[Rejection
 
 
 def _judged(req: GpuRequest, index: PoolIndex, policy: Policy) -> tuple[Rejection, ...]:
-    plan: _Plan = index.memo(req, lambda: _plan(req, index, policy), size=lambda plan: _plan_bytes(req, plan))
-    pools = {pool.key: pool for pool in index.pools(req.vendor.name)}
+    plan: _Plan = index.capacity.memo(req, lambda: _plan(req, index, policy), size=lambda plan: _plan_bytes(req, plan))
+    pools = {pool.key: pool for pool in index.capacity.pools(req.vendor.name)}
     queries = with_families(req.products) if len(req.products) <= MAX_NEAR_PRODUCTS else ()  # once per request
     rejections = []
     for r in plan.rejections:
@@ -257,7 +276,7 @@ def _judged(req: GpuRequest, index: PoolIndex, policy: Policy) -> tuple[Rejectio
             if miss.kind == PRODUCT and queries:
                 distance, related = product_nearness(queries, tokens(pool.key.product, req.vendor.product_prefixes))
                 misses[i] = Miss(PRODUCT if related else OTHER_PRODUCT, miss.text, distance)
-        misses += fit_misses(req, index.memo(("alike", pool.key), partial(alike, pool)))[1]
+        misses += fit_misses(req, index.capacity.memo(("alike", pool.key), partial(alike, pool)))[1]
         rejections.append(rejection(pool.key, misses, r.other_device))
     rejections.sort(key=nearness)
     return tuple(rejections)
@@ -288,7 +307,7 @@ def _option(req: GpuRequest, pool: Pool, fallback: bool, index: PoolIndex) -> _O
 def _place(req: GpuRequest, pool: Pool, index: PoolIndex) -> tuple[PoolConstraint, tuple[Group, ...]] | str:
     """The pool's constraint and its node groups the Pod's own nodeSelector and node affinity reach, or
     why the Pod cannot get there at all."""
-    constraint = index.constraint(pool.key)
+    constraint = index.capacity.constraint(pool.key)
     if isinstance(constraint, Inseparable):
         return constraint.reason
     # The Pod's own nodeSelector pins those labels on every node it reaches: they must satisfy the pool's.
@@ -323,7 +342,7 @@ def _reached(req: GpuRequest, pool: Pool, index: PoolIndex) -> set[Group]:
     reached: set[Group] = set()
     for group in pool.ordered():
         for name in group.nodes:
-            node = index.node(name)
+            node = index.capacity.node(name)
             if node is not None and requirements.matches(name, node.labels):
                 reached.add(group)
                 break
@@ -333,7 +352,9 @@ def _reached(req: GpuRequest, pool: Pool, index: PoolIndex) -> set[Group]:
 def _unreached(req: GpuRequest, pool: Pool, index: PoolIndex) -> str:
     """Why the Pod's own constraints reach no node of the pool: the nodeSelector entries no node of it
     has, else its node affinity."""
-    labels = [node.labels for g in pool.ordered() for name in g.nodes if (node := index.node(name)) is not None]
+    labels = [
+        node.labels for g in pool.ordered() for name in g.nodes if (node := index.capacity.node(name)) is not None
+    ]
     missing = [f"nodeSelector {k}={v}" for k, v in req.node_selector if all(n.get(k) != v for n in labels)]
     if missing:
         return f"{', '.join(missing)} excludes it"
@@ -358,56 +379,3 @@ def _candidate(req: GpuRequest, o: _Option) -> Candidate:
         o.kind,
         o.groups,
     )
-
-
-def _class_quota(
-    req: GpuRequest, index: PoolIndex, policy: Policy, candidates: list[Candidate], rejections: list[Rejection]
-) -> tuple[tuple[str, Reason], list[Candidate]]:
-    """Drop candidates whose class would exceed the namespace's per-class quota, or whose GPUs its GPU
-    memory quota (each one is added to `rejections`, saying so); the first note, and why, is the denial
-    when none is left."""
-    rule = policy.namespace(req.namespace)
-    if not rule.class_quota and rule.memory_quota_mib is None:
-        return ("", ""), candidates
-    kept, notes = [], []
-    for c in candidates:
-        note = pool_quota_problem(req, c.pool, index, policy)
-        if note[0]:
-            notes.append(note)
-            rejections.append(Rejection(c.pool, (note[0],)))
-        else:
-            kept.append(c)
-    return (notes[0] if notes else ("", "")), kept
-
-
-def pool_quota_problem(req: GpuRequest, pool: PoolKey, index: PoolIndex, policy: Policy) -> tuple[str, Reason]:
-    """Why placing the request in `pool` would exceed the namespace's per-class or GPU-memory quota, and
-    which one; ("", "") when it would not."""
-    note = class_quota_problem(req.namespace, pool.gpu_class, req.pod_total, index, policy)
-    if note:
-        return note, "class-quota"
-    note = memory_quota_problem(
-        req.namespace, req.pod_total, index.pool_memory_mib(pool), index, policy, where=str(pool)
-    )
-    return (note, "memory-quota") if note else ("", "")
-
-
-def bound_problem(req: GpuRequest, facts: NodeFacts) -> str:
-    """Why a Pod that names its node breaks its namespace's rules or its own annotations there ("" when
-    it does not). A namespace's default class is only a default: any allowed class may be named."""
-    requested = req.classes if req.class_source == "annotation" else req.allowed_classes
-    # Likewise the namespace's device default: a Pod on a node may use what the node offers.
-    devices = req.devices if req.device_source == "annotation" else KINDS
-    reasons = [m.text for m in pool_misses(req, facts.pool, facts.kind, requested, (), devices=devices)]
-    if req.min_memory_mib and facts.memory_mib < req.min_memory_mib:
-        have = format_mib(facts.memory_mib) if facts.memory_mib else "unknown memory"
-        reasons.append(f"{have} < min-memory {format_mib(req.min_memory_mib)}")
-    for need, name, what, have_version in (
-        (req.min_driver, "min-driver", "driver", facts.driver),
-        (req.min_compute, "min-compute-capability", "compute capability", facts.compute),
-        (req.min_cuda, "min-cuda", "CUDA", facts.cuda),
-    ):
-        if need is not None and (have_version is None or not version_at_least(have_version, need)):
-            have = format_version(have_version) if have_version else "unknown"
-            reasons.append(f"{what} {have} < {name} {format_version(need)}")
-    return f"node {facts.node} is in pool {facts.pool}: {'; '.join(reasons)}" if reasons else ""

@@ -1,7 +1,8 @@
 """Workload groups at decision time: siblings stay together, and a group's first Pod looks for room for all.
 
-`decide` (webhook.admission.decision) ranks the pools for the Pod's request; this module then applies
-the Pod's group (webhook.domain.groups) to that ranking:
+The decision (webhook.admission.decision) ranks the pools for the Pod's request; this module then
+applies the Pod's group (webhook.domain.groups) to it, asked by the one decision
+(webhook.admission.choice):
 
 - **Siblings stay together.** When the group's Pods or reservations already hold a pool (the one with
   most of them), the Pod goes there whenever one of its nodes fits the Pod, even if the ranking alone
@@ -22,12 +23,13 @@ where its siblings are changes with every admission. A Pod that arrives already 
 
 from __future__ import annotations
 
-from webhook.admission.decision import Candidate, Decision, pool_quota_problem
+from webhook.admission.decision import Candidate, Decision
 from webhook.admission.request import GpuRequest
 from webhook.admission.verdict import GroupNote, Reason
 from webhook.domain.model import PoolKey
 from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
+from webhook.pools.quotas.checks import pool_quota_problem
 
 MAX_WARNING_CHARS = 120  # kubectl shows each warning; kube-apiserver may cut longer ones
 
@@ -38,7 +40,7 @@ def decide_for_group(
     """The decision once the Pod's group is taken into account, and what to report of the group."""
     if not group and not req.group.size:
         return decision, None
-    pools = index.group_pools(req.namespace, group) if group else {}
+    pools = index.usage.group_pools(req.namespace, group) if group else {}
     if not pools:
         note = GroupNote(group, None, 0) if group else None
         if req.group.size and req.pool_pin is None:

@@ -1,13 +1,14 @@
 """Denials that say how to fix them: the one annotation value that would place the Pod now.
 
-When no pool takes a Pod, some of the pools `decide` (webhook.admission.decision) passed over may fail
-only on what one annotation says: a class the namespace allows that the Pod did not ask for, a device
-kind it did not list, another product. For the nearest of those, the Pod's request is read again with
-that one annotation changed (`gpupool.io/gpu-class`, `gpupool.io/fallback`, `gpupool.io/device`,
-`gpupool.io/gpu-product`) and decided as its admission would be: the plan, its workload group, every
-quota. A value is named only when it places the Pod now, on a node with room for it. Each alternative
-is decided under the same rules, so a hint never names a class the namespace does not allow, nor goes
-over a quota; the Pod's count, memory, driver, compute capability and CUDA are its needs, never changed.
+When no pool takes a Pod, some of the pools the decision (webhook.admission.decision) passed over may
+fail only on what one annotation says: a class the namespace allows that the Pod did not ask for, a
+device kind it did not list, another product. For the nearest of those, the Pod's request is read again
+with that one annotation changed (`gpupool.io/gpu-class`, `gpupool.io/fallback`, `gpupool.io/device`,
+`gpupool.io/gpu-product`) and decided as its admission would be, by the one decision
+(webhook.admission.choice): the plan, its workload group, every quota. A value is named only when it
+places the Pod now, on a node with room for it. Each alternative is decided under the same rules, so a
+hint never names a class the namespace does not allow, nor goes over a quota; the Pod's count, memory,
+driver, compute capability and CUDA are its needs, never changed.
 
 Bounded, as a denial may be asked for thousands of times a second: at most MAX_TRIES alternatives, their
 requests read once per Pod shape (one entry of the shape memo), each decided with one plan lookup (the
@@ -20,15 +21,14 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from webhook.admission.decision import Decision, decide, judged
-from webhook.admission.devices import DEVICE
-from webhook.admission.groups import decide_for_group
+from webhook.admission.choice import ADMIT, QUEUE, QUOTA_DENIALS, Choice, choose, quota_stop
+from webhook.admission.decision import judged
+from webhook.admission.device_request import DEVICE
 from webhook.admission.misses import CLASS as CLASS_MISS
 from webhook.admission.misses import DEVICE as DEVICE_MISS
 from webhook.admission.misses import MAX_NEAR_PRODUCTS, Rejection
 from webhook.admission.misses import PRODUCT as PRODUCT_MISS
 from webhook.admission.pod import PodShape, PodView
-from webhook.admission.quotas import check_quotas, hard_limit_problem
 from webhook.admission.request import (
     CLASS,
     FALLBACK,
@@ -67,36 +67,35 @@ class Alternative(NamedTuple):
 
 
 def hinted(
-    decision: Decision,
+    choice: Choice,
     req: GpuRequest,
     view: PodView,
     index: PoolIndex,
     policy: Policy,
     *,
     shapes: Memo = NO_MEMO,
-    queued: bool = False,
 ) -> str:
-    """The decision's denial, followed by the annotation values that would place the Pod now (if any),
-    or else the first value only a quota stops now, with the quota's denial. `queued`: the namespace
-    queues its Pods (policy `placement: queue`), so a value is named when it would queue the Pod: some
-    pool matches it within every quota's hard limit."""
+    """The choice's denial, followed by the annotation values that would place the Pod now (if any),
+    or else the first value only a quota stops now, with the quota's denial. Each value is decided in the
+    choice's mode: for a Pod queued at admission (QUEUE, policy `placement: queue`), a value is named when
+    it would queue the Pod: some pool matches it within every quota's hard limit."""
     # A long list of products gets none: each value decided would be a plan over all of them (a hostile
     # list of 100 costs a millisecond a plan), and no one writes such a list by hand. Nor does a Pod too
     # large for the requests of its values to be remembered: they would be read again at every denial.
     if (
-        decision.denial_reason not in HINTED
+        choice.reason not in HINTED
         or len(req.products) > MAX_NEAR_PRODUCTS
         or _weight(req.shape_bytes, MAX_TRIES) > MAX_WEIGHT
     ):
-        return decision.denial
+        return choice.denial
     found: list[tuple[Alternative, Outcome]] = []
     stopped: tuple[Alternative, Outcome] | None = None  # the first value a quota alone stops now
     tried = alternatives(judged(req, index, policy), req, policy)
     for alt, again in zip(tried, _reread(view.shape, req.shape_bytes, policy, tried, shapes), strict=True):
         # (The fallback reaches a class stopped alike; a Pod a quota stops already learns nothing from
         # another value a quota stops.)
-        wanted = stopped is None and alt.key != FALLBACK and decision.denial_reason not in QUOTA_DENIALS
-        outcome = _outcome(again, view.group, index, policy, queued=queued, stopped=wanted)
+        wanted = stopped is None and alt.key != FALLBACK and choice.reason not in QUOTA_DENIALS
+        outcome = _outcome(again, view, index, policy, queued=choice.mode.kind == "queue", stopped=wanted)
         # (A class named that falls back to another is not what the hint would say.)
         if outcome is None or (alt.key == CLASS and outcome.pool.gpu_class != alt.value):
             continue
@@ -108,9 +107,9 @@ def hinted(
             stopped = (alt, outcome)
     hint = _say(found, req) or (_say_stopped(*stopped, req) if stopped else "")
     if not hint:
-        return decision.denial
+        return choice.denial
     room = MAX_MESSAGE_CHARS - len(hint) - 2
-    denial = decision.denial if len(decision.denial) <= room else decision.denial[: room - 3] + "..."
+    denial = choice.denial if len(choice.denial) <= room else choice.denial[: room - 3] + "..."
     return f"{denial}. {hint}"
 
 
@@ -183,47 +182,25 @@ class Outcome(NamedTuple):
     stopped_by: str = ""
 
 
-QUOTA_DENIALS = ("class-quota", "memory-quota")  # a decision's denials that mean a quota alone
-
-
 def _outcome(
-    req: GpuRequest | None, group: str, index: PoolIndex, policy: Policy, *, queued: bool, stopped: bool
+    req: GpuRequest | None, pod: PodView, index: PoolIndex, policy: Policy, *, queued: bool, stopped: bool
 ) -> Outcome | None:
-    """Where the request goes, as its admission would decide it, or None when it is not placed on a node
-    with room now (nor, when `stopped` is asked for, stopped only by what a quota holds now, within its
-    hard limit). Admitted: its group, then the quotas the namespace uses now (the class and GPU-memory
-    quotas in `decide`, then its ResourceQuotas). Queued: the first pool that matches within every
-    quota's hard limit, as webhook.admission.queueing holds a queued Pod to."""
+    """Where the request goes, as its admission would decide it (the one decision, ADMIT or QUEUE), or
+    None when it is not placed on a node with room now (nor, when `stopped` is asked for, stopped only by
+    what a quota holds now, within its hard limit: webhook.admission.choice.quota_stop). Queued: the
+    first pool that matches within every quota's hard limit, as webhook.admission.queued holds a queued
+    Pod to."""
     if req is None:
         return None
     if queued:
-        decision = decide(req, index, policy, quotas=False)
-        for c in decision.candidates:
-            if not hard_limit_problem(req, c.pool, index, policy, resource=c.resource, memory_mib=c.memory_mib)[0]:
-                return Outcome(c.pool, c.kind)
-        return None
-    decision, _ = decide_for_group(decide(req, index, policy), req, group, index, policy)
-    chosen = decision.chosen
-    if chosen is None:
-        if not stopped or decision.denial_reason not in QUOTA_DENIALS:
-            return None
-        # Every pool that matched is over the class or GPU-memory quota: the first is the denial's.
-        pool = next((r.pool for r in decision.rejections if r.reasons == (decision.denial,)), None)
-        if pool is None:
-            return None
-        got = Outcome(pool, device_kind(pool.product), decision.denial)
-        resource, memory_mib = pool.resource or req.vendor.resource, index.pool_memory_mib(pool)
-    elif not chosen.fits:
-        return None
-    else:
-        got = Outcome(chosen.pool, chosen.kind, check_quotas(req, index, policy, chosen.resource))
-        if got.stopped_by and not stopped:
-            return None
-        resource, memory_mib = chosen.resource, chosen.memory_mib
-    # A quota the request alone is over (a class quota of 0) stops it for good, not only now: not named.
-    if got.stopped_by and hard_limit_problem(req, got.pool, index, policy, resource=resource, memory_mib=memory_mib)[0]:
-        return None
-    return got
+        chosen = choose(req, pod, index, policy, QUEUE).chosen
+        return Outcome(chosen.pool, chosen.kind) if chosen is not None else None
+    choice = choose(req, pod, index, policy, ADMIT)
+    chosen = choice.chosen
+    if chosen is not None:
+        return Outcome(chosen.pool, chosen.kind) if chosen.fits else None
+    stop = quota_stop(choice, req, index, policy) if stopped else None
+    return Outcome(stop.pool, stop.kind, stop.denial) if stop is not None else None
 
 
 def _say(found: list[tuple[Alternative, Outcome]], req: GpuRequest) -> str:

@@ -1,4 +1,6 @@
-"""The RFC 6902 patch that applies a placement to the original Pod.
+"""The RFC 6902 patches gpupool answers with: a placement's (`build_patch`), a queued Pod's (`queue_patch`)
+and a release's (`release_patch`), each a `PodPatch` (webhook.admission.pieces): every op with what it
+adds, which validation reads and the queue applies to its index (`patched_info`).
 
 Built op by op from the Pod's shape (webhook.admission.pod), never by diffing whole documents: missing parents are
 added whole (kube-apiserver rejects a Pod whose patch adds below a missing parent, even under
@@ -9,15 +11,26 @@ every parent a path names is an object or a list as the op expects.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from webhook.admission.pieces import (
+    NEW_TERM,
+    AnnotationsAdded,
+    GateAdded,
+    GateRemoved,
+    Op,
+    Piece,
+    PodPatch,
+    RequirementsAdded,
+    ResourcesAdded,
+    SelectorAdded,
+    TolerationsAdded,
+    VersionPinned,
+)
 from webhook.admission.pod import ContainerView, PodShape
-from webhook.domain.affinity import AFFINITY, NODE_AFFINITY, AffinityView, PoolConstraint, Requirement
-from webhook.domain.model import POOL_ANNOTATION, QUEUE_GATE, Taint, Tolerations
+from webhook.domain.affinity import AFFINITY, NODE_AFFINITY, AffinityView, Entries, PoolConstraint, Requirement
+from webhook.domain.model import POOL_ANNOTATION, QUEUE_GATE, Taint, Toleration, Tolerations
 from webhook.domain.quantity import parse_count
-
-Op = dict[str, Any]
 
 
 class PatchSpec(NamedTuple):
@@ -37,52 +50,73 @@ def escape(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
-def toleration_for(taint: Taint) -> dict[str, str]:
+def toleration_for(taint: Taint) -> Toleration:
     """Tolerates the taint whatever its value (the GPU Operator's taint value varies by install)."""
-    tol = {"key": taint.key, "operator": "Exists"}
-    if taint.effect:
-        tol["effect"] = taint.effect
+    return Toleration(key=taint.key, operator="Exists", effect=taint.effect)
+
+
+def _toleration_json(toleration: Toleration) -> dict[str, str]:
+    tol = {"key": toleration.key, "operator": toleration.operator}
+    if toleration.effect:
+        tol["effect"] = toleration.effect
     return tol
 
 
-def _add_entries(
-    ops: list[Op], parent: str, current: tuple[tuple[str, object], ...] | None, entries: Mapping[str, str]
-) -> None:
-    """Add map entries under `parent`, creating the map when the Pod has none."""
+def _missing(current: tuple[tuple[str, object], ...] | None, entries: Entries) -> Entries:
+    """The entries the Pod's map (None: it has none) lacks or holds another value for."""
     existing = dict(current or ())
-    missing = {k: v for k, v in entries.items() if existing.get(k) != v}
-    if not missing:
-        return
+    return tuple((k, v) for k, v in entries if existing.get(k) != v)
+
+
+def _entry_op(parent: str, current: object | None, missing: Entries) -> list[tuple[Entries, Op]]:
+    """The ops that add `missing` entries under `parent`, each with the entries it adds: the map whole
+    when the Pod has none, else one op per entry."""
     if current is None:
-        ops.append({"op": "add", "path": parent, "value": dict(missing)})
-        return
-    ops.extend({"op": "add", "path": f"{parent}/{escape(k)}", "value": v} for k, v in missing.items())
+        return [(missing, {"op": "add", "path": parent, "value": dict(missing)})]
+    return [(((k, v),), {"op": "add", "path": f"{parent}/{escape(k)}", "value": v}) for k, v in missing]
 
 
-def build_patch(shape: PodShape, spec: PatchSpec) -> list[Op]:
-    ops: list[Op] = []
-    _add_entries(ops, "/spec/nodeSelector", shape.node_selector, dict(spec.constraint.selector))
-    _affinity_ops(ops, shape.affinity, spec.constraint.expressions, dict(shape.node_selector or ()))
+def build_patch(shape: PodShape, spec: PatchSpec) -> PodPatch:
+    """The patch that sends the Pod to the placement's pool: its nodeSelector entries and node-affinity
+    requirements, tolerations of its GPU taints, the device limit (when `spec.gpus`), gpupool.io/pool."""
+    return PodPatch(tuple(_placement_pieces(shape, spec)))
 
-    tolerations = Tolerations(shape.tolerations or ())
-    needed = [toleration_for(t) for t in spec.gpu_taints if not tolerations.tolerates(t)]
-    if needed:
-        if shape.tolerations is not None:
-            ops.extend({"op": "add", "path": "/spec/tolerations/-", "value": t} for t in needed)
-        else:
-            ops.append({"op": "add", "path": "/spec/tolerations", "value": needed})
+
+def _placement_pieces(shape: PodShape, spec: PatchSpec) -> list[Piece]:
+    pieces: list[Piece] = []
+    missing = _missing(shape.node_selector, spec.constraint.selector)
+    if missing:
+        for entries, op in _entry_op("/spec/nodeSelector", shape.node_selector, missing):
+            pieces.append(SelectorAdded(entries, op))
+    if spec.constraint.expressions:
+        _affinity_pieces(pieces, shape.affinity, spec.constraint.expressions, dict(shape.node_selector or ()))
+
+    if spec.gpu_taints:
+        tolerations = Tolerations(shape.tolerations or ())
+        needed = [toleration_for(t) for t in spec.gpu_taints if not tolerations.tolerates(t)]
+        if needed and shape.tolerations is not None:
+            for t in needed:
+                pieces.append(
+                    TolerationsAdded((t,), {"op": "add", "path": "/spec/tolerations/-", "value": _toleration_json(t)})
+                )
+        elif needed:
+            op = {"op": "add", "path": "/spec/tolerations", "value": [_toleration_json(t) for t in needed]}
+            pieces.append(TolerationsAdded(tuple(needed), op))
 
     if spec.gpus:
-        _limit_ops(ops, shape.containers[spec.container_index], spec.container_index, spec.resource, spec.gpus)
-    _add_entries(ops, "/metadata/annotations", shape.annotations, {POOL_ANNOTATION: spec.pool})
-    return ops
+        _limit_pieces(pieces, shape.containers[spec.container_index], spec.container_index, spec.resource, spec.gpus)
+    missing = _missing(shape.annotations, ((POOL_ANNOTATION, spec.pool),))
+    if missing:
+        for entries, op in _entry_op("/metadata/annotations", shape.annotations, missing):
+            pieces.append(AnnotationsAdded(entries, op))
+    return pieces
 
 
 _REQUIRED = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution"
 
 
-def _affinity_ops(
-    ops: list[Op], affinity: AffinityView, expressions: tuple[Requirement, ...], selector: dict[str, str]
+def _affinity_pieces(
+    pieces: list[Piece], affinity: AffinityView, expressions: tuple[Requirement, ...], selector: dict[str, str]
 ) -> None:
     """The pool's requirements ANDed into every required node-affinity term the Pod has (the scheduler
     ORs terms: one left without them would reach other nodes), or its one term when it has none. Only
@@ -98,59 +132,75 @@ def _affinity_ops(
             value, path = {"requiredDuringSchedulingIgnoredDuringExecution": value}, "/spec/affinity/nodeAffinity"
         if affinity.level < AFFINITY:
             value, path = {"nodeAffinity": value}, "/spec/affinity"
-        ops.append({"op": "add", "path": path, "value": value})
+        pieces.append(RequirementsAdded(tuple(needed), NEW_TERM, {"op": "add", "path": path, "value": value}))
         return
     for i, (term, listed) in enumerate(zip(affinity.required, affinity.listed, strict=True)):
         if not term:
             continue  # a term with no requirement matches no node; requirements would make it match
-        missing = [r.as_json() for r in needed if r not in term.expressions]
-        base = f"{_REQUIRED}/nodeSelectorTerms/{i}/matchExpressions"
+        missing = [r for r in needed if r not in term.expressions]
         if not missing:
             continue
+        base = f"{_REQUIRED}/nodeSelectorTerms/{i}/matchExpressions"
         if listed:
-            ops.extend({"op": "add", "path": f"{base}/-", "value": r} for r in missing)
+            for r in missing:
+                pieces.append(RequirementsAdded((r,), i, {"op": "add", "path": f"{base}/-", "value": r.as_json()}))
         else:
-            ops.append({"op": "add", "path": base, "value": missing})
+            pieces.append(
+                RequirementsAdded(
+                    tuple(missing), i, {"op": "add", "path": base, "value": [r.as_json() for r in missing]}
+                )
+            )
 
 
-def _limit_ops(ops: list[Op], container: ContainerView, index: int, resource: str, count: int) -> None:
+def _limit_pieces(pieces: list[Piece], container: ContainerView, index: int, resource: str, count: int) -> None:
     """`limits[resource] = count` on the container, and requests kept equal where it sets requests."""
     base = f"/spec/containers/{index}/resources"
     value = str(count)
     if not container.has_resources:
-        ops.append({"op": "add", "path": base, "value": {"limits": {resource: value}}})
+        op = {"op": "add", "path": base, "value": {"limits": {resource: value}}}
+        pieces.append(ResourcesAdded(index, container.name, "limits", ((resource, value),), op))
         return
     limits = dict(container.limits or ())
     if container.limits is None or resource not in limits or parse_count(limits[resource]) != count:
-        _add_entries(ops, f"{base}/limits", container.limits, {resource: value})
+        missing = _missing(container.limits, ((resource, value),))
+        for entries, op in _entry_op(f"{base}/limits", container.limits, missing) if missing else ():
+            pieces.append(ResourcesAdded(index, container.name, "limits", entries, op))
     # Requests stay equal to limits where the container sets requests; absent, they default to limits.
     if container.requests is not None and resource not in dict(container.requests):
-        ops.append({"op": "add", "path": f"{base}/requests/{escape(resource)}", "value": value})
+        op = {"op": "add", "path": f"{base}/requests/{escape(resource)}", "value": value}
+        pieces.append(ResourcesAdded(index, container.name, "requests", ((resource, value),), op))
 
 
-def queue_patch(shape: PodShape, container_index: int, resource: str, count: int) -> list[Op]:
+def queue_patch(shape: PodShape, container_index: int, resource: str, count: int) -> PodPatch:
     """The patch that queues a Pod at admission: the limit on the device resource fixed now (Kubernetes
     allows no change to resources later) and gpupool's scheduling gate, nothing that pins a pool. A Pod
     that has them already gets no op."""
-    ops: list[Op] = []
+    pieces: list[Piece] = []
     if count:
-        _limit_ops(ops, shape.containers[container_index], container_index, resource, count)
+        _limit_pieces(pieces, shape.containers[container_index], container_index, resource, count)
     if shape.gates is None:
-        ops.append({"op": "add", "path": "/spec/schedulingGates", "value": [{"name": QUEUE_GATE}]})
+        pieces.append(
+            GateAdded(QUEUE_GATE, {"op": "add", "path": "/spec/schedulingGates", "value": [{"name": QUEUE_GATE}]})
+        )
     elif QUEUE_GATE not in shape.gates:
-        ops.append({"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": QUEUE_GATE}})
-    return ops
+        pieces.append(
+            GateAdded(QUEUE_GATE, {"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": QUEUE_GATE}})
+        )
+    return PodPatch(tuple(pieces))
 
 
-def release_patch(shape: PodShape, spec: PatchSpec, resource_version: str) -> list[Op]:
+def release_patch(shape: PodShape, spec: PatchSpec, resource_version: str) -> PodPatch:
     """The one PATCH that releases a queued Pod to a pool: what admission would add for the pool (the
     nodeSelector entries and node-affinity requirements of webhook.domain.affinity, tolerations,
     gpupool.io/pool; only additions, as Kubernetes allows for a gated Pod), gpupool's gate removed, and
     the resourceVersion it was decided on, which kube-apiserver takes as a precondition (409 when the Pod
     changed since)."""
-    ops: list[Op] = [{"op": "replace", "path": "/metadata/resourceVersion", "value": resource_version}]
-    ops.extend(build_patch(shape, spec._replace(gpus=0)))
+    version = {"op": "replace", "path": "/metadata/resourceVersion", "value": resource_version}
+    pieces: list[Piece] = [VersionPinned(resource_version, version)]
+    pieces.extend(_placement_pieces(shape, spec._replace(gpus=0)))
     gates = shape.gates or ()
     if QUEUE_GATE in gates:
-        ops.append({"op": "remove", "path": f"/spec/schedulingGates/{gates.index(QUEUE_GATE)}"})
-    return ops
+        pieces.append(
+            GateRemoved(QUEUE_GATE, {"op": "remove", "path": f"/spec/schedulingGates/{gates.index(QUEUE_GATE)}"})
+        )
+    return PodPatch(tuple(pieces))

@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from webhook.admission import devices
-from webhook.admission.devices import DeviceError, device_resource, parse_device_request
+from webhook.admission import device_request
+from webhook.admission.device_request import DeviceError, device_resource, parse_device_request
 from webhook.admission.pod import ContainerView, PodShape, shape_bytes
 from webhook.domain.affinity import NO_REQUIREMENTS, NodeRequirements
 from webhook.domain.groups import GROUP_POLICIES, MAX_GROUP_SIZE, NO_GROUP_RULE, GroupRule, valid_name
@@ -36,8 +36,8 @@ KNOWN: tuple[str, ...] = (CLASS, MEMORY, COUNT, PRODUCT, DRIVER, VENDOR, CONTAIN
 # The longest value each annotation accepts, checked before the value is parsed.
 MAX_CHARS = {CLASS: 256, MEMORY: 32, COUNT: 8, PRODUCT: 512, DRIVER: 32, VENDOR: 63, CONTAINER: 253,
              FALLBACK: 8, POOL: 512, GROUP: MAX_GROUP_NAME, GROUP_POLICY: 16, GROUP_SIZE: 8}  # fmt: skip
-KNOWN = (*KNOWN, *devices.ANNOTATIONS)  # the device's kind, compute capability and CUDA
-MAX_CHARS |= devices.MAX_CHARS
+KNOWN = (*KNOWN, *device_request.ANNOTATIONS)  # the device's kind, compute capability and CUDA
+MAX_CHARS |= device_request.MAX_CHARS
 # A request mirrors the shape it is read from (tuples of its entries, an index of its tolerations): a memo
 # entry of a shape and its request, or of a request, weighs at most this many times the shape.
 REQUEST_WEIGHT = 3
@@ -244,7 +244,7 @@ def parse_request(shape: PodShape, policy: Policy) -> GpuRequest:
     fallback = errors.check(lambda: _flag(ann, FALLBACK, policy.defaults.fallback), False)
     pool = errors.check(lambda: _pool(ann), None)
     group = errors.check(lambda: _group(ann), NO_GROUP_RULE)
-    no_device = devices.DeviceRequest(policy.defaults.device, "policy default", None, None)
+    no_device = device_request.DeviceRequest(policy.defaults.device, "policy default", None, None)
     device = errors.check(
         lambda: parse_device_request(ann, policy, namespace, vendor, resource=resource, count=count), no_device
     )

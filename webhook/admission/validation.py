@@ -38,17 +38,28 @@ holds nor moves it.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import zip_longest
 from typing import Any, NamedTuple
 
 from webhook.admission import verdict
-from webhook.admission.core import Admitter, loading_denial, place, prepare, reserve_for, stale_denial
+from webhook.admission.core import Admitter, loading_denial, place, reserve_for, stale_denial
+from webhook.admission.pieces import (
+    NEW_TERM,
+    AnnotationsAdded,
+    GateAdded,
+    GateRemoved,
+    Piece,
+    RequirementsAdded,
+    ResourcesAdded,
+    SelectorAdded,
+    TolerationsAdded,
+)
 from webhook.admission.pod import ContainerView, PodError, PodView, read_pod
+from webhook.admission.prepared import prepare
 from webhook.admission.request import wants_gpus
 from webhook.admission.verdict import Verdict
-from webhook.domain.affinity import Requirement
 from webhook.domain.model import PREFIX, QUEUE_GATE
 from webhook.domain.policy import Policy
 from webhook.domain.quantity import shown
@@ -114,86 +125,45 @@ def as_stored(result: Verdict, view: PodView) -> Verdict:
     missing; otherwise allowed, without the mutating call's warnings (the user has seen them)."""
     if not result.allowed:
         return result
-    if result.patch:
+    pieces = result.changes.pieces
+    if pieces:
         if result.placement is not None:
             where = f" in pool {result.placement.pool}"
         else:  # a Pod the queue holds: its gate keeps it waiting for gpupool's release
-            where = " in gpupool's queue" if any(op.get("path", "").startswith(_GATES) for op in result.patch) else ""
+            where = " in gpupool's queue" if any(isinstance(p, GateAdded) for p in pieces) else ""
         return verdict.deny(
             "the Pod as it will be stored is not as gpupool placed it (a mutating webhook called after gpupool's "
             f"changed it, or gpupool's own mutating call failed): it lacks what keeps it{where}: "
-            f"{_listed([_missing(op, view) for op in result.patch])}",
+            f"{_listed([_missing(p) for p in pieces])}",
             reason="changed",
         )
     return Verdict(allowed=True, outcome="unchanged", message=result.message, placement=result.placement)
 
 
-def _missing(op: Mapping[str, Any], view: PodView) -> str:
-    """One op of the patch gpupool would still answer, as what the Pod lacks."""
-    path, value = str(op.get("path", "")), op.get("value")
-    parts = path.split("/")
-    if path.startswith("/spec/nodeSelector"):
-        entries = value.items() if isinstance(value, dict) else [(_unescape(parts[-1]), value)]
-        return "nodeSelector " + ", ".join(f"{k}={_cut(v)}" for k, v in entries)
-    if path.startswith("/spec/affinity"):
-        term = f" in term {parts[6]}" if len(parts) > 6 and parts[5] == "nodeSelectorTerms" else ""
-        texts = [r.text() for r in _requirements_in(value)]
+def _missing(piece: Piece) -> str:
+    """One piece of the patch gpupool would still answer, as what the Pod lacks."""
+    if isinstance(piece, SelectorAdded):
+        return "nodeSelector " + _entries(piece.entries)
+    if isinstance(piece, RequirementsAdded):
+        term = f" in term {piece.term}" if piece.term != NEW_TERM else ""
+        texts = [r.text() for r in piece.requirements]
         return f"node-affinity requirement{'s' if len(texts) > 1 else ''} {', '.join(texts)}{term}"
-    if path.startswith("/spec/tolerations"):
-        items = value if isinstance(value, list) else [value]
-        return ", ".join(f"a toleration of {_taint(t)}" for t in items)
-    if path.startswith("/spec/containers/") and len(parts) > 3 and parts[3].isdigit():
-        i = int(parts[3])
-        name = view.shape.containers[i].name if i < len(view.shape.containers) else f"#{i}"
-        found = [f"{kind} {r}: {n}" for kind, r, n in _resources_in(parts[4:], value)]
-        return f"{' and '.join(found) or 'its GPU limit'} on container {name}"
-    if path.startswith("/metadata/annotations"):
-        entries = value.items() if isinstance(value, dict) else [(_unescape(parts[-1]), value)]
-        return "annotation " + ", ".join(f"{k}={_cut(v)}" for k, v in entries)
-    if path.startswith(_GATES):
-        gates = value if isinstance(value, list) else [value]
-        names = [_cut(g.get("name")) if isinstance(g, dict) else _cut(g) for g in gates]
-        return f"the scheduling gate{'s' if len(names) > 1 else ''} {', '.join(names)}"
-    return path
+    if isinstance(piece, TolerationsAdded):
+        return ", ".join(f"a toleration of {t.key}{':' + t.effect if t.effect else ''}" for t in piece.tolerations)
+    if isinstance(piece, ResourcesAdded):
+        found = [f"{piece.part[:-1]} {r}: {n}" for r, n in piece.entries]
+        return f"{' and '.join(found) or 'its GPU limit'} on container {piece.name}"
+    if isinstance(piece, AnnotationsAdded):
+        return "annotation " + _entries(piece.entries)
+    if isinstance(piece, GateAdded):
+        return f"the scheduling gate {_cut(piece.name)}"
+    if isinstance(piece, GateRemoved):
+        return f"no scheduling gate {_cut(piece.name)}"
+    return f"resourceVersion {_cut(piece.resource_version)}"
 
 
-_GATES = "/spec/schedulingGates"
-
-
-def _requirements_in(value: Any) -> Iterator[Requirement]:
-    """The node-affinity requirements an op's value holds, however deep (a whole affinity, a term's list
-    of them, or one)."""
-    if isinstance(value, list):
-        for item in value:
-            yield from _requirements_in(item)
-    elif isinstance(value, dict):
-        if "key" in value and "operator" in value:
-            yield Requirement(str(value["key"]), str(value["operator"]), tuple(map(str, value.get("values") or ())))
-        else:
-            for item in value.values():
-                yield from _requirements_in(item)
-
-
-def _resources_in(rest: list[str], value: Any) -> Iterator[tuple[str, str, str]]:
-    """(limit|request, resource, count) an op under /spec/containers/<i>/ adds."""
-    if rest == ["resources"] and isinstance(value, dict):
-        for part in ("limits", "requests"):
-            yield from _resources_in(["resources", part], value.get(part))
-    elif len(rest) == 2 and isinstance(value, dict):
-        yield from ((rest[1][:-1], str(k), str(v)) for k, v in value.items())
-    elif len(rest) == 3:
-        yield (rest[1][:-1], _unescape(rest[2]), str(value))
-
-
-def _taint(toleration: Any) -> str:
-    if not isinstance(toleration, dict):
-        return shown(toleration)
-    effect = toleration.get("effect")
-    return f"{toleration.get('key', '')}{':' + effect if effect else ''}"
-
-
-def _unescape(token: str) -> str:
-    return token.replace("~1", "/").replace("~0", "~")
+def _entries(entries: Iterable[tuple[str, str]]) -> str:
+    return ", ".join(f"{k}={_cut(v)}" for k, v in entries)
 
 
 # --- UPDATE -------------------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """What the admission core answers for one Pod: the contract between the core and its edges.
 
 The Flask app turns a Verdict into an AdmissionReview response, `gpupool explain` prints it, and the
-Admitter reserves its placement in the pool index. The builders (`allow`, `deny`, `place`) keep the
-invariants in one place: a denial has no patch, a patch only comes with a chosen pool.
+Admitter reserves its placement in the pool index. The builders (`allow`, `deny`, `place`, `queue`) keep
+the invariants in one place: a denial has no patch, a patch only comes with a chosen pool or the queue.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, NamedTuple
 
+from webhook.admission.pieces import NO_PATCH, Op, PodPatch
 from webhook.domain.affinity import NO_CONSTRAINT, PoolConstraint
 from webhook.domain.model import PoolKey
 
@@ -28,13 +29,13 @@ CODE_FORBIDDEN = 403  # policy, quota or capacity says no
 CODE_UNAVAILABLE = 503  # gpupool cannot decide now (inventory still loading, or stale under onStale: deny)
 
 
-@dataclass(frozen=True, slots=True)
-class Placement:
-    """The chosen pool and what the Pod takes from it."""
+class Placement(NamedTuple):
+    """The chosen pool and what the Pod takes from it. (A NamedTuple: one is built per placed Pod, and a
+    frozen dataclass costs several times more to build.)"""
 
     pool: PoolKey
     resource: str  # e.g. nvidia.com/gpu
-    count: int  # GPUs of the target container, as the patch sets them
+    gpus: int  # GPUs of the target container, as the patch sets them
     pod_total: int  # GPUs of the whole Pod (what a node must have free)
     selector: tuple[tuple[str, str], ...]  # the pool labels its nodeSelector pins once patched (its hold's reach)
     has_capacity: bool  # False when admitted under on-no-capacity=warn
@@ -68,7 +69,8 @@ class GroupNote(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """The answer for one Pod: allowed or not, why, and the RFC 6902 patch against the original Pod."""
+    """The answer for one Pod: allowed or not, why, and the patch against the original Pod (`changes`,
+    piece by piece; `patch`, its RFC 6902 ops)."""
 
     allowed: bool
     outcome: Outcome
@@ -76,11 +78,16 @@ class Verdict:
     message: str = ""
     warnings: tuple[str, ...] = ()
     placement: Placement | None = None
-    patch: tuple[dict[str, Any], ...] = ()
+    changes: PodPatch = NO_PATCH
     reasons: tuple[str, ...] = field(default=(), compare=False)  # each pool considered, and why
     reason: Reason = ""  # on denials: which rule denied
     group: GroupNote | None = None  # the Pod's workload group, when it has one
     queued: str = ""  # the device resource a Pod queued at admission waits for ("" when not queued)
+
+    @property
+    def patch(self) -> tuple[Op, ...]:
+        """The RFC 6902 patch sent to kube-apiserver."""
+        return self.changes.ops
 
     def with_warnings(self, warnings: tuple[str, ...]) -> Verdict:
         return replace(self, warnings=(*self.warnings, *warnings))
@@ -116,16 +123,14 @@ def deny(
     )
 
 
-def queue(
-    resource: str, patch: list[dict[str, Any]], message: str, warnings: tuple[str, ...], reasons: tuple[str, ...]
-) -> Verdict:
+def queue(resource: str, patch: PodPatch, message: str, warnings: tuple[str, ...], reasons: tuple[str, ...]) -> Verdict:
     """Allowed and queued: gated until the queue releases it; no pool yet, so nothing to reserve."""
     return Verdict(
         allowed=True,
-        outcome="mutated" if patch else "unchanged",
+        outcome="mutated" if patch.ops else "unchanged",
         message=message,
         warnings=warnings,
-        patch=tuple(patch),
+        changes=patch,
         reasons=reasons,
         queued=resource,
     )
@@ -133,7 +138,7 @@ def queue(
 
 def place(
     placement: Placement,
-    patch: list[dict[str, Any]],
+    patch: PodPatch,
     warnings: tuple[str, ...] = (),
     reasons: tuple[str, ...] = (),
     message: str = "",
@@ -144,11 +149,11 @@ def place(
     its node: then `message` says so)."""
     return Verdict(
         allowed=True,
-        outcome="mutated" if patch else "unchanged",
+        outcome="mutated" if patch.ops else "unchanged",
         message=message or f"placed on {placement.pool}",
         warnings=warnings,
         placement=placement,
-        patch=tuple(patch),
+        changes=patch,
         reasons=reasons,
         group=group,
     )

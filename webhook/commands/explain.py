@@ -127,7 +127,7 @@ def section_for(template: PodTemplate, namespace: str, policy: Policy, index: Po
     if not (result.allowed and result.queued):
         return Section(template, namespace, result)
     queued = waiting.ordered()
-    taken = index.pod_keys() | {q.key for q in queued}
+    taken = index.usage.pod_keys() | {q.key for q in queued}
     pod = arriving(_patched(template.pod, result) or template.pod, namespace, policy, datetime.now(UTC), taken)
     if pod is None:  # admission's patch gates it and fixes its device: not reached
         return Section(template, namespace, result)
@@ -200,7 +200,7 @@ def render_text(section: Section) -> str:
         lines.append(f"Decision: allowed unchanged: {result.message}")
     else:
         p = result.placement
-        lines.append(f"Decision: {result.outcome}: pool {p.pool}, {p.count} x {p.resource}")
+        lines.append(f"Decision: {result.outcome}: pool {p.pool}, {p.gpus} x {p.resource}")
         if result.patch and (p.constraint.selector or p.constraint.expressions):
             lines.append(f"Constraints: {p.constraint.text()}")
     if result.group is not None:

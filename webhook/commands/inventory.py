@@ -18,7 +18,7 @@ from webhook.domain.policy import Policy
 from webhook.domain.quantity import format_mib
 from webhook.pools.index import PoolIndex
 from webhook.pools.inventory import PoolStats
-from webhook.pools.quotas import quota_warnings
+from webhook.pools.quotas.report import quota_warnings
 
 Pool = dict[str, Any]  # one entry of the report's `pools`
 
@@ -69,13 +69,14 @@ def build_report(index: PoolIndex, policy: Policy) -> dict[str, Any]:
 
     order = {c: i for i, c in enumerate(policy.classes)}
     stats = sorted(
-        index.pool_stats(), key=lambda s: (s.pool.vendor, order[s.pool.gpu_class], s.memory_mib, s.pool.product)
+        index.capacity.pool_stats(),
+        key=lambda s: (s.pool.vendor, order[s.pool.gpu_class], s.memory_mib, s.pool.product),
     )
     return {
         "pools": [pool(s) for s in stats],
         "warnings": [
-            *(f"node {u.node}: {u.vendor} GPUs not pooled: {u.reason}" for u in index.unclassified()),
-            *(f"pool {key}: no Pod is placed there: {found.reason}" for key, found in index.inseparable()),
+            *(f"node {u.node}: {u.vendor} GPUs not pooled: {u.reason}" for u in index.capacity.unclassified()),
+            *(f"pool {key}: no Pod is placed there: {found.reason}" for key, found in index.capacity.inseparable()),
             *quota_warnings(index, policy),
         ],
     }

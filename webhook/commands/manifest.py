@@ -103,7 +103,7 @@ class Workload:
             raise ConfigError(f"{self.where}: {path}.{key}: expected a whole number >= 0, found {value!r}")
         return value
 
-    def made(
+    def made(  # noqa: PLR0913 (a Pod template's fields, by keyword, from every workload kind)
         self,
         template: Mapping[str, Any],
         path: str,

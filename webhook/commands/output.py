@@ -68,7 +68,7 @@ def print_document(document: Mapping[str, Any] | Sequence[Any], output: str) -> 
         sys.stdout.write(yaml.safe_dump(document, sort_keys=False, allow_unicode=True))
 
 
-def print_listing(
+def print_listing(  # noqa: PLR0913 (every listing command's output options, by keyword)
     args: argparse.Namespace,
     rows: Sequence[Row],
     columns: Sequence[Column[Row]],

@@ -15,7 +15,7 @@ from typing import Any
 from webhook.commands.common import add_namespace_arguments, add_source_arguments, namespace_of, open_from_args
 from webhook.commands.output import Column, add_output_arguments, print_listing
 from webhook.domain.quantity import format_mib
-from webhook.pools.quotas import QuotaRow, quota_rows
+from webhook.pools.quotas.report import QuotaRow, quota_rows
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -72,7 +72,7 @@ def _pod_template(w: Workload) -> list[PodTemplate]:
     return [w.made(template, path, owner=None, generate_name=f"{w.name}-")]
 
 
-def _job_pods(
+def _job_pods(  # noqa: PLR0913 (a JobSpec's fields by keyword, for Jobs and CronJobs alike)
     w: Workload,
     spec: Mapping[str, Any],
     path: str,

@@ -14,7 +14,7 @@ Three kinds of device:
 Here: the kinds and their names in product labels, the MIG profile grammar, a Pod's or namespace's
 device preference list, and NVIDIA's table of the oldest driver each CUDA release runs on (to derive the
 CUDA version a node supports from its driver when no label says it). Pure functions over strings and
-numbers; the node labels are read in webhook.pools.devices.
+numbers; the node labels are read in webhook.pools.node_devices.
 """
 
 from __future__ import annotations

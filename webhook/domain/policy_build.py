@@ -17,7 +17,7 @@ from webhook.domain.policy_model import (
     Defaults,
     MigReshaping,
     NamespaceRule,
-    Placement,
+    PlacementMode,
     Policy,
     PolicyError,
     ProductRule,
@@ -410,7 +410,7 @@ def _namespace(name: str, data: Any, classes: tuple[str, ...]) -> NamespaceRule:
     )
 
 
-def _placement(f: _Fields) -> Placement | None:
+def _placement(f: _Fields) -> PlacementMode | None:
     if "placement" not in f.data:
         return None
     return "queue" if f.choice("placement", "now", PLACEMENTS) == "queue" else "now"

@@ -14,8 +14,8 @@ from webhook.domain.products import Tokens, matches
 
 OnNoCapacity = Literal["warn", "deny"]  # admit with a warning that the Pod will wait, or refuse
 OnStale = Literal["warn", "deny"]  # answer from the last view with a warning, or refuse until re-synced
-Placement = Literal["now", "queue"]  # place at admission, or gate the Pod until the queue releases it
-PLACEMENTS: tuple[Placement, ...] = ("now", "queue")
+PlacementMode = Literal["now", "queue"]  # when a Pod gets its pool: at admission, or when the queue releases it
+PLACEMENTS: tuple[PlacementMode, ...] = ("now", "queue")
 
 
 class PolicyError(ConfigError):
@@ -123,7 +123,7 @@ class NamespaceRule:
     allow_visible_devices: bool = False  # opt out of the NVIDIA_VISIBLE_DEVICES rule
     memory_quota_mib: int | None = None  # GPU memory the namespace may hold (devices x memory per device)
     device: tuple[str, ...] = ()  # the default of gpupool.io/device here; empty: the policy's defaults.device
-    placement: Placement | None = None  # now or queue; None: the policy's defaults.placement
+    placement: PlacementMode | None = None  # now or queue; None: the policy's defaults.placement
 
     @property
     def restricted(self) -> bool:
@@ -146,7 +146,7 @@ class Defaults:
     enforce_all_gpu_quota_forms: bool = True
     device: tuple[str, ...] = (GPU,)  # the default of gpupool.io/device: whole GPUs only
     # now: a Pod is placed at admission; queue: it waits gated until the leader releases it to a pool with room
-    placement: Placement = "now"
+    placement: PlacementMode = "now"
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,7 +250,7 @@ class Policy:
             self._product_cache[what, product] = rule
         return rule
 
-    def placement(self, namespace: str) -> Placement:
+    def placement(self, namespace: str) -> PlacementMode:
         """When the namespace's Pods get their pool: at admission (now), or when the queue releases them."""
         return self.namespace(namespace).placement or self.defaults.placement
 

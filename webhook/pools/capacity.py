@@ -27,8 +27,8 @@ from webhook.domain.affinity import PoolConstraint
 from webhook.domain.model import NodeInfo, PodInfo, PoolKey, Selector, could_run
 from webhook.domain.policy import Policy
 from webhook.pools.constraints import Inseparable, Keys, Member, pool_constraint
-from webhook.pools.devices import MIG_CHANGING, MIG_STATE_LABEL, SHARING_STRATEGIES
 from webhook.pools.memo import Memo
+from webhook.pools.node_devices import MIG_CHANGING, MIG_STATE_LABEL, SHARING_STRATEGIES
 from webhook.pools.nodes import NodeFacts, Unclassified, node_facts
 from webhook.pools.pool import Group, Pool, decrement, group_key, pack
 

@@ -5,7 +5,7 @@ without one, from the product table; "whole GPUs" leaves out nodes whose replica
 leaves out nodes whose MIG layout is changing or invalid. A nodeSelector can only require labels to be
 equal, so gpupool says the rest with node-affinity requirements (webhook.domain.affinity):
 
-1. **What every member's pinning labels share** (the labels webhook.pools.devices and nodes use to pin a
+1. **What every member's pinning labels share** (the labels webhook.pools.node_devices and nodes use to pin a
    device: its product label, its class label when it has one, the replica count of replicas GFD did not
    suffix): a label all members have with one value is a nodeSelector entry (so simple pools look as they
    always did); one all members have with several values is `In` over them; one only some members have

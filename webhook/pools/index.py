@@ -12,6 +12,11 @@ the ledger, through this façade, when a node's pools changed or a selector came
 ledger's counts follow the nodes. Every change ends here (`_settle`): unbound Pods are placed again if
 needed, then every pool whose nodes or holds changed is packed once.
 
+Callers read the parts through read-only views (webhook.pools.views): `index.capacity` (pools, nodes,
+free devices), `index.usage` (what the namespaces and workload groups hold) and `index.quotas` (the
+ResourceQuotas); every write (nodes, Pods, quotas, reservations) goes through the index itself, since
+each ends in `_settle`.
+
 The snapshot file and the live watch cache both feed it node, Pod and quota changes; the decision only
 reads it. What it shows depends only on the objects it holds, never on the order they came in: a Pod
 listed before its node, or a pinned Pod before its pool's nodes, is counted as if the nodes had come
@@ -23,22 +28,20 @@ Not thread-safe: the inventory that owns it serialises access.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Hashable, Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import replace
-from typing import TypeVar
 
-from webhook.domain.affinity import PoolConstraint
 from webhook.domain.model import NodeInfo, PodInfo, PodKey, PoolKey, QuotaInfo
 from webhook.domain.policy import Defaults, Policy
 from webhook.pools.capacity import Capacity, PoolStats
 from webhook.pools.constraints import Inseparable
 from webhook.pools.ledger import Ledger
-from webhook.pools.nodes import NodeFacts, Selector, Unclassified
 from webhook.pools.pool import Group, Pool
+from webhook.pools.quotas.store import QuotaStore
+from webhook.pools.reservations import Reservation
+from webhook.pools.views import CapacityView, QuotaView, UsageView
 
-__all__ = ["Group", "Inseparable", "Pool", "PoolIndex", "PoolStats", "pooling"]
-
-T = TypeVar("T")
+__all__ = ["Group", "Inseparable", "Pool", "PoolIndex", "PoolStats", "Reservation", "pooling"]
 
 
 # What only admission reads of the policy, never an index or the projections that feed it: a change of
@@ -50,7 +53,7 @@ ADMISSION_ONLY_DEFAULTS = (
     "stale_after_seconds",
     "on_stale",
     "check_visible_devices",
-    "enforce_all_gpu_quota_forms",  # read by webhook.pools.quotas from the policy it is given
+    "enforce_all_gpu_quota_forms",  # read by webhook.pools.quotas.checks from the policy it is given
     "device",
     "placement",  # read by admission and the queue (webhook.queue.release), each from the policy it is given
 )
@@ -66,13 +69,17 @@ def pooling(policy: Policy) -> Policy:
 
 
 class PoolIndex:
-    """GPU pools, free GPUs per node, quotas and per-class usage, updated incrementally."""
+    """GPU pools, free GPUs per node, quotas and per-class usage, updated incrementally: read through
+    `capacity`, `usage` and `quotas`, written through its own methods."""
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
         self._capacity = Capacity(policy)
         self._ledger = Ledger(policy, self._capacity)
-        self._quotas: dict[str, dict[str, QuotaInfo]] = {}
+        self._quotas = QuotaStore()
+        self.capacity: CapacityView = self._capacity
+        self.usage: UsageView = self._ledger
+        self.quotas: QuotaView = self._quotas
         # Changes made so far: the queue's leader passes over an unchanged index only when woken
         # (webhook.queue.runner); a change no watch event announces (a reservation expired) still counts.
         self.changes = 0
@@ -141,55 +148,21 @@ class PoolIndex:
                 changed = True
         self._settle(changed=changed)
 
-    def pod_info(self, key: PodKey) -> PodInfo | None:
-        """An unbound Pod as the index counts it; None for a bound Pod or one it does not hold."""
-        return self._ledger.pod_info(key)
-
-    def is_queued(self, key: PodKey) -> bool:
-        """Is the Pod known, unbound and still waiting in gpupool's queue (webhook.queue)?"""
-        return self._ledger.is_queued(key)
-
     def remove_pod(self, key: PodKey) -> None:
         self.upsert_pods(((key, None),))
 
     # --- reservations --------------------------------------------------------------------------------
 
-    def reserve(
-        self,
-        namespace: str,
-        pool: PoolKey,
-        selector: Selector,
-        gpus: int,
-        now: float,
-        *,
-        name: str = "",
-        generate_name: str = "",
-        node: str = "",
-        echoed: bool = False,
-        group: str = "",
-        confirmed: bool = False,
-    ) -> int:
+    def reserve(self, reservation: Reservation, now: float) -> int:
         """Count an admitted Pod against its pool until the watch shows it; returns a token.
 
-        `name` or `generate_name` say which Pod it is, so that the watch and a re-invocation find it
-        (`take_echo`); a Pod that names its `node` holds its GPUs on that node rather than in the pool.
-        `echoed`: a re-invocation has matched it already (it is not matched again). `group`: the Pod's
-        workload group, which holds a member on the pool from now on (so the next Pod of a burst finds
-        its siblings before the watch shows any of them). `confirmed`: made by the Pod's validating call,
-        which checked the Pod as it will be stored (`take_admitted` never finds it)."""
-        token = self._ledger.reserve(
-            namespace,
-            pool,
-            selector,
-            gpus,
-            now,
-            name=name,
-            generate_name=generate_name,
-            node=node,
-            echoed=echoed,
-            group=group,
-            confirmed=confirmed,
-        )
+        The reservation's `name` or `generate_name` say which Pod it is, so that the watch and a
+        re-invocation find it (`take_echo`); a Pod that names its `node` holds its GPUs on that node rather
+        than in the pool. `echoed`: a re-invocation has matched it already (it is not matched again).
+        `group`: the Pod's workload group, which holds a member on the pool from now on (so the next Pod of
+        a burst finds its siblings before the watch shows any of them). `confirmed`: made by the Pod's
+        validating call, which checked the Pod as it will be stored (`take_admitted` never finds it)."""
+        token = self._ledger.reserve(reservation, now)
         self._settle()
         return token
 
@@ -229,121 +202,15 @@ class PoolIndex:
             self._settle()
         return dropped
 
-    @property
-    def reservations(self) -> int:
-        return self._ledger.reservations
-
     # --- quotas --------------------------------------------------------------------------------------
 
     def upsert_quota(self, quota: QuotaInfo | None, namespace: str = "", name: str = "") -> None:
         if quota is None:
             self.remove_quota(namespace, name)
             return
-        self._quotas.setdefault(quota.namespace, {})[quota.name] = quota
+        self._quotas.upsert(quota)
         self.changes += 1
 
     def remove_quota(self, namespace: str, name: str) -> None:
         self.changes += 1
-        quotas = self._quotas.get(namespace)
-        if quotas is not None:
-            quotas.pop(name, None)
-            if not quotas:
-                del self._quotas[namespace]
-
-    def memo(self, key: Hashable, compute: Callable[[], T], size: Callable[[T], int] | None = None) -> T:
-        """A value derived from the nodes (pools, groups, their labels and taints) but not from usage:
-        computed once per key until a node changes. Decisions use it for what does not depend on free GPUs.
-        `size` weighs an entry (webhook.pools.memo.Memo.get)."""
-        return self._capacity.memo(key, compute, size)
-
-    # --- what is held, for a re-list to drop what is gone ---------------------------------------------
-
-    def node_names(self) -> set[str]:
-        return self._capacity.node_names()
-
-    def pod_keys(self) -> set[PodKey]:
-        return self._ledger.pod_keys()
-
-    def quota_keys(self) -> set[tuple[str, str]]:
-        return {(ns, name) for ns, quotas in self._quotas.items() for name in quotas}
-
-    # --- reading -------------------------------------------------------------------------------------
-
-    def pools(self, vendor: str | None = None) -> Iterator[Pool]:
-        return self._capacity.pools(vendor)
-
-    def quotas(self, namespace: str) -> list[QuotaInfo]:
-        return list(self._quotas.get(namespace, {}).values())
-
-    def all_quotas(self) -> list[QuotaInfo]:
-        return [q for quotas in self._quotas.values() for q in quotas.values()]
-
-    def reserved(self, namespace: str, resource: str) -> int:
-        """GPUs admitted in the namespace that no quota's status.used can include yet."""
-        return self._ledger.reserved(namespace, resource)
-
-    def class_used(self, namespace: str, gpu_class: str) -> int:
-        """GPUs of the class the namespace holds: on nodes of the class, pinned to a pool of it, or
-        reserved for admissions the watch has not shown yet."""
-        return self._ledger.class_used(namespace, gpu_class)
-
-    def class_pending(self, namespace: str, gpu_class: str) -> int:
-        """The part of `class_used` reserved for admissions the watch has not shown yet."""
-        return self._ledger.class_pending(namespace, gpu_class)
-
-    def requested(self, namespace: str, resource: str) -> int:
-        """GPUs of `resource` the namespace's non-terminated Pods request, as gpupool counts them (without
-        reservations: `reserved`). What the ResourceQuota forms Kubernetes does not enforce are held to."""
-        return self._ledger.requested(namespace, resource)
-
-    def memory_used(self, namespace: str) -> int:
-        """GPU memory (MiB) the namespace's Pods and reservations hold: devices x memory per device."""
-        return self._ledger.memory_used(namespace)
-
-    def memory_pending(self, namespace: str) -> int:
-        """The part of `memory_used` reserved for admissions the watch has not shown yet."""
-        return self._ledger.memory_pending(namespace)
-
-    def pool_memory_mib(self, key: PoolKey) -> int:
-        """Memory per GPU of a pool (the least of its nodes'); 0 when not known."""
-        return self._capacity.pool_memory_mib(key)
-
-    def group_pools(self, namespace: str, group: str) -> dict[PoolKey, int]:
-        """Per pool, the workload group's members on it: its Pods that carry gpupool.io/pool and are not
-        Succeeded or Failed, and its admissions the watch has not shown yet. One lookup."""
-        return self._ledger.group_pools(namespace, group)
-
-    def constraint(self, key: PoolKey) -> PoolConstraint | Inseparable:
-        """What sends a Pod to exactly the pool's nodes (webhook.pools.constraints), or why nothing can."""
-        return self._capacity.constraint(key)
-
-    def inseparable(self) -> list[tuple[PoolKey, Inseparable]]:
-        """Every pool no constraint can reach exactly, for warnings."""
-        return self._capacity.inseparable()
-
-    def node(self, name: str) -> NodeInfo | None:
-        """A node that offers a GPU resource, as last seen; None for any other (or one not seen)."""
-        return self._capacity.node(name)
-
-    def gpu_nodes(self) -> Collection[NodeInfo]:
-        """Every node that offers a GPU resource (a live view: do not hold it across changes)."""
-        return self._capacity.gpu_nodes()
-
-    def members(self, key: PoolKey) -> list[NodeInfo]:
-        """The nodes of a pool, usable or not, by name."""
-        return self._capacity.members(key)
-
-    def unclassified(self) -> list[Unclassified]:
-        return self._capacity.unclassified()
-
-    def node_facts(self, name: str, resource: str) -> NodeFacts | Unclassified | None:
-        """What the index knows of the devices of one resource on a node: their facts, why the vendor's
-        devices are not pooled, or None when the node has none (or is not known yet)."""
-        return self._capacity.node_facts(name, resource)
-
-    def node_free(self, facts: NodeFacts) -> int:
-        """Free GPUs of the node's pool resource now (0 when the node is not usable)."""
-        return self._capacity.node_free(facts)
-
-    def pool_stats(self) -> list[PoolStats]:
-        return self._capacity.pool_stats()
+        self._quotas.remove(namespace, name)

@@ -26,6 +26,7 @@ from webhook.domain.model import (
     effective_gpus,
 )
 from webhook.domain.quantity import QuantityError, parse_bytes, parse_count, parse_milli
+from webhook.pools.quotas.forms import forms, prefixed
 
 _EMPTY: Mapping[str, Any] = {}
 
@@ -294,8 +295,8 @@ def quota_from_obj(
     """The quota's GPU entries (`requests.<resource>`, and the unenforced bare `<resource>` so it can be
     flagged), GPU partitions with one of the `prefixes` included; None when it limits no GPU resource."""
     meta, spec, status = as_map(obj.get("metadata")), as_map(obj.get("spec")), as_map(obj.get("status"))
-    keys = {f"requests.{r}" for r in resources} | set(resources) | {f"limits.{r}" for r in resources}
-    partitions = tuple(f"{form}{p}" for p in prefixes for form in ("requests.", "", "limits."))
+    keys = {key for r in resources for key in forms(r)}
+    partitions = prefixed(prefixes)
 
     def gpu(key: object) -> bool:
         return key in keys or bool(partitions and isinstance(key, str) and key.startswith(partitions))

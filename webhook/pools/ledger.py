@@ -30,8 +30,7 @@ from webhook.domain.model import PodInfo, PodKey, PoolKey
 from webhook.domain.policy import Policy
 from webhook.pools.capacity import Capacity
 from webhook.pools.claims import Claim, Counts, bound_claim, node_classes, node_memory, unbound_claim
-from webhook.pools.nodes import Selector
-from webhook.pools.reservations import Reservations
+from webhook.pools.reservations import Reservation, Reservations
 from webhook.pools.unbound import Unbound
 
 
@@ -133,35 +132,11 @@ class Ledger:
 
     # --- reservations --------------------------------------------------------------------------------
 
-    def reserve(
-        self,
-        namespace: str,
-        pool: PoolKey,
-        selector: Selector,
-        gpus: int,
-        now: float,
-        *,
-        name: str = "",
-        generate_name: str = "",
-        node: str = "",
-        echoed: bool = False,
-        group: str = "",
-        confirmed: bool = False,
-    ) -> int:
+    def reserve(self, reservation: Reservation, now: float) -> int:
         """Count an admitted Pod against its pool (or the node it names) until the watch shows it;
         returns a token. See PoolIndex.reserve."""
         claim = self._reservations.make(
-            namespace,
-            pool,
-            selector,
-            gpus,
-            name=name,
-            generate_name=generate_name,
-            node=node,
-            echoed=echoed,
-            memory_mib=gpus * self._memory_per_gpu(pool, node),
-            group=group,
-            confirmed=confirmed,
+            reservation, memory_mib=reservation.gpus * self._memory_per_gpu(reservation.pool, reservation.node)
         )
         token, crowded = self._reservations.add(claim, now)
         for old in crowded:  # past maxReservationsPerNamespace: the namespace's oldest make room

@@ -1,7 +1,7 @@
 """What a node contributes to the pool: for each device it offers, its pool, the labels that pin it, its
 taints, memory, driver, compute capability and CUDA version.
 
-A pure function of the node and the policy. The devices come from webhook.pools.devices; a node that has
+A pure function of the node and the policy. The devices come from webhook.pools.node_devices; a node that has
 a vendor's devices but cannot be put in a class (an unknown class label, a product the table does not
 know), or whose devices must not be used (an invalid or changing MIG layout), is reported, not guessed at.
 """
@@ -15,8 +15,8 @@ from webhook.domain.model import NodeInfo, PoolKey, Taint
 from webhook.domain.model import Selector as Selector  # noqa: PLC0414 (re-exported for webhook.pools.index)
 from webhook.domain.policy import Policy, VendorPolicy
 from webhook.domain.products import parse_version, tokens
-from webhook.pools.devices import UNKNOWN_PRODUCT as UNKNOWN_PRODUCT  # noqa: PLC0414 (re-exported)
-from webhook.pools.devices import Device, compute_capability, cuda_version, node_devices
+from webhook.pools.node_devices import UNKNOWN_PRODUCT as UNKNOWN_PRODUCT  # noqa: PLC0414 (re-exported)
+from webhook.pools.node_devices import Device, compute_capability, cuda_version, node_devices
 
 _BLOCKING = ("NoSchedule", "NoExecute")
 

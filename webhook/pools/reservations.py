@@ -24,12 +24,28 @@ from __future__ import annotations
 import itertools
 from collections import OrderedDict, deque
 from collections.abc import Hashable
-from typing import Any
+from typing import Any, NamedTuple
 
 from webhook.domain.model import PodInfo, PoolKey
 from webhook.domain.policy import Policy
 from webhook.pools.claims import Claim
 from webhook.pools.nodes import Selector
+
+
+class Reservation(NamedTuple):
+    """What an admission reserves until the watch shows its Pod (PoolIndex.reserve). Built by keyword, at
+    its one call site (webhook.admission.core.reserve_for). (A NamedTuple: one is built per admission.)"""
+
+    namespace: str
+    pool: PoolKey
+    selector: Selector  # the pool labels its nodeSelector pins once patched: which of the pool's groups it reaches
+    gpus: int
+    name: str = ""  # the Pod's name, or
+    generate_name: str = ""  # what it is made from: so that the watch and a re-invocation find it
+    node: str = ""  # the node a Pod that bypasses placement lands on: its GPUs are held there, not in the pool
+    echoed: bool = False  # a re-invocation has matched it already (it is not matched again)
+    group: str = ""  # the Pod's workload group, a member of which it holds on the pool from now on
+    confirmed: bool = False  # made by the Pod's validating call: `admitted` never finds it
 
 
 class Reservations:
@@ -48,25 +64,11 @@ class Reservations:
     def __len__(self) -> int:
         return len(self._claims)
 
-    def make(
-        self,
-        namespace: str,
-        pool: PoolKey,
-        selector: Selector,
-        gpus: int,
-        *,
-        name: str,
-        generate_name: str,
-        node: str,
-        echoed: bool,
-        memory_mib: int = 0,
-        group: str = "",
-        confirmed: bool = False,
-    ) -> Claim:
-        """What an admitted Pod holds: `gpus` GPUs in `pool` where `selector` reaches, or on `node` when
+    def make(self, reservation: Reservation, memory_mib: int = 0) -> Claim:
+        """What an admitted Pod holds: its GPUs in its pool where its selector reaches, or on its node when
         it names one; counted against the pool's class and its namespace's quotas (`memory_mib` of GPU
-        memory), and as a member of its workload `group` on the pool. `confirmed`: made by the Pod's
-        validating call (`admitted` never finds it)."""
+        memory), and as a member of its workload group on the pool."""
+        namespace, pool, selector, gpus, name, generate_name, node, echoed, group, confirmed = reservation
         parts = self._parts.get((pool, gpus))
         if parts is None:
             resource = pool.resource or self.policy.vendors[pool.vendor].resource
@@ -74,12 +76,22 @@ class Reservations:
         holds, classes, reserved = parts
         who = (namespace, name, "" if name else generate_name)  # the name, once known, is what counts
         member = (group, pool) if group else None
-        if node:
-            # Held on the node as the pool's resource (the watch shows what the Pod really requests).
-            claim = Claim(namespace, node, (reserved,), (), (), classes, reserved, who, echoed, (), memory_mib, member)
-        else:
-            claim = Claim(namespace, "", (), holds, selector, classes, reserved, who, echoed, (), memory_mib, member)
-        return claim._replace(confirmed=True) if confirmed else claim
+        # On its node, held as the pool's resource (the watch shows what the Pod really requests); else in
+        # the pool, where its selector reaches.
+        return Claim(
+            namespace,
+            node=node,
+            requests=(reserved,) if node else (),
+            holds=() if node else holds,
+            pins=() if node else selector,
+            classes=classes,
+            reserved=reserved,
+            who=who,
+            echoed=echoed,
+            memory_mib=memory_mib,
+            group=member,
+            confirmed=confirmed,
+        )
 
     def add(self, claim: Claim, now: float) -> tuple[int, list[Claim]]:
         """Keep a reservation made at `now`; returns its token, and the reservations of its namespace it

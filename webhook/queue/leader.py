@@ -52,7 +52,7 @@ class Elector:
     """One candidate. `run()` (on a thread) tries and renews until `stop()`; `leading()` says, at any
     moment, whether this candidate may act as the leader now."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (a constructor: injectable clocks and callbacks, by keyword)
         self,
         leases: Leases,
         identity: str,

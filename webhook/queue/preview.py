@@ -66,7 +66,7 @@ def preview(
 def _constraints(index: PoolIndex, release: Release) -> str:
     """What the release adds to send the Pod to its pool's nodes (the pool's constraint: the same the
     release's patch writes), in kubectl's words."""
-    constraint = index.constraint(release.pool)
+    constraint = index.capacity.constraint(release.pool)
     return "" if isinstance(constraint, Inseparable) else constraint.text()
 
 

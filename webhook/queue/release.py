@@ -1,7 +1,7 @@
 """Which queued Pods go where now: one pass over the queue, exact, against the leader's pool index.
 
 The pass takes the waiting Pods in order (webhook.queue.waiting) and, for each, the decision admission
-would take now (webhook.admission.decision and groups), with three differences:
+would take now, by the one decision in RELEASE mode (webhook.admission.choice), with three differences:
 
 - **Only where it fits now.** A Pod goes to the best-ranked pool with room on one node, among the pools
   that offer the device resource fixed at admission; otherwise it waits. Nothing is ever released to
@@ -14,33 +14,32 @@ would take now (webhook.admission.decision and groups), with three differences:
   another namespace). A workload group with `gpupool.io/group-size: N` is a gang: it goes only when N
   members exist and all its waiting members fit at once, then all together.
 
-Each release decided is applied to the index at once, as the Pod will look once released
-(`Release.released`), so the next decision of the pass counts it; the runner then writes it
+Each release decided is applied to the index at once, as the Pod will look once released: the release's
+patch applied to the Pod as the index counts it (`Release.released`, webhook.admission.pieces
+.patched_info), so the next decision of the pass counts what the API will store; the runner then writes it
 (webhook.queue.runner) and `settle`s the index with what the API answered. Pure: no I/O, no clock. A
-pass is `prepare` (the requests, from the Pods alone) then `decide_prepared` (against the index), which
-is what `plan` does; the caller holds the inventory's lock for `decide_prepared`, `plan` and `settle`.
+pass is `read_batch` (the requests, from the Pods alone) then `decide_batch` (against the index), which
+is what `plan` does; the caller holds the inventory's lock for `decide_batch`, `plan` and `settle`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any, NamedTuple
 
-from webhook.admission.core import prepare_view
-from webhook.admission.decision import Candidate, Decision, decide
-from webhook.admission.groups import decide_for_group, pods_at_once
-from webhook.admission.patch import PatchSpec, release_patch, toleration_for
-from webhook.admission.quotas import check_quotas
+from webhook.admission.choice import RELEASE, Ahead, choose, release_to
+from webhook.admission.decision import Candidate
+from webhook.admission.groups import pods_at_once
+from webhook.admission.patch import PatchSpec, release_patch
+from webhook.admission.pieces import patched_info
+from webhook.admission.prepared import prepare_view
 from webhook.admission.request import GpuRequest
 from webhook.admission.verdict import Verdict
-from webhook.domain.model import QUEUE_GATE, PodInfo, PodKey, PoolKey, Toleration, Tolerations
+from webhook.domain.model import PodInfo, PodKey, PoolKey
 from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
 from webhook.pools.memo import NO_MEMO, Memo
 from webhook.queue.waiting import Queued
-
-QuotaKey = tuple[str, ...]  # ("class", ns, class) | ("memory", ns) | ("quota", ns, resource)
 
 
 class Release(NamedTuple):
@@ -66,23 +65,15 @@ class Plan(NamedTuple):
     waits: list[Wait]
 
 
-PAUSE_EVERY = 16  # Pods decided between two calls of decide_prepared's `pause`
+PAUSE_EVERY = 16  # Pods decided between two calls of decide_batch's `pause`
 
 
 def _stay() -> None:
     return None
 
 
-class _Blocked:
-    """What the Pods that could not go yet want: later Pods leave it to them."""
-
-    def __init__(self) -> None:
-        self.pools: set[PoolKey] = set()
-        self.quotas: set[QuotaKey] = set()
-
-
-class Prepared(NamedTuple):
-    """The waiting Pods with their requests, read without the index (`prepare`): what `decide_prepared`
+class Batch(NamedTuple):
+    """The waiting Pods with their requests, read without the index (`read_batch`): what `decide_batch`
     decides under the inventory's lock."""
 
     pods: list[tuple[Queued, GpuRequest]]  # in release order
@@ -92,16 +83,16 @@ class Prepared(NamedTuple):
 
 def plan(queued: list[Queued], index: PoolIndex, policy: Policy, *, shapes: Memo = NO_MEMO, limit: int = 1000) -> Plan:
     """Decide the queue in order: at most `limit` releases, each applied to `index` as it is decided."""
-    return decide_prepared(prepare(queued, policy, shapes), index, policy, limit=limit)
+    return decide_batch(read_batch(queued, policy, shapes), index, policy, limit=limit)
 
 
-def prepare(queued: list[Queued], policy: Policy, shapes: Memo = NO_MEMO) -> Prepared:
+def read_batch(queued: list[Queued], policy: Policy, shapes: Memo = NO_MEMO) -> Batch:
     """The requests of the waiting Pods (in their order), as admission reads them; no index, no lock."""
     pods: list[tuple[Queued, GpuRequest]] = []
     gangs: dict[tuple[str, str], list[tuple[Queued, GpuRequest]]] = {}
     invalid: list[Wait] = []
     # Per shape, not per Pod: the request (which only the shape and the policy make), and in
-    # decide_prepared a shape's wait. Keyed by the shape's identity, as webhook.queue.waiting shares one
+    # decide_batch a shape's wait. Keyed by the shape's identity, as webhook.queue.waiting shares one
     # object per distinct shape (equal shapes that are not one object are decided once each: slower, never
     # wrong); the shapes live as long as `queued` does, so no id is reused meanwhile.
     requests: dict[int, GpuRequest | Verdict] = {}
@@ -116,39 +107,39 @@ def prepare(queued: list[Queued], policy: Policy, shapes: Memo = NO_MEMO) -> Pre
         if req.group.size and q.view.group:
             gangs.setdefault((q.key[0], q.view.group), []).append((q, req))
         pods.append((q, req))
-    return Prepared(pods, gangs, invalid)
+    return Batch(pods, gangs, invalid)
 
 
-def decide_prepared(
-    prepared: Prepared, index: PoolIndex, policy: Policy, *, limit: int = 1000, pause: Callable[[], None] = _stay
+def decide_batch(
+    batch: Batch, index: PoolIndex, policy: Policy, *, limit: int = 1000, pause: Callable[[], None] = _stay
 ) -> Plan:
-    """`plan` for Pods prepared already. `pause` is called between Pods: the runner lets go of the
+    """`plan` for a batch read already. `pause` is called between Pods: the runner lets go of the
     inventory's lock there now and then, so that a long queue holds up neither the watch nor admissions.
     Whatever changed meanwhile, the pass stays exact: each Pod is looked up in the index when its turn
     comes (a Pod released or deleted meanwhile is passed over), every decision reads the index as it is
     then, and what earlier Pods wait for stays theirs for the rest of the pass."""
-    blocked = _Blocked()
+    ahead = Ahead()  # what the Pods decided before wait for stays theirs
     releases: list[Release] = []
-    waits = list(prepared.invalid)
+    waits = list(batch.invalid)
     judged_gangs: set[tuple[str, str]] = set()
     # A Pod that waits makes every later Pod of its shape wait too: within a pass room and quota only get
     # taken, and what it waits for stays blocked. So a saturated fleet's pass decides each shape once, not
     # each Pod.
-    shape_waits: dict[int, Wait] = {}  # by the shape's identity, as in `prepare`
-    for i, (q, req) in enumerate(prepared.pods):
+    shape_waits: dict[int, Wait] = {}  # by the shape's identity, as in `read_batch`
+    for i, (q, req) in enumerate(batch.pods):
         if len(releases) >= limit:
             break
         if not i % PAUSE_EVERY:
             pause()
-        if not index.is_queued(q.key):
+        if not index.usage.is_queued(q.key):
             continue  # released already (by this leader's last pass, or another): the watch catches up
         if req.group.size and q.view.group:
             gang_key = (q.key[0], q.view.group)
             if gang_key in judged_gangs:
                 continue
             judged_gangs.add(gang_key)  # judged once, for all its members
-            members = [m for m in prepared.gangs[gang_key] if index.is_queued(m[0].key)]
-            outcome = _gang(members, req.group.size, index, policy, blocked)
+            members = [m for m in batch.gangs[gang_key] if index.usage.is_queued(m[0].key)]
+            outcome = _gang(members, req.group.size, index, policy, ahead)
             if isinstance(outcome, Wait):
                 waits.extend(Wait(m, outcome.code, outcome.reason) for m, _ in members)
             else:
@@ -158,7 +149,7 @@ def decide_prepared(
         if earlier is not None:
             waits.append(Wait(q, earlier.code, earlier.reason))
             continue
-        one = _one(q, req, index, policy, blocked)
+        one = _one(q, req, index, policy, ahead)
         if isinstance(one, Release):
             releases.append(one)
         else:
@@ -168,48 +159,27 @@ def decide_prepared(
     return Plan(releases, waits)
 
 
-def _one(q: Queued, req: GpuRequest, index: PoolIndex, policy: Policy, blocked: _Blocked) -> Release | Wait:
-    decision = decide(req, index, policy)
-    if q.view.group:  # siblings stay together (webhook.admission.groups), as at admission
-        decision, _ = decide_for_group(decision, req, q.view.group, index, policy)
-    ordered = _ordered(decision)
-    if not ordered:
-        if decision.denial_reason in ("class-quota", "memory-quota"):
-            blocked.quotas |= _quota_keys(req, [r.pool for r in decision.rejections], policy, index)
-            return Wait(q, "quota", decision.denial)
-        return Wait(q, "capacity", decision.denial or "no pool it may use is left")
-    behind: list[PoolKey] = []
-    for c in ordered:
-        if not c.fits:
-            continue
-        if c.pool in blocked.pools or _quota_keys(req, [c.pool], policy, index) & blocked.quotas:
-            behind.append(c.pool)
-            continue
-        over = check_quotas(req, index, policy, c.resource, use="charged")
-        if over:
-            blocked.quotas |= _quota_keys(req, [c.pool], policy, index)
-            return Wait(q, "quota", over)
-        return _apply(q, req, c, index)
-    if behind:
-        return Wait(q, "behind", f"behind Pods of higher priority or older that wait for {_pools(behind)}")
-    blocked.pools |= {c.pool for c in ordered}
-    return Wait(q, "capacity", f"no node of {_pools([c.pool for c in ordered])} has {req.pod_total} free now")
+def _one(q: Queued, req: GpuRequest, index: PoolIndex, policy: Policy, ahead: Ahead) -> Release | Wait:
+    choice = choose(req, q.view, index, policy, ahead.mode)
+    if choice.chosen is not None:
+        return _apply(q, req, choice.chosen, index)
+    ahead.take(req, choice, index, policy)
+    return Wait(q, choice.wait or "capacity", choice.denial)
 
 
 def _gang(
-    members: list[tuple[Queued, GpuRequest]], size: int, index: PoolIndex, policy: Policy, blocked: _Blocked
+    members: list[tuple[Queued, GpuRequest]], size: int, index: PoolIndex, policy: Policy, ahead: Ahead
 ) -> list[Release] | Wait:
     """The gang's waiting members, all to one pool where they fit at once, or why they wait."""
     q0, req0 = members[0]
-    placed = sum(index.group_pools(q0.key[0], q0.view.group).values())
+    placed = sum(index.usage.group_pools(q0.key[0], q0.view.group).values())
     if placed + len(members) < size:
         return Wait(q0, "gang", f"group {q0.view.group}: {placed + len(members)} of {size} Pods exist")
-    decision = decide(req0, index, policy)
-    decision, _ = decide_for_group(decision, req0, q0.view.group, index, policy)
-    ordered = _ordered(decision)
+    # The pools in the order its first member would try them (its group's pool first).
+    ordered = choose(req0, q0.view, index, policy, RELEASE).candidates
     total = sum(req.pod_total for _, req in members)
     for c in ordered:
-        if c.pool in blocked.pools or pods_at_once(c, req0.pod_total) < len(members):
+        if c.pool in ahead.pools or pods_at_once(c, req0.pod_total) < len(members):
             continue
         done: list[Release] = []
         for q, req in members:
@@ -221,7 +191,7 @@ def _gang(
             return done
         for release in reversed(done):  # not all of them fit together: none goes
             settle(index, release, None)
-    blocked.pools |= {c.pool for c in ordered}
+    ahead.take_room(c.pool for c in ordered)
     return Wait(
         q0, "capacity", f"group {q0.view.group}: no pool has room for its {len(members)} Pods ({total} devices) at once"
     )
@@ -229,71 +199,29 @@ def _gang(
 
 def _to_pool(q: Queued, req: GpuRequest, pool: PoolKey, index: PoolIndex, policy: Policy) -> Release | None:
     """The Pod released to `pool` if it fits there now within its quotas, applied to the index; else None."""
-    c = next((c for c in decide(req, index, policy).candidates if c.pool == pool), None)
-    if c is None or not c.fits or check_quotas(req, index, policy, c.resource, use="charged"):
-        return None
-    return _apply(q, req, c, index)
-
-
-def _ordered(decision: Decision) -> list[Candidate]:
-    """The candidates in the order to try: the decision's choice first (a group's pool), then by rank."""
-    candidates = list(decision.candidates)
-    chosen = decision.chosen
-    if chosen is not None and chosen in candidates:
-        candidates.remove(chosen)
-        candidates.insert(0, chosen)
-    return candidates
+    chosen = choose(req, q.view, index, policy, release_to(pool)).chosen
+    return _apply(q, req, chosen, index) if chosen is not None else None
 
 
 def _apply(q: Queued, req: GpuRequest, c: Candidate, index: PoolIndex) -> Release:
-    """The release to candidate `c`, applied to the index as the Pod will be once released."""
+    """The release to candidate `c`, applied to the index as the Pod will be once released: the patch sent,
+    applied to the Pod as the index counts it."""
     spec = PatchSpec(c.constraint, c.gpu_taints, req.container_index, c.resource, 0, str(c.pool))
     patch = release_patch(q.view.shape, spec, q.resource_version)
-    info = q.info
-    tolerations = info.tolerations or Tolerations()
-    added = tuple(Toleration(**toleration_for(t)) for t in c.gpu_taints if not tolerations.tolerates(t))
-    merged = {**info.node_selector, **dict(c.constraint.selector)}
-    released = replace(
-        info,
-        pool=str(c.pool),
-        node_selector=merged,
-        requirements=info.requirements.within(c.constraint),
-        tolerations=Tolerations((*tolerations.items, *added)),
-        gates=tuple(g for g in info.gates if g != QUEUE_GATE),
-    )
-    before = index.pod_info(q.key)
+    released = patched_info(q.info, patch)
+    before = index.usage.pod_info(q.key)
     index.upsert_pod(released, q.key)
-    return Release(q, c.pool, patch, released, before)
+    return Release(q, c.pool, list(patch.ops), released, before)
 
 
 def settle(index: PoolIndex, release: Release, answer: PodInfo | None) -> None:
     """After the write: the index counts the Pod as the API answered (`answer`), or, when the write failed
     (None), as the index counted it when the release was decided (which may be newer than the queue's
     view of it: the watch updates the index first); unless the watch has shown a newer version since."""
-    if index.pod_info(release.queued.key) is not release.released:
+    if index.usage.pod_info(release.queued.key) is not release.released:
         return  # the watch was faster: what it showed stands
     before = release.before if release.before is not None else release.queued.info
     index.upsert_pod(answer if answer is not None else before, release.queued.key)
-
-
-def _quota_keys(req: GpuRequest, pools: list[PoolKey], policy: Policy, index: PoolIndex) -> set[QuotaKey]:
-    """The quotas of the Pod's namespace a release to one of `pools` would take from."""
-    ns = req.namespace
-    rule = policy.namespace(ns)
-    keys: set[QuotaKey] = {("class", ns, p.gpu_class) for p in pools if p.gpu_class in rule.class_quota}
-    if rule.memory_quota_mib is not None:
-        keys.add(("memory", ns))
-    limited = {k for q in index.quotas(ns) for k in q.hard}
-    for p in pools:
-        resource = p.resource or policy.vendors[p.vendor].resource
-        if {resource, f"limits.{resource}"} & limited:
-            keys.add(("quota", ns, resource))
-    return keys
-
-
-def _pools(pools: list[PoolKey]) -> str:
-    names = sorted({p.product for p in pools})
-    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
 def waiting_reasons(waits: list[Wait]) -> dict[PodKey, Wait]:

@@ -5,8 +5,8 @@ on the same Lease: exactly one process in the cluster leads, the others only ans
 leader keeps no state of its own that another replica would need: released Pods carry
 `gpupool.io/pool` and no gate, queued Pods their gate, so a new leader carries on from its own watch.
 
-A pass (webhook.queue.release: `prepare` the requests, outside the inventory's lock, then
-`decide_prepared` under it, letting go of it every BREATHE_SECONDS so a long queue holds up neither the
+A pass (webhook.queue.release: `read_batch` the requests, outside the inventory's lock, then
+`decide_batch` under it, letting go of it every BREATHE_SECONDS so a long queue holds up neither the
 watch nor this replica's admissions) decides the queue in order and applies each release to the index
 at once; the writes follow outside the lock, `WRITERS` in flight at a time (a
 release waits on the API's round trip, not on this process, so one at a time would cap the releases at
@@ -40,7 +40,7 @@ from webhook.pools.index import PoolIndex
 from webhook.pools.kubeobj import pod_from_obj
 from webhook.pools.memo import Memo
 from webhook.queue.leader import Elector
-from webhook.queue.release import Release, Wait, decide_prepared, prepare, settle
+from webhook.queue.release import Release, Wait, decide_batch, read_batch, settle
 from webhook.queue.waiting import Backlog, Waiting, is_queued
 from webhook.sources.writes import Conflict, Event, Gone, Refused, Released, ReleaseResult
 
@@ -54,7 +54,7 @@ BREATHE_SECONDS = 0.002  # a pass lets go of the inventory's lock this often (se
 WRITERS = 8  # release PATCHes in flight at once (the API client's connection pool holds them: live.api_client)
 
 
-class Inventory(Protocol):
+class QueueInventory(Protocol):
     """What the runner needs of the live inventory (webhook.sources.live.LiveInventory)."""
 
     policy: Policy
@@ -126,9 +126,9 @@ class PassResult(NamedTuple):
 
 
 class Runner:
-    def __init__(
+    def __init__(  # noqa: PLR0913 (a constructor: its parts and injectable clocks, by keyword)
         self,
-        inventory: Inventory,
+        inventory: QueueInventory,
         waiting: Waiting,
         elector: Elector,
         releaser: Releaser,
@@ -137,7 +137,7 @@ class Runner:
         metrics: QueueMetrics | None = None,
         limiter: TokenBucket = UNLIMITED,
         clock: Callable[[], float] = time.monotonic,
-        policy: Callable[[Inventory], Policy] = lambda inventory: inventory.policy,
+        policy: Callable[[QueueInventory], Policy] = lambda inventory: inventory.policy,
         writers: int = WRITERS,
     ) -> None:
         """`policy` gives the policy a pass on the runner's inventory decides by: the inventory's own by
@@ -146,7 +146,7 @@ class Runner:
         self.inventory, self.waiting, self.elector = inventory, waiting, elector
         self._policy = policy
         self._rebind_lock = threading.Lock()
-        self._next: tuple[Inventory, Waiting] | None = None  # to follow from the next pass on (`rebind`)
+        self._next: tuple[QueueInventory, Waiting] | None = None  # to follow from the next pass on (`rebind`)
         self._releaser, self._events = releaser, events
         self._metrics = metrics or NoMetrics()
         self._clock = clock
@@ -173,7 +173,7 @@ class Runner:
             self._threads.append(thread)
         return self
 
-    def rebind(self, inventory: Inventory, waiting: Waiting) -> None:
+    def rebind(self, inventory: QueueInventory, waiting: Waiting) -> None:
         """Follow another inventory and its queue (read again for a new policy, and ready) from the next
         pass on, still leading: a pass under way finishes on the old one."""
         with self._rebind_lock:
@@ -283,10 +283,10 @@ class Runner:
         policy = self._policy(self.inventory)
         if policy is not self._shapes_for:
             self._shapes, self._shapes_for = Memo(), policy
-        prepared = prepare(self.waiting.ordered(), policy, self._shapes)
+        batch = read_batch(self.waiting.ordered(), policy, self._shapes)
         held = self.inventory.read()
         with held as index:
-            decided = decide_prepared(prepared, index, policy, limit=BATCH, pause=_Breather(held, self._clock))
+            decided = decide_batch(batch, index, policy, limit=BATCH, pause=_Breather(held, self._clock))
             self._changes_seen = index.changes
         self._tell_queued(decided.waits)
         released += self._send_all(decided.releases)
@@ -404,7 +404,7 @@ class Runner:
 
 
 class _Breather:
-    """decide_prepared's `pause`: lets go of the inventory's lock once it has held it for BREATHE_SECONDS,
+    """decide_batch's `pause`: lets go of the inventory's lock once it has held it for BREATHE_SECONDS,
     so the watch and this replica's admissions get in between the Pods of a long pass."""
 
     def __init__(self, held: AbstractContextManager[PoolIndex], clock: Callable[[], float]) -> None:

@@ -1,7 +1,7 @@
 """The Pods waiting in the queue, kept from the inventory's own watch (no list of their own), in order.
 
 A Pod waits while it has the scheduling gate `gpupool.io/queue` that admission gave it
-(webhook.admission.queueing); it leaves when the gate is gone (released, by this leader or another), or
+(webhook.admission.queued); it leaves when the gate is gone (released, by this leader or another), or
 the Pod is deleted. The order is the one the leader releases in: `spec.priority` descending, then
 creation time, then namespace and name.
 

@@ -77,7 +77,7 @@ class MetricsText:
 class HealthServer:
     """Binds at construction (so a busy port fails before gunicorn starts); serves after `start()`."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (a constructor: the health port's limits, by keyword)
         self,
         host: str,
         port: int,

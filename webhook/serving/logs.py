@@ -78,7 +78,7 @@ def _write_stderr(line: bytes) -> None:
         view = view[os.write(2, view) :]
 
 
-def admission_fields(
+def admission_fields(  # noqa: PLR0913 (one log line's fields, each by keyword)
     *,
     uid: str,
     namespace: str,

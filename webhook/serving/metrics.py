@@ -30,7 +30,7 @@ import webhook
 from webhook.domain.policy import Policy
 from webhook.domain.quantity import MIB
 from webhook.pools.inventory import Inventory
-from webhook.pools.quotas import QuotaRow, quota_rows, unenforced
+from webhook.pools.quotas.report import QuotaRow, quota_rows, unenforced
 from webhook.queue.waiting import Backlog
 from webhook.serving.certs import CertificateExpiry
 
@@ -299,9 +299,9 @@ class Metrics:
                 return
             with inventory.read() as view:
                 policy = policy or view.policy
-                stats = view.pool_stats()
-                self.reservations.set(view.reservations)
-                self.quotas_unenforced.set(sum(1 for q in view.all_quotas() if unenforced(q, policy)))
+                stats = view.capacity.pool_stats()
+                self.reservations.set(view.usage.reservations)
+                self.quotas_unenforced.set(sum(1 for q in view.quotas.all() if unenforced(q, policy)))
                 rows = quota_rows(view, policy)
             self.inventory_stale.set(1 if age > policy.defaults.stale_after_seconds else 0)
             self._refresh_quotas(rows)

@@ -117,7 +117,7 @@ class PolicyReloader:
 
     `reloaded(ok)` is told of every change taken into use (True) or refused (False), for the metrics."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (a constructor: injectable clocks and callbacks, by keyword)
         self,
         file: PolicyFile,
         admitter: Admitter,
@@ -197,7 +197,7 @@ class PolicyReloader:
         current = self._admitter.inventory
         if self._clock() < pending.deadline:
             with current.read() as index:
-                if index.reservations:
+                if index.usage.reservations:
                     return  # some may predate the mirroring: wait until they are matched or expire
         self._pending = None
         self._admitter.use(pending.version.policy, pending.inventory)

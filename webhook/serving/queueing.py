@@ -23,8 +23,7 @@ from webhook.admission.core import Admitter
 from webhook.domain.policy import Policy
 from webhook.pools.inventory import Inventory
 from webhook.queue.leader import Elector
-from webhook.queue.runner import Inventory as QueueInventory
-from webhook.queue.runner import QueueMetrics, Runner, TokenBucket
+from webhook.queue.runner import QueueInventory, QueueMetrics, Runner, TokenBucket
 from webhook.queue.waiting import Waiting
 from webhook.sources.live import LiveInventory
 from webhook.sources.open import reopen_inventory

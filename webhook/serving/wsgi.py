@@ -123,7 +123,7 @@ class Reply(NamedTuple):
     close: bool  # close the connection after them
 
 
-def respond(
+def respond(  # noqa: PLR0913 (one request's connection, app and environ, by keyword)
     http: HttpConnection,
     request: Request,
     *,

@@ -26,7 +26,7 @@ from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
 from webhook.pools.inventory import LockedIndex
 from webhook.pools.kubeobj import gpu_names, node_from_obj, quota_from_obj
-from webhook.pools.quotas import unenforced
+from webhook.pools.quotas.report import unenforced
 from webhook.sources.reflector import Reflector, ReflectorConfig
 
 log = logging.getLogger("gpupool.inventory")
@@ -190,15 +190,15 @@ class LiveInventory(LockedIndex):
                 node,
                 lambda page: index.upsert_nodes(value for _, value in page),
                 index.remove_nodes,
-                index.node_names,
+                index.capacity.node_names,
             ),
             PODS: _Kind(
                 pod,
                 index.upsert_pods,  # a GPU-less Pod projects to None: nothing to hold
                 lambda keys: index.upsert_pods((key, None) for key in keys),
-                index.pod_keys,  # a new set already
+                index.usage.pod_keys,  # a new set already
             ),
-            QUOTAS: _Kind(quota, self._upsert_quotas, self._remove_quotas, index.quota_keys),
+            QUOTAS: _Kind(quota, self._upsert_quotas, self._remove_quotas, index.quotas.keys),
         }
 
     def _upsert_quotas(self, page: list[tuple[Any, Any]]) -> None:

@@ -14,7 +14,7 @@ from webhook.sources.live import InventoryConnectError, LiveInventory, Observer
 from webhook.sources.snapshot import SnapshotInventory
 
 
-def open_inventory(
+def open_inventory(  # noqa: PLR0913 (every command's inventory-source flags, by keyword)
     policy: Policy,
     *,
     snapshot: str | None,

@@ -93,7 +93,7 @@ class Churn:
     scheduler).
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (the simulator's churn settings, by keyword)
         self,
         store: Store,
         rate: float,

@@ -69,7 +69,7 @@ def serve_watch(
     handler.close_connection = True
 
 
-def _stream(
+def _stream(  # noqa: PLR0913 (one watch request's parameters, by keyword)
     handler: BaseHandler,
     state: ApiState,
     stream: WatchStream,

@@ -95,7 +95,7 @@ class CertReport:
         return any(f.action is not Action.KEPT for f in self.files)
 
 
-def ensure_certificates(
+def ensure_certificates(  # noqa: PLR0913 (the certs command's flags)
     out_dir: Path,
     service: str,
     namespace: str,
@@ -188,7 +188,7 @@ def _ca_renewal_reason(
     return _expiry_reason(cert, now, renew_within)
 
 
-def _serving_renewal_reason(
+def _serving_renewal_reason(  # noqa: PLR0913 (every input of the renewal rule, by keyword)
     cert: x509.Certificate,
     key: PrivateKey,
     *,

@@ -1,6 +1,6 @@
 """Every quota gpupool checks, as the admin sees it (`gpupool quota`, the quota metrics), and the
-ResourceQuotas that do not do what their author meant (warnings). The check on admission is
-webhook.admission.quotas.
+ResourceQuotas that do not do what their author meant (warnings). The checks themselves are
+webhook.pools.quotas.checks.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from typing import Literal, NamedTuple
 from webhook.domain.model import QuotaInfo
 from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
+from webhook.pools.quotas.forms import counted_by_gpupool, enforced, forms, is_enforced, resource_of
 
 KUBERNETES_AND_GPUPOOL = "Kubernetes and gpupool"
 GPUPOOL_ONLY = "gpupool only"
@@ -39,31 +40,31 @@ def quota_rows(index: PoolIndex, policy: Policy, namespace: str | None = None) -
     or memory the namespace holds for the policy's quotas. A Pod is admitted when used + pending +
     requested ≤ hard. Quotas with scopes are left out: gpupool does not check them."""
     rows: list[QuotaRow] = []
-    quotas = index.quotas(namespace) if namespace is not None else index.all_quotas()
+    quotas = index.quotas.of(namespace) if namespace is not None else index.quotas.all()
     enforce_all = policy.defaults.enforce_all_gpu_quota_forms
     for q in quotas:
         if q.scoped:
             continue
         for r in gpu_resources_of(q, policy):
-            pending = index.reserved(q.namespace, r)
-            for key in (f"requests.{r}", r, f"limits.{r}"):
+            pending = index.usage.reserved(q.namespace, r)
+            for key in forms(r):
                 if key not in q.hard:
                     continue
-                if key.startswith("requests."):
+                if is_enforced(key):
                     used, who = q.used.get(key, 0), KUBERNETES_AND_GPUPOOL
                 else:
-                    used, who = index.requested(q.namespace, r), GPUPOOL_ONLY if enforce_all else NOBODY
+                    used, who = index.usage.requested(q.namespace, r), GPUPOOL_ONLY if enforce_all else NOBODY
                 rows.append(QuotaRow(q.namespace, q.name, key, used, pending, q.hard[key], "gpus", who))
     for ns, rule in policy.namespaces.items():
         if namespace is not None and ns != namespace:
             continue
         for gpu_class, hard in rule.class_quota.items():
-            pending = index.class_pending(ns, gpu_class)
-            used = index.class_used(ns, gpu_class) - pending
+            pending = index.usage.class_pending(ns, gpu_class)
+            used = index.usage.class_used(ns, gpu_class) - pending
             rows.append(QuotaRow(ns, CLASS_QUOTA, gpu_class, used, pending, hard, "gpus", GPUPOOL_ONLY))
         if rule.memory_quota_mib is not None:
-            pending = index.memory_pending(ns)
-            used = index.memory_used(ns) - pending
+            pending = index.usage.memory_pending(ns)
+            used = index.usage.memory_used(ns) - pending
             rows.append(
                 QuotaRow(ns, MEMORY_QUOTA, GPU_MEMORY, used, pending, rule.memory_quota_mib, "MiB", GPUPOOL_ONLY)
             )
@@ -72,7 +73,7 @@ def quota_rows(index: PoolIndex, policy: Policy, namespace: str | None = None) -
 
 def gpu_resources_of(quota: QuotaInfo, policy: Policy) -> list[str]:
     """The GPU resources (MIG instances included) a quota's hard names, in any form, sorted."""
-    named = {key.removeprefix("requests.").removeprefix("limits.") for key in quota.hard}
+    named = {resource_of(key) for key in quota.hard}
     return sorted(r for r in named if policy.vendor_of(r) is not None)
 
 
@@ -87,10 +88,10 @@ def unenforced(quota: QuotaInfo, policy: Policy) -> list[str]:
     )
     return [
         f"quota {quota.namespace}/{quota.name}: '{key}: {quota.hard[key]}' is not enforced by Kubernetes for "
-        f"extended resources; {who}; write 'requests.{r}: {quota.hard[key]}'"
+        f"extended resources; {who}; write '{enforced(r)}: {quota.hard[key]}'"
         for r in gpu_resources_of(quota, policy)
-        if f"requests.{r}" not in quota.hard
-        for key in (r, f"limits.{r}")
+        if enforced(r) not in quota.hard
+        for key in counted_by_gpupool(r)
         if key in quota.hard
     ]
 
@@ -98,7 +99,7 @@ def unenforced(quota: QuotaInfo, policy: Policy) -> list[str]:
 def quota_warnings(index: PoolIndex, policy: Policy) -> list[str]:
     """Quotas on GPU resources that do not do what their author meant."""
     warnings = []
-    for q in sorted(index.all_quotas(), key=lambda q: (q.namespace, q.name)):
+    for q in sorted(index.quotas.all(), key=lambda q: (q.namespace, q.name)):
         warnings.extend(unenforced(q, policy))
         if q.scoped:
             warnings.append(f"quota {q.namespace}/{q.name}: has scopes; gpupool does not check it (Kubernetes does)")

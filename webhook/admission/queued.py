@@ -15,13 +15,12 @@ is released (webhook.pools.claims).
 from __future__ import annotations
 
 from webhook.admission import verdict
-from webhook.admission.decision import Candidate, Decision
+from webhook.admission.choice import Choice
 from webhook.admission.hints import hinted
 from webhook.admission.patch import queue_patch
 from webhook.admission.pod import PodView
-from webhook.admission.quotas import hard_limit_problem
 from webhook.admission.request import GpuRequest
-from webhook.admission.verdict import Reason, Verdict
+from webhook.admission.verdict import Verdict
 from webhook.domain.devices import NOUNS
 from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
@@ -29,29 +28,18 @@ from webhook.pools.memo import NO_MEMO, Memo
 
 
 def queue_verdict(
-    view: PodView, req: GpuRequest, decision: Decision, policy: Policy, index: PoolIndex, *, shapes: Memo = NO_MEMO
+    view: PodView, req: GpuRequest, choice: Choice, policy: Policy, index: PoolIndex, *, shapes: Memo = NO_MEMO
 ) -> Verdict:
-    """The verdict for a Pod the policy sends to the queue. `decision` is taken without the quotas the
-    namespace uses now (webhook.admission.decision.decide(..., quotas=False)): only their hard limits
-    count here. A Pod no pool could ever hold is told the annotation value that would queue it, if one
-    would (webhook.admission.hints)."""
+    """The verdict for a Pod the policy sends to the queue, from its choice in QUEUE mode
+    (webhook.admission.choice): only the quotas' hard limits count here. A Pod no pool could ever hold is
+    told the annotation value that would queue it, if one would (webhook.admission.hints)."""
+    decision = choice.decision
     if not decision.candidates:
-        message = hinted(decision, req, view, index, policy, shapes=shapes, queued=True)
-        return verdict.deny(message, reasons=decision.explain(), reason=decision.denial_reason or "no-match")
-    problems: list[tuple[str, Reason]] = []
-    kept: list[Candidate] = []
-    for candidate in decision.candidates:
-        problem = hard_limit_problem(
-            req, candidate.pool, index, policy, resource=candidate.resource, memory_mib=candidate.memory_mib
-        )
-        if problem[0]:
-            problems.append(problem)
-        else:
-            kept.append(candidate)
-    if not kept:
-        message, reason = problems[0]
-        return verdict.deny(f"{message}; the Pod could never be released from the queue", reason=reason)
-    best = kept[0]  # the ranking's first: its device resource is fixed now
+        message = hinted(choice, req, view, index, policy, shapes=shapes)
+        return verdict.deny(message, reasons=decision.explain(), reason=choice.reason)
+    best = choice.chosen  # the ranking's first within every hard limit: its device resource is fixed now
+    if best is None:
+        return verdict.deny(f"{choice.denial}; the Pod could never be released from the queue", reason=choice.reason)
     patch = queue_patch(view.shape, req.container_index, best.resource, req.count)
     noun = "GPUs" if best.kind == "gpu" else f"{NOUNS[best.kind]}s"
     waits = (

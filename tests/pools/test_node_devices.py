@@ -16,8 +16,8 @@ from tests.builders import (
     renamed_shared_node,
     shared_node,
 )
-from webhook.pools.devices import Device, node_devices
 from webhook.pools.kubeobj import node_from_obj
+from webhook.pools.node_devices import Device, node_devices
 
 POLICY = policy()
 NVIDIA = POLICY.vendors["nvidia"]

@@ -95,10 +95,8 @@ def node_devices(node: NodeInfo, vendor: VendorPolicy, policy: Policy) -> tuple[
         else:
             # With the replicas on a resource of their own, the sharing labels describe those, not these.
             sharing = f"{resource}{vendor.shared_suffix}" not in renamed
-            devices.append(_whole_device(node, vendor, policy, raw, resource, labelled=resource if sharing else ""))
-    devices.extend(
-        _whole_device(node, vendor, policy, raw, r, labelled=vendor.renamed(r), renamed=True) for r in renamed
-    )
+            devices.append(_whole_device(node, vendor, policy, resource, labelled=resource if sharing else ""))
+    devices.extend(_whole_device(node, vendor, policy, r, labelled=vendor.renamed(r), renamed=True) for r in renamed)
     devices.extend(_partition_device(node, vendor, resource, parts.model) for resource in partitions)
     return devices, problems
 
@@ -107,7 +105,6 @@ def _whole_device(
     node: NodeInfo,
     vendor: VendorPolicy,
     policy: Policy,
-    raw: str,
     resource: str,
     *,
     labelled: str,
@@ -118,6 +115,7 @@ def _whole_device(
     are keyed by, "" when they describe another resource; `renamed`: the resource carries replicas only
     (GFD's renameByDefault puts them on `nvidia.com/gpu.shared`, and leaves the product unsuffixed)."""
     labels = node.labels
+    raw = labels.get(vendor.product_label, "").strip()
     parts = split_product(raw)
     replicas = _number(labels.get(f"{labelled}.replicas", "")) if labelled else 0
     strategy = labels.get(f"{labelled}.sharing-strategy", "") if labelled else ""
