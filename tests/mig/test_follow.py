@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tests.mig.configs import A100_80
 from tests.mig.planning import LAYOUTS
-from webhook.mig.follow import DONE, FAILED, IN_FLIGHT, STUCK, SUPERSEDED, shows, status
+from webhook.mig.follow import DONE, FAILED, IN_FLIGHT, STUCK, SUPERSEDED, Asked, shows, status
 
 THREE_G = LAYOUTS.usable(A100_80, 2)["all-3g.40gb"]
 MIXED = {"nvidia.com/mig.strategy": "mixed", "nvidia.com/gpu.product": A100_80}
@@ -13,7 +13,7 @@ MIXED = {"nvidia.com/mig.strategy": "mixed", "nvidia.com/gpu.product": A100_80}
 def at(now: float, **kw: object) -> str:
     fields: dict[str, object] = {"label": "all-3g.40gb", "state": "success", "shown": False}
     fields.update(kw)
-    return status("all-3g.40gb", 1000.0, now=now, timeout_seconds=900.0, **fields)  # type: ignore[arg-type]
+    return status(Asked("all-3g.40gb", 1000.0), now=now, timeout_seconds=900.0, **fields)  # type: ignore[arg-type]
 
 
 def test_success_is_done_only_once_the_labels_show_the_layout() -> None:

@@ -12,6 +12,7 @@ gpupool asked for means someone else changed it (superseded: gpupool leaves the 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import NamedTuple
 
 from webhook.mig.layouts import Yield
 
@@ -20,9 +21,15 @@ STRATEGY_LABEL = "nvidia.com/mig.strategy"
 MIG_PREFIX = "nvidia.com/mig-"
 
 
+class Asked(NamedTuple):
+    """A change gpupool asked for: the layout name it set and when (its monotonic or wall clock, as `now`)."""
+
+    layout: str
+    at: float
+
+
 def status(
-    requested: str,
-    requested_at: float,
+    asked: Asked,
     *,
     label: str,
     state: str,
@@ -30,8 +37,9 @@ def status(
     now: float,
     timeout_seconds: float,
 ) -> str:
-    """The change to `requested` asked for at `requested_at`, as the node's `nvidia.com/mig.config`
+    """The change `asked` for, as the node's `nvidia.com/mig.config`
     (`label`), its state and whether its labels show the new layout (`shown`) say it stands."""
+    requested, requested_at = asked
     if label != requested:
         return SUPERSEDED
     if state == "failed":
