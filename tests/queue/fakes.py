@@ -31,6 +31,7 @@ class Inventory:
 
 class Leading:
     acquired_version = "1"
+    identity, term = "leader-1", 1  # its releases' fencing token: leader-1/1
 
     def leading(self) -> bool:
         return True

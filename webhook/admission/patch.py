@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from webhook.admission.fence import RELEASED_BY
 from webhook.admission.pieces import (
     NEW_TERM,
     AnnotationsAdded,
@@ -204,3 +205,21 @@ def release_patch(shape: PodShape, spec: PatchSpec, resource_version: str) -> Po
             GateRemoved(QUEUE_GATE, {"op": "remove", "path": f"/spec/schedulingGates/{gates.index(QUEUE_GATE)}"})
         )
     return PodPatch(tuple(pieces))
+
+
+def with_token(ops: list[Op], shape: PodShape, token: str) -> list[Op]:
+    """A release's ops with the queue's fencing token (webhook.admission.fence) added as the annotation
+    gpupool.io/released-by: into the annotations the release adds whole when the Pod has none, else as an
+    op of its own (an `add` that replaces a value the Pod came with)."""
+    out: list[Op] = []
+    placed = False
+    for op in ops:
+        whole = op.get("path") == "/metadata/annotations" and isinstance(op.get("value"), dict)
+        out.append({**op, "value": {**op["value"], RELEASED_BY: token}} if whole else op)
+        placed = placed or whole
+    if not placed:
+        if shape.annotations is None:
+            out.append({"op": "add", "path": "/metadata/annotations", "value": {RELEASED_BY: token}})
+        else:
+            out.append({"op": "add", "path": f"/metadata/annotations/{escape(RELEASED_BY)}", "value": token})
+    return out

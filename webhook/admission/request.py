@@ -19,6 +19,7 @@ from typing import TypeVar
 
 from webhook.admission import device_request
 from webhook.admission.device_request import DeviceError, device_resource, parse_device_request
+from webhook.admission.fence import MAX_TOKEN_CHARS
 from webhook.admission.pod import ContainerView, PodShape, shape_bytes
 from webhook.domain.affinity import NO_REQUIREMENTS, NodeRequirements
 from webhook.domain.groups import GROUP_POLICIES, MAX_GROUP_SIZE, NO_GROUP_RULE, GroupRule, valid_name
@@ -31,11 +32,13 @@ from webhook.domain.quantity import MIB, QuantityError, parse_bytes, parse_count
 CLASS, MEMORY, COUNT, PRODUCT = "gpu-class", "min-memory", "gpu-count", "gpu-product"
 DRIVER, VENDOR, CONTAINER, FALLBACK, POOL = "min-driver", "vendor", "container", "fallback", "pool"
 GROUP, GROUP_POLICY, GROUP_SIZE = "group", "group-policy", "group-size"
+RELEASED_BY = "released-by"  # the queue's fencing token (webhook.admission.fence): written by gpupool, not read here
 KNOWN: tuple[str, ...] = (CLASS, MEMORY, COUNT, PRODUCT, DRIVER, VENDOR, CONTAINER, FALLBACK, POOL, GROUP,
-                          GROUP_POLICY, GROUP_SIZE)  # fmt: skip
+                          GROUP_POLICY, GROUP_SIZE, RELEASED_BY)  # fmt: skip
 # The longest value each annotation accepts, checked before the value is parsed.
 MAX_CHARS = {CLASS: 256, MEMORY: 32, COUNT: 8, PRODUCT: 512, DRIVER: 32, VENDOR: 63, CONTAINER: 253,
-             FALLBACK: 8, POOL: 512, GROUP: MAX_GROUP_NAME, GROUP_POLICY: 16, GROUP_SIZE: 8}  # fmt: skip
+             FALLBACK: 8, POOL: 512, GROUP: MAX_GROUP_NAME, GROUP_POLICY: 16, GROUP_SIZE: 8,
+             RELEASED_BY: MAX_TOKEN_CHARS}  # fmt: skip
 KNOWN = (*KNOWN, *device_request.ANNOTATIONS)  # the device's kind, compute capability and CUDA
 MAX_CHARS |= device_request.MAX_CHARS
 # A request mirrors the shape it is read from (tuples of its entries, an index of its tolerations): a memo

@@ -33,6 +33,11 @@ Kubernetes forbids most of these changes itself (resources, nodeName) or allows 
 (tolerations; nodeSelector and node affinity while a Pod is gated); the check does not rely on that.
 Other scheduling gates are their own controllers' business: removing one neither releases a Pod gpupool
 holds nor moves it.
+
+**The release's fence.** An update that removes gpupool's gate and carries the queue's token
+(`gpupool.io/released-by`, webhook.admission.fence) commits only while the leader it names still holds
+the queue's Lease in that term: the `Fence` reads the Lease from the API during the call. A replica with
+no Lease to read (no live API) refuses such a release rather than let it through unchecked.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from typing import Any, NamedTuple
 
 from webhook.admission import verdict
 from webhook.admission.core import Admitter, loading_denial, place, reserve_for, stale_denial
+from webhook.admission.fence import RELEASED_BY, Fence
 from webhook.admission.pieces import (
     NEW_TERM,
     AnnotationsAdded,
@@ -235,9 +241,12 @@ class Validator:
     """The validating call's checks, bound to the Admitter the mutating call uses (its policy, inventory,
     shape memo and clock) and to who may change what gpupool guards."""
 
-    def __init__(self, admitter: Admitter, trusted: Trusted) -> None:
+    def __init__(self, admitter: Admitter, trusted: Trusted, fence: Fence | None = None) -> None:
+        """`fence` checks a release's token against the queue's Lease (None: no API to read it from, so
+        a release carrying a token is refused)."""
         self._admitter = admitter
         self.trusted = trusted
+        self.fence = fence
 
     def validate_create(self, pod: Any, *, namespace: str, dry_run: bool = False) -> Checked:
         """A Pod CREATE: the Pod as it will be stored, and its reservation confirmed or dropped."""
@@ -313,6 +322,9 @@ class Validator:
         if not changes:
             return Checked(verdict.allow("changes nothing gpupool guards"))
         if self.trusted.allows(caller):
+            fenced = self._fenced(new_view, (old_queued, new_queued))
+            if fenced:
+                return Checked(verdict.deny(fenced, reason="fenced"))
             return Checked(verdict.allow(f"{_cut(caller.username)} may change {_listed(changes)}"))
         why = " (gpupool releases a queued Pod once its pool has room)" if old_queued and not new_queued else ""
         return Checked(
@@ -322,6 +334,25 @@ class Validator:
                 f"{_listed(changes)}{why}",
                 reason="guarded",
             )
+        )
+
+    def _fenced(self, new: PodView, queued: tuple[bool, bool]) -> str:
+        """Why a release (the gate removed) must not commit: its token's leader no longer leads; "" when
+        it may, or when the update is no release or carries no token (a release by hand)."""
+        if not (queued[0] and not queued[1]):
+            return ""
+        token = dict(new.shape.annotations or ()).get(RELEASED_BY)
+        if token is None:
+            return ""
+        if self.fence is None:
+            why: str | None = "this replica has no Kubernetes API to read the queue's Lease from"
+        else:
+            why = self.fence.check(token)
+        if why is None:
+            return ""
+        return (
+            f"release refused: {RELEASED_BY} {_cut(token)} names a leader whose term is over ({why}); "
+            "the queue's current leader decides this Pod again"
         )
 
 

@@ -18,10 +18,11 @@ Outcome = Literal["mutated", "unchanged", "denied"]
 # Why a Pod was denied, for metrics and logs (the message is for people and may change).
 Reason = Literal[
     "", "invalid", "no-match", "no-capacity", "quota", "class-quota", "stale", "visible-devices", "bound-node",
-    "memory-quota", "group", "changed", "guarded", "loading",
+    "memory-quota", "group", "changed", "guarded", "loading", "fenced",
 ]  # fmt: skip
 # "changed": the Pod as it will be stored is not as gpupool placed it (webhook.admission.validation);
-# "guarded": an UPDATE changes what only gpupool may change on a GPU Pod.
+# "guarded": an UPDATE changes what only gpupool may change on a GPU Pod; "fenced": a release whose
+# leader's term is over (webhook.admission.fence).
 
 # Status codes on denials, as kube-apiserver passes them on to the user.
 CODE_INVALID = 400  # an annotation or the Pod itself is malformed

@@ -6,6 +6,9 @@ renews every retry period (2 s); a holder that has not renewed within the renew 
 last successful renewal stops leading at once, before anyone else may take the Lease (they wait the full
 duration after they last saw it change). A candidate takes part only once it is ready to release (its
 inventory has synced). Every write carries the resourceVersion it read, so two candidates never both win.
+A leader's term is the Lease's `leaseTransitions` while it holds it; its releases carry `<identity>/<term>`
+(webhook.admission.fence), which the validating webhook checks against the Lease as they commit, so a
+release that lands after its leader's term is refused.
 On `stop` the holder hands the Lease back (holder "", duration 1 s) so that the next replica of a rolling
 update takes over at once.
 
@@ -79,6 +82,7 @@ class Elector:
         self._observed_at = 0.0
         self._was_leading = False
         self.acquired_version = ""  # the Lease's resourceVersion when this candidate last took it over
+        self.term = 0  # the Lease's leaseTransitions while this candidate holds it: its releases' fencing token
 
     def leading(self) -> bool:
         with self._lock:
@@ -137,6 +141,7 @@ class Elector:
             return False
         with self._lock:
             self._valid_until = started + self.times.renew_deadline
+            self.term = written.transitions  # unchanged by a renewal; every change of holder adds one
         self._observed, self._observed_at = written, started
         if took_over:
             self.acquired_version = written.resource_version

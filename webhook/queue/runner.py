@@ -17,6 +17,10 @@ Pod changed; decided again next pass), a deletion (404) or a refusal, the Pod as
 answer is lost (a timeout) is looked up before it is undone, so a release that did happen is never
 counted as not.
 
+Each release carries this leader's fencing token (`gpupool.io/released-by: <identity>/<term>`,
+webhook.admission.fence): a release that commits after the term is over is refused by the validating
+webhook, so no two leaders' releases ever share a quota or room, however late a write lands.
+
 A new leader first waits until its Pod watch has caught up with the Lease it took (resourceVersions are
 etcd's revisions, so the watch has then seen every release its predecessor wrote), at most
 `CATCH_UP_SECONDS`; a leader stops writing as soon as it may have lost the Lease.
@@ -34,6 +38,8 @@ from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, Protocol
 
+from webhook.admission.fence import token
+from webhook.admission.patch import with_token
 from webhook.domain.model import PodKey
 from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
@@ -333,8 +339,11 @@ class Runner:
 
     def _send(self, release: Release) -> tuple[Release, ReleaseResult]:
         namespace, name = release.queued.key
+        # The fencing token of this leader's term, in the release itself: the validating webhook refuses
+        # the write if it commits once the term is over (webhook.admission.fence).
+        patch = with_token(release.patch, release.queued.view.shape, token(self.elector.identity, self.elector.term))
         try:
-            return release, self._releaser.release(namespace, name, release.patch)
+            return release, self._releaser.release(namespace, name, patch)
         except Exception as exc:  # a bug must not leave the Pod counted as released for good: looked up next pass
             log.exception("release of %s/%s failed", namespace, name)
             return release, Refused(0, f"{type(exc).__name__}: {exc}")

@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import NamedTuple
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
 
 from webhook.admission.core import Admitter
+from webhook.admission.fence import LeaseTerm, judge
 from webhook.domain.policy import Policy
 from webhook.pools.inventory import Inventory
 from webhook.queue.leader import Elector
@@ -27,9 +30,33 @@ from webhook.queue.runner import QueueInventory, QueueMetrics, Runner, TokenBuck
 from webhook.queue.waiting import Waiting
 from webhook.sources.live import LiveInventory
 from webhook.sources.open import reopen_inventory
-from webhook.sources.writes import EventRecorder, LeaseStore, PodReleaser
+from webhook.sources.writes import EventRecorder, LeaseError, LeaseStore, PodReleaser
 
 LEASE_NAME = "gpupool"
+# The validating call reads the Lease within kube-apiserver's timeoutSeconds (5 s) for the webhook.
+FENCE_TIMEOUT = (1.0, 2.0)
+
+
+class LeaseFence:
+    """The validating call's fence (webhook.admission.fence.Fence): the queue's Lease read from the API at
+    each release, never from a cache (a cache can be as stale as the write it would judge)."""
+
+    def __init__(self, leases: LeaseStore, wall: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        self._leases, self._wall = leases, wall
+
+    @classmethod
+    def of(cls, api_client: Any, settings: QueueSettings) -> LeaseFence:
+        return cls(LeaseStore(api_client, settings.namespace, LEASE_NAME, timeout=FENCE_TIMEOUT))
+
+    def check(self, token: str) -> str | None:
+        try:
+            record = self._leases.get()
+        except LeaseError as exc:
+            return f"the queue's Lease could not be read: {exc}"
+        lease = None
+        if record is not None:
+            lease = LeaseTerm(record.holder, record.transitions, record.renew_time, record.duration_seconds)
+        return judge(token, lease, self._wall())
 
 
 class QueueSettings(NamedTuple):

@@ -51,7 +51,7 @@ from webhook.serving.certs import CertificateExpiry
 from webhook.serving.health import HealthServer, MetricsText, Readiness
 from webhook.serving.logs import logging_config
 from webhook.serving.policyfile import PolicyFile, PolicyReloader, PolicyVersion
-from webhook.serving.queueing import QueueSettings, WorkerQueue
+from webhook.serving.queueing import LeaseFence, QueueSettings, WorkerQueue
 from webhook.sources.live import LiveInventory
 
 if TYPE_CHECKING:
@@ -185,7 +185,12 @@ def real_app_loader(core: Core) -> LoadApp:
             refresher.stop()
             admitter.inventory.close()
 
-        config = AppConfig(admitter=admitter, metrics=metrics, validator=Validator(admitter, core.trusted))
+        # The release's fence reads the queue's Lease through this worker's API client (one per worker).
+        fence = None
+        if isinstance(inventory, LiveInventory) and core.queue is not None:
+            fence = LeaseFence.of(inventory.api_client, core.queue)
+        validator = Validator(admitter, core.trusted, fence)
+        config = AppConfig(admitter=admitter, metrics=metrics, validator=validator)
         app = create_app(config)
         freeze_when_ready(inventory)
         return WorkerApp(app, close)

@@ -124,14 +124,15 @@ class LeaseError(Exception):
 class LeaseStore:
     """One Lease, read and written with optimistic concurrency."""
 
-    def __init__(self, api_client: Any, namespace: str, name: str) -> None:
+    def __init__(self, api_client: Any, namespace: str, name: str, timeout: tuple[float, float] = TIMEOUT) -> None:
         self._api = client.CoordinationV1Api(api_client)
         self.namespace, self.name = namespace, name
+        self._timeout = timeout
 
     def get(self) -> LeaseRecord | None:
         """The Lease's record; None when there is no Lease."""
         try:
-            lease = self._api.read_namespaced_lease(self.name, self.namespace, _request_timeout=TIMEOUT)
+            lease = self._api.read_namespaced_lease(self.name, self.namespace, _request_timeout=self._timeout)
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -143,7 +144,9 @@ class LeaseStore:
     def create(self, record: LeaseRecord) -> LeaseRecord | None:
         """Create the Lease; None when another candidate created it first."""
         body = client.V1Lease(metadata=client.V1ObjectMeta(name=self.name), spec=_spec(record))
-        return self._write(lambda: self._api.create_namespaced_lease(self.namespace, body, _request_timeout=TIMEOUT))
+        return self._write(
+            lambda: self._api.create_namespaced_lease(self.namespace, body, _request_timeout=self._timeout)
+        )
 
     def replace(self, record: LeaseRecord) -> LeaseRecord | None:
         """Replace the Lease read at `record.resource_version`; None when it changed since (409)."""
@@ -151,7 +154,7 @@ class LeaseStore:
             metadata=client.V1ObjectMeta(name=self.name, resource_version=record.resource_version), spec=_spec(record)
         )
         return self._write(
-            lambda: self._api.replace_namespaced_lease(self.name, self.namespace, body, _request_timeout=TIMEOUT)
+            lambda: self._api.replace_namespaced_lease(self.name, self.namespace, body, _request_timeout=self._timeout)
         )
 
     def _write(self, call: Any) -> LeaseRecord | None:

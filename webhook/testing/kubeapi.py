@@ -103,20 +103,29 @@ class Handler(BaseHandler):
             raise ApiError(405, f"the server does not allow this method on the requested resource: {self.command}")
         with state.lock:
             state.writes[f"{verb} {target.resource.plural}"] += 1
-        state.take_failure(verb)
-        code, answer = self._apply(state, verb, target, body, query)
+        token = self.bearer()
+        held = state.wait_out_hold(token)  # a write held back (KubeSim.hold_writes) arrives only now
+        try:
+            state.take_failure(verb)
+            code, answer = self._apply(state, verb, target, body, query)
+        finally:
+            if held:
+                with state.lock:
+                    state.released[token] += 1
+                    state.lock.notify_all()
         self.send_json(code, answer)
 
     def _apply(
         self, state: ApiState, verb: str, target: Target, body: bytes, query: dict[str, str]
     ) -> tuple[int, bytes]:
         writer = state.writer
+        user = self.caller(state)
         if verb == "create":
             return writer.create(target, body, query)
         if verb == "update":
-            return writer.update(target, body, query)
+            return writer.update(target, body, query, user=user)
         if verb == "patch":
-            return writer.patch(target, body, self.headers.get("Content-Type") or "", query)
+            return writer.patch(target, body, self.headers.get("Content-Type") or "", query, user=user)
         return writer.delete(target, body, query)
 
 

@@ -21,6 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import orjson
 
+from webhook.testing.kubeadmission import ADMIN, UserInfo
 from webhook.testing.kubeobjects import StaticObjects
 from webhook.testing.kubeproto import ApiError, status_body
 from webhook.testing.kubestore import Kind, Store
@@ -60,6 +61,11 @@ class ApiState:
         self.objects = StaticObjects()  # served by GET only (webhook.testing.kubeobjects)
         self.lock = store.changed
         self.token = token
+        # Bearer tokens besides `token` (whose user is an admin), each a client of its own (KubeSim.add_client).
+        self.users: dict[str, UserInfo] = {token: ADMIN}
+        self.held: dict[str, float] = {}  # token -> until when (monotonic) its writes are held back
+        self.holding: Counter[str] = Counter()  # writes held back right now, by token
+        self.released: Counter[str] = Counter()  # writes held back and let go (answered since), by token
         self.bookmark_interval = bookmark_interval
         self.watch_timeout = watch_timeout
         self.port = 0
@@ -86,6 +92,20 @@ class ApiState:
             else:
                 return
         raise ApiError(status, f"kubesim: injected failure {status}")
+
+    def wait_out_hold(self, token: str) -> bool:
+        """Hold a write of the client `token` while its writes are held (KubeSim.hold_writes); True if it
+        was held. It then goes on, to be judged and committed as the cluster is then."""
+        with self.lock:
+            if token not in self.held:
+                return False
+            self.holding[token] += 1
+            try:
+                while not self.closing and time.monotonic() < self.held.get(token, 0.0):
+                    self.lock.wait(min(self.held[token] - time.monotonic(), 1.0))
+            finally:
+                self.holding[token] -= 1
+            return True
 
     def wait_out_stall(self) -> None:
         with self.lock:
@@ -138,11 +158,19 @@ class BaseHandler(BaseHTTPRequestHandler):
 
     def parse_request_line(self, state: ApiState) -> tuple[dict[str, str], list[str]]:
         """(query, path parts) of an authorized request."""
-        if self.headers.get("Authorization") != f"Bearer {state.token}":
+        if self.caller(state) is None:
             raise ApiError(401, "Unauthorized")
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
         return query, [p for p in url.path.split("/") if p]
+
+    def bearer(self) -> str:
+        auth = self.headers.get("Authorization") or ""
+        return auth[len("Bearer ") :] if auth.startswith("Bearer ") else ""
+
+    def caller(self, state: ApiState) -> UserInfo | None:
+        """Who the request's bearer token says makes it; None for an unknown token."""
+        return state.users.get(self.bearer())
 
     def read_body(self) -> bytes:
         text = self.headers.get("Content-Length") or "0"

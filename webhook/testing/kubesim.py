@@ -5,8 +5,10 @@ events.k8s.io/v1 Events over plain HTTP on 127.0.0.1, so the real `kubernetes` c
 against it through a generated kubeconfig: list and watch, and writes (create, update, the three patch
 types, delete) with kube-apiserver's rules. Tests change the cluster through the Python API (each change
 is a watch event), run a scheduler and kubelet stand-in (`scheduler()`), and inject the faults a client
-must survive: dropped watch connections, a stalled server, error statuses, compaction (410 Gone) and
-an API that is down.
+must survive: dropped watch connections, a stalled server, error statuses, compaction (410 Gone), an
+API that is down, and one client's writes held back (`hold_writes`; each client its own bearer token,
+`add_client`). It calls a validating webhook on Pod updates as kube-apiserver does (`validating_webhook`,
+webhook.testing.kubeadmission).
 
     with KubeSim() as sim:
         sim.load(synthetic_cluster(nodes=10, pods=100))
@@ -30,6 +32,7 @@ from typing import Any
 
 import orjson
 
+from webhook.testing.kubeadmission import UserInfo, ValidatingWebhook
 from webhook.testing.kubeapi import ApiState, Server, new_server, shutdown_quietly
 from webhook.testing.kubeaudit import AuditLog
 from webhook.testing.kubechurn import Churn
@@ -113,13 +116,16 @@ class KubeSim:
     def port(self) -> int:
         return self._address[1]
 
-    def write_kubeconfig(self, path: str | os.PathLike[str]) -> Path:
-        """Write a kubeconfig (plain http, bearer token) that `kubernetes.config` loads; returns it."""
+    def write_kubeconfig(self, path: str | os.PathLike[str], token: str | None = None) -> Path:
+        """Write a kubeconfig (plain http, bearer token) that `kubernetes.config` loads; returns it.
+        `token`: a client's own (`add_client`), else the simulator's admin token."""
+        if token is not None and token not in self._state.users:
+            raise ValueError(f"unknown token {token!r}: add_client it first")
         config = {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "kubesim", "cluster": {"server": self.url}}],
-            "users": [{"name": "kubesim", "user": {"token": self._state.token}}],
+            "users": [{"name": "kubesim", "user": {"token": token or self._state.token}}],
             "contexts": [{"name": "kubesim", "context": {"cluster": "kubesim", "user": "kubesim"}}],
             "current-context": "kubesim",
         }
@@ -127,6 +133,17 @@ class KubeSim:
         # JSON is YAML, so the kubeconfig loader reads this as it is.
         target.write_bytes(orjson.dumps(config, option=orjson.OPT_INDENT_2))
         return target
+
+    def add_client(self, token: str, username: str, groups: Iterable[str] = ("system:authenticated",)) -> None:
+        """Accept bearer `token` as `username` in `groups` (userInfo in webhook calls): a client of its own,
+        whose writes `hold_writes` can hold back."""
+        with self._state.lock:
+            self._state.users[token] = UserInfo(username, tuple(groups))
+
+    def validating_webhook(self, hook: ValidatingWebhook | None) -> None:
+        """Call `hook` on every Pod update and patch from now on (None: no more), as kube-apiserver calls a
+        validating webhook: inside the write, just before it commits (webhook.testing.kubeadmission)."""
+        self._state.writer.admission = hook
 
     # -- the cluster ----------------------------------------------------------------------------
 
@@ -290,6 +307,25 @@ class KubeSim:
             raise ValueError(f"unknown verb {verb!r}")
         with self._state.lock:
             self._state.fail_count, self._state.fail_status, self._state.fail_verb = n, status, verb
+
+    def hold_writes(self, token: str, seconds: float | None = None) -> None:
+        """Hold back every write of the client `token` (as a partition of its path to the API server would)
+        for `seconds`, or until `release_writes`; then each goes on as it arrives: judged by admission and
+        committed against the cluster as it is then. Reads are not held."""
+        with self._state.lock:
+            self._state.held[token] = time.monotonic() + seconds if seconds is not None else float("inf")
+            self._state.lock.notify_all()
+
+    def release_writes(self, token: str) -> None:
+        """Let the client's held writes go on (see `hold_writes`); its later writes are not held."""
+        with self._state.lock:
+            self._state.held.pop(token, None)
+            self._state.lock.notify_all()
+
+    def held_writes(self, token: str) -> tuple[int, int]:
+        """(writes of `token` held back now, writes held back and let go since, their answers made)."""
+        with self._state.lock:
+            return self._state.holding[token], self._state.released[token]
 
     def set_down(self, down: bool) -> None:
         """Down: the listening socket is closed and every connection cut, so clients get

@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from webhook.testing import kubepatch
+from webhook.testing.kubeadmission import ADMIN, UserInfo
 from webhook.testing.kubedecode import normalize_micro_times, shape_problem
 from webhook.testing.kubefield import FieldError, forbidden, invalid, not_supported, too_long
 from webhook.testing.kubepods import prepare_create, prepare_update
@@ -36,6 +37,8 @@ from webhook.testing.kubevalidate import (
 )
 
 Obj = dict[str, Any]
+Admission = Callable[..., None]  # (new, old, user, *, dry_run): webhook.testing.kubeadmission.ValidatingWebhook
+_ADMISSION_TRIES = 5  # an update judged while the object changed is made again, at most this often
 # The alphabet of the suffix kube-apiserver appends to metadata.generateName (no vowels, no 0/1/3).
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _MAX_FIELD_MANAGER = 128
@@ -52,6 +55,8 @@ class Writer:
 
     def __init__(self, store: Store) -> None:
         self._store = store
+        # Called on every Pod update before it commits (KubeSim.validating_webhook); raises ApiError to refuse.
+        self.admission: Admission | None = None
 
     # -- verbs --------------------------------------------------------------------------------------
 
@@ -69,7 +74,9 @@ class Writer:
             meta["name"] = str(meta["generateName"]) + "".join(random.choices(_NAME_ALPHABET, k=5))
         return self._create(res, obj, dry_run)
 
-    def update(self, target: Target, body: bytes, query: Mapping[str, str]) -> tuple[int, bytes]:
+    def update(
+        self, target: Target, body: bytes, query: Mapping[str, str], *, user: UserInfo | None = None
+    ) -> tuple[int, bytes]:
         res, name = target.resource, _name(target)
         dry_run = _options("UpdateOptions", query)
         obj = _decode_body(res, body)
@@ -77,14 +84,21 @@ class Writer:
         _namespace(res, meta, target.namespace)
         _same_name(meta, name)
         with self._store.changed:
-            current = self._current(res, target)
-            if current is None:
+            if self._current(res, target) is None:
                 if res.kind.kind not in _CREATE_ON_UPDATE or meta.get("resourceVersion"):
                     raise not_found(res.qualified, name)
                 return self._create(res, obj, dry_run)
-            return self._update(res, current, obj, dry_run)
+        return self._guaranteed(res, target, lambda current: orjson.loads(orjson.dumps(obj)), dry_run, user)
 
-    def patch(self, target: Target, body: bytes, content_type: str, query: Mapping[str, str]) -> tuple[int, bytes]:
+    def patch(
+        self,
+        target: Target,
+        body: bytes,
+        content_type: str,
+        query: Mapping[str, str],
+        *,
+        user: UserInfo | None = None,
+    ) -> tuple[int, bytes]:
         res, name = target.resource, _name(target)
         patch_type = content_type.split(";", 1)[0].strip()
         if patch_type not in PATCH_TYPES:
@@ -102,17 +116,15 @@ class Writer:
             patch = orjson.loads(body)
         except orjson.JSONDecodeError as exc:
             raise ApiError(400, f"error decoding patch: {exc}") from None
-        with self._store.changed:
-            current = self._current(res, target)
-            if current is None:
-                raise not_found(res.qualified, name)
+
+        def patched(current: Obj) -> Obj:
             served = orjson.loads(res.render(orjson.dumps(current)))
-            patched = _apply(patch_type, served, patch, res.kind.kind)
-            new = _decode_patched(res, patched)
-            meta = new["metadata"]
-            _namespace(res, meta, target.namespace)
-            _same_name(meta, name)
-            return self._update(res, current, new, dry_run)
+            new = _decode_patched(res, _apply(patch_type, served, patch, res.kind.kind))
+            _namespace(res, new["metadata"], target.namespace)
+            _same_name(new["metadata"], name)
+            return new
+
+        return self._guaranteed(res, target, patched, dry_run, user)
 
     def delete(self, target: Target, body: bytes, query: Mapping[str, str]) -> tuple[int, bytes]:
         res, name = target.resource, _name(target)
@@ -161,7 +173,39 @@ class Writer:
             _, stored = self._store.put(obj, exists=False)
         return 201, res.render(stored)
 
+    def _guaranteed(
+        self,
+        res: Resource,
+        target: Target,
+        make: Callable[[Obj], Obj],
+        dry_run: bool,
+        user: UserInfo | None,
+    ) -> tuple[int, bytes]:
+        """An update as etcd3's GuaranteedUpdate makes it: the new object made from the current one and
+        checked under the store's lock; a Pod's then judged by the validating webhook (`admission`) with
+        the lock let go, as kube-apiserver calls webhooks between its read and its compare-and-swap, and
+        committed only if the Pod is still as read (else made and judged again)."""
+        name = _name(target)
+        for _ in range(_ADMISSION_TRIES):
+            with self._store.changed:
+                current = self._current(res, target)
+                if current is None:
+                    raise not_found(res.qualified, name)
+                new = self._prepared(res, current, make(current))
+                if self.admission is None or res.kind.kind != "Pod":
+                    return self._commit(res, current, new, dry_run)
+            self.admission(_served(res, new), _served(res, current), user or ADMIN, dry_run=dry_run)
+            with self._store.changed:
+                now = self._current(res, target)
+                if now is not None and _version(now) == _version(current):
+                    return self._commit(res, current, new, dry_run)
+        raise conflict(res.qualified, name, "the object kept changing while admission judged the update")
+
     def _update(self, res: Resource, current: Obj, new: Obj, dry_run: bool) -> tuple[int, bytes]:
+        return self._commit(res, current, self._prepared(res, current, new), dry_run)
+
+    def _prepared(self, res: Resource, current: Obj, new: Obj) -> Obj:
+        """The update's object as it would be stored, checked (preconditions, defaults, validation)."""
         kind, old_meta, meta = res.kind.kind, current["metadata"], new["metadata"]
         name = old_meta["name"]
         wanted = meta.get("resourceVersion") or ""
@@ -191,6 +235,9 @@ class Writer:
         if errors:
             raise invalid_error(kind, res.group, name, errors)
         new["kind"], new["apiVersion"] = kind, res.kind.api_version
+        return new
+
+    def _commit(self, res: Resource, current: Obj, new: Obj, dry_run: bool) -> tuple[int, bytes]:
         if new == current:  # nothing changed: no write, no new resourceVersion, no watch event
             return 200, res.render(_stored_form(current))
         if dry_run:
@@ -296,6 +343,16 @@ def omit_empty(value: Any) -> Any:
 def _meta(obj: Obj) -> Obj:
     meta = obj.get("metadata")
     return meta if isinstance(meta, dict) else {}
+
+
+def _served(res: Resource, obj: Obj) -> Obj:
+    """An object as the API serves it (and sends it to webhooks): with kind and apiVersion."""
+    served: Obj = orjson.loads(res.render(_stored_form(obj)))
+    return served
+
+
+def _version(obj: Obj) -> Any:
+    return (obj.get("metadata") or {}).get("resourceVersion")
 
 
 def _stored_form(obj: Obj) -> bytes:
