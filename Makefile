@@ -105,6 +105,9 @@ ACCESS_OPTIONS = $(addprefix --control-plane-cidr ,$(CONTROL_PLANE_CIDRS)) \
 	$(addprefix --metrics-namespace ,$(METRICS_NAMESPACES)) $(addprefix --health-cidr ,$(HEALTH_CIDRS)) \
 	$(addprefix --exclude-namespace ,$(EXCLUDE_NAMESPACES)) $(if $(filter false,$(IGNORE_LABEL)),--no-ignore-label)
 
+match-conditions: $(STAMP) ## write the default policy's GPU resources into both webhook configurations' matchConditions (after its vendors change)
+	PYTHONPATH=. $(BIN)/python tools/match_conditions.py
+
 manifests: $(STAMP) ## render deployable YAML into build/gpupool-<overlay>.yaml (OVERLAY=self-signed|cert-manager FAILURE_POLICY=Fail|Ignore IMAGE=ref CLIENT_CA=file CONTROL_PLANE_CIDRS="cidr ..." METRICS_NAMESPACES="ns ..." HEALTH_CIDRS="cidr ..." EXCLUDE_NAMESPACES="ns ..." IGNORE_LABEL=false SINGLE_NODE=true)
 	$(BIN)/python manifests/render.py --overlay $(OVERLAY) --failure-policy $(FAILURE_POLICY) $(if $(IMAGE),--image $(IMAGE)) $(addprefix --host ,$(CERT_HOSTS)) \
 		$(if $(CLIENT_CA),--client-ca $(CLIENT_CA)) $(ACCESS_OPTIONS) $(if $(filter true,$(SINGLE_NODE)),--single-node) \
@@ -170,4 +173,4 @@ pin-images: ## re-pin the Dockerfile's base images to their tags' current digest
 clean: ## remove the virtualenv and caches
 	rm -rf $(VENV) $(VENV).lock .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist *.egg-info
 
-.PHONY: help install run explain inventory certs test fuzz lint typecheck format bench manifests deploy undeploy release lock pin-images clean
+.PHONY: help install run explain inventory certs test fuzz lint typecheck format bench match-conditions manifests deploy undeploy release lock pin-images clean
