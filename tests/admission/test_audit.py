@@ -6,18 +6,24 @@ Validator, as the server calls them.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from typing import Any
 
 import jsonpatch
 import pytest
+from hypothesis import HealthCheck, event, given, settings
 
 from tests.admission.admitting import admitter
+from tests.admission.demo import demo_index, demo_policy
+from tests.admission.podgen import NAMESPACES, pod_st
 from tests.builders import GPU_TAINT, gpu_node, pod
 from tests.builders import policy as make_policy
 from webhook.admission.core import Admitter
 from webhook.admission.validation import Caller, Trusted, Validator
 from webhook.admission.verdict import Verdict
 from webhook.domain.policy import PolicyError
+from webhook.sources.snapshot import SnapshotInventory
 
 T4 = "nvidia/medium/Tesla-T4"
 # Two namespaces with the same rules, one audited and one enforced; `placement: now` said outright, so the
@@ -200,3 +206,36 @@ class TestValidation:
         assert (refusal.allowed, refusal.reason) == (False, "guarded")
         assert (audited.allowed, audited.reason) == (True, "guarded")
         assert audited.warnings == (f"gpupool (audit): would deny: {refusal.message}",)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(obj=pod_st(), namespace=NAMESPACES)
+def test_any_pod_audited_is_allowed_unchanged_and_told_its_enforcing_answer(
+    obj: dict[str, Any], namespace: str
+) -> None:
+    """For any Pod on the demo cluster, under the demo policy with `defaults.enforcement: audit`: allowed,
+    no patch, nothing reserved, the validating call allows it as it was sent, and the first warning is
+    the enforcing answer for the same Pod (its denial's message, or the pool it would be pinned to); a
+    Pod the enforcing answer leaves alone gets that very answer."""
+    enforcing = demo_policy()
+    auditing = dataclasses.replace(enforcing, defaults=dataclasses.replace(enforcing.defaults, enforcement="audit"))
+    enforced = Admitter(enforcing, SnapshotInventory(demo_index(), "demo")).admit(
+        copy.deepcopy(obj), namespace=namespace, dry_run=True
+    )
+    adm = Admitter(auditing, SnapshotInventory(demo_index(), "demo"))
+    result = adm.admit(copy.deepcopy(obj), namespace=namespace)
+    event(enforced.outcome)
+    assert (result.allowed, result.patch, result.placement) == (True, (), None)
+    with adm.inventory.read() as index:
+        assert index.usage.reservations == 0
+    checked = Validator(adm, Trusted.of("gpupool-system", "gpupool-webhook")).validate_create(obj, namespace=namespace)
+    assert checked.verdict.allowed
+    if not enforced.allowed:
+        assert result.warnings[0] == f"gpupool (audit): would deny: {enforced.message}"
+        assert result.reason == enforced.reason
+    elif enforced.queued:
+        assert result.warnings[0].startswith("gpupool (audit): would queue for ")
+    elif enforced.placement is not None and not enforced.placement.node:
+        assert result.warnings[0] == f"gpupool (audit): would place on {enforced.placement.pool}"
+    elif enforced.placement is None:
+        assert result == enforced
