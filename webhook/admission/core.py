@@ -4,8 +4,10 @@
 Flask app and the user through `gpupool explain`. It is `prepare` (what the Pod alone decides,
 webhook.admission.prepared) then `place` (what the pools decide, by the one decision of
 webhook.admission.choice). `Admitter` binds them to a policy and an inventory, holds the
-inventory's lock only for `place`, and records a reservation for each real (not dry-run) placement; the
-server rebinds it when the policy file changes (webhook.serving.policyfile).
+inventory's lock only for `place`, and records a reservation for each real (not dry-run, not audited)
+placement; the server rebinds it when the policy file changes (webhook.serving.policyfile). In a
+namespace under `enforcement: audit` the same answer is turned into an allowed one that says what it
+would have been (webhook.admission.audit).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import replace
 from typing import Any, NamedTuple
 
 from webhook.admission import verdict
+from webhook.admission.audit import audited
 from webhook.admission.bound import check_bound, reachable
 from webhook.admission.choice import ADMIT, QUEUE, choose
 from webhook.admission.hints import hinted
@@ -188,14 +191,17 @@ class Admitter:
             self._successor = successor
 
     def admit(self, pod: Any, *, namespace: str, dry_run: bool = False) -> Verdict:
+        """The answer for a Pod being created. In a namespace under `enforcement: audit` it is decided
+        as under `enforce`, as a dry run (nothing reserved), and answered `audited`: allowed unchanged."""
         while True:
             bound = self._bound
             prepared = prepare(pod, namespace, bound.policy, bound.shapes)
             if isinstance(prepared, Verdict):
-                return prepared
-            result = self._place(bound, prepared, dry_run)
+                return audited(prepared) if bound.policy.audits(namespace) else prepared
+            audit = bound.policy.audits(prepared.pod.namespace)
+            result = self._place(bound, prepared, dry_run or audit)
             if result is not None:
-                return result
+                return audited(result) if audit else result
 
     def _place(self, bound: Binding, prepared: Prepared, dry_run: bool) -> Verdict | None:
         """Place a prepared Pod; None when the binding changed before the lock was had (decide again)."""
@@ -235,7 +241,9 @@ class Admitter:
 
     def admit_ephemeral(self, pod: Any, *, namespace: str, old: Any = None) -> Verdict:
         """An update of pods/ephemeralcontainers; reads neither the inventory nor the clock."""
-        return evaluate_ephemeral(pod, old, namespace, self.policy)
+        policy = self.policy
+        result = evaluate_ephemeral(pod, old, namespace, policy)
+        return audited(result) if policy.audits(namespace) else result
 
     def stale_seconds(self) -> float:
         """How stale the inventory is beyond the policy's threshold (0 when fresh)."""

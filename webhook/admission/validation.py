@@ -34,6 +34,10 @@ Kubernetes forbids most of these changes itself (resources, nodeName) or allows 
 Other scheduling gates are their own controllers' business: removing one neither releases a Pod gpupool
 holds nor moves it.
 
+**Audit mode.** In a namespace under `enforcement: audit` a CREATE is allowed without a check (its
+mutating call allowed it unchanged, reserved nothing and said what gpupool would have done), and an
+UPDATE gpupool would refuse is allowed with a warning saying so (webhook.admission.audit).
+
 **The release's fence.** An update that removes gpupool's gate and carries the queue's token
 (`gpupool.io/released-by`, webhook.admission.fence) commits only while the leader it names still holds
 the queue's Lease in that term: the `Fence` reads the Lease from the API during the call. A replica with
@@ -49,6 +53,7 @@ from itertools import zip_longest
 from typing import Any, NamedTuple
 
 from webhook.admission import verdict
+from webhook.admission.audit import audited
 from webhook.admission.core import Admitter, loading_denial, place, reserve_for, stale_denial
 from webhook.admission.fence import RELEASED_BY, Fence
 from webhook.admission.pieces import (
@@ -249,7 +254,13 @@ class Validator:
         self.fence = fence
 
     def validate_create(self, pod: Any, *, namespace: str, dry_run: bool = False) -> Checked:
-        """A Pod CREATE: the Pod as it will be stored, and its reservation confirmed or dropped."""
+        """A Pod CREATE: the Pod as it will be stored, and its reservation confirmed or dropped. Under
+        `enforcement: audit` the Pod is allowed: its mutating call allowed it unchanged and said what
+        gpupool would have done; a reservation made under an earlier policy is dropped."""
+        if self._admitter.policy.audits(namespace):
+            dropped = not dry_run and self._drop(pod, namespace)
+            message = f"namespace {_cut(namespace)} is audited (enforcement: audit): nothing is enforced"
+            return Checked(verdict.allow(message), reservation="dropped" if dropped else "")
         admitter = self._admitter
         while True:
             # One binding (policy, inventory, memo) decides the whole call; a policy switched meanwhile
@@ -301,8 +312,13 @@ class Validator:
             return index.take_admitted(namespace, name, generate_name, pool=None, node="")
 
     def validate_update(self, pod: Any, old: Any, *, namespace: str, caller: Caller) -> Checked:
-        """A Pod UPDATE: refused when it changes what gpupool guards and `caller` is not trusted."""
+        """A Pod UPDATE: refused when it changes what gpupool guards and `caller` is not trusted; under
+        `enforcement: audit`, allowed and told so (webhook.admission.audit)."""
         policy = self._admitter.policy
+        checked = self._update(pod, old, policy, namespace=namespace, caller=caller)
+        return checked._replace(verdict=audited(checked.verdict)) if policy.audits(namespace) else checked
+
+    def _update(self, pod: Any, old: Any, policy: Policy, *, namespace: str, caller: Caller) -> Checked:
         try:
             new_view = read_pod(pod, namespace)
             new_queued = queued(pod)

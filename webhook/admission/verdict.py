@@ -14,7 +14,8 @@ from webhook.admission.pieces import NO_PATCH, Op, PodPatch
 from webhook.domain.affinity import NO_CONSTRAINT, PoolConstraint
 from webhook.domain.model import PoolKey
 
-Outcome = Literal["mutated", "unchanged", "denied"]
+# "audited": allowed unchanged under `enforcement: audit`, whatever gpupool would have answered (`audit`).
+Outcome = Literal["mutated", "unchanged", "denied", "audited"]
 # Why a Pod was denied, for metrics and logs (the message is for people and may change).
 Reason = Literal[
     "", "invalid", "no-match", "no-capacity", "quota", "class-quota", "stale", "visible-devices", "bound-node",
@@ -81,9 +82,12 @@ class Verdict:
     placement: Placement | None = None
     changes: PodPatch = NO_PATCH
     reasons: tuple[str, ...] = field(default=(), compare=False)  # each pool considered, and why
-    reason: Reason = ""  # on denials: which rule denied
+    reason: Reason = ""  # on denials (and on an audited Pod that would be denied): which rule denied
     group: GroupNote | None = None  # the Pod's workload group, when it has one
     queued: str = ""  # the device resource a Pod queued at admission waits for ("" when not queued)
+    # Under `enforcement: audit`, what gpupool would have answered: "would deny: <message>", "would place
+    # on <pool>", "would queue for <n> x <resource>" (webhook.admission.audit); "" otherwise.
+    audit: str = ""
 
     @property
     def patch(self) -> tuple[Op, ...]:

@@ -12,8 +12,10 @@ reading of the file in webhook.domain.policy_build.
 
 from webhook.domain.policy_build import default_policy_text, load_policy, load_policy_text
 from webhook.domain.policy_model import (
+    ENFORCEMENTS,
     PLACEMENTS,
     Defaults,
+    Enforcement,
     MigReshaping,
     NamespaceRule,
     OnNoCapacity,
@@ -27,8 +29,10 @@ from webhook.domain.policy_model import (
 )
 
 __all__ = [
+    "ENFORCEMENTS",
     "PLACEMENTS",
     "Defaults",
+    "Enforcement",
     "MigReshaping",
     "NamespaceRule",
     "OnNoCapacity",

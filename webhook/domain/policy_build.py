@@ -13,8 +13,10 @@ import yaml
 from webhook.domain.devices import DEVICE_LIST_HELP, GPU, parse_device_list
 from webhook.domain.errors import read_user_file
 from webhook.domain.policy_model import (
+    ENFORCEMENTS,
     PLACEMENTS,
     Defaults,
+    Enforcement,
     MigReshaping,
     NamespaceRule,
     PlacementMode,
@@ -193,6 +195,7 @@ def _build(data: dict[str, Any]) -> Policy:
             "enforceAllGpuQuotaForms",
             "device",
             "placement",
+            "enforcement",
         ),
     )
     defaults = Defaults(
@@ -207,6 +210,7 @@ def _build(data: dict[str, Any]) -> Policy:
         enforce_all_gpu_quota_forms=d.flag("enforceAllGpuQuotaForms", True),
         device=d.devices("device") or (GPU,),
         placement="queue" if d.choice("placement", "now", PLACEMENTS) == "queue" else "now",
+        enforcement=_enforcement(d) or "enforce",
     )
     vendors_data = data.get("vendors")
     if not isinstance(vendors_data, dict) or not vendors_data:
@@ -378,7 +382,16 @@ def _namespace(name: str, data: Any, classes: tuple[str, ...]) -> NamespaceRule:
     f = _Fields(
         data or {},
         path,
-        ("allowedClasses", "defaultClass", "classQuota", "memoryQuota", "allowVisibleDevices", "device", "placement"),
+        (
+            "allowedClasses",
+            "defaultClass",
+            "classQuota",
+            "memoryQuota",
+            "allowVisibleDevices",
+            "device",
+            "placement",
+            "enforcement",
+        ),
     )
     allowed = f.texts("allowedClasses")
     for cls in allowed:
@@ -407,6 +420,7 @@ def _namespace(name: str, data: Any, classes: tuple[str, ...]) -> NamespaceRule:
         memory_quota_mib=_memory_quota(path, (data or {}).get("memoryQuota")),
         device=f.devices("device"),
         placement=_placement(f),
+        enforcement=_enforcement(f),
     )
 
 
@@ -414,6 +428,13 @@ def _placement(f: _Fields) -> PlacementMode | None:
     if "placement" not in f.data:
         return None
     return "queue" if f.choice("placement", "now", PLACEMENTS) == "queue" else "now"
+
+
+def _enforcement(f: _Fields) -> Enforcement | None:
+    """`enforcement: enforce | audit`; None when absent."""
+    if "enforcement" not in f.data:
+        return None
+    return "audit" if f.choice("enforcement", "enforce", ENFORCEMENTS) == "audit" else "enforce"
 
 
 def _memory_quota(path: str, value: Any) -> int | None:

@@ -16,6 +16,9 @@ OnNoCapacity = Literal["warn", "deny"]  # admit with a warning that the Pod will
 OnStale = Literal["warn", "deny"]  # answer from the last view with a warning, or refuse until re-synced
 PlacementMode = Literal["now", "queue"]  # when a Pod gets its pool: at admission, or when the queue releases it
 PLACEMENTS: tuple[PlacementMode, ...] = ("now", "queue")
+# enforce: gpupool's answers stand; audit: every Pod is allowed unchanged and told what they would have been
+Enforcement = Literal["enforce", "audit"]
+ENFORCEMENTS: tuple[Enforcement, ...] = ("enforce", "audit")
 
 
 class PolicyError(ConfigError):
@@ -124,6 +127,7 @@ class NamespaceRule:
     memory_quota_mib: int | None = None  # GPU memory the namespace may hold (devices x memory per device)
     device: tuple[str, ...] = ()  # the default of gpupool.io/device here; empty: the policy's defaults.device
     placement: PlacementMode | None = None  # now or queue; None: the policy's defaults.placement
+    enforcement: Enforcement | None = None  # enforce or audit; None: the policy's defaults.enforcement
 
     @property
     def restricted(self) -> bool:
@@ -147,6 +151,8 @@ class Defaults:
     device: tuple[str, ...] = (GPU,)  # the default of gpupool.io/device: whole GPUs only
     # now: a Pod is placed at admission; queue: it waits gated until the leader releases it to a pool with room
     placement: PlacementMode = "now"
+    # enforce: answers stand; audit: every Pod is allowed unchanged, with what gpupool would have done
+    enforcement: Enforcement = "enforce"
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,6 +259,11 @@ class Policy:
     def placement(self, namespace: str) -> PlacementMode:
         """When the namespace's Pods get their pool: at admission (now), or when the queue releases them."""
         return self.namespace(namespace).placement or self.defaults.placement
+
+    def audits(self, namespace: str) -> bool:
+        """Is the namespace in audit mode (`enforcement: audit`): its Pods allowed unchanged, each told
+        what gpupool would have answered (webhook.admission.audit)?"""
+        return (self.namespace(namespace).enforcement or self.defaults.enforcement) == "audit"
 
     @property
     def queues(self) -> bool:

@@ -56,6 +56,7 @@ ADMISSION_ONLY_DEFAULTS = (
     "enforce_all_gpu_quota_forms",  # read by webhook.pools.quotas.checks from the policy it is given
     "device",
     "placement",  # read by admission and the queue (webhook.queue.release), each from the policy it is given
+    "enforcement",  # read by admission and validation only (webhook.admission.audit)
 )
 
 

@@ -83,6 +83,11 @@ def quota_denial(verdict: Verdict) -> bool:
     return not verdict.allowed and verdict.reason in ("quota", "class-quota", "memory-quota")
 
 
+def would_deny(verdict: Verdict) -> str:
+    """The code of the denial an audited Pod was spared ("" for any other answer)."""
+    return verdict.reason if verdict.outcome == "audited" and verdict.reason else ""
+
+
 @dataclass(frozen=True)
 class AppConfig:
     """What the app needs; built by `gpupool serve` in each worker, or by a test."""
@@ -187,6 +192,9 @@ class _Mutate:
             namespace=ref.namespace,
             quota_denial=quota,
         )
+        spared = would_deny(verdict)
+        if spared:
+            self._metrics.record_would_deny(namespace=ref.namespace, reason=spared, dry_run=review.dry_run)
         if self._lines.enabled:
             fields = admission_fields(
                 uid=review.uid,
@@ -199,6 +207,8 @@ class _Mutate:
                 code=verdict.code,
                 message="" if verdict.allowed else verdict.message,
                 group=verdict.group.name if verdict.group is not None else "",
+                audit=verdict.audit,
+                audit_reason=would_deny(verdict),
             )
             self._lines.info(fields)
 
@@ -265,6 +275,9 @@ class _Validate:
         outcome = "allowed" if verdict.allowed else "denied"
         operation = _operation(review)
         self._metrics.record_validation(operation=operation, outcome=outcome, seconds=seconds, dry_run=review.dry_run)
+        spared = would_deny(verdict)
+        if spared:
+            self._metrics.record_would_deny(namespace=ref.namespace, reason=spared, dry_run=review.dry_run)
         if self._lines.enabled:
             fields = admission_fields(
                 uid=review.uid,
@@ -279,6 +292,8 @@ class _Validate:
                 operation=operation,
                 user=review.username if review.is_pod_update else "",
                 reservation=checked.reservation,
+                audit=verdict.audit,
+                audit_reason=would_deny(verdict),
             )
             self._lines.info(fields, message="validation")
 

@@ -94,9 +94,13 @@ def admission_fields(  # noqa: PLR0913 (one log line's fields, each by keyword)
     operation: str = "",
     user: str = "",
     reservation: str = "",
+    audit: str = "",
+    audit_reason: str = "",
 ) -> dict[str, Any]:
     """The fields of the one line logged per admission (and per validating call: its `operation`, the
-    `user` of an UPDATE, what it did with the Pod's `reservation`); empty optional fields are left out.
+    `user` of an UPDATE, what it did with the Pod's `reservation`; under `enforcement: audit`, what gpupool
+    would have done, `audit`, and the code of the denial it would have made, `audit_reason`); empty
+    optional fields are left out.
     Text that came with the request is cut to a few hundred characters: a hostile review cannot make a
     line of megabytes."""
     fields: dict[str, Any] = {
@@ -123,6 +127,10 @@ def admission_fields(  # noqa: PLR0913 (one log line's fields, each by keyword)
         fields["user"] = _cut(user, MAX_NAME_CHARS + 64)
     if reservation:
         fields["reservation"] = reservation
+    if audit:
+        fields["audit"] = _cut(audit, MAX_MESSAGE_CHARS)
+    if audit_reason:
+        fields["audit_reason"] = audit_reason
     return fields
 
 

@@ -58,8 +58,8 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.admissions = Counter(
             "gpupool_admissions",
-            "Pod admissions answered (dry runs excluded), by outcome "
-            "(mutated, unchanged, denied, error) and chosen pool (empty when none)",
+            "Pod admissions answered (dry runs excluded), by outcome (mutated, unchanged, denied, error; "
+            "audited under enforcement: audit) and chosen pool (empty when none)",
             ["outcome", "pool"],
             registry=registry,
         )
@@ -68,6 +68,13 @@ class Metrics:
             "Pods denied because a namespace ResourceQuota on GPUs, or a per-class or GPU-memory quota of the "
             "policy, would be exceeded",
             ["namespace"],
+            registry=registry,
+        )
+        self.audit_would_deny = Counter(
+            "gpupool_audit_would_deny",
+            "Pods of namespaces under enforcement: audit that gpupool allowed but would have denied, by "
+            "namespace and reason (the denial's code: quota, no-match, invalid, ...)",
+            ["namespace", "reason"],
             registry=registry,
         )
         self.latency = Histogram(
@@ -273,6 +280,11 @@ class Metrics:
         child.inc()
         if quota_denial:
             self.quota_denials.labels(namespace).inc()
+
+    def record_would_deny(self, *, namespace: str, reason: str, dry_run: bool) -> None:
+        """Count a Pod of an audited namespace that gpupool allowed but would have denied for `reason`."""
+        if not dry_run:
+            self.audit_would_deny.labels(namespace, reason).inc()
 
     def record_validation(self, *, operation: str, outcome: str, seconds: float, dry_run: bool) -> None:
         """Count one answered validating AdmissionReview. A dry run only shows in the latency histogram."""

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from webhook.admission.audit import AUDIT_PREFIX
 from webhook.admission.verdict import Verdict, allow
 from webhook.domain.quantity import shown
 from webhook.pools.kubeobj import as_map
@@ -25,6 +26,8 @@ EPHEMERAL_CONTAINERS = "ephemeralcontainers"  # the Pod subresource that adds ep
 AUDIT_POOL_KEY = "pool"  # kube-apiserver prefixes it with the webhook's name: "<webhook>/pool"
 MAX_WARNING_CHARS = 120  # longer warnings are cut by kubectl users' terminals and by the API server
 MAX_MESSAGE_CHARS = 2048  # a denial's message; the core's are shorter, this only bounds the unforeseen
+# Audit mode's warnings (webhook.admission.audit) carry a whole denial's message, so they keep to the
+# message's bound: kube-apiserver cuts warnings to 256 characters only past 4 KiB of them in one answer.
 _ELLIPSIS = "..."  # ASCII: warnings travel in HTTP Warning headers
 
 
@@ -162,7 +165,10 @@ def response_body(request: AdmissionRequest, verdict: Verdict) -> bytes:
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(orjson.dumps(verdict.patch)).decode("ascii")
     if verdict.warnings:
-        response["warnings"] = [shorten_warning(w) for w in verdict.warnings]
+        response["warnings"] = [
+            shorten_warning(w, MAX_MESSAGE_CHARS if w.startswith(AUDIT_PREFIX) else MAX_WARNING_CHARS)
+            for w in verdict.warnings
+        ]
     if verdict.placement is not None:
         response["auditAnnotations"] = {AUDIT_POOL_KEY: str(verdict.placement.pool)}
     return orjson.dumps({"apiVersion": request.api_version, "kind": "AdmissionReview", "response": response})
