@@ -124,7 +124,7 @@ def test_the_chosen_devices_memory_is_never_below_min_memory(  # noqa: PLR0913 (
     """Issue 10: a MIG instance has its own memory and a replica a share of its GPU's; whichever device a
     Pod with min-memory gets, in fleets where many GPUs are partitioned (time-sliced two and four ways in
     one pool, whole GPUs turned into MIG instances), every node its nodeSelector reaches offers at least
-    that much per device."""
+    that much per device (as sold: issue 30)."""
     annotations = {"gpupool.io/min-memory": need}
     for key, value in (("device", devices), ("gpu-class", gpu_class), ("gpu-count", count)):
         if value is not None:
@@ -142,4 +142,6 @@ def test_the_chosen_devices_memory_is_never_below_min_memory(  # noqa: PLR0913 (
     for name in scheduling.reachable(patched, offering):
         facts = index.capacity.node_facts(name, result.placement.resource)
         assert isinstance(facts, NodeFacts), f"{name} is reached but offers no {result.placement.resource} pool"
-        assert facts.memory_mib >= wanted, f"{facts.node}: {facts.memory_mib} MiB < {need}"
+        # Reported memory at least the value, or (issue 30) the size as sold, reported within 90% of it.
+        as_sold = facts.sold_mib >= wanted and facts.memory_mib * 10 >= facts.sold_mib * 9
+        assert facts.memory_mib >= wanted or as_sold, f"{facts.node}: {facts.memory_mib} MiB < {need}"

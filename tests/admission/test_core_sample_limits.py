@@ -87,13 +87,13 @@ def test_h20_does_not_match_an_h200_node() -> None:
 
 
 def test_no_pool_matching_is_denied_saying_why_for_the_nearest_pools() -> None:
-    """min-memory 80Gi: even the H100 (81559 MiB, just under 80 GiB) is too small, so the Pod is
-    denied and the message gives the nearest pools' reasons, as in the issue's example."""
+    """min-memory 81Gi: even the H100 (sold as 80 GB) is too small, so the Pod is denied and the message
+    gives the nearest pools' reasons, as in the issue's example. (80Gi reaches the H100: issue 30.)"""
     obj = load_sample("min-memory.yaml")
-    obj["metadata"]["annotations"]["gpupool.io/min-memory"] = "80Gi"
+    obj["metadata"]["annotations"]["gpupool.io/min-memory"] = "81Gi"
     result = evaluate(obj, "ml-train", demo_policy(), shared_demo_index())
     assert not result.allowed and result.code == 403
-    assert "NVIDIA-A100-SXM4-40GB: 40Gi < min-memory 80Gi" in result.message
+    assert "NVIDIA-A100-SXM4-40GB: 40Gi < min-memory 81Gi" in result.message
 
 
 def test_min_memory_in_decimal_units_reaches_the_h100() -> None:

@@ -141,7 +141,10 @@ def test_device_mig_takes_the_smallest_instance_with_enough_memory() -> None:
         "nvidia.com/mig-3g.20gb.product": "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb",
     }
     assert [t["key"] for t in patched["spec"]["tolerations"]] == ["nvidia.com/gpu"]
-    assert any(r.startswith(f"{A100_1G_SINGLE}: rejected: 4864Mi < min-memory 16Gi") for r in result.reasons)
+    assert any(
+        r.startswith(f"{A100_1G_SINGLE}: rejected: 5Gi as sold (4864Mi reported) < min-memory 16Gi")
+        for r in result.reasons
+    )
 
 
 def test_device_mig_falls_back_to_a_whole_gpu_when_no_instance_that_size_is_free() -> None:

@@ -136,9 +136,13 @@ def test_the_nearest_pools_fail_the_fewest_requirements_each_with_all_it_lacks()
     d = run({"gpupool.io/gpu-class": "medium", "gpupool.io/min-memory": "40Gi"})
     assert d.denial == (
         "no GPU pool matches the Pod: NVIDIA-A100-SXM4-40GB: class high not in medium (annotation); "
-        "NVIDIA-H100-80GB-HBM3: class high not in medium (annotation); NVIDIA-L4: 23034Mi < min-memory 40Gi"
+        "NVIDIA-H100-80GB-HBM3: class high not in medium (annotation); NVIDIA-L4: 24Gi as sold "
+        "(23034Mi reported) < min-memory 40Gi"
     )
-    assert f"{RTX}: rejected: class low not in medium (annotation); 24564Mi < min-memory 40Gi" in d.explain()
+    assert (
+        f"{RTX}: rejected: class low not in medium (annotation); 24Gi as sold (24564Mi reported) < min-memory 40Gi"
+        in d.explain()
+    )
 
 
 def test_the_nearest_pools_for_a_product_the_cluster_lacks_are_of_its_family() -> None:
@@ -272,7 +276,10 @@ def test_every_pool_is_judged_with_a_reason() -> None:
     d = run({"gpupool.io/gpu-class": "medium", "gpupool.io/min-memory": "20Gi"})
     lines = d.explain()
     assert any(line.startswith(f"{L4}: chosen") for line in lines)
-    assert any(line.startswith(f"{T4}: rejected") and "15Gi < min-memory 20Gi" in line for line in lines)
+    assert any(
+        line.startswith(f"{T4}: rejected") and "16Gi as sold (15Gi reported) < min-memory 20Gi" in line
+        for line in lines
+    )
     assert any(line.startswith(f"{A100}: rejected") and "class high not in medium" in line for line in lines)
     assert len(lines) == 5
 
@@ -322,18 +329,20 @@ def test_device_kinds_are_tried_in_the_order_given() -> None:
 
 def test_min_memory_with_mig_first_takes_the_smallest_instance_that_is_big_enough() -> None:
     """The issue's example: 16Gi with `mig,gpu` lands on a 3g.20gb (the 1g.5gb is too small), and on a
-    whole GPU only when no instance that size is free."""
+    whole GPU only when no instance that size is free: the T4, sold as 16 GB (issue 30)."""
     annotations = {"gpupool.io/min-memory": "16Gi", "gpupool.io/device": "mig,gpu"}
     d = run(annotations, issue_fleet())
     assert chosen(d) == MIG_3G and d.chosen is not None and d.chosen.resource == "nvidia.com/mig-3g.20gb"
     full = [*issue_fleet(), pod("x", gpus=2, node="mixed-a", phase="Running", resource="nvidia.com/mig-3g.20gb")]
-    assert chosen(run(annotations, full)) == A100
+    assert chosen(run(annotations, full)) == T4
 
 
 def test_the_chosen_devices_memory_is_a_share_of_a_shared_gpu() -> None:
-    """A replica of a 15 GiB T4 time-sliced 4 ways offers 3.75 GiB: min-memory 4Gi passes it over."""
-    d = run({"gpupool.io/device": "shared", "gpupool.io/min-memory": "4Gi"}, issue_fleet())
-    assert d.chosen is None and "Tesla-T4-SHARED: 3840Mi < min-memory 4Gi" in d.denial
+    """A replica of a 16 GB T4 (15 GiB reported) time-sliced 4 ways is a quarter of it, 4 GB as sold:
+    min-memory 4Gi takes it, 5Gi passes it over."""
+    assert chosen(run({"gpupool.io/device": "shared", "gpupool.io/min-memory": "4Gi"}, issue_fleet())) == T4_SHARED
+    d = run({"gpupool.io/device": "shared", "gpupool.io/min-memory": "5Gi"}, issue_fleet())
+    assert d.chosen is None and "Tesla-T4-SHARED: 4Gi as sold (3840Mi reported) < min-memory 5Gi" in d.denial
 
 
 def test_product_tokens_match_device_products() -> None:
@@ -353,8 +362,13 @@ def test_a_multi_gpu_pod_skips_shared_pools_in_a_list() -> None:
 def test_explain_says_what_a_device_is() -> None:
     """Memory is per GPU, per MIG instance or per replica, as the pool's devices are."""
     lines = run({"gpupool.io/device": "mig,shared,gpu"}, issue_fleet()).explain()
-    assert any(line.startswith(f"{MIG_1G}: chosen") and "4864Mi per MIG instance" in line for line in lines)
-    assert any(line.startswith(str(T4_SHARED)) and "3840Mi per replica" in line for line in lines)
+    assert any(
+        line.startswith(f"{MIG_1G}: chosen") and "5Gi as sold (4864Mi reported) per MIG instance" in line
+        for line in lines
+    )
+    assert any(
+        line.startswith(str(T4_SHARED)) and "4Gi as sold (3840Mi reported) per replica" in line for line in lines
+    )
     assert any(line.startswith(str(A100)) and "40Gi per GPU" in line for line in lines)
 
 

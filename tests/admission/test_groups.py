@@ -29,13 +29,17 @@ MEMORY = 23034
 
 
 def twins(
-    a10_sizes: tuple[int, ...] = (4, 4), l4_sizes: tuple[int, ...] = (4, 4), a10_memory: int = MEMORY
+    a10_sizes: tuple[int, ...] = (4, 4), l4_sizes: tuple[int, ...] = (4, 4), a10_compute: str = "8.9"
 ) -> list[dict[str, Any]]:
-    """Two medium pools with the same memory per GPU: A10 first by name when they are equally free (and
-    first whatever is free when `a10_memory` is less)."""
+    """Two medium pools of 24 GB cards, labelled with the same compute capability: A10 first by name when
+    they are equally free (and first whatever is free when `a10_compute` is lower, its real 8.6: the
+    older architecture ranks first)."""
+    major, minor = a10_compute.split(".")
+    a10 = {"nvidia.com/gpu.compute.major": major, "nvidia.com/gpu.compute.minor": minor}
+    l4 = {"nvidia.com/gpu.compute.major": "8", "nvidia.com/gpu.compute.minor": "9"}
     return [
-        *(gpu_node(f"a10-{i}", "NVIDIA-A10", n, memory_mib=a10_memory) for i, n in enumerate(a10_sizes)),
-        *(gpu_node(f"l4-{i}", "NVIDIA-L4", n, memory_mib=MEMORY) for i, n in enumerate(l4_sizes)),
+        *(gpu_node(f"a10-{i}", "NVIDIA-A10", n, memory_mib=23028, labels=a10) for i, n in enumerate(a10_sizes)),
+        *(gpu_node(f"l4-{i}", "NVIDIA-L4", n, memory_mib=MEMORY, labels=l4) for i, n in enumerate(l4_sizes)),
     ]
 
 
@@ -183,8 +187,8 @@ def test_strict_refuses_a_pod_that_cannot_use_its_groups_pool() -> None:
 def test_group_size_sends_the_first_pod_where_the_whole_group_fits() -> None:
     """6 Pods of 2 GPUs: the A10 pool (two 4-GPU nodes: 2 + 2 Pods) ranks first but holds 4 of them; the
     L4 pool (an 8-GPU and a 4-GPU node: 4 + 2) holds all 6, so the first Pod goes there, and its
-    siblings follow. Without group-size the first Pod takes the A10 pool (less memory per GPU)."""
-    objects = twins(a10_sizes=(4, 4), l4_sizes=(8, 4), a10_memory=MEMORY - 6)
+    siblings follow. Without group-size the first Pod takes the A10 pool (the older architecture)."""
+    objects = twins(a10_sizes=(4, 4), l4_sizes=(8, 4), a10_compute="8.6")
     assert evaluate(job_pod(gpus=2), "ml", make_policy(), index_of(objects)).placement.pool == A10  # type: ignore[union-attr]
     adm, _ = admitter(objects)
     burst = [adm.admit(job_pod(gpus=2, group_size="6"), namespace="ml") for _ in range(6)]
@@ -195,7 +199,7 @@ def test_group_size_sends_the_first_pod_where_the_whole_group_fits() -> None:
 def test_no_pool_with_room_for_the_group_says_how_many_fit_where() -> None:
     """No pool holds 10 Pods of 2 GPUs at once: under onNoCapacity warn the first Pod is placed as
     usual, with a warning of how many fit there; under deny it is refused naming what fits where."""
-    objects = twins(a10_sizes=(4, 4), l4_sizes=(8, 4), a10_memory=MEMORY - 6)
+    objects = twins(a10_sizes=(4, 4), l4_sizes=(8, 4), a10_compute="8.6")
     warned = evaluate(job_pod(gpus=2, group_size="10"), "ml", make_policy(), index_of(objects))
     assert warned.placement is not None and warned.placement.pool == A10
     assert warned.warnings == (

@@ -35,7 +35,8 @@ from webhook.sources.snapshot import build_index
 TEAM_A_POD = pod("big", "team-a", annotations={"gpupool.io/gpu-count": "2", "gpupool.io/min-memory": "40Gi"})
 NEAREST_FOR_TEAM_A = (
     "no GPU pool matches the Pod: NVIDIA-A100-SXM4-40GB: class high not in medium (namespace default); "
-    "NVIDIA-H100-80GB-HBM3: class high not in medium (namespace default); Tesla-T4: 15Gi < min-memory 40Gi"
+    "NVIDIA-H100-80GB-HBM3: class high not in medium (namespace default); Tesla-T4: 16Gi as sold "
+    "(15Gi reported) < min-memory 40Gi"
 )
 
 
@@ -154,7 +155,8 @@ def test_the_class_hint_sample() -> None:
     _, result = sample_verdict("class-hint.yaml")
     assert result.message == (
         "no GPU pool matches the Pod: NVIDIA-A100-SXM4-40GB: class high not in medium (annotation); "
-        "NVIDIA-H100-80GB-HBM3: class high not in medium (annotation); Tesla-T4: 15Gi < min-memory 40Gi. "
+        "NVIDIA-H100-80GB-HBM3: class high not in medium (annotation); Tesla-T4: 16Gi as sold "
+        "(15Gi reported) < min-memory 40Gi. "
         "class high fits 1 x 40Gi and ml-train allows it: set gpupool.io/gpu-class: high (or gpupool.io/fallback: "
         "true)"
     )
@@ -179,13 +181,14 @@ def test_a_product_unrelated_to_the_one_asked_for_is_never_named() -> None:
 
 
 def test_a_device_kind_that_fits_is_named() -> None:
-    """16Gi where the only whole GPUs are 15Gi T4s (the MIG node's GPUs are all cut) and a 3g.20gb MIG
+    """18Gi where the only whole GPUs are 16 GB T4s (the MIG node's GPUs are all cut) and a 3g.20gb MIG
     instance is free: `device: mig`."""
     objects = [gpu_node("t4-a"), mig_mixed_node("mixed-a", whole=0, instances={"3g.20gb": (2, 20096)})]
-    result = evaluate(pod(annotations={"gpupool.io/min-memory": "16Gi"}), "ml", policy(), index_of(objects))
+    result = evaluate(pod(annotations={"gpupool.io/min-memory": "18Gi"}), "ml", policy(), index_of(objects))
     assert result.message == (
         "no GPU pool matches the Pod: NVIDIA-A100-SXM4-40GB: no node has 1 GPUs (the largest has 0); Tesla-T4: "
-        "15Gi < min-memory 16Gi. NVIDIA-A100-SXM4-40GB-MIG-3g.20gb fits 1 x 16Gi: set gpupool.io/device: mig"
+        "16Gi as sold (15Gi reported) < min-memory 18Gi. NVIDIA-A100-SXM4-40GB-MIG-3g.20gb fits 1 x 18Gi: set "
+        "gpupool.io/device: mig"
     )
 
 

@@ -75,7 +75,9 @@ def test_the_memory_gfd_reports_is_the_memory_a_profile_counts_on() -> None:
     assert a100.profiles["1g.10gb"].memory_mib == 9728  # what GFD labels on an A100 80GB
     assert a100.profiles["3g.40gb"].memory_mib == 40192
     assert a100.smallest_fitting(35 * 1024).name == "3g.40gb"  # type: ignore[union-attr]
-    assert a100.smallest_fitting(40 * 1024).name == "7g.80gb"  # type: ignore[union-attr]  # 40192 < 40Gi
+    # 40192 MiB reported, 40 GB as sold: min-memory 40Gi is met by the profile sold as 40 GB (issue 30).
+    assert a100.smallest_fitting(40 * 1024).name == "3g.40gb"  # type: ignore[union-attr]
+    assert a100.smallest_fitting(41 * 1024).name == "7g.80gb"  # type: ignore[union-attr]
     assert a100.smallest_fitting(81 * 1024) is None
 
 

@@ -27,3 +27,10 @@ def test_the_pods_models_and_nodes_are_honoured() -> None:
         "a100-40", "all-7g.40gb", "7g.40gb", 37001
     )  # an estimate
     assert recut_could_serve(Waiting("t/p", 30 * GI, nodes=frozenset({"elsewhere"})), fleet, LAYOUTS) is None
+
+
+def test_a_40gi_pod_could_get_the_3g40gb_it_names_not_a_whole_7g80gb() -> None:
+    """`min-memory: 40Gi` is met by the instance sold as 40 GB (40192 MiB reported; issue 30)."""
+    assert recut_could_serve(Waiting("t/p", 40 * GI), [node("a")], LAYOUTS) == Recut(
+        "a", "all-3g.40gb", "3g.40gb", 40192
+    )

@@ -41,6 +41,7 @@ def test_a_single_strategy_mig_node_offers_instances_not_gpus() -> None:
         selector=(("nvidia.com/gpu.product", "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"),),
         memory_mib=4864,
         allocatable=56,
+        sold_mib=5 * 1024,  # 1g.5gb, sold as 5 GB (a GiB: webhook.domain.memory)
     )
 
 
@@ -168,6 +169,7 @@ def test_replicas_renamed_by_default_are_shared_devices_of_their_gpu() -> None:
         selector=(("nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3"),),
         memory_mib=81559 // 4,
         allocatable=16,
+        sold_mib=80 * 1024 // 4,
     )
 
 

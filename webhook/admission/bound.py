@@ -27,9 +27,9 @@ from webhook.admission.request import GpuRequest
 from webhook.admission.verdict import Placement, Verdict
 from webhook.domain.affinity import IN, NODE_NAME_FIELD, NodeRequirements
 from webhook.domain.devices import KINDS
+from webhook.domain.memory import memory_shortfall
 from webhook.domain.policy import Policy
 from webhook.domain.products import format_version, version_at_least
-from webhook.domain.quantity import format_mib
 from webhook.pools.index import PoolIndex
 from webhook.pools.nodes import NodeFacts, Unclassified
 from webhook.pools.quotas.checks import Held, Holding, held_quota_problem
@@ -175,9 +175,9 @@ def bound_problem(req: GpuRequest, facts: NodeFacts) -> str:
     # Likewise the namespace's device default: a Pod on a node may use what the node offers.
     devices = req.devices if req.device_source == "annotation" else KINDS
     reasons = [m.text for m in pool_misses(req, facts.pool, facts.kind, requested, (), devices=devices)]
-    if req.min_memory_mib and facts.memory_mib < req.min_memory_mib:
-        have = format_mib(facts.memory_mib) if facts.memory_mib else "unknown memory"
-        reasons.append(f"{have} < min-memory {format_mib(req.min_memory_mib)}")
+    short = memory_shortfall(req.min_memory_mib, facts.sold_mib, facts.memory_mib)
+    if short:
+        reasons.append(short)
     for need, name, what, have_version in (
         (req.min_driver, "min-driver", "driver", facts.driver),
         (req.min_compute, "min-compute-capability", "compute capability", facts.compute),

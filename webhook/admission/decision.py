@@ -26,6 +26,7 @@ from webhook.admission.misses import (
     describe,
     fit_misses,
     key_misses,
+    least,
     nearest,
     nearness,
     other_device,
@@ -37,10 +38,10 @@ from webhook.admission.request import REQUEST_WEIGHT, GpuRequest
 from webhook.admission.verdict import Reason
 from webhook.domain.affinity import PoolConstraint
 from webhook.domain.devices import GPU, NOUNS
+from webhook.domain.memory import describe_memory
 from webhook.domain.model import PoolKey, Taint
 from webhook.domain.policy import Policy
 from webhook.domain.products import tokens
-from webhook.domain.quantity import format_mib
 from webhook.pools.index import Group, Inseparable, Pool, PoolIndex
 
 
@@ -52,13 +53,16 @@ class Candidate(NamedTuple):
     resource: str
     constraint: PoolConstraint  # what sends the Pod to exactly the pool's nodes
     gpu_taints: tuple[Taint, ...]  # to tolerate on the Pod's behalf
-    memory_mib: int
+    memory_mib: int  # per device, as reported (what GPU-memory quotas count)
     max_free: int  # most free GPUs on one usable node the Pod tolerates
     free_total: int
     fits: bool
     fallback: bool  # of a class the Pod did not ask for
     kind: str = GPU  # the pool's devices: gpu, mig or shared
     groups: tuple[Group, ...] = ()  # the pool's node groups the Pod can reach and tolerates
+    sold_mib: int = 0  # per device, as sold (webhook.domain.memory); 0 when unknown
+    offered_mib: int = 0  # what min-memory is met with: the size it ranks by
+    compute: tuple[int, ...] | None = None  # the lowest compute capability of its nodes; None when unknown
 
 
 class Decision(NamedTuple):
@@ -78,7 +82,7 @@ class Decision(NamedTuple):
             verdict = "chosen" if c == self.chosen else ("fits" if c.fits else "no capacity")
             note = " (fallback)" if c.fallback else ""
             lines.append(
-                f"{c.pool}: {verdict}{note}: {format_mib(c.memory_mib)} per {NOUNS[c.kind]}, "
+                f"{c.pool}: {verdict}{note}: {describe_memory(c.sold_mib, c.memory_mib)} per {NOUNS[c.kind]}, "
                 f"{c.free_total} free, at most {c.max_free} on one node"
             )
         lines.extend(f"{r.pool}: rejected: {'; '.join(r.reasons)}" for r in self.rejections)
@@ -97,6 +101,9 @@ class _Option:
     memory_mib: int
     fallback: bool
     kind: str
+    sold_mib: int
+    offered_mib: int
+    compute: tuple[int, ...] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +132,8 @@ class PassedOver(NamedTuple):
 
 def rank(req: GpuRequest, index: PoolIndex, policy: Policy) -> Ranked:
     """The pools the request matches, best first: the Pod's own class order (or the policy's), its device
-    order, the least memory that fits, the most free devices."""
+    order, the least memory that fits (as sold: webhook.domain.memory), the older architecture (lower
+    compute capability, unknown last), the most free devices."""
     requested = req.classes or req.allowed_classes
     # Keyed by the whole request, the plan's only input besides the nodes: nothing it reads is left out.
     plan = index.capacity.memo(req, lambda: _plan(req, index, policy), size=lambda plan: _plan_bytes(req, plan))
@@ -134,13 +142,13 @@ def rank(req: GpuRequest, index: PoolIndex, policy: Policy) -> Ranked:
     order = {c: i for i, c in enumerate(req.classes)} if req.classes else {c: policy.class_rank(c) for c in requested}
     kinds = {k: i for i, k in enumerate(req.devices)}
 
-    def by_rank(c: Candidate) -> tuple[int, int, int, int, int, str]:
+    def by_rank(c: Candidate) -> tuple[int, int, int, int, tuple[int, ...], int, str]:
         tier = order.get(c.pool.gpu_class, len(order) + policy.class_rank(c.pool.gpu_class))
         device = kinds.get(c.kind, len(kinds))
         # Within a requested class the device kinds come in the Pod's order; with no class asked for,
         # the device order comes first (`mig,gpu` means a MIG instance of any class before a GPU).
         first, second = (tier, device) if req.classes else (device, tier)
-        return (int(c.fallback), first, second, c.memory_mib, -c.free_total, c.pool.product)
+        return (int(c.fallback), first, second, c.offered_mib, c.compute or _UNKNOWN, -c.free_total, c.pool.product)
 
     candidates.sort(key=by_rank)
     return candidates, plan.rejections
@@ -301,6 +309,9 @@ def _option(req: GpuRequest, pool: Pool, fallback: bool, index: PoolIndex) -> _O
         memory_mib=min(g.min_memory_mib() for g in tolerated),
         fallback=fallback,
         kind=pool.kind,
+        sold_mib=min(g.min_sold_mib() for g in tolerated),
+        offered_mib=min(g.min_offered_mib() for g in tolerated),
+        compute=least([g.min_compute() for g in tolerated]),
     )
 
 
@@ -378,4 +389,10 @@ def _candidate(req: GpuRequest, o: _Option) -> Candidate:
         o.fallback,
         o.kind,
         o.groups,
+        o.sold_mib,
+        o.offered_mib,
+        o.compute,
     )
+
+
+_UNKNOWN = (1 << 30,)  # an unknown compute capability ranks after every known one

@@ -15,9 +15,9 @@ from typing import NamedTuple, Protocol, TypeVar
 
 from webhook.admission.request import GpuRequest
 from webhook.domain.devices import SHARED
+from webhook.domain.memory import memory_shortfall
 from webhook.domain.model import PREFIX, PoolKey, Taint
 from webhook.domain.products import Tokens, format_version, matches, tokens, version_at_least
-from webhook.domain.quantity import format_mib
 from webhook.pools.index import Group, Pool
 
 # What a reason is about: the Pod's requirements a pool can fail. Only CLASS, DEVICE and PRODUCT can be
@@ -180,6 +180,8 @@ class _Judged(Protocol):
     @property
     def other_taints(self) -> tuple[Taint, ...]: ...
     def min_memory_mib(self) -> int: ...
+    def min_sold_mib(self) -> int: ...
+    def min_offered_mib(self) -> int: ...
     def min_driver(self) -> tuple[int, ...] | None: ...
     def min_compute(self) -> tuple[int, ...] | None: ...
     def min_cuda(self) -> tuple[int, ...] | None: ...
@@ -193,6 +195,8 @@ class _Alike:
 
     other_taints: tuple[Taint, ...]
     memory: int
+    sold: int
+    offered: int
     driver: tuple[int, ...] | None
     compute: tuple[int, ...] | None
     cuda: tuple[int, ...] | None
@@ -200,6 +204,12 @@ class _Alike:
 
     def min_memory_mib(self) -> int:
         return self.memory
+
+    def min_sold_mib(self) -> int:
+        return self.sold
+
+    def min_offered_mib(self) -> int:
+        return self.offered
 
     def min_driver(self) -> tuple[int, ...] | None:
         return self.driver
@@ -222,16 +232,18 @@ def alike(pool: Pool) -> tuple[_Alike, ...]:
         _Alike(
             other_taints=taints,
             memory=min(g.min_memory_mib() for g in groups),
-            driver=_least([g.min_driver() for g in groups]),
-            compute=_least([g.min_compute() for g in groups]),
-            cuda=_least([g.min_cuda() for g in groups]),
+            sold=min(g.min_sold_mib() for g in groups),
+            offered=min(g.min_offered_mib() for g in groups),
+            driver=least([g.min_driver() for g in groups]),
+            compute=least([g.min_compute() for g in groups]),
+            cuda=least([g.min_cuda() for g in groups]),
             largest=max(g.largest_node() for g in groups),
         )
         for taints, groups in by_taints.items()
     )
 
 
-def _least(versions: list[tuple[int, ...] | None]) -> tuple[int, ...] | None:
+def least(versions: list[tuple[int, ...] | None]) -> tuple[int, ...] | None:
     """The oldest version; None when any is unknown (as Group.min_driver says it)."""
     return None if any(v is None for v in versions) else min(v for v in versions if v is not None)
 
@@ -266,11 +278,11 @@ def _group_misses(req: GpuRequest, groups: Sequence[_Judged]) -> list[Miss]:
     """Memory, driver, compute capability and CUDA must hold on every node the selector can reach, since
     the scheduler may pick any: each one that does not. (Only what the Pod asks for is read.)"""
     misses = []
-    if req.min_memory_mib:
-        memory = min(g.min_memory_mib() for g in groups)
-        if memory < req.min_memory_mib:
-            have = format_mib(memory) if memory else "unknown memory"
-            misses.append(Miss(MEMORY, f"{have} < min-memory {format_mib(req.min_memory_mib)}"))
+    if req.min_memory_mib:  # judged on the nodes that offer least (webhook.domain.memory)
+        offers = min(groups, key=lambda g: g.min_offered_mib())
+        short = memory_shortfall(req.min_memory_mib, offers.min_sold_mib(), offers.min_memory_mib())
+        if short:
+            misses.append(Miss(MEMORY, short))
     for need, kind, name, what, unknown in (
         (req.min_driver, DRIVER, "min-driver", "driver", "driver version"),
         (req.min_compute, COMPUTE, "min-compute-capability", "compute capability", "compute capability"),

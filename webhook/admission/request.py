@@ -27,7 +27,7 @@ from webhook.domain.groups import MAX_NAME_CHARS as MAX_GROUP_NAME
 from webhook.domain.model import POOL_ANNOTATION, PREFIX, PoolKey, Tolerations, effective_gpus
 from webhook.domain.policy import Policy, VendorPolicy
 from webhook.domain.products import Tokens, parse_version, tokens
-from webhook.domain.quantity import MIB, QuantityError, parse_bytes, parse_count, shown
+from webhook.domain.quantity import GIB, MIB, QuantityError, parse_bytes, parse_count, shown
 
 CLASS, MEMORY, COUNT, PRODUCT = "gpu-class", "min-memory", "gpu-count", "gpu-product"
 DRIVER, VENDOR, CONTAINER, FALLBACK, POOL = "min-driver", "vendor", "container", "fallback", "pool"
@@ -411,10 +411,16 @@ def _memory(ann: dict[str, str]) -> int:
         value = parse_bytes(ann[MEMORY])
     except QuantityError:
         value = -1
+    accepted = "accepted: a Kubernetes quantity below 8Ei such as 24Gi, 40G or 16384Mi"
     if value <= 0:
         raise RequestError(
-            f"annotation {PREFIX}{MEMORY}: {shown(ann[MEMORY])} is not a positive memory quantity; accepted: a "
-            "Kubernetes quantity below 8Ei such as 24Gi, 40G or 16384Mi"
+            f"annotation {PREFIX}{MEMORY}: {shown(ann[MEMORY])} is not a positive memory quantity; {accepted}"
+        )
+    text = ann[MEMORY].strip()
+    if value < GIB and text.isascii() and text.isdigit():  # a bare number is bytes: surely meant as GiB
+        raise RequestError(
+            f"annotation {PREFIX}{MEMORY}: {shown(text)} is {value} bytes; did you mean {value}Gi? A number "
+            f"without a unit under 1Gi is refused; {accepted}"
         )
     return -(-value // MIB)  # round up to whole MiB
 

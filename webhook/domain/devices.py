@@ -86,8 +86,13 @@ def profile_memory_mib(profile: str) -> int:
     whose labels do not say. The name counts decimal gigabytes, and the instance never has less than
     that (a 1g.5gb has 4864 MiB, more than 5 GB's 4768), so it is never an overestimate. 0 when the
     profile cannot be read."""
+    return profile_gb(profile) * 10**9 // 2**20
+
+
+def profile_gb(profile: str) -> int:
+    """The size a MIG profile's name gives (`3g.20gb`: 20); 0 when the profile cannot be read."""
     match = _PROFILE.fullmatch(profile)
-    return int(match.group(1)) * 10**9 // 2**20 if match else 0
+    return int(match.group(1)) if match else 0
 
 
 # --- a device preference: gpupool.io/device, the policy's defaults.device and namespaces.<ns>.device ----

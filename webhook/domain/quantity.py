@@ -23,6 +23,7 @@ MAX_COUNT = 2**31 - 1  # more devices than any node has; larger counts are garba
 EXAMPLES = "examples: 24Gi, 40G, 16384Mi"
 
 MIB = 2**20
+GIB = 1024 * MIB
 
 
 class QuantityError(ValueError):

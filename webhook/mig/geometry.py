@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from webhook.domain.devices import profile_memory_mib, split_product
+from webhook.domain.memory import meets_memory, sold_mib
 
 NVIDIA_VENDOR = 0x10DE
 
@@ -39,6 +40,10 @@ class Profile:
     most: int  # instances per GPU at most
     memory_mib: int
     measured: bool = True  # False: an estimate below the real memory (see the module's docstring)
+
+    def meets(self, min_mib: int) -> bool:
+        """Does an instance meet `min-memory` of `min_mib` (its `.NNgb` as sold: webhook.domain.memory)?"""
+        return meets_memory(min_mib, sold_mib(self.name), self.memory_mib)
 
     @property
     def label_name(self) -> str:
@@ -61,7 +66,7 @@ class GpuModel:
     def smallest_fitting(self, memory_mib: int) -> Profile | None:
         """The profile with the least memory that still has `memory_mib` (fewest slices on a tie, then
         most instances per GPU): where a Pod asking that much would go."""
-        fitting = [p for p in self.profiles.values() if p.memory_mib >= memory_mib and "+" not in p.name]
+        fitting = [p for p in self.profiles.values() if p.meets(memory_mib) and "+" not in p.name]
         return min(fitting, key=lambda p: (p.memory_mib, p.slices, -p.most, p.name), default=None)
 
 

@@ -34,7 +34,7 @@ def recut_could_serve(pod: Waiting, nodes: Iterable[Candidate], layouts: Layouts
             if pod.models is not None and chosen.model.name not in pod.models:
                 continue
             for profile, count in chosen.instances:
-                if count >= pod.count and profile.memory_mib >= pod.memory_mib:
+                if count >= pod.count and profile.meets(pod.memory_mib):
                     key = (profile.memory_mib, c.name, name)
                     if best is None or key < best[0]:
                         best = (key, Recut(c.name, name, profile.name, profile.memory_mib))

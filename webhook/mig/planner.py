@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from webhook.domain.memory import meets_memory, sold_mib
 from webhook.domain.policy_model import MigReshaping
 from webhook.mig.geometry import GpuModel
 from webhook.mig.layouts import Layouts, Yield
@@ -249,7 +250,7 @@ def _take(pod: Waiting, slots_by_node: dict[str, list[_Slot]], model_of_node: Ma
         if pod.models is not None and model_of_node.get(node, "") not in pod.models:
             continue
         for slot in slots:
-            if slot.count >= pod.count and slot.memory_mib >= pod.memory_mib:
+            if slot.count >= pod.count and meets_memory(pod.memory_mib, sold_mib(slot.profile), slot.memory_mib):
                 key = (slot.memory_mib, node, slot)
                 if best is None or key[:2] < best[:2]:
                     best = key

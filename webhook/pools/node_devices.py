@@ -38,6 +38,7 @@ from webhook.domain.devices import (
     profile_memory_mib,
     split_product,
 )
+from webhook.domain.memory import sold_mib
 from webhook.domain.model import NodeInfo, Selector
 from webhook.domain.policy import Policy, VendorPolicy
 from webhook.domain.products import Tokens, parse_version, tokens
@@ -61,8 +62,9 @@ class Device:
     profile: str  # the MIG profile ("" for a whole GPU, and for a replica of one)
     replicas: int  # replicas per GPU of a shared device (0: unknown or not shared)
     selector: Selector  # labels that reach the nodes offering it (the class label is added by the caller)
-    memory_mib: int  # what one device can count on; 0 when unknown
+    memory_mib: int  # what one device can count on, as reported; 0 when unknown
     allocatable: int
+    sold_mib: int = 0  # its size as sold (webhook.domain.memory), a replica's share; 0 when unknown
 
 
 def node_devices(node: NodeInfo, vendor: VendorPolicy, policy: Policy) -> tuple[list[Device], list[str]]:
@@ -131,13 +133,13 @@ def _whole_device(
             pin = f"{resource}.replicas" if replicas > 1 else f"{resource}.sharing-strategy"
             selector.append((pin, labels[pin]))
     memory = _memory_mib(labels.get(vendor.memory_label, "") if vendor.memory_label else "", vendor.memory_unit_mib)
-    if parts.profile:  # single strategy: GFD writes the instance's memory in the memory label
-        memory = memory or profile_memory_mib(parts.profile)
-    else:
-        memory = memory or policy.product_memory_mib(tokens(parts.model, vendor.product_prefixes))
+    table = 0 if parts.profile else policy.product_memory_mib(tokens(parts.model, vendor.product_prefixes))
+    # Under the single strategy GFD writes the instance's memory in the memory label.
+    memory = memory or (profile_memory_mib(parts.profile) if parts.profile else table)
+    sold = sold_mib(raw, table)
     if shared:
         replicas = replicas if replicas > 1 else _replicas_from_count(node, resource, labelled or resource)
-        memory = memory // replicas if replicas else 0
+        memory, sold = (memory // replicas, sold // replicas) if replicas else (0, 0)
     return Device(
         resource=resource,
         kind=SHARED if shared else (MIG if parts.profile else "gpu"),
@@ -147,6 +149,7 @@ def _whole_device(
         selector=tuple(selector),
         memory_mib=memory,
         allocatable=node.allocatable[resource],
+        sold_mib=sold,
     )
 
 
@@ -165,9 +168,10 @@ def _partition_device(node: NodeInfo, vendor: VendorPolicy, resource: str, model
     if shared and not split_product(product).shared:
         product = f"{product}{SHARED_SUFFIX}"
     memory = _number(labels.get(f"{base}.memory", "")) or profile_memory_mib(profile)
+    sold = sold_mib(profile)
     if shared:
         replicas = replicas if replicas > 1 else 0
-        memory = memory // replicas if replicas else 0
+        memory, sold = (memory // replicas, sold // replicas) if replicas else (0, 0)
     if raw:
         selector: Selector = ((label, raw),)
     else:  # the resource itself reaches only nodes that offer it; the model label narrows it to the model
@@ -182,6 +186,7 @@ def _partition_device(node: NodeInfo, vendor: VendorPolicy, resource: str, model
         selector=selector,
         memory_mib=memory,
         allocatable=node.allocatable[resource],
+        sold_mib=sold,
     )
 
 

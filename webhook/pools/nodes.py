@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from webhook.domain.devices import GPU
+from webhook.domain.memory import offered_mib
 from webhook.domain.model import NodeInfo, PoolKey, Taint
 from webhook.domain.model import Selector as Selector  # noqa: PLC0414 (re-exported for webhook.pools.index)
 from webhook.domain.policy import Policy, VendorPolicy
@@ -40,6 +41,12 @@ class NodeFacts:
     replicas: int = 0  # replicas per GPU of a shared device; 0 when unknown or not shared
     compute: tuple[int, ...] | None = None  # compute capability, None when unknown
     cuda: tuple[int, ...] | None = None  # the CUDA version the driver supports, None when unknown
+    sold_mib: int = 0  # per device, its size as sold (webhook.domain.memory); 0 when unknown
+
+    @property
+    def offered_mib(self) -> int:
+        """The memory `min-memory` is compared with (webhook.domain.memory.offered_mib)."""
+        return offered_mib(self.sold_mib, self.memory_mib)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +114,7 @@ def _device_facts(
         replicas=device.replicas,
         compute=compute_capability(labels, vendor, policy, product_tokens),
         cuda=cuda_version(labels, vendor, driver),
+        sold_mib=device.sold_mib,
     )
 
 

@@ -45,7 +45,9 @@ class Group:
     buckets: dict[int, int] = field(default_factory=dict)  # free GPUs once holds are placed -> usable nodes
     own_total: int = 0  # own free GPUs of the usable nodes
     free_total: int = 0  # free GPUs once holds are placed
-    memory: Counter[int] = field(default_factory=Counter)
+    memory: Counter[int] = field(default_factory=Counter)  # memory per device as reported -> nodes
+    sold: Counter[int] = field(default_factory=Counter)  # memory per device as sold (0: unknown) -> nodes
+    offered: Counter[int] = field(default_factory=Counter)  # what min-memory is compared with -> nodes
     sizes: Counter[int] = field(default_factory=Counter)  # allocatable GPUs per node, usable or not
     drivers: Counter[tuple[int, ...] | None] = field(default_factory=Counter)
     computes: Counter[tuple[int, ...] | None] = field(default_factory=Counter)  # compute capabilities
@@ -55,6 +57,8 @@ class Group:
     def add_node(self, f: NodeFacts) -> None:
         self.nodes[f.node] = f
         self.memory[f.memory_mib] += 1
+        self.sold[f.sold_mib] += 1
+        self.offered[f.offered_mib] += 1
         self.sizes[f.allocatable] += 1
         self.drivers[f.driver] += 1
         self.computes[f.compute] += 1
@@ -65,6 +69,8 @@ class Group:
         """Forget a node; its own free GPUs must be dropped first (`set_own_free(..., None, ...)`)."""
         del self.nodes[f.node]
         decrement(self.memory, f.memory_mib)
+        decrement(self.sold, f.sold_mib)
+        decrement(self.offered, f.offered_mib)
         decrement(self.sizes, f.allocatable)
         decrement(self.drivers, f.driver)
         decrement(self.computes, f.compute)
@@ -99,7 +105,16 @@ class Group:
         return max(self.sizes, default=0)
 
     def min_memory_mib(self) -> int:
+        """The least memory per device any node reports (what GPU-memory quotas count)."""
         return min(self.memory) if self.memory else 0
+
+    def min_sold_mib(self) -> int:
+        """The least size as sold of any node's devices; 0 when any is unknown."""
+        return min(self.sold) if self.sold else 0
+
+    def min_offered_mib(self) -> int:
+        """The least memory `min-memory` is met with on any node (webhook.domain.memory.offered_mib)."""
+        return min(self.offered) if self.offered else 0
 
     def min_driver(self) -> tuple[int, ...] | None:
         """The oldest driver in the group; None when any node's driver is unknown."""
