@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from webhook.domain.model import PodKey
 from webhook.queue.waiting import Queued
-from webhook.sources.writes import Event
+from webhook.sources.eventqueue import Event
 
 BASE_BACKOFF_SECONDS = 1.0
 MAX_BACKOFF_SECONDS = 60.0

@@ -50,7 +50,8 @@ from webhook.queue.leader import Elector
 from webhook.queue.refusals import Refusals
 from webhook.queue.release import Release, Wait, decide_batch, read_batch, settle
 from webhook.queue.waiting import Backlog, Waiting, is_queued
-from webhook.sources.writes import Conflict, Event, Gone, Refused, Released, ReleaseResult
+from webhook.sources.eventqueue import Event
+from webhook.sources.writes import Conflict, Gone, Refused, Released, ReleaseResult
 
 log = logging.getLogger("gpupool.queue")
 
