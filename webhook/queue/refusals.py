@@ -7,8 +7,11 @@ and while held back it holds no place in the queue: the Pods behind it are decid
 there. A refusal about the Pod itself (a 4xx other than 429) counts towards MAX_REFUSALS; at the last one
 the queue gives up on that version of the Pod: a Warning Event `ReleaseRefused` on the Pod says what the
 API answered, and the Pod stays gated, without a place, until it changes (a new resourceVersion, such as
-the tenant's fix) or is deleted. Refusals that say nothing about the Pod (429, 5xx) back off the same way
-and never end. Pure: the caller gives the clock.
+the tenant's fix) or is deleted. Refusals that say nothing certain about the Pod (429, 5xx: kube-apiserver
+answers 500 when a webhook fails, which may be a webhook that is down or one that refuses the review's
+size) back off the same way and are never given up on, but at the MAX_REFUSALS-th in a row a Warning
+Event `ReleaseRefused` on the Pod says what the API answers and that it is tried again every
+MAX_BACKOFF_SECONDS. Pure: the caller gives the clock.
 """
 
 from __future__ import annotations
@@ -63,12 +66,18 @@ class Refusals:
         tries = (old.tries if old else 0) + 1
         ended = count >= MAX_REFUSALS
         self._by_key[q.key] = _Refusal(q.uid, q.resource_version, count, tries, now + backoff(tries), ended)
-        if not ended:
+        if ended:
+            why = (
+                f"gpupool gave up releasing the Pod after {count} refusals; the API answered {status}: {message}. "
+                "It stays gated and holds no place in the queue until it is changed or deleted"
+            )
+        elif tries == MAX_REFUSALS:
+            why = (
+                f"gpupool's release of the Pod was refused {tries} times in a row; the API answered {status}: "
+                f"{message}. It is tried again every {MAX_BACKOFF_SECONDS:.0f} s at most, holding no place meanwhile"
+            )
+        else:
             return None
-        why = (
-            f"gpupool gave up releasing the Pod after {count} refusals; the API answered {status}: {message}. "
-            "It stays gated and holds no place in the queue until it is changed or deleted"
-        )
         return Event(q.key[0], q.key[1], q.uid, REFUSED, why, "Warning")
 
     def holds_back(self, q: Queued, now: float) -> bool:
