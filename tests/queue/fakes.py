@@ -13,7 +13,8 @@ import jsonpatch
 from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
 from webhook.pools.inventory import LockedIndex
-from webhook.sources.writes import Event, Released, ReleaseResult
+from webhook.sources.eventqueue import Event
+from webhook.sources.writes import Released, ReleaseResult
 
 
 class Inventory:

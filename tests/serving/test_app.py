@@ -27,7 +27,7 @@ from webhook.admission.pieces import PodPatch, SelectorAdded
 from webhook.admission.verdict import Placement, Verdict, allow, deny, place
 from webhook.domain.model import PoolKey
 from webhook.domain.policy import load_policy
-from webhook.serving.app import AppConfig, create_app
+from webhook.serving.app import ETCD_MAX_OBJECT_BYTES, MAX_BODY_BYTES, AppConfig, create_app
 from webhook.serving.logs import ADMISSION_LOGGER
 from webhook.serving.metrics import Metrics
 from webhook.sources.snapshot import SnapshotInventory
@@ -200,11 +200,25 @@ class TestBadInput:
         """A charset parameter does not change the media type."""
         assert h.post(admission_review(gpu_pod()), content_type="application/json; charset=utf-8").status_code == 200
 
-    def test_body_over_3_mib_is_413(self, h: Harness) -> None:
-        """A body over 3 MiB is refused by its Content-Length with 413 JSON; the Admitter never runs."""
-        resp = h.post(b" " * (3 * 1024 * 1024 + 1))
+    def test_body_over_the_limit_is_413(self, h: Harness) -> None:
+        """A body over MAX_BODY_BYTES is refused by its Content-Length with 413 JSON; the Admitter never runs."""
+        resp = h.post(b" " * (MAX_BODY_BYTES + 1))
         assert resp.status_code == 413 and orjson.loads(resp.data)["reason"] == "RequestEntityTooLarge"
         assert h.admitter.calls == []
+
+    def test_the_largest_review_kube_apiserver_sends_for_a_stored_pod_is_judged(self, h: Harness) -> None:
+        """An UPDATE's review of a Pod as large as etcd stores (1.5 MiB, nearly all of it one annotation of
+        `<`), carrying it as object and oldObject, encoded as Go encodes it (`<` as a six-byte `\\u003c`):
+        about 18 MiB, six times the old 3 MiB limit, and judged (a release of such a Pod was refused 413)."""
+        obj = gpu_pod()
+        obj["metadata"]["annotations"] = {"example.com/notes": "<" * (ETCD_MAX_OBJECT_BYTES - 4096)}
+        review = admission_review(obj, operation="UPDATE")
+        review["request"]["oldObject"] = obj
+        body = orjson.dumps(review).replace(b"<", b"\\u003c")
+        assert 3 * 1024 * 1024 < 2 * 5 * ETCD_MAX_OBJECT_BYTES < len(body) <= MAX_BODY_BYTES
+        resp = h.post(body)
+        assert resp.status_code == 200
+        assert orjson.loads(resp.data)["response"]["uid"] == review["request"]["uid"]
 
     def stream_post(self, h: Harness, body: bytes, *, terminated: bool = True) -> tuple[int, bytes]:
         """A POST without Content-Length, as gunicorn hands over a chunked request (stream terminated)."""
@@ -217,9 +231,9 @@ class TestBadInput:
         chunks, status, _ = run_wsgi_app(h.client.application, environ)
         return int(status.split()[0]), b"".join(chunks)
 
-    def test_streamed_body_over_3_mib_is_413(self, h: Harness) -> None:
-        """A body without Content-Length is cut off after 3 MiB with 413, not truncated into bad JSON."""
-        status, _ = self.stream_post(h, b" " * (3 * 1024 * 1024 + 1))
+    def test_streamed_body_over_the_limit_is_413(self, h: Harness) -> None:
+        """A body without Content-Length is cut off after MAX_BODY_BYTES with 413, not truncated into bad JSON."""
+        status, _ = self.stream_post(h, b" " * (MAX_BODY_BYTES + 1))
         assert status == 413 and h.admitter.calls == []
 
     def test_streamed_body_within_the_limit_is_read(self, h: Harness) -> None:

@@ -38,11 +38,9 @@ from tests.conftest import (
     wait_until,
 )
 from tests.serving.clientcerts import client_certificate, new_ca, refusal
+from webhook.serving.app import MAX_BODY_BYTES
 
 pytestmark = pytest.mark.slow
-
-
-MIB = 1024 * 1024
 
 
 @dataclass
@@ -238,26 +236,26 @@ class TestBadInput:
         reply = client.post(orjson.dumps(admission_review(gpu_pod())), content_type="text/plain")
         assert reply.status == 415 and self.status_of(reply.body)["code"] == 415
 
-    def test_declared_length_over_3_mib_is_413_before_reading(self, served: Served) -> None:
-        """A Content-Length over 3 MiB is refused from the headers alone, without waiting for the body."""
+    def test_declared_length_over_the_limit_is_413_before_reading(self, served: Served) -> None:
+        """A Content-Length over MAX_BODY_BYTES is refused from the headers alone, without waiting for the body."""
         client = served.client()
         try:
             conn = client.connection
             conn.putrequest("POST", "/mutate?timeout=10s")
             conn.putheader("Content-Type", "application/json")
-            conn.putheader("Content-Length", str(3 * MIB + 1))
+            conn.putheader("Content-Length", str(MAX_BODY_BYTES + 1))
             conn.endheaders(b"{")
             resp = conn.getresponse()
             assert resp.status == 413 and self.status_of(resp.read())["code"] == 413
         finally:
             client.close()
 
-    def test_chunked_body_over_3_mib_is_413(self, served: Served) -> None:
-        """A chunked body (no Content-Length) is cut off at 3 MiB with 413."""
+    def test_chunked_body_over_the_limit_is_413(self, served: Served) -> None:
+        """A chunked body (no Content-Length) is cut off at MAX_BODY_BYTES with 413."""
         client = served.client()
 
         def chunks() -> Iterator[bytes]:
-            for _ in range(3 * 16 + 1):
+            for _ in range(MAX_BODY_BYTES // (64 * 1024) + 1):
                 yield b" " * (64 * 1024)
 
         try:

@@ -162,7 +162,7 @@ def test_pipelined_requests_are_both_answered_in_order(tls: ssl.SSLSocket) -> No
 
 
 def test_a_declared_body_over_the_limit_is_refused_and_the_connection_closed(tls: ssl.SSLSocket) -> None:
-    """A Content-Length over 3 MiB is answered 413 at once, and the rest of the body is not waited for:
+    """A Content-Length over MAX_BODY_BYTES is answered 413 at once, and the rest of the body is not waited for:
     the server closes the connection."""
     tls.sendall(
         b"POST /mutate?timeout=10s HTTP/1.1\r\nHost: gpupool\r\nContent-Type: application/json\r\n"
@@ -201,8 +201,8 @@ def body_without_end(framing: str, body: bytes) -> tuple[bytes, bytes]:
 
 @pytest.mark.parametrize("framing", FRAMINGS)
 def test_incomplete_requests_hold_a_bounded_amount_of_memory(served: Served, framing: str) -> None:
-    """Connections that each send all of a 3 MiB body but its end would add up without bound (a
-    thousand of them: 3 GiB, past the Pod's memory limit); past 64 MiB the server closes the one holding
+    """Connections that each send all of a body of MAX_BODY_BYTES but its end would add up without bound (a
+    thousand of them: 19 GiB, past the Pod's memory limit); past 64 MiB the server closes the one holding
     most, and admissions go on."""
     start, _ = body_without_end(framing, b" " * MAX_BODY_BYTES)
     before = served.server.log().count("bytes of a request")
@@ -346,14 +346,14 @@ def test_a_malformed_chunk_size_is_answered_400_without_logging_an_error(
 
 @pytest.mark.parametrize("framing", FRAMINGS)
 def test_a_body_just_over_the_limit_gets_its_413(served: Served, framing: str) -> None:
-    """A client that sends a body one byte over 3 MiB at the pace of a real network (64 KiB every 50 ms:
-    2.5 s), then reads the answer, reads the 413: the server answers, then reads and drops the rest of
+    """A client that sends a body one byte over MAX_BODY_BYTES at the pace of a real network (256 KiB every
+    50 ms: 3.8 s), then reads the answer, reads the 413: the server answers, then reads and drops the rest of
     the body before it closes, instead of a reset while the client is still sending."""
     size = MAX_BODY_BYTES + 1
 
     def paced() -> Iterator[bytes]:
-        for start in range(0, size, 64 * 1024):
-            yield b" " * min(64 * 1024, size - start)
+        for start in range(0, size, 256 * 1024):
+            yield b" " * min(256 * 1024, size - start)
             time.sleep(0.05)
 
     client = served.client()

@@ -28,8 +28,8 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 
 # At most this many items of each list the core reads: far more than any real Pod has, and what keeps
-# the worst review (3 MiB of one field) at milliseconds. Kubernetes sets no such limit; gpupool refuses
-# such a Pod with a message saying so (documented in docs/policy.md).
+# the worst review (two stored Pods of 1.5 MiB, etcd's limit, of one field) at milliseconds. Kubernetes
+# sets no such limit; gpupool refuses such a Pod with a message saying so (documented in docs/policy.md).
 MAX_CONTAINERS = 256  # each of containers, initContainers and ephemeralContainers
 MAX_TOLERATIONS = 1024
 MAX_SELECTOR_ENTRIES = 256  # nodeSelector labels

@@ -127,6 +127,7 @@ class PodInfo:
     cpu_milli: int = 0  # its effective CPU request
     memory_bytes: int = 0  # its effective memory request
     gates: tuple[str, ...] = ()  # its scheduling gates: while it has any, the scheduler does not place it
+    deleting: bool = False  # metadata.deletionTimestamp is set: it is being deleted (a finalizer may keep it)
 
     @property
     def queued(self) -> bool:
@@ -141,6 +142,14 @@ class PodInfo:
     def terminal(self) -> bool:
         """Succeeded and Failed Pods hold no devices."""
         return self.phase in ("Succeeded", "Failed")
+
+    @property
+    def holds_nothing(self) -> bool:
+        """Does the Pod hold (or stand to hold) no devices and no quota? A terminal Pod, and a Pod being
+        deleted that is on no node: kube-scheduler places no Pod being deleted and ResourceQuota stops
+        charging it, so a finalizer that keeps it stored keeps no room. A Pod being deleted on a node still
+        holds its devices until its containers have stopped (the kubelet frees them, not the deletion)."""
+        return self.terminal or (self.deleting and not self.node)
 
 
 @dataclass(frozen=True, slots=True)

@@ -239,6 +239,7 @@ def _pod(obj: Mapping[str, Any], spec: Mapping[str, Any], requests: dict[str, in
         node_selector=node_selector,
         group=sys.intern(own(group)) if group else "",  # shared by the group's Pods: one string, not one each
         gates=_gate_names(spec) if "schedulingGates" in spec else (),
+        deleting=bool(meta.get("deletionTimestamp")),
     )
     return pod if node else _with_needs(pod, spec, node_selector)
 

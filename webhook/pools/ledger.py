@@ -60,7 +60,7 @@ class Ledger:
         from its admission's reservation."""
         first_sight = key not in self._pods
         self.remove_pod(key)
-        if pod is not None and not pod.terminal:
+        if pod is not None and not pod.holds_nothing:
             if first_sight:
                 token = self._reservations.shown(pod)
                 if token is not None:

@@ -15,7 +15,8 @@ for them: its index counts them as released already. The index is then settled w
 what the API answered: the released Pod (counted until the watch shows it), or, on a conflict (409: the
 Pod changed; decided again next pass), a deletion (404) or a refusal, the Pod as it was. A write whose
 answer is lost (a timeout) is looked up before it is undone, so a release that did happen is never
-counted as not.
+counted as not. A refused release is backed off, bounded and ended (webhook.queue.refusals): the Pod
+holds no place while it backs off, and is never sent again in a tight loop.
 
 Each release carries this leader's fencing token (`gpupool.io/released-by: <identity>/<term>`,
 webhook.admission.fence): a release that commits after the term is over is refused by the validating
@@ -46,9 +47,11 @@ from webhook.pools.index import PoolIndex
 from webhook.pools.kubeobj import pod_from_obj
 from webhook.pools.memo import Memo
 from webhook.queue.leader import Elector
+from webhook.queue.refusals import Refusals
 from webhook.queue.release import Release, Wait, decide_batch, read_batch, settle
 from webhook.queue.waiting import Backlog, Waiting, is_queued
-from webhook.sources.writes import Conflict, Event, Gone, Refused, Released, ReleaseResult
+from webhook.sources.eventqueue import Event
+from webhook.sources.writes import Conflict, Gone, Refused, Released, ReleaseResult
 
 log = logging.getLogger("gpupool.queue")
 
@@ -168,6 +171,7 @@ class Runner:
         self._shapes_for: Policy | None = None
         self._told: dict[PodKey, str] = {}  # Pods told they are queued, by uid
         self._uncertain: dict[PodKey, Release] = {}  # written, answer lost: looked up before undone
+        self._refusals = Refusals()  # Pods whose releases the API refused: backed off, then given up on
         self._caught_up = False
         self._catch_up_since: float | None = None
         self._threads: list[threading.Thread] = []
@@ -256,6 +260,8 @@ class Runner:
         of its own in flight)? The queue's changes wake the loop, so they never reach this."""
         if self._sending or self._uncertain or self._policy(self.inventory) is not self._shapes_for:
             return False
+        if self._refusals and self._refusals.due(self._passed_at, self._clock()):
+            return False  # a refused Pod's backoff ran out: it is tried again
         with self.inventory.read() as index:
             return index.changes == self._changes_seen
 
@@ -285,11 +291,15 @@ class Runner:
         counts them as released), so room that appears meanwhile waits for no API round trip but its own."""
         released = self._answers()
         self._resolve_uncertain()
-        self._passed_at = self._clock()
+        self._passed_at = now = self._clock()
         policy = self._policy(self.inventory)
         if policy is not self._shapes_for:
             self._shapes, self._shapes_for = Memo(), policy
-        batch = read_batch(self.waiting.ordered(), policy, self._shapes)
+        ordered = self.waiting.ordered()
+        if self._refusals:  # a Pod backing off, or given up on, holds no place: the Pods behind it go
+            self._refusals.keep_only({q.key for q in ordered})
+            ordered = [q for q in ordered if not self._refusals.holds_back(q, now)]
+        batch = read_batch(ordered, policy, self._shapes)
         held = self.inventory.read()
         with held as index:
             decided = decide_batch(batch, index, policy, limit=BATCH, pause=_Breather(held, self._clock))
@@ -364,6 +374,9 @@ class Runner:
         else:
             self._settle(release, None)
             log.warning("release of %s/%s refused (%d): %s", namespace, name, result.status, result.message)
+            ended = self._refusals.refused(release.queued, result.status, result.message, self._clock())
+            if ended is not None:
+                self._events.record(ended)
         self._metrics.queue_released("error", None)
         return 0
 
@@ -394,6 +407,7 @@ class Runner:
     def _released(self, release: Release, outcome: str) -> None:
         q = release.queued
         self._told.pop(q.key, None)
+        self._refusals.forget(q.key)
         self._metrics.queue_released(outcome, _since(q.created))
         self._events.record(
             Event(q.key[0], q.key[1], q.uid, "Released", f"gpupool released the Pod to pool {release.pool}")

@@ -2,8 +2,9 @@
 
 A Pod waits while it has the scheduling gate `gpupool.io/queue` that admission gave it
 (webhook.admission.queued); it leaves when the gate is gone (released, by this leader or another), or
-the Pod is deleted. The order is the one the leader releases in: `spec.priority` descending, then
-creation time, then namespace and name.
+the Pod is deleted or being deleted (`metadata.deletionTimestamp`: a finalizer may keep it stored, but it
+is never released and holds no place). The order is the one the leader releases in: `spec.priority`
+descending, then creation time, then namespace and name.
 
 The inventory calls `replace` and `apply` for every page and event of every kind, inside its own lock
 (webhook.sources.live.Observer), so the queue and the pool index always agree; anything that changes may
@@ -74,12 +75,13 @@ def is_queued(obj: Obj) -> bool:
 
 def read_queued(obj: Obj, policy: Policy, since: float) -> Queued | None:
     """The raw Pod as the queue holds it, first seen waiting at `since`; None when it does not wait behind
-    the gate or holds no GPU request. PodError when admission cannot read it."""
+    the gate, holds no GPU request or is being deleted (`PodInfo.holds_nothing`: it is never released and
+    keeps no place). PodError when admission cannot read it."""
     if not is_queued(obj):
         return None
     view = read_pod(obj)
     info = pod_from_obj(obj, policy.gpu_resources, policy.partition_prefixes)
-    if info is None:
+    if info is None or info.holds_nothing:
         return None
     meta, spec = as_map(obj.get("metadata")), as_map(obj.get("spec"))
     raw_priority = spec.get("priority")

@@ -44,9 +44,19 @@ from webhook.serving.review import (
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
 
-# kube-apiserver's request body limit is 3 MiB (etcd's object limit plus headroom); an AdmissionReview
-# carries the object (and oldObject), so a bigger body is not a real admission call.
-MAX_BODY_BYTES = 3 * 1024 * 1024
+# The largest AdmissionReview kube-apiserver can send for a Pod etcd stores. etcd refuses a request over
+# its --max-request-bytes (1.5 MiB by default), so a stored Pod is at most that (in its protobuf form, which
+# a tenant can grow by patches of 3 MiB each, kube-apiserver's own body limit, long after admission). The
+# review of an UPDATE (the queue's release, a tenant's edit) carries it twice, object and oldObject, and
+# Go's encoding/json writes each <, > and & (and control characters, U+2028 and U+2029) as a six-byte
+# \u escape: 2 x 6 x 1.5 MiB, plus the review's own fields (uid, kind, userInfo, options). A bigger body
+# is no admission call. Bodies are still read against this limit as they arrive (413 from the
+# Content-Length, or as a chunked body passes it), and the worker's buffer budget bounds what all its
+# requests hold together (webhook.serving.clients).
+ETCD_MAX_OBJECT_BYTES = 1536 * 1024
+GO_JSON_ESCAPE_FACTOR = 6
+REVIEW_ENVELOPE_BYTES = 1024 * 1024
+MAX_BODY_BYTES = 2 * GO_JSON_ESCAPE_FACTOR * ETCD_MAX_OBJECT_BYTES + REVIEW_ENVELOPE_BYTES  # 19 MiB
 JSON = "application/json"
 
 _REASONS = {

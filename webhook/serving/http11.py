@@ -41,7 +41,7 @@ from webhook.serving.review import status_body
 
 HEAD_LIMIT = 64 * 1024  # request line and headers (also a chunk-size line, trailers); kube-apiserver sends < 1 KiB
 MAX_HEADERS = 100  # header fields of a request (gunicorn's default limit too); kube-apiserver sends about 8
-MAX_CHUNKS = 1024  # chunks of one chunked body: a client streaming 3 MiB sends KiBs per chunk, not bytes
+MAX_CHUNKS = 1024  # chunks of one chunked body: a client streaming 19 MiB sends KiBs per chunk, not bytes
 JSON = b"application/json"
 # What h11 accepts in a header field it sends (RFC 9110's token and field-value): the app's answer cannot
 # smuggle a line break into the answer.

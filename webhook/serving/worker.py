@@ -23,7 +23,7 @@ client into the main loop (non-blocking, epoll):
   yet (or, if there is none, the one idle longest), so a flood of connections cannot lock others out;
 - requests not yet answered hold at most BUFFER_BUDGET bytes per worker (bytes not parsed yet, bodies
   being read and bodies waiting for a thread): past that, the connection holding the most is closed
-  (a thousand 3 MiB bodies cut short would not fit in memory);
+  (a thousand 19 MiB bodies cut short would not fit in memory);
 - a request that is refused (malformed: 400; too large: the app's 413) is answered, then the
   connection is closed by a lingering close: FIN first, then what the client still sends is read and
   dropped for a while, so the client reads the answer instead of a reset.

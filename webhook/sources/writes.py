@@ -9,16 +9,16 @@ terms, never with an exception the caller must know the client's types for:
   gpupool broke, which must never happen, is logged loudly).
 - `LeaseStore`: get, create and replace of one `coordination.k8s.io/v1` Lease with optimistic
   concurrency (the replace carries the resourceVersion read), for webhook.queue.leader.
-- `EventRecorder.record`: a core/v1 Event on a Pod, best effort, from a bounded queue on a thread of its
-  own, so telling never slows releasing.
+- `EventRecorder.record`: a core/v1 Event on a Pod, best effort, on a thread of its own, so telling never
+  slows releasing; per namespace in turn, rate-limited and coalesced (webhook.sources.eventqueue).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import queue
 import threading
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
@@ -27,9 +27,12 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from webhook.sources.eventqueue import Event, EventQueue
+
 log = logging.getLogger("gpupool.writes")
 
 TIMEOUT = (5.0, 10.0)  # connect, read: a write that takes longer is a write that failed
+IDLE_SECONDS = 5.0  # the Event thread looks at least this often while nothing is put
 
 
 class Released(NamedTuple):
@@ -190,47 +193,43 @@ def _record(lease: Any) -> LeaseRecord:
     )
 
 
-class Event(NamedTuple):
-    namespace: str
-    pod: str
-    uid: str
-    reason: str  # Queued, Released
-    message: str
-    kind: str = "Normal"
-
-
-MAX_PENDING_EVENTS = 10_000  # past it, new Events are dropped (and counted in the log), releases go on
-
-
 class EventRecorder:
-    """Creates Events on Pods from a thread of its own. `record` never blocks."""
+    """Creates Events on Pods from a thread of its own, as webhook.sources.eventqueue lets them go: per
+    namespace in turn, rate-limited and coalesced. `record` never blocks."""
 
     COMPONENT = "gpupool"
 
-    def __init__(self, api_client: Any, reporting_instance: str) -> None:
+    def __init__(self, api_client: Any, reporting_instance: str, clock: Callable[[], float] = time.monotonic) -> None:
         self._core = client.CoreV1Api(api_client)
         self._instance = reporting_instance
-        self._queue: queue.Queue[Event | None] = queue.Queue(MAX_PENDING_EVENTS)
+        self._clock = clock
+        self._queue = EventQueue(clock())
+        self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gpupool-events", daemon=True)
-        self.dropped = 0
+
+    @property
+    def dropped(self) -> int:
+        return self._queue.dropped
 
     def start(self) -> EventRecorder:
         self._thread.start()
         return self
 
     def stop(self) -> None:
-        with contextlib.suppress(queue.Full):  # full: the thread is busy, and stops at the next None anyway
-            self._queue.put_nowait(None)
+        self._stopping.set()
+        self._queue.wake.set()
         self._thread.join(2.0)
 
     def record(self, event: Event) -> None:
-        try:
-            self._queue.put_nowait(event)
-        except queue.Full:
-            self.dropped += 1
+        self._queue.put(event)
 
     def _run(self) -> None:
-        while (event := self._queue.get()) is not None:
+        while not self._stopping.is_set():
+            self._queue.wake.clear()  # before the look: an Event put after it wakes the wait below
+            event, wait = self._queue.take(self._clock())
+            if event is None:
+                self._queue.wake.wait(wait or IDLE_SECONDS)
+                continue
             try:
                 self._core.create_namespaced_event(event.namespace, self._body(event), _request_timeout=TIMEOUT)
             except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:

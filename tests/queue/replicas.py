@@ -1,0 +1,106 @@
+"""Two `gpupool serve` replicas against the API simulator, each with its own credentials, and the
+simulator calling gpupool's validating webhook on every Pod update as kube-apiserver would (the shipped
+matchConditions, the review encoded as Go encodes it, over HTTPS to both replicas in turn) at the moment
+the write commits. Pods are created as kube-apiserver creates them: through a replica's mutating webhook,
+its patch applied, then stored."""
+
+from __future__ import annotations
+
+import base64
+import copy
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import orjson
+
+from tests.conftest import (
+    REPO,
+    SERVICE_DNS,
+    ApiServerClient,
+    ServerProcess,
+    admission_review,
+    free_port,
+    serve_argv,
+    server_env,
+    wait_until,
+)
+from webhook.testing import KubeSim
+from webhook.testing.kubeadmission import ValidatingWebhook
+
+SERVICE_ACCOUNT = "system:serviceaccount:gpupool-system:gpupool-webhook"
+NAMES = ("replica-a", "replica-b")
+WAIT = 60.0  # a failover takes the Lease's 15 s and a catch-up; generous for a loaded machine
+
+
+class Pair:
+    def __init__(self, sim: KubeSim, clients: list[ApiServerClient], hook: ValidatingWebhook) -> None:
+        self.sim, self.clients, self.hook = sim, clients, hook
+
+    def create(self, obj: dict[str, Any], replica: int = 0) -> dict[str, Any]:
+        """Admitted through a replica's mutating webhook and stored, as kube-apiserver creates a Pod."""
+        namespace = obj["metadata"]["namespace"]
+        answer = self.clients[replica].review(admission_review(obj, namespace=namespace))["response"]
+        assert answer["allowed"], answer
+        if "patch" in answer:
+            obj = jsonpatch.apply_patch(copy.deepcopy(obj), orjson.loads(base64.b64decode(answer["patch"])))
+        return self.sim.add(obj)
+
+    def pod(self, namespace: str, name: str) -> dict[str, Any]:
+        found = self.sim.get("Pod", namespace, name)
+        assert found is not None
+        return found
+
+    def released(self, namespace: str, name: str) -> bool:
+        return not self.pod(namespace, name)["spec"].get("schedulingGates")
+
+    def leader(self) -> int | None:
+        lease = self.sim.get("leases", "gpupool-system", "gpupool") or {}
+        holder = str((lease.get("spec") or {}).get("holderIdentity") or "")
+        return next((i for i, name in enumerate(NAMES) if holder.startswith(f"{name}-")), None)
+
+    @staticmethod
+    def token(replica: int) -> str:
+        return f"token-{NAMES[replica]}"
+
+
+@contextmanager
+def replicas(work: Path, cert_dir: Path, policy: str, nodes: list[dict[str, Any]]) -> Iterator[Pair]:
+    """The simulator with `nodes`, and two replicas serving `policy`, once one of them leads."""
+    policy_file = work / "policy.yaml"
+    policy_file.write_text(policy, "utf-8")
+    with KubeSim(bookmark_interval=0.2) as sim:
+        sim.load(nodes)
+        ports = [free_port() for _ in NAMES]
+        hook = ValidatingWebhook.from_manifest(
+            REPO / "manifests/base/validating-webhook.yaml",
+            [f"https://127.0.0.1:{port}/validate" for port in ports],
+            cert_dir / "ca.crt",
+            SERVICE_DNS,
+        )
+        sim.validating_webhook(hook)
+        servers, clients = [], []
+        for name, port in zip(NAMES, ports, strict=True):
+            sim.add_client(f"token-{name}", SERVICE_ACCOUNT, ("system:serviceaccounts", "system:authenticated"))
+            kubeconfig = sim.write_kubeconfig(work / f"{name}.kubeconfig", token=f"token-{name}")
+            health = free_port()
+            argv = serve_argv(cert_dir, port, health, "--kubeconfig", str(kubeconfig), "--policy", str(policy_file))
+            env = server_env(POD_NAME=name, POD_NAMESPACE="gpupool-system")
+            servers.append(ServerProcess(argv, work / f"{name}.log", env, health).start())
+            clients.append(ApiServerClient(port, cert_dir / "ca.crt"))
+        try:
+            for server in servers:
+                server.wait_ready()
+            pair = Pair(sim, clients, hook)
+            wait_until(lambda: pair.leader() is not None, WAIT, "a leader")
+            yield pair
+            assert sim.handler_errors == []
+        finally:
+            for name in NAMES:
+                sim.release_writes(f"token-{name}")
+            for client in clients:
+                client.close()
+            for server in servers:
+                server.stop(timeout=20)
