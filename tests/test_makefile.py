@@ -179,3 +179,20 @@ def test_the_self_signed_overlay_renders_with_the_documented_commands(tmp_path: 
 
 
 CERTS = ("ca.crt", "tls.crt", "tls.key")
+
+
+@pytest.mark.parametrize(
+    ("pod", "status", "said"),
+    [
+        ("bad-annotation.yaml", 0, "Decision: DENIED (400): unknown annotation gpupool.io/gpu-clas"),
+        ("no-such-pod.yaml", 2, "gpupool explain: error: cannot read examples/pods/no-such-pod.yaml"),
+    ],
+    ids=["denied-is-an-answer", "bad-file-is-an-error"],
+)
+def test_make_explain_fails_only_when_explain_cannot_answer(pod: str, status: int, said: str) -> None:
+    """A denied Pod is explained, and make ends without `make: *** ... Error 1`; a file that cannot be read
+    still fails the target."""
+    proc = make(REPO, "explain", f"POD=examples/pods/{pod}")
+    out = proc.communicate(timeout=120)[0]
+    assert said in out
+    assert (proc.returncode == 0, "make: ***" in out) == (status == 0, status != 0)

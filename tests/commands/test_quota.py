@@ -22,6 +22,10 @@ DEMO_ROWS = [
     ["team-a", "memoryQuota", "gpu-memory", "70Gi", "0", "100Gi", "gpupool", "only"],
     ["team-b", "compute-resources", "nvidia.com/gpu", "1", "0", "4", "gpupool", "only"],
 ]
+TUTORIAL_WARNING = (
+    "Warning: quota team-b/compute-resources: 'nvidia.com/gpu: 4' is not enforced by Kubernetes for extended "
+    "resources; enforced by gpupool only, for the Pods it admits; write 'requests.nvidia.com/gpu: 4'\n"
+)
 
 
 def quota(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -32,9 +36,10 @@ def quota(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str
 
 def test_the_table_lists_every_quota_with_its_source_and_who_enforces_it(capsys: pytest.CaptureFixture[str]) -> None:
     """The demo cluster, -A: team-a's ResourceQuota (enforced by Kubernetes and gpupool), its class and
-    memory quotas from the policy, and team-b's tutorial-form quota, which only gpupool enforces."""
+    memory quotas from the policy, and team-b's tutorial-form quota, which only gpupool enforces: the one
+    warning on stderr says how to write it so that Kubernetes enforces it too."""
     status, out, err = quota(capsys, "-A")
-    assert (status, err) == (0, "")
+    assert (status, err) == (0, TUTORIAL_WARNING)
     lines = [line.split() for line in out.splitlines()]
     assert lines[0] == ["NAMESPACE", "QUOTA", "RESOURCE", "USED", "PENDING", "HARD", "ENFORCED", "BY"]
     assert lines[1:] == DEMO_ROWS

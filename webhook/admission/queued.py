@@ -42,9 +42,11 @@ def queue_verdict(
         return verdict.deny(f"{choice.denial}; the Pod could never be released from the queue", reason=choice.reason)
     patch = queue_patch(view.shape, req.container_index, best.resource, req.count)
     noun = "GPUs" if best.kind == "gpu" else f"{NOUNS[best.kind]}s"
+    # The command first: the API answer's warnings are cut at 120 characters (webhook.serving.review), and a
+    # namespace name may take 63 of them.
     waits = (
-        f"gpupool: queued: the Pod waits for {req.pod_total} free {noun} ({best.resource}) on one node of its "
-        f"pools; `gpupool queue -n {req.namespace}` says where it stands"
+        f"gpupool: queued (see kubectl gpupool queue -n {req.namespace}): waits for {req.pod_total} free {noun} "
+        f"({best.resource}) on one node of its pools"
     )
     return verdict.queue(
         resource=best.resource,

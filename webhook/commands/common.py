@@ -105,6 +105,7 @@ def _open(args: argparse.Namespace, policy: Policy, observers: Sequence[Observer
         sync_timeout=args.sync_timeout,
         context=args.context,
         observers=observers,
+        log_quotas=False,  # each command that reads quotas prints their warnings itself, once
     )
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from webhook.commands.common import add_namespace_arguments, add_source_arguments, namespace_of, open_from_args
 from webhook.commands.output import Column, add_output_arguments, print_listing
 from webhook.domain.quantity import format_mib
-from webhook.pools.quotas.report import QuotaRow, quota_rows
+from webhook.pools.quotas.report import QuotaRow, quota_rows, quota_warnings
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -30,6 +30,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         with inventory.read() as index:
             rows = quota_rows(index, policy, namespace)
+            warnings = quota_warnings(index, policy, namespace)
     finally:
         inventory.close()
     print_listing(
@@ -38,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
         COLUMNS,
         document=lambda: {"quotas": [row_json(r) for r in rows]},
         empty=f"No GPU quotas in namespace {namespace}." if namespace else "No GPU quotas.",
+        warnings=warnings,
     )
     return 0
 

@@ -53,8 +53,13 @@ class LiveInventory(LockedIndex):
         core_v1: Any,
         config: ReflectorConfig | None = None,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        log_quotas: bool = True,
     ) -> None:
+        """`log_quotas`: log each quota Kubernetes does not enforce, once (the server's log); the commands
+        print those in their report instead (webhook.pools.quotas.report.quota_warnings), so each is said once."""
         super().__init__(PoolIndex(policy))
+        self._log_quotas = log_quotas
         self.policy = policy
         self._resources = policy.gpu_resources
         self._clock = clock
@@ -78,14 +83,16 @@ class LiveInventory(LockedIndex):
         kubeconfig: str | None = None,
         config: ReflectorConfig | None = None,
         context: str | None = None,
+        *,
+        log_quotas: bool = True,
     ) -> LiveInventory:
         """The cluster `api_client(kubeconfig, context)` reaches."""
-        return cls(policy, client.CoreV1Api(api_client(kubeconfig, context)), config)
+        return cls(policy, client.CoreV1Api(api_client(kubeconfig, context)), config, log_quotas=log_quotas)
 
     def for_policy(self, policy: Policy) -> LiveInventory:
         """A new inventory of the same cluster for another policy (not started): its own index, its own
         lists and watches, since what is kept of each object depends on the policy."""
-        return LiveInventory(policy, self._core_v1, self._config, self._clock)
+        return LiveInventory(policy, self._core_v1, self._config, self._clock, log_quotas=self._log_quotas)
 
     def observe(self, observer: Observer) -> None:
         """Have `observer` follow every object from now on (add it before `start`)."""
@@ -106,9 +113,14 @@ class LiveInventory(LockedIndex):
         deadline = self._clock() + timeout
         return all(r.synced.wait(max(deadline - self._clock(), 0)) for r in self.reflectors.values())
 
-    def close(self) -> None:
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop every watch: all are shut down at once, then their threads are given up to `timeout`
+        together to end (they end as soon as their watch is shut; only a list page being read keeps one)."""
         for reflector in self.reflectors.values():
-            reflector.stop()
+            reflector.halt()
+        deadline = self._clock() + timeout
+        for reflector in self.reflectors.values():
+            reflector.join(max(deadline - self._clock(), 0))
 
     # --- Inventory -----------------------------------------------------------------------------------
 
@@ -204,7 +216,8 @@ class LiveInventory(LockedIndex):
     def _upsert_quotas(self, page: list[tuple[Any, Any]]) -> None:
         for key, value in page:
             self._index.upsert_quota(value, *key)
-            messages = unenforced(value, self.policy) if value is not None and key not in self._flagged else []
+            flag = self._log_quotas and value is not None and key not in self._flagged
+            messages = unenforced(value, self.policy) if flag else []
             if messages:
                 self._flagged.add(key)
                 for message in messages:

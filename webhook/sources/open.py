@@ -23,17 +23,19 @@ def open_inventory(  # noqa: PLR0913 (every command's inventory-source flags, by
     sync_timeout: float = 60.0,
     context: str | None = None,
     observers: Sequence[Observer] = (),
+    log_quotas: bool = True,
 ) -> Inventory:
     """The snapshot file `snapshot`, read whole; else the live cluster. With `start`, the live inventory
     lists everything once and keeps watching (refused when the first list does not complete within
     `sync_timeout`); without it, only its configuration is loaded: `serve` starts the watches in each
     worker after the fork, since threads do not survive a fork. `context` picks a kubeconfig context
     other than the current one. `observers` follow the raw objects from the first (the queue's waiting Pods,
-    for the commands that show it)."""
+    for the commands that show it). `log_quotas`: the live inventory logs the quotas Kubernetes does not
+    enforce (the server's log; a command prints them in its report instead)."""
     if snapshot is not None:
         return SnapshotInventory.from_file(snapshot, policy, observers)
     try:
-        live = LiveInventory.connect(policy, kubeconfig, context=context)
+        live = LiveInventory.connect(policy, kubeconfig, context=context, log_quotas=log_quotas)
     except InventoryConnectError as exc:
         raise InventoryConnectError(f"{exc} (or give --inventory FILE for a snapshot)") from None
     for observer in observers:

@@ -12,6 +12,7 @@ The reflector knows nothing about GPUs: it hands raw objects to a `Sink`.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import random
@@ -115,6 +116,8 @@ class Reflector:
         self._stop = threading.Event()
         self._wait = wait or self._stop.wait
         self._thread: threading.Thread | None = None
+        self._watching: Any = None  # the open watch response, which stop() shuts down
+        self._watching_lock = threading.Lock()
         self.resource_version = ""
         self.synced = threading.Event()  # set after the first complete list
         self.connected_since: float | None = None  # since when the API has answered; None while it cannot
@@ -127,9 +130,29 @@ class Reflector:
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
+        """`halt()`, then wait up to `timeout` for the thread to end."""
+        self.halt()
+        self.join(timeout)
+
+    def halt(self) -> None:
+        """Stop, without waiting: the open watch is shut down, so its thread ends at once rather than
+        when the next event or bookmark comes (about a minute on kube-apiserver). A list page being read
+        is not cut short; its thread ends when the page is in."""
         self._stop.set()
+        with self._watching_lock:
+            watching = self._watching
+        if watching is not None:
+            _shutdown(watching)
+
+    def join(self, timeout: float) -> None:
+        """Wait up to `timeout` for the thread `halt()` stopped to end."""
         if self._thread is not None:
             self._thread.join(timeout)
+
+    @property
+    def running(self) -> bool:
+        """Whether the reflector's thread is alive (started and not yet ended)."""
+        return self._thread is not None and self._thread.is_alive()
 
     def run(self) -> None:
         """Keep the sink in step until `stop()`; `start()` runs this in a thread of its own."""
@@ -144,6 +167,8 @@ class Reflector:
                 log.info("%s: resourceVersion %s expired (410); listing again", self.kind, self.resource_version)
                 self.resource_version = ""
             except (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+                if self._stop.is_set():
+                    return  # the watch halt() shut down, most likely: nothing went wrong
                 self.errors += 1
                 if self._served_for() >= self._config.backoff_reset_after:
                     # An ordinary drop (an API server restart, a proxy closing the stream) ending a
@@ -239,6 +264,10 @@ class Reflector:
             timeout_seconds=self._config.watch_seconds,
         )
         self._mark_up()
+        with self._watching_lock:
+            self._watching = resp
+        if self._stop.is_set():  # stopped while connecting: halt() did not see this response
+            _shutdown(resp)
         try:
             for line in _lines(resp):
                 if self._stop.is_set():
@@ -255,6 +284,8 @@ class Reflector:
                 if rv:
                     self.resource_version = str(rv)
         finally:
+            with self._watching_lock:
+                self._watching = None
             resp.release_conn()
 
     def _call(self, read_timeout: float, **kwargs: Any) -> Any:
@@ -271,6 +302,13 @@ def _lines(resp: Any) -> Iterator[bytes]:
         yield from (line for line in lines if line.strip())
     if buffer.strip():
         yield buffer
+
+
+def _shutdown(resp: Any) -> None:
+    """Shut the socket of a streaming urllib3 response down, which ends a read blocked on it in another
+    thread (closing it would not)."""
+    with contextlib.suppress(OSError):  # already closed by the other side
+        resp.shutdown()
 
 
 def _describe(exc: BaseException) -> str:

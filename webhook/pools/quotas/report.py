@@ -96,10 +96,11 @@ def unenforced(quota: QuotaInfo, policy: Policy) -> list[str]:
     ]
 
 
-def quota_warnings(index: PoolIndex, policy: Policy) -> list[str]:
-    """Quotas on GPU resources that do not do what their author meant."""
+def quota_warnings(index: PoolIndex, policy: Policy, namespace: str | None = None) -> list[str]:
+    """Quotas on GPU resources (of one namespace, or all) that do not do what their author meant."""
     warnings = []
-    for q in sorted(index.quotas.all(), key=lambda q: (q.namespace, q.name)):
+    quotas = index.quotas.of(namespace) if namespace is not None else index.quotas.all()
+    for q in sorted(quotas, key=lambda q: (q.namespace, q.name)):
         warnings.extend(unenforced(q, policy))
         if q.scoped:
             warnings.append(f"quota {q.namespace}/{q.name}: has scopes; gpupool does not check it (Kubernetes does)")
