@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 PODS = REPO / "examples" / "pods"
 INVENTORY = str(REPO / "examples" / "cluster.yaml")
 POLICY = str(REPO / "examples" / "policy.yaml")
-PLACE_NOW = str(Path(__file__).with_name("place_now.yaml"))
+PLACE_NOW = str(Path(__file__).resolve().parents[1] / "place_now.yaml")
 ERROR_PREFIX = "gpupool explain: error:"
 # What the text shows, each under its own key: the Pod, its workload, the decision, the reasons for it,
 # the patch and the patched Pod.
