@@ -9,7 +9,9 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from webhook.domain.policy import Policy, load_policy, load_policy_text
+import yaml
+
+from webhook.domain.policy import Policy, load_policy_text
 from webhook.pools.index import PoolIndex
 from webhook.sources.snapshot import build_index
 
@@ -227,7 +229,19 @@ def fleet() -> list[dict[str, Any]]:
 
 
 def policy(text: str | None = None) -> Policy:
-    return load_policy(None) if text is None else load_policy_text(text)
+    """A policy for the tests of admission-time placement: `text` merged over the built-in default, with
+    `defaults.placement: now` unless `text` says otherwise (the shipped default queues; its own tests load
+    it with `load_policy(None)`). Text that is not a YAML mapping is loaded as it is, for its error."""
+    try:
+        data = yaml.safe_load(text or "")
+    except yaml.YAMLError:
+        return load_policy_text(text)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict) or not isinstance(data.get("defaults", {}), dict):
+        return load_policy_text(text)
+    data["defaults"] = {"placement": "now", **(data.get("defaults") or {})}
+    return load_policy_text(yaml.safe_dump(data, sort_keys=False))
 
 
 def index_of(objects: list[dict[str, Any]], pol: Policy | None = None) -> PoolIndex:

@@ -311,12 +311,19 @@ def server_env(**extra: str) -> dict[str, str]:
     return env
 
 
+# The built-in default placing at admission, for the servers of tests that check admission-time answers
+# (the shipped default queues); a test of the queue passes its own --policy.
+PLACE_NOW = Path(__file__).with_name("place_now.yaml")
+
+
 def serve_argv(cert_dir: Path, port: int, health_port: int, *extra: str) -> list[str]:
+    """`gpupool serve` on the test's ports; without `--policy` in `extra`, with PLACE_NOW."""
+    policy = [] if "--policy" in extra else ["--policy", str(PLACE_NOW)]
     return [
         sys.executable, "-m", "webhook", "serve",
         "--cert", str(cert_dir / "tls.crt"), "--key", str(cert_dir / "tls.key"),
         "--host", "127.0.0.1", "--port", str(port), "--health-port", str(health_port),
-        *extra,
+        *policy, *extra,
     ]  # fmt: skip
 
 

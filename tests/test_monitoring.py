@@ -34,7 +34,7 @@ from tests.conftest import (
     wait_until,
 )
 from tests.manifests.rendered import admitted, network_policy_sources, parse_objects
-from tests.queue.test_queue_e2e import Cluster
+from tests.queue.e2e import Cluster
 from tests.test_docs import anchors
 from webhook.testing import KubeSim
 

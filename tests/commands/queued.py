@@ -13,11 +13,12 @@ from tests.builders import gpu_node, index_of, pod, policy
 from tests.queue.helpers import GPU_TOLERATION, queued_pod
 
 POLICY = """\
+defaults: {placement: now}
 namespaces:
   q: {placement: queue}
   q2: {placement: queue}
   q3: {placement: queue, classQuota: {high: 1}}
-  now: {}
+  now: {placement: now}
 """
 T4 = "nvidia/medium/Tesla-T4"
 L4 = "nvidia/medium/NVIDIA-L4"

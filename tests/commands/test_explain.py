@@ -28,6 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 PODS = REPO / "examples" / "pods"
 INVENTORY = str(REPO / "examples" / "cluster.yaml")
 POLICY = str(REPO / "examples" / "policy.yaml")
+PLACE_NOW = str(Path(__file__).resolve().parents[1] / "place_now.yaml")
 ERROR_PREFIX = "gpupool explain: error:"
 # What the text shows, each under its own key: the Pod, its workload, the decision, the reasons for it,
 # the patch and the patched Pod.
@@ -42,10 +43,14 @@ DEFAULT_POLICY_NOTE = (
 
 def explain(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     """Run `gpupool explain ARGS` in-process against the demo inventory: (exit status, stdout, stderr
-    without the note that says which policy is used)."""
+    without the note that says which policy is used). Without --policy, the built-in default placing
+    `now` (PLACE_NOW): these tests explain admission-time decisions; the queue's are in test_queue.py and
+    below with a policy that queues."""
     argv = ["explain", *args]
     if "--inventory" not in args:
         argv += ["--inventory", INVENTORY]
+    if "--policy" not in args:
+        argv += ["--policy", PLACE_NOW]
     status = main(argv)
     out, err = capsys.readouterr()
     return status, out, err.replace(DEFAULT_POLICY_NOTE, "")
@@ -426,7 +431,15 @@ def test_module_reads_stdin_and_prints_json(capsys: pytest.CaptureFixture[str]) 
     """`python -m webhook explain - -o json` with the Pod on stdin: exit 0 and the same object as the
     in-process command."""
     proc = run_module(
-        "explain", "-", "--inventory", INVENTORY, "-o", "json", stdin=(PODS / "class-medium.yaml").read_text("utf-8")
+        "explain",
+        "-",
+        "--inventory",
+        INVENTORY,
+        "--policy",
+        PLACE_NOW,
+        "-o",
+        "json",
+        stdin=(PODS / "class-medium.yaml").read_text("utf-8"),
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == explain_json(capsys, str(PODS / "class-medium.yaml"))[1]

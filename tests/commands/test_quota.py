@@ -15,12 +15,15 @@ from webhook.commands.cli import main
 REPO = Path(__file__).resolve().parents[2]
 INVENTORY = str(REPO / "examples" / "cluster.yaml")
 POLICY = str(REPO / "examples" / "policy.yaml")
+# The demo policy places `now`: the quotas only gpupool enforces are not exact with the two admitting
+# processes `--replicas` counts by default (the shipped install's).
+INEXACT = ["no:", "placement", "now"]
 DEMO_ROWS = [
-    ["team-a", "classQuota", "high", "1", "0", "4", "gpupool", "only"],
-    ["team-a", "classQuota", "medium", "2", "0", "16", "gpupool", "only"],
-    ["team-a", "gpu-quota", "requests.nvidia.com/gpu", "3", "0", "4", "Kubernetes", "and", "gpupool"],
-    ["team-a", "memoryQuota", "gpu-memory", "70Gi", "0", "100Gi", "gpupool", "only"],
-    ["team-b", "compute-resources", "nvidia.com/gpu", "1", "0", "4", "gpupool", "only"],
+    ["team-a", "classQuota", "high", "1", "0", "4", "gpupool", "only", *INEXACT],
+    ["team-a", "classQuota", "medium", "2", "0", "16", "gpupool", "only", *INEXACT],
+    ["team-a", "gpu-quota", "requests.nvidia.com/gpu", "3", "0", "4", "Kubernetes", "and", "gpupool", "yes"],
+    ["team-a", "memoryQuota", "gpu-memory", "70Gi", "0", "100Gi", "gpupool", "only", *INEXACT],
+    ["team-b", "compute-resources", "nvidia.com/gpu", "1", "0", "4", "gpupool", "only", *INEXACT],
 ]
 TUTORIAL_WARNING = (
     "Warning: quota team-b/compute-resources: 'nvidia.com/gpu: 4' is not enforced by Kubernetes for extended "
@@ -39,10 +42,39 @@ def test_the_table_lists_every_quota_with_its_source_and_who_enforces_it(capsys:
     memory quotas from the policy, and team-b's tutorial-form quota, which only gpupool enforces: the one
     warning on stderr says how to write it so that Kubernetes enforces it too."""
     status, out, err = quota(capsys, "-A")
-    assert (status, err) == (0, TUTORIAL_WARNING)
+    assert status == 0 and err.endswith(TUTORIAL_WARNING)
     lines = [line.split() for line in out.splitlines()]
-    assert lines[0] == ["NAMESPACE", "QUOTA", "RESOURCE", "USED", "PENDING", "HARD", "ENFORCED", "BY"]
+    assert lines[0] == ["NAMESPACE", "QUOTA", "RESOURCE", "USED", "PENDING", "HARD", "ENFORCED", "BY", "EXACT"]
     assert lines[1:] == DEMO_ROWS
+    assert len(err.splitlines()) == 5  # one warning per inexact quota, and the tutorial form's
+
+
+def test_a_quota_only_gpupool_enforces_under_now_is_marked_not_exact(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Under `placement: now` with two admitting processes (the default count), the tutorial-form quota is
+    marked and warned of, naming the quota and the fix; with one process, or when the namespace queues,
+    every quota is exact and only the tutorial form's own warning is left."""
+    status, out, err = quota(capsys, "-n", "team-b")
+    assert status == 0
+    assert out.splitlines()[1].split()[-3:] == INEXACT
+    assert err.startswith("Warning: quota team-b/compute-resources nvidia.com/gpu: not exact: team-b places now")
+    assert "each of 2 admitting processes" in err and "set placement: queue for team-b" in err
+    status, out, err = quota(capsys, "-n", "team-b", "--replicas", "1")
+    assert (status, err, out.splitlines()[1].split()[-1]) == (0, TUTORIAL_WARNING, "yes")
+    queued = tmp_path / "policy.yaml"
+    queued.write_text("namespaces: {team-b: {placement: queue}}\n", "utf-8")
+    status = main(["quota", "--inventory", INVENTORY, "--policy", str(queued), "-n", "team-b", "-o", "json"])
+    out, err = capsys.readouterr()
+    assert (status, err) == (0, TUTORIAL_WARNING)
+    assert [q["exact"] for q in json.loads(out)["quotas"]] == [True]
+
+
+def test_a_replica_count_that_is_not_a_whole_number_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        quota(capsys, "--replicas", "0")
+    assert exit_.value.code == 2
+    assert "--replicas: must be a whole number from 1 to 10000, not '0'" in capsys.readouterr().err
 
 
 def test_the_namespace_is_n_else_the_contexts_else_default(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -64,7 +96,7 @@ def test_one_namespace_as_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert json.loads(out) == {
         "quotas": [
             {"namespace": "team-b", "quota": "compute-resources", "resource": "nvidia.com/gpu", "used": 1,
-             "pending": 0, "hard": 4, "unit": "gpus", "enforcedBy": "gpupool only"}
+             "pending": 0, "hard": 4, "unit": "gpus", "enforcedBy": "gpupool only", "exact": False}
         ]
     }  # fmt: skip
     _, out, _ = quota(capsys, "--namespace", "team-a", "-o", "json")

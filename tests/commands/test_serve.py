@@ -74,10 +74,35 @@ class TestOptions:
         assert trusted.service_account == "system:serviceaccount:gpu:pool"
         assert (trusted.users, trusted.groups) == (frozenset(options.trusted_users), frozenset({"oncall"}))
 
+    def test_the_policy_warns_at_start_of_quotas_now_cannot_keep_with_several_admitting_processes(
+        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """GPUPOOL_REPLICAS (the Deployment's replica count) times the workers is how many processes admit:
+        with two, a `now` namespace's classQuota is warned of at start, with one it is not; a snapshot
+        inventory under a policy that queues is warned of too, since nothing could release its Pods."""
+        policy = tmp_path / "policy.yaml"
+        policy.write_text("defaults: {placement: now}\nnamespaces: {team-a: {classQuota: {medium: 4}}}\n", "utf-8")
+        given = {"cert": "c", "key": "k", "inventory": str(DEMO_INVENTORY), "policy": str(policy)}
+        one = resolve_options(serve_args(**given), {})
+        assert one.replicas == 1
+        with caplog.at_level("WARNING", logger="gpupool.policy"):
+            assert load_core(one, {}).admitters == 1
+        assert caplog.messages == []
+        two = resolve_options(serve_args(**given), {"GPUPOOL_REPLICAS": "2"})
+        with caplog.at_level("WARNING", logger="gpupool.policy"):
+            assert load_core(two, {}).admitters == 2
+        assert any(m.startswith("policy: namespaces.team-a: placement now with classQuota") for m in caplog.messages)
+        caplog.clear()
+        shipped = resolve_options(serve_args(cert="c", key="k", inventory=str(DEMO_INVENTORY)), {})
+        with caplog.at_level("WARNING", logger="gpupool.policy"):
+            load_core(shipped, {})
+        assert [m for m in caplog.messages if "never released" in m], caplog.messages
+
     @pytest.mark.parametrize(
         ("given", "env", "words"),
         [
             pytest.param({}, {}, "--cert (or GPUPOOL_CERT) is required", id="no-cert"),
+            pytest.param({"cert": "c", "key": "k"}, {"GPUPOOL_REPLICAS": "0"}, "GPUPOOL_REPLICAS", id="zero-replicas"),
             pytest.param({"cert": "c", "key": "k"}, {"GPUPOOL_PORT": "https"}, "GPUPOOL_PORT", id="bad-env-port"),
             pytest.param({"cert": "c", "key": "k", "workers": "0"}, {}, "--workers", id="zero-workers"),
             pytest.param({"cert": "c", "key": "k", "port": "8080"}, {}, "must differ", id="same-ports"),

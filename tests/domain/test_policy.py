@@ -295,3 +295,16 @@ def test_a_policy_file_that_is_not_utf8_is_refused_naming_it(tmp_path: Path) -> 
     path.write_bytes(b"\xff\xfe classes: [a]")
     with pytest.raises(PolicyError, match=r"policy\.yaml: not UTF-8 text"):
         load_policy(str(path))
+
+
+def test_pods_queue_by_default_and_now_is_kept_where_the_policy_says_so() -> None:
+    """The shipped policy queues every namespace it does not mention; `placement: now`, in defaults or
+    per namespace, keeps admission-time pinning, also for a file merged over the default."""
+    shipped = load_policy(None)
+    assert shipped.defaults.placement == "queue"
+    assert shipped.placement("any-namespace") == "queue"
+    assert shipped.queues
+    kept = load_policy_text("defaults: {placement: now}\nnamespaces: {team-q: {placement: queue}}\n")
+    assert (kept.placement("any-namespace"), kept.placement("team-q")) == ("now", "queue")
+    one = load_policy_text("namespaces: {team-n: {placement: now}}\n")
+    assert (one.placement("any-namespace"), one.placement("team-n")) == ("queue", "now")

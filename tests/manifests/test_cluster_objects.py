@@ -25,6 +25,7 @@ from tests.manifests.rendered import (
     volume_named,
 )
 from webhook.commands.serve import NAMESPACE_ENV
+from webhook.domain.exactness import policy_warnings
 from webhook.domain.policy import Policy, default_policy_text, load_policy_text
 
 pytestmark = pytest.mark.skipif(
@@ -71,6 +72,14 @@ class TestPolicyConfigMap:
         policy = load_policy_text(self.policy_map(rendered["base"])["data"]["policy.yaml"], source="ConfigMap")
         assert isinstance(policy, Policy)
         assert policy.vendors
+
+    def test_the_installed_policy_queues_gpu_pods(self, rendered: dict[str, Rendering]) -> None:
+        """As `kubectl kustomize manifests/base` installs it, the policy queues a GPU Pod of a namespace it
+        does not mention, and warns of nothing with the Deployment's replicas: every quota is exact."""
+        policy = load_policy_text(self.policy_map(rendered["base"])["data"]["policy.yaml"], source="ConfigMap")
+        assert policy.placement("a-namespace-the-policy-does-not-mention") == "queue"
+        replicas = rendered["base"].one("Deployment")["spec"]["replicas"]
+        assert policy_warnings(policy, replicas) == []
 
     def test_the_server_reads_the_configmap(self, rendering: Rendering) -> None:
         """GPUPOOL_POLICY points at the ConfigMap's key inside the volume that mounts this ConfigMap."""

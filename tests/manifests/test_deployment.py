@@ -178,6 +178,12 @@ class TestDeployment:
         assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
         assert rendering.one("PodDisruptionBudget")["spec"]["minAvailable"] == 1
 
+    def test_the_server_knows_how_many_replicas_admit(self, rendering: Rendering) -> None:
+        """GPUPOOL_REPLICAS is the Deployment's own replica count, so the policy's warnings about what
+        `placement: now` cannot keep exact count the processes that really admit."""
+        options = serve_options(rendering)
+        assert options.replicas == rendering.one("Deployment")["spec"]["replicas"]
+
     @pytest.mark.parametrize("nodes", [2, 3, 50])
     def test_two_replicas_never_share_a_node(self, rendering: Rendering, nodes: int) -> None:
         """On a cluster of several nodes, kube-scheduler's topology-spread filter never lets the second

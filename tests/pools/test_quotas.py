@@ -62,12 +62,15 @@ def test_every_quota_gpupool_checks_is_a_row_with_used_pending_hard_and_who_enfo
     index.reserve(Reservation(namespace="team-a", pool=T4, selector=T4_SELECTOR, gpus=1, name="next"), now=0.0)
     rows = quota_rows(index, pol)
     assert [tuple(r) for r in rows] == [
-        ("team-a", "classQuota", "medium", 2, 1, 8, "gpus", "gpupool only"),
-        ("team-a", "gpu-quota", "requests.nvidia.com/gpu", 2, 1, 4, "gpus", "Kubernetes and gpupool"),
-        ("team-a", "memoryQuota", "gpu-memory", 2 * 15360, 15360, 64 * 1024, "MiB", "gpupool only"),
-        ("team-b", "tutorial", "limits.nvidia.com/gpu", 1, 0, 6, "gpus", "gpupool only"),
-        ("team-b", "tutorial", "nvidia.com/gpu", 1, 0, 4, "gpus", "gpupool only"),
+        ("team-a", "classQuota", "medium", 2, 1, 8, "gpus", "gpupool only", False),
+        ("team-a", "gpu-quota", "requests.nvidia.com/gpu", 2, 1, 4, "gpus", "Kubernetes and gpupool", True),
+        ("team-a", "memoryQuota", "gpu-memory", 2 * 15360, 15360, 64 * 1024, "MiB", "gpupool only", False),
+        ("team-b", "tutorial", "limits.nvidia.com/gpu", 1, 0, 6, "gpus", "gpupool only", False),
+        ("team-b", "tutorial", "nvidia.com/gpu", 1, 0, 4, "gpus", "gpupool only", False),
     ]
+    # Placing `now` with an unknown count of admitting processes, only the requests. form is exact; one
+    # process makes every row exact.
+    assert all(r.exact for r in quota_rows(index, pol, admitters=1))
     assert [r.quota for r in quota_rows(index, pol, "team-b")] == ["tutorial", "tutorial"]
     off = policy("defaults: {enforceAllGpuQuotaForms: false}")
     assert {r.enforced_by for r in quota_rows(index_of(objects, off), off, "team-b")} == {"nobody"}

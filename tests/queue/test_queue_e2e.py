@@ -5,31 +5,16 @@ against kube-apiserver's rules for gated Pods."""
 
 from __future__ import annotations
 
-import base64
-import copy
-import itertools
 import os
 import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import jsonpatch
-import orjson
 import pytest
 
-from tests.builders import gpu_node
-from tests.conftest import (
-    ApiServerClient,
-    ServerProcess,
-    admission_review,
-    free_port,
-    serve_argv,
-    server_env,
-    wait_until,
-)
-from webhook.testing import KubeSim
+from tests.conftest import wait_until
+from tests.queue.e2e import REPLICAS, WAIT, Cluster, delete_every_pod, node, resource_quota, running, two_replicas
 
 pytestmark = pytest.mark.slow
 
@@ -42,74 +27,6 @@ namespaces:
   team-w: {placement: queue, memoryQuota: 45Gi}
   team-x: {placement: queue}
 """
-GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-WAIT = 40.0  # generous: a loaded machine must not fail these
-
-
-class Cluster:
-    """The simulator, two replicas, and kube-apiserver's part in creating a Pod."""
-
-    def __init__(self, sim: KubeSim, replicas: list[ServerProcess], clients: list[ApiServerClient]) -> None:
-        self.sim, self.replicas, self.clients = sim, replicas, clients
-        self._next = itertools.cycle(range(len(clients)))
-
-    def create(self, name: str, namespace: str, *, replica: int | None = None, **kw: Any) -> dict[str, Any]:
-        """Admit through a replica (alternating) and store the patched Pod, as kube-apiserver does."""
-        obj = pod(name, namespace, **kw)
-        client = self.clients[next(self._next) if replica is None else replica]
-        answer = client.review(admission_review(obj, namespace=namespace))["response"]
-        assert answer["allowed"], answer
-        if "patch" in answer:
-            obj = jsonpatch.apply_patch(copy.deepcopy(obj), orjson.loads(base64.b64decode(answer["patch"])))
-        return self.sim.add(obj)
-
-    def pod(self, namespace: str, name: str) -> dict[str, Any]:
-        found = self.sim.get("Pod", namespace, name)
-        assert found is not None
-        return found
-
-    def released(self, namespace: str, name: str) -> bool:
-        return not (self.pod(namespace, name)["spec"].get("schedulingGates") or [])
-
-    def pool(self, namespace: str, name: str) -> str:
-        return str((self.pod(namespace, name)["metadata"].get("annotations") or {}).get("gpupool.io/pool", ""))
-
-    def leader(self) -> str:
-        lease = self.sim.get("leases", "gpupool-system", "gpupool")
-        return str((lease or {}).get("spec", {}).get("holderIdentity") or "")
-
-
-def pod(name: str, namespace: str, *, gpus: int = 1, cls: str = "medium", priority: int = 0,  # noqa: PLR0913 (a test builder: each field a keyword)
-        run: float | None = None, extra: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
-    annotations = {"gpupool.io/gpu-class": cls, "gpupool.io/gpu-count": str(gpus), **(extra or {})}
-    if run is not None:
-        annotations["kubesim.io/run-seconds"] = str(run)
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "annotations": annotations},
-        "spec": {
-            "containers": [{"name": "main", "image": "cuda"}],
-            "priority": priority,
-            "tolerations": [GPU_TOLERATION],
-        },
-    }
-
-
-def node(name: str, product: str, **kw: Any) -> dict[str, Any]:
-    """A 4-GPU node as the kubelet reports it (with its Pod capacity, which the scheduler checks)."""
-    obj = gpu_node(name, product, 4, **kw)
-    obj["status"]["allocatable"]["pods"] = "110"
-    return obj
-
-
-def running(name: str, namespace: str, node: str, gpus: int) -> dict[str, Any]:
-    obj = pod(name, namespace, gpus=gpus)
-    obj["metadata"]["annotations"] = {}
-    obj["spec"]["nodeName"] = node
-    obj["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
-    obj["status"] = {"phase": "Running"}
-    return obj
 
 
 @pytest.fixture(scope="module")
@@ -117,32 +34,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, cert_dir: Path) -> Iterato
     work = tmp_path_factory.mktemp("queue")
     policy = work / "policy.yaml"
     policy.write_text(POLICY, "utf-8")
-    with KubeSim(bookmark_interval=0.2) as sim:
-        sim.load([node("t4-a", "Tesla-T4"), node("t4-b", "Tesla-T4"), node("l4-a", "NVIDIA-L4", memory_mib=23034)])
-        kubeconfig = sim.write_kubeconfig(work / "kubeconfig")
-        scheduler = sim.scheduler()
-        replicas, clients = [], []
-        for name in ("replica-a", "replica-b"):
-            port, health = free_port(), free_port()
-            argv = serve_argv(cert_dir, port, health, "--kubeconfig", str(kubeconfig), "--policy", str(policy))
-            env = server_env(POD_NAME=name, POD_NAMESPACE="gpupool-system")
-            server = ServerProcess(argv, work / f"{name}.log", env, health).start()
-            replicas.append(server)
-            clients.append(ApiServerClient(port, cert_dir / "ca.crt"))
-        try:
-            for server in replicas:
-                server.wait_ready()
-            wait_until(lambda: sim.get("leases", "gpupool-system", "gpupool") is not None, WAIT, "a leader")
-            yield Cluster(sim, replicas, clients)
-            assert sim.handler_errors == []
-            for server in replicas:
-                assert "refused a release as invalid" not in server.log()
-        finally:
-            scheduler.stop()
-            for client in clients:
-                client.close()
-            for server in replicas:
-                server.stop(timeout=20)
+    nodes = [node("t4-a", "Tesla-T4"), node("t4-b", "Tesla-T4"), node("l4-a", "NVIDIA-L4", memory_mib=23034)]
+    with two_replicas(work, cert_dir, policy, nodes) as cluster:
+        yield cluster
 
 
 @pytest.fixture(autouse=True)
@@ -150,11 +44,7 @@ def no_pods_left(cluster: Cluster) -> Iterator[None]:
     """Each test starts on an empty cluster, also after one before it failed half-way (the replicas are
     shared by the module; a Pod left behind would fill the GPUs the next test counts on)."""
     yield
-    for obj in cluster.sim.objects("Pod"):
-        meta = obj["metadata"]
-        if cluster.sim.get("Pod", meta["namespace"], meta["name"]) is not None:
-            cluster.sim.delete("Pod", meta["namespace"], meta["name"])
-    time.sleep(0.5)  # both replicas' watches have seen the deletions
+    delete_every_pod(cluster)
 
 
 def test_a_waiting_pod_goes_to_the_pool_that_frees_first(cluster: Cluster) -> None:
@@ -180,9 +70,7 @@ def test_a_burst_through_both_replicas_never_exceeds_a_quota(cluster: Cluster) -
     gpupool enforces), team-v's classQuota (medium: 4) and team-w's memoryQuota (45Gi: three 15Gi T4s):
     Pods created through both replicas at once, room for all. Exactly 2, 1, 4 and 3 are released."""
     for namespace, hard in (("team-u", {"nvidia.com/gpu": "2"}), ("team-x", {"limits.nvidia.com/gpu": "1"})):
-        meta = {"name": "gpus", "namespace": namespace}
-        cluster.sim.add({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": meta, "spec": {"hard": hard},
-                         "status": {"hard": hard}})  # fmt: skip
+        cluster.sim.add(resource_quota(namespace, hard))
     time.sleep(1.0)  # both replicas' watches have the quotas
     wanted = {"team-u": 2, "team-v": 4, "team-w": 3, "team-x": 1}
     products = {"team-v": "L4"}  # room for all: the classQuota's four on the L4s, the other six on the T4s
@@ -234,7 +122,7 @@ def test_after_the_leader_is_killed_the_other_replica_releases(cluster: Cluster)
     pid = int(leader.rsplit("-", 1)[1])
     os.kill(pid, signal.SIGKILL)
     killed_at = time.monotonic()
-    survivor = next(i for i, name in enumerate(("replica-a", "replica-b")) if not leader.startswith(name))
+    survivor = next(i for i, name in enumerate(REPLICAS) if not leader.startswith(name))
     cluster.create("after", "team-q", replica=survivor)
     wait_until(lambda: cluster.released("team-q", "after"), 45.0, "a release by the new leader")
     took = time.monotonic() - killed_at

@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 from tests.conftest import DEMO_INVENTORY, admission_review, gpu_pod
 from webhook.admission.core import Admitter
 from webhook.admission.validation import Caller, Checked, Trusted, Validator
-from webhook.domain.policy import load_policy
+from webhook.domain.policy import load_policy_text
 from webhook.serving.app import AppConfig, create_app
 from webhook.serving.logs import ADMISSION_LOGGER
 from webhook.serving.metrics import Metrics
@@ -61,7 +61,7 @@ def h() -> Iterator[Harness]:
     logger = logging.getLogger(ADMISSION_LOGGER)
     level = logger.level
     logger.setLevel(logging.INFO)  # the validation line is written at info
-    policy = load_policy(None)
+    policy = load_policy_text("defaults: {placement: now}\n")  # admission-time placement (the default queues)
     admitter = Admitter(policy, SnapshotInventory.from_file(str(DEMO_INVENTORY), policy))
     registry = CollectorRegistry()
     lines: list[bytes] = []

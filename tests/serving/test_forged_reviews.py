@@ -64,7 +64,7 @@ def cluster(
     cert_dir: Path, start_server: Callable[..., ServerProcess], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Cluster]:
     tmp = tmp_path_factory.mktemp("forged")
-    (tmp / "policy.yaml").write_text(f"defaults: {{maxReservationsPerNamespace: {BOUND}}}\n")
+    (tmp / "policy.yaml").write_text(f"defaults: {{placement: now, maxReservationsPerNamespace: {BOUND}}}\n")
     with KubeSim(bookmark_interval=0.5) as sim:
         sim.load([gpu_node("t4-a", "Tesla-T4", 64, memory_mib=15360), *gpu_quotas(QUOTAS)])
         kubeconfig = sim.write_kubeconfig(tmp / "kubeconfig")

@@ -37,8 +37,9 @@ from webhook.sources.open import reopen_inventory
 from webhook.sources.snapshot import SnapshotInventory
 from webhook.testing.kubesim import KubeSim
 
-ONLY_MEDIUM = "namespaces: {ml: {allowedClasses: [medium]}}\n"
-ONLY_HIGH = "namespaces: {ml: {allowedClasses: [high]}}\n"
+# `now`: these tests follow admissions that place at once (the queue's reloads: tests/queue).
+ONLY_MEDIUM = "defaults: {placement: now}\nnamespaces: {ml: {allowedClasses: [medium]}}\n"
+ONLY_HIGH = "defaults: {placement: now}\nnamespaces: {ml: {allowedClasses: [high]}}\n"
 # The product table says what a T4 is: the same namespace rule, other pools (T4s become class high).
 T4_IS_HIGH = ONLY_HIGH + "products: [{match: T4, class: high, memory: 16Gi}]\n"
 
@@ -190,6 +191,30 @@ class TestReloader:
         assert s.results == [True]
         assert s.admitter.policy.namespace("ml").allowed_classes == ("medium", "high")
 
+    def test_a_policy_taken_into_use_logs_what_now_cannot_keep_exact(
+        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """With two processes admitting, a new version that gives a `now` namespace a classQuota is taken
+        into use with a warning naming the namespace and the fix; one that queues it, without."""
+        s = Setup(tmp_path, ONLY_MEDIUM)
+        reloader = PolicyReloader(PolicyFile(read_policy_file(s.volume.path)), s.admitter, admitters=2)
+        s.volume.update("defaults: {placement: now, enforceAllGpuQuotaForms: false}\n"
+                        "namespaces: {ml: {classQuota: {medium: 2}}}\n")  # fmt: skip
+        with caplog.at_level("WARNING", logger="gpupool.policy"):
+            reloader.step()
+        assert s.admitter.policy.namespace("ml").class_quota == {"medium": 2}
+        assert caplog.messages == [
+            "policy: namespaces.ml: placement now with classQuota: with 2 admitting processes (replicas x workers) "
+            "each checks it alone against what it has seen, so a burst can exceed it; set placement: queue there "
+            "for exact quotas (docs/queue.md)"
+        ]
+        caplog.clear()
+        s.volume.update("namespaces: {ml: {placement: queue, classQuota: {medium: 2}}}\n")
+        with caplog.at_level("WARNING", logger="gpupool.policy"):
+            reloader.step()
+        assert s.admitter.policy.placement("ml") == "queue"
+        assert caplog.messages == []
+
     def test_an_invalid_file_keeps_the_policy_in_use(self, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
         """An invalid version is logged (naming the field) and counted as a failure; admissions go on
         by the policy in use."""
@@ -334,11 +359,14 @@ class TestServe:
                 finally:
                     fresh.close()
             status, body = readyz(health_port)
+            warnings = body["policy"].pop("warnings")
             assert status == 200 and body["policy"] == {
                 "file": volume.path,
                 "sha256": hashlib.sha256(ONLY_HIGH.encode()).hexdigest(),
                 "error": None,
             }
+            # Two workers admit under `now`: the ResourceQuota forms only gpupool enforces are not exact.
+            assert len(warnings) == 1 and warnings[0].startswith("placement now in defaults")
 
             volume.update("namespaces: {ml: {allowedClasses: [huge]}}\n")
             wait_until(lambda: readyz(health_port)[1]["policy"]["error"] is not None, 30, "the refusal in /readyz")
@@ -373,7 +401,7 @@ class TestServe:
             client = ApiServerClient(port, cert_dir / "ca.crt")
             try:
                 lists = sim.list_requests("nodes")
-                volume.update("namespaces: {ml: {allowedClasses: [medium, high]}}\n")
+                volume.update("defaults: {placement: now}\nnamespaces: {ml: {allowedClasses: [medium, high]}}\n")
                 wait_until(lambda: metric(health_port, 'gpupool_policy_reloads_total{result="success"}') == 1, 30,
                            "the reload")  # fmt: skip
                 assert placed_pool(client, "medium") == "nvidia/medium/NVIDIA-L4"

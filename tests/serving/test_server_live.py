@@ -71,7 +71,7 @@ def job_review(job: str, i: int, *, namespace: str = "ml", gpus: int = 1) -> dic
     return admission_review(pod, uid=f"{job}-{i}", namespace=namespace)
 
 
-LIVE_POLICY = "namespaces: {vision: {memoryQuota: 48Gi}}\n"
+LIVE_POLICY = "defaults: {placement: now}\nnamespaces: {vision: {memoryQuota: 48Gi}}\n"  # admission-time placement
 
 
 @pytest.fixture(scope="class")

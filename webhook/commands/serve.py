@@ -22,10 +22,12 @@ from webhook.domain.errors import ConfigError
 from webhook.domain.policy import load_policy
 from webhook.serving.certs import CertError, read_ca_bundle
 from webhook.serving.logs import LEVELS, logging_config
-from webhook.serving.policyfile import read_policy_file
+from webhook.serving.policyfile import log_policy_warnings, read_policy_file
 from webhook.serving.queueing import QueueSettings
 from webhook.serving.server import Core, ServeOptions, policy_detail, real_app_loader, serve
 from webhook.sources.open import open_inventory
+
+log = logging.getLogger("gpupool.policy")
 
 # Each option's environment variable (for the Deployment); a flag given on the command line wins.
 SERVE_ENV: dict[str, str] = {
@@ -46,6 +48,7 @@ SERVE_ENV: dict[str, str] = {
     "GPUPOOL_TRUSTED_GROUPS": "--trusted-groups",
     "GPUPOOL_API_QPS": "--api-qps",
     "GPUPOOL_API_BURST": "--api-burst",
+    "GPUPOOL_REPLICAS": "--replicas",
 }
 # Set by the Deployment through the downward API (the field each holds), read for the queue's leader
 # election: who this replica is, and the namespace of its Lease.
@@ -60,6 +63,7 @@ DEFAULTS: dict[str, str] = {
     "--service-account": "gpupool-webhook",
     "--api-qps": "300",  # Kueue's: a queue releases in bursts when room frees (client-go's default is 5)
     "--api-burst": "500",
+    "--replicas": "1",
 }
 # Set by the Deployment through the downward API: the namespace gpupool runs in, with --service-account
 # gpupool's own username (system:serviceaccount:<namespace>:<name>). Outside a Pod: gpupool-system.
@@ -112,6 +116,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add("--trusted-groups", "GROUP,...", "groups whose members may, like --trusted-users; default: none")
     add("--api-qps", "N", "the queue leader's API writes (releases, Events) per second, sustained")
     add("--api-burst", "N", "and at once, after a quiet spell")
+    add(
+        "--replicas",
+        "N",
+        "the replicas of the Deployment this server is one of (manifests/base sets 2): with --workers, how many "
+        "processes admit; with more than one, the policy warns of the quotas placement now cannot keep exact",
+    )
 
 
 def resolve_options(args: argparse.Namespace, environ: Mapping[str, str]) -> ServeOptions:
@@ -155,6 +165,7 @@ def resolve_options(args: argparse.Namespace, environ: Mapping[str, str]) -> Ser
         trusted_groups=_names(value("--trusted-groups")),
         api_qps=number("--api-qps", 1, 100_000),
         api_burst=number("--api-burst", 1, 100_000),
+        replicas=number("--replicas", 1, 1000),
     )
     if options.port == options.health_port:
         raise ConfigError(f"--port and --health-port must differ (both {options.port})")
@@ -221,6 +232,13 @@ def load_core(options: ServeOptions, environ: Mapping[str, str] | None = None) -
     source = read_policy_file(options.policy) if options.policy is not None else None
     policy = source.policy if source is not None else load_policy(None)
     inventory = open_inventory(policy, snapshot=options.inventory, kubeconfig=options.kubeconfig, start=False)
+    admitters = options.replicas * options.workers
+    log_policy_warnings(policy, admitters, options.policy or "built-in default policy")
+    if options.inventory is not None and policy.queues:
+        log.warning(
+            "policy: a snapshot inventory (--inventory) has no API to release through: GPU Pods of namespaces "
+            "that place queue are gated and never released here; set placement: now for a demo (examples/policy.yaml)"
+        )
     environ = environ if environ is not None else {}
     namespace = environ.get(NAMESPACE_ENV) or "gpupool-system"
     queue = QueueSettings(
@@ -230,4 +248,4 @@ def load_core(options: ServeOptions, environ: Mapping[str, str] | None = None) -
         burst=options.api_burst,
     )
     trusted = Trusted.of(namespace, options.service_account, options.trusted_users, options.trusted_groups)
-    return Core(policy, inventory, source, queue, trusted)
+    return Core(policy, inventory, source, queue, trusted, admitters)

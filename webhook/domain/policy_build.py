@@ -209,7 +209,7 @@ def _build(data: dict[str, Any]) -> Policy:
         check_visible_devices=d.flag("checkVisibleDevices", True),
         enforce_all_gpu_quota_forms=d.flag("enforceAllGpuQuotaForms", True),
         device=d.devices("device") or (GPU,),
-        placement="queue" if d.choice("placement", "now", PLACEMENTS) == "queue" else "now",
+        placement="now" if d.choice("placement", "queue", PLACEMENTS) == "now" else "queue",
         enforcement=_enforcement(d) or "enforce",
     )
     vendors_data = data.get("vendors")

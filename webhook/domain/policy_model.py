@@ -150,7 +150,7 @@ class Defaults:
     enforce_all_gpu_quota_forms: bool = True
     device: tuple[str, ...] = (GPU,)  # the default of gpupool.io/device: whole GPUs only
     # now: a Pod is placed at admission; queue: it waits gated until the leader releases it to a pool with room
-    placement: PlacementMode = "now"
+    placement: PlacementMode = "queue"
     # enforce: answers stand; audit: every Pod is allowed unchanged, with what gpupool would have done
     enforcement: Enforcement = "enforce"
 

@@ -22,6 +22,9 @@ The server adds what else a worker runs on its inventory (the queue, webhook.ser
 opens the new inventory and `switched` is told of the new inventory once the Admitter uses it, before the
 old one is closed.
 
+A policy taken into use logs its warnings (webhook.domain.exactness: quotas `placement: now` cannot keep
+exact with `admitters` processes admitting), as the server does for the one it starts with.
+
 A file that does not load keeps the policy in use (and a new inventory being built for an earlier
 change goes on), logs the error naming the field, counts it (`gpupool_policy_reloads_total{result=
 "failure"}`, `gpupool_policy_last_reload_successful`) and shows in /readyz's details (`status`), which the
@@ -41,6 +44,7 @@ from typing import Any
 
 from webhook.admission.core import Admitter
 from webhook.domain.errors import ConfigError, read_user_file
+from webhook.domain.exactness import policy_warnings
 from webhook.domain.policy import Policy, PolicyError, load_policy_text
 from webhook.pools.index import pooling
 from webhook.pools.inventory import Inventory
@@ -115,7 +119,8 @@ class PolicyFile:
 class PolicyReloader:
     """A worker's thread that follows the policy file and rebinds its Admitter (see the module's docstring).
 
-    `reloaded(ok)` is told of every change taken into use (True) or refused (False), for the metrics."""
+    `reloaded(ok)` is told of every change taken into use (True) or refused (False), for the metrics;
+    `admitters`, the processes that admit (replicas x workers), is what the policy's warnings are about."""
 
     def __init__(  # noqa: PLR0913 (a constructor: injectable clocks and callbacks, by keyword)
         self,
@@ -123,6 +128,7 @@ class PolicyReloader:
         admitter: Admitter,
         reloaded: Callable[[bool], None] = lambda ok: None,
         *,
+        admitters: int = 1,
         interval: float = POLL_SECONDS,
         reopen: Callable[[Inventory, Policy], Inventory] = reopen_inventory,
         switched: Callable[[Inventory], None] = lambda inventory: None,
@@ -131,6 +137,7 @@ class PolicyReloader:
         self._file = file
         self._admitter = admitter
         self._reloaded = reloaded
+        self._admitters = admitters
         self._interval = interval
         self._reopen = reopen
         self._switched = switched
@@ -219,6 +226,7 @@ class PolicyReloader:
             how,
             extra={"fields": {"policy": version.path, "sha256": version.sha256}},
         )
+        log_policy_warnings(version.policy, self._admitters, version.path)
         self._reloaded(True)
 
     def _refused(self, why: str) -> None:
@@ -229,6 +237,12 @@ class PolicyReloader:
             extra={"fields": {"policy": self._file.current.path, "error": why}},
         )
         self._reloaded(False)
+
+
+def log_policy_warnings(policy: Policy, admitters: int, source: str) -> None:
+    """One warning line per thing the policy cannot promise with `admitters` processes admitting."""
+    for warning in policy_warnings(policy, admitters):
+        log.warning("policy: %s", warning, extra={"fields": {"policy": source, "admitters": admitters}})
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,7 @@ from gunicorn.sock import ssl_context as gunicorn_ssl_context
 from webhook.admission.core import Admitter
 from webhook.admission.validation import Trusted, Validator
 from webhook.domain.errors import ConfigError
+from webhook.domain.exactness import policy_warnings
 from webhook.domain.policy import Policy
 from webhook.pools.inventory import Inventory
 from webhook.serving.certs import CertificateExpiry
@@ -102,6 +103,7 @@ class ServeOptions:
     trusted_groups: tuple[str, ...] = ()
     api_qps: int = 300  # the queue's writes (releases, Events) per second, per worker process
     api_burst: int = 500
+    replicas: int = 1  # the Deployment's replicas (GPUPOOL_REPLICAS): with workers, how many processes admit
     # gpupool's worker; the server benchmark also runs gunicorn's own "gthread" as a baseline.
     worker_class: str = "webhook.serving.worker.WebhookWorker"
 
@@ -118,6 +120,9 @@ class Core:
     queue: QueueSettings | None = None  # where the queue's Lease lives and who this replica is
     # Who may change what the validating webhook guards on GPU Pods (webhook.admission.validation).
     trusted: Trusted = field(default_factory=lambda: Trusted.of("gpupool-system", "gpupool-webhook"))
+    # The processes that admit Pods, replicas x workers: with more than one, `placement: now` cannot keep the
+    # quotas only gpupool enforces exact (webhook.domain.exactness), which the policy's warnings say.
+    admitters: int = 1
 
 
 PolicyDetail = Callable[[], Mapping[str, Any]]
@@ -125,10 +130,18 @@ PolicyDetail = Callable[[], Mapping[str, Any]]
 
 def policy_detail(core: Core) -> PolicyDetail:
     """/readyz's `policy` entry, read in the master: the --policy file, the SHA-256 of its newest valid
-    version (which the workers switch to) and why the file is refused as it is now (null when it is not)."""
+    version (which the workers switch to), why the file is refused as it is now (null when it is not) and
+    the policy's warnings for this install (webhook.domain.exactness.policy_warnings)."""
     if core.source is None:
-        return lambda: {"file": None, "error": None}
-    return PolicyFile(core.source).status
+        warnings = policy_warnings(core.policy, core.admitters)
+        return lambda: {"file": None, "error": None, "warnings": warnings}
+    file = PolicyFile(core.source)
+
+    def detail() -> Mapping[str, Any]:
+        status = file.status()
+        return {**status, "warnings": policy_warnings(file.current.policy, core.admitters)}
+
+    return detail
 
 
 def real_app_loader(core: Core) -> LoadApp:
@@ -166,12 +179,13 @@ def real_app_loader(core: Core) -> LoadApp:
         if core.source is not None:
             file = PolicyFile(core.source)
             if queue is None:
-                reloader = PolicyReloader(file, admitter, metrics.policy_reloaded)
+                reloader = PolicyReloader(file, admitter, metrics.policy_reloaded, admitters=core.admitters)
             else:  # the queue follows the policy and the inventory (webhook.serving.queueing)
                 reloader = PolicyReloader(
                     file,
                     admitter,
                     metrics.policy_reloaded,
+                    admitters=core.admitters,
                     reopen=queue.reopen,
                     switched=queue.use,
                 )

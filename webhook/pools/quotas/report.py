@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Literal, NamedTuple
 
+from webhook.domain.exactness import exact_in
 from webhook.domain.model import QuotaInfo
 from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
@@ -30,10 +31,16 @@ class QuotaRow(NamedTuple):
     hard: int
     unit: Literal["gpus", "MiB"]
     enforced_by: str  # Kubernetes and gpupool, gpupool only, or nobody
+    # False for a quota only gpupool enforces in a namespace that places `now` while several processes admit:
+    # each checks it alone, so a burst can exceed it (webhook.domain.exactness)
+    exact: bool = True
 
 
-def quota_rows(index: PoolIndex, policy: Policy, namespace: str | None = None) -> list[QuotaRow]:
-    """Every quota gpupool checks (of one namespace, or all), sorted by namespace, quota and resource.
+def quota_rows(
+    index: PoolIndex, policy: Policy, namespace: str | None = None, *, admitters: int | None = None
+) -> list[QuotaRow]:
+    """Every quota gpupool checks (of one namespace, or all), sorted by namespace, quota and resource;
+    `exact` says whether it holds under a burst with `admitters` processes (replicas x workers; None: several).
 
     `used` is what counts against `hard` before `pending`: a ResourceQuota's status.used for the form
     Kubernetes enforces, gpupool's own count of the namespace's Pods for the forms it does not; the GPUs
@@ -68,6 +75,9 @@ def quota_rows(index: PoolIndex, policy: Policy, namespace: str | None = None) -
             rows.append(
                 QuotaRow(ns, MEMORY_QUOTA, GPU_MEMORY, used, pending, rule.memory_quota_mib, "MiB", GPUPOOL_ONLY)
             )
+    rows = [
+        r._replace(exact=exact_in(policy, r.namespace, admitters)) if r.enforced_by == GPUPOOL_ONLY else r for r in rows
+    ]
     return sorted(rows, key=lambda row: (row.namespace, row.quota, row.resource))
 
 
