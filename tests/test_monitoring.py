@@ -34,8 +34,8 @@ from tests.conftest import (
     wait_until,
 )
 from tests.manifests.rendered import admitted, network_policy_sources, parse_objects
-from tests.queue.test_queue_e2e import Cluster
-from tests.test_docs import anchors
+from tests.markdown import anchors
+from tests.queue.cluster import Cluster
 from webhook.testing import KubeSim
 
 COMPONENT = REPO / "manifests" / "components" / "monitoring"

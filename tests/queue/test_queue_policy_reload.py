@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ApiServerClient, ServerProcess, free_port, serve_argv, server_env, wait_until
-from tests.queue.test_queue_e2e import WAIT, Cluster, node, pod
+from tests.queue.cluster import WAIT, Cluster, node, pod
+from tests.serving.configmaps import ConfigMapVolume
 from tests.serving.running import metric
-from tests.serving.test_policyfile import ConfigMapVolume
 from webhook.testing import KubeSim
 
 pytestmark = pytest.mark.slow

@@ -48,7 +48,7 @@ from webhook.pools.memo import Memo
 from webhook.queue.leader import Elector
 from webhook.queue.release import Release, Wait, decide_batch, read_batch, settle
 from webhook.queue.waiting import Backlog, Waiting, is_queued
-from webhook.sources.writes import Conflict, Event, Gone, Refused, Released, ReleaseResult
+from webhook.sources.outcomes import Conflict, Event, Gone, Refused, Released, ReleaseResult
 
 log = logging.getLogger("gpupool.queue")
 

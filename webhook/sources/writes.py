@@ -20,36 +20,41 @@ import logging
 import queue
 import threading
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 import orjson
 import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from webhook.sources.outcomes import (
+    Conflict,
+    Event,
+    Gone,
+    LeaseError,
+    LeaseRecord,
+    Refused,
+    Released,
+    ReleaseResult,
+)
+
 log = logging.getLogger("gpupool.writes")
 
+__all__ = [
+    "Conflict",
+    "Event",
+    "EventRecorder",
+    "Gone",
+    "LeaseError",
+    "LeaseRecord",
+    "LeaseStore",
+    "PodReleaser",
+    "Refused",
+    "ReleaseResult",
+    "Released",
+]
+
 TIMEOUT = (5.0, 10.0)  # connect, read: a write that takes longer is a write that failed
-
-
-class Released(NamedTuple):
-    obj: dict[str, Any]  # the Pod as the API stored it
-
-
-class Conflict(NamedTuple):
-    message: str
-
-
-class Gone(NamedTuple):
-    message: str
-
-
-class Refused(NamedTuple):
-    status: int  # 0: no answer (timeout, connection)
-    message: str
-
-
-ReleaseResult = Released | Conflict | Gone | Refused
 
 
 class PodReleaser:
@@ -104,21 +109,6 @@ def _message(exc: ApiException) -> str:
     except orjson.JSONDecodeError:
         return str(exc.reason)
     return str(body.get("message") or exc.reason) if isinstance(body, dict) else str(exc.reason)
-
-
-class LeaseRecord(NamedTuple):
-    """What a Lease says about its holder (the fields leader election reads and writes)."""
-
-    holder: str  # "" when nobody holds it (released)
-    duration_seconds: int
-    acquire_time: datetime | None
-    renew_time: datetime | None
-    transitions: int
-    resource_version: str = ""  # of the Lease as read; a replace carries it as its precondition
-
-
-class LeaseError(Exception):
-    """The API could not be asked (or answered an error other than a conflict)."""
 
 
 class LeaseStore:
@@ -188,15 +178,6 @@ def _record(lease: Any) -> LeaseRecord:
         transitions=int(spec.lease_transitions or 0),
         resource_version=str(lease.metadata.resource_version or ""),
     )
-
-
-class Event(NamedTuple):
-    namespace: str
-    pod: str
-    uid: str
-    reason: str  # Queued, Released
-    message: str
-    kind: str = "Normal"
 
 
 MAX_PENDING_EVENTS = 10_000  # past it, new Events are dropped (and counted in the log), releases go on
