@@ -34,8 +34,8 @@ from tests.conftest import (
     wait_until,
 )
 from tests.manifests.rendered import admitted, network_policy_sources, parse_objects
+from tests.markdown import anchors
 from tests.queue.e2e import Cluster
-from tests.test_docs import anchors
 from webhook.testing import KubeSim
 
 COMPONENT = REPO / "manifests" / "components" / "monitoring"

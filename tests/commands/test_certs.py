@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.serving.test_certs import ENV_VARS, cert, handshake, sans
+from tests.serving.certreads import ENV_VARS, cert, handshake, sans
 from webhook.commands.cli import main
 
 # --- command line --------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from tests.builders import gpu_node, pod, quota
+from tests.commands.install import installed
 from tests.commands.kubeconfigs import kubeconfig
 from webhook.commands.kubectl import main
 from webhook.testing.kubesim import KubeSim
@@ -145,19 +146,6 @@ def test_with_a_snapshot_and_no_policy_file_the_plugin_says_it_uses_the_default(
 
 
 # --- the installed policy ---------------------------------------------------------------------------------
-
-
-def installed(configmap: str = "gpupool-policy") -> list[dict[str, Any]]:
-    """The webhook's Deployment as manifests/base/deployment.yaml has it, in gpupool-system, its policy
-    volume naming `configmap` (the shipped name; an older install's had kustomize's hash suffix), and that
-    ConfigMap with the demo policy."""
-    deployment: dict[str, Any] = yaml.safe_load((REPO / "manifests" / "base" / "deployment.yaml").read_text())
-    deployment["metadata"]["namespace"] = "gpupool-system"
-    (volume,) = [v for v in deployment["spec"]["template"]["spec"]["volumes"] if "configMap" in v]
-    volume["configMap"]["name"] = configmap
-    data = {"policy.yaml": Path(POLICY).read_text()}
-    meta = {"name": configmap, "namespace": "gpupool-system"}
-    return [deployment, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}]
 
 
 class Cluster(NamedTuple):

@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from tests.builders import gpu_node
+from tests.commands.install import installed
 from tests.commands.kubeconfigs import kubeconfig
 from tests.commands.queued import A100, AGES, POLICY, cluster, write_snapshot
-from tests.commands.test_kubectl import installed
 from webhook.commands import kubectl
 from webhook.commands.cli import main
 from webhook.testing.kubesim import KubeSim

@@ -7,8 +7,9 @@ from typing import Any
 
 import jsonpatch
 
-from tests.builders import pod
+from tests.builders import gpu_node, index_of, pod, policy
 from webhook.admission.core import evaluate
+from webhook.domain.model import PoolKey
 from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
 from webhook.pools.kubeobj import pod_from_obj
@@ -45,3 +46,26 @@ def enqueue(objs: list[dict[str, Any]], index: PoolIndex, waiting: Waiting) -> N
     for obj in objs:
         index.upsert_pod(pod_from_obj(obj, index.policy.gpu_resources, index.policy.partition_prefixes))
         waiting.apply("pods", "ADDED", obj)
+
+
+T4 = PoolKey("nvidia", "medium", "Tesla-T4")
+L4 = PoolKey("nvidia", "medium", "NVIDIA-L4")
+A100 = PoolKey("nvidia", "high", "NVIDIA-A100-SXM4-40GB")
+QUEUE = "namespaces:\n  q: {placement: queue}\n  q2: {placement: queue}\n"
+
+
+def busy(node: str, gpus: int, name: str = "busy") -> dict[str, Any]:
+    return pod(f"{name}-{node}", "other", gpus=gpus, node=node, phase="Running", tolerations=[GPU_TOLERATION])
+
+
+def fleet(t4_busy: int = 4, l4_busy: int = 4) -> list[dict[str, Any]]:
+    nodes = [gpu_node("t4-a", "Tesla-T4", 4), gpu_node("l4-a", "NVIDIA-L4", 4, memory_mib=23034),
+             gpu_node("a100-a", "NVIDIA-A100-SXM4-40GB", 4, memory_mib=40960, gpu_class="high")]  # fmt: skip
+    running = [busy("t4-a", t4_busy)] if t4_busy else []
+    return nodes + running + ([busy("l4-a", l4_busy)] if l4_busy else [])
+
+
+def setup(objects: list[dict[str, Any]], text: str = QUEUE) -> tuple[PoolIndex, Waiting]:
+    pol = policy(text)
+    index = index_of(objects, pol)
+    return index, Waiting(pol)

@@ -9,8 +9,7 @@ from typing import Any
 import jsonpatch
 
 from tests.builders import gpu_node, pod
-from tests.queue.helpers import GPU_TOLERATION, enqueue, queued_pod
-from tests.queue.test_release import A100, L4, QUEUE, T4, fleet, setup
+from tests.queue.helpers import A100, GPU_TOLERATION, L4, QUEUE, T4, enqueue, fleet, queued_pod, setup
 from webhook.admission.core import evaluate
 from webhook.pools.index import PoolIndex
 from webhook.pools.quotas.report import quota_rows

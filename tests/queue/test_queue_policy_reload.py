@@ -18,8 +18,8 @@ import pytest
 
 from tests.conftest import ApiServerClient, ServerProcess, free_port, serve_argv, server_env, wait_until
 from tests.queue.e2e import WAIT, Cluster, node, pod
+from tests.serving.configmaps import ConfigMapVolume
 from tests.serving.running import metric
-from tests.serving.test_policyfile import ConfigMapVolume
 from webhook.testing import KubeSim
 
 pytestmark = pytest.mark.slow

@@ -6,34 +6,12 @@ from typing import Any
 
 import pytest
 
-from tests.builders import gpu_node, index_of, pod, policy, quota
-from tests.queue.helpers import GPU_TOLERATION, enqueue, queued_pod
+from tests.builders import gpu_node, quota
+from tests.queue.helpers import A100, L4, T4, enqueue, fleet, queued_pod, setup
 from webhook.domain.model import PoolKey
 from webhook.pools.index import PoolIndex
 from webhook.queue.release import plan
 from webhook.queue.waiting import Waiting
-
-T4 = PoolKey("nvidia", "medium", "Tesla-T4")
-L4 = PoolKey("nvidia", "medium", "NVIDIA-L4")
-A100 = PoolKey("nvidia", "high", "NVIDIA-A100-SXM4-40GB")
-QUEUE = "namespaces:\n  q: {placement: queue}\n  q2: {placement: queue}\n"
-
-
-def busy(node: str, gpus: int, name: str = "busy") -> dict[str, Any]:
-    return pod(f"{name}-{node}", "other", gpus=gpus, node=node, phase="Running", tolerations=[GPU_TOLERATION])
-
-
-def fleet(t4_busy: int = 4, l4_busy: int = 4) -> list[dict[str, Any]]:
-    nodes = [gpu_node("t4-a", "Tesla-T4", 4), gpu_node("l4-a", "NVIDIA-L4", 4, memory_mib=23034),
-             gpu_node("a100-a", "NVIDIA-A100-SXM4-40GB", 4, memory_mib=40960, gpu_class="high")]  # fmt: skip
-    running = [busy("t4-a", t4_busy)] if t4_busy else []
-    return nodes + running + ([busy("l4-a", l4_busy)] if l4_busy else [])
-
-
-def setup(objects: list[dict[str, Any]], text: str = QUEUE) -> tuple[PoolIndex, Waiting]:
-    pol = policy(text)
-    index = index_of(objects, pol)
-    return index, Waiting(pol)
 
 
 def released(index: PoolIndex, waiting: Waiting) -> dict[str, PoolKey]:

@@ -26,7 +26,7 @@ from webhook.admission.core import Admitter
 from webhook.admission.pieces import PodPatch, SelectorAdded
 from webhook.admission.verdict import Placement, Verdict, allow, deny, place
 from webhook.domain.model import PoolKey
-from webhook.domain.policy import load_policy, load_policy_text
+from webhook.domain.policy import load_policy_text
 from webhook.serving.app import ETCD_MAX_OBJECT_BYTES, MAX_BODY_BYTES, AppConfig, create_app
 from webhook.serving.logs import ADMISSION_LOGGER
 from webhook.serving.metrics import Metrics

@@ -7,7 +7,6 @@ The end-to-end tests start a real `gpupool serve`, on a snapshot and on the API 
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from tests.conftest import (
     serve_argv,
     wait_until,
 )
+from tests.serving.configmaps import ConfigMapVolume
 from tests.serving.running import metric, readyz
 from webhook.admission.core import Admitter
 from webhook.domain.errors import ConfigError
@@ -42,31 +42,6 @@ ONLY_MEDIUM = "defaults: {placement: now}\nnamespaces: {ml: {allowedClasses: [me
 ONLY_HIGH = "defaults: {placement: now}\nnamespaces: {ml: {allowedClasses: [high]}}\n"
 # The product table says what a T4 is: the same namespace rule, other pools (T4s become class high).
 T4_IS_HIGH = ONLY_HIGH + "products: [{match: T4, class: high, memory: 16Gi}]\n"
-
-
-class ConfigMapVolume:
-    """A directory laid out as the kubelet lays out a ConfigMap volume: `policy.yaml -> ..data/policy.yaml`,
-    `..data -> ..<version>`; an update writes a new version directory and swaps `..data` in one rename."""
-
-    def __init__(self, root: Path, text: str) -> None:
-        self.root = root
-        self.versions = 0
-        root.mkdir(parents=True, exist_ok=True)
-        self.update(text)
-        (root / "policy.yaml").symlink_to("..data/policy.yaml")
-
-    @property
-    def path(self) -> str:
-        return str(self.root / "policy.yaml")
-
-    def update(self, text: str) -> None:
-        self.versions += 1
-        version = self.root / f"..2026_12_01_00_00_{self.versions:02d}"
-        version.mkdir()
-        (version / "policy.yaml").write_text(text, encoding="utf-8")
-        tmp = self.root / "..data_tmp"
-        tmp.symlink_to(version.name)
-        os.replace(tmp, self.root / "..data")
 
 
 def t4_snapshot(path: Path, nodes: int = 2) -> Path:

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import NamedTuple, Protocol
 
-from webhook.sources.writes import LeaseError, LeaseRecord
+from webhook.sources.outcomes import LeaseError, LeaseRecord
 
 log = logging.getLogger("gpupool.leader")
 

@@ -51,7 +51,7 @@ from webhook.queue.refusals import Refusals
 from webhook.queue.release import Release, Wait, decide_batch, read_batch, settle
 from webhook.queue.waiting import Backlog, Waiting, is_queued
 from webhook.sources.eventqueue import Event
-from webhook.sources.writes import Conflict, Gone, Refused, Released, ReleaseResult
+from webhook.sources.outcomes import Conflict, Gone, Refused, Released, ReleaseResult
 
 log = logging.getLogger("gpupool.queue")
 

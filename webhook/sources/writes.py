@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 import orjson
 import urllib3
@@ -28,31 +28,34 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from webhook.sources.eventqueue import Event, EventQueue
+from webhook.sources.outcomes import (
+    Conflict,
+    Gone,
+    LeaseError,
+    LeaseRecord,
+    Refused,
+    Released,
+    ReleaseResult,
+)
 
 log = logging.getLogger("gpupool.writes")
 
+__all__ = [
+    "Conflict",
+    "Event",
+    "EventRecorder",
+    "Gone",
+    "LeaseError",
+    "LeaseRecord",
+    "LeaseStore",
+    "PodReleaser",
+    "Refused",
+    "ReleaseResult",
+    "Released",
+]
+
 TIMEOUT = (5.0, 10.0)  # connect, read: a write that takes longer is a write that failed
 IDLE_SECONDS = 5.0  # the Event thread looks at least this often while nothing is put
-
-
-class Released(NamedTuple):
-    obj: dict[str, Any]  # the Pod as the API stored it
-
-
-class Conflict(NamedTuple):
-    message: str
-
-
-class Gone(NamedTuple):
-    message: str
-
-
-class Refused(NamedTuple):
-    status: int  # 0: no answer (timeout, connection)
-    message: str
-
-
-ReleaseResult = Released | Conflict | Gone | Refused
 
 
 class PodReleaser:
@@ -107,21 +110,6 @@ def _message(exc: ApiException) -> str:
     except orjson.JSONDecodeError:
         return str(exc.reason)
     return str(body.get("message") or exc.reason) if isinstance(body, dict) else str(exc.reason)
-
-
-class LeaseRecord(NamedTuple):
-    """What a Lease says about its holder (the fields leader election reads and writes)."""
-
-    holder: str  # "" when nobody holds it (released)
-    duration_seconds: int
-    acquire_time: datetime | None
-    renew_time: datetime | None
-    transitions: int
-    resource_version: str = ""  # of the Lease as read; a replace carries it as its precondition
-
-
-class LeaseError(Exception):
-    """The API could not be asked (or answered an error other than a conflict)."""
 
 
 class LeaseStore:
