@@ -75,7 +75,7 @@ def report(r: Run, auditor: Auditor) -> dict[str, Any]:
         },
         "failover": {
             "killed": r.notes["killed"],
-            "took_over": taken[0][1] if taken else "",
+            "took_over": next((holder for at, holder in auditor.leases if at == takeover), ""),
             "lease_taken_s": takeover - marks["kill"],
             "first_release_s": failover_release - marks["kill"],
             "releases_before_takeover": sum(1 for x in auditor.releases if marks["kill"] < x.at <= takeover),
