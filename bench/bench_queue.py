@@ -16,9 +16,9 @@ without, in classes medium and high, one GPU each.
    Pods, at random); the benchmark keeps the queue at `--queued` Pods. Release latency: from the write
    that made room to the write that removed the gate (bench/queueaudit/ says exactly how room is
    attributed). Pods of the quota namespaces run 2 to 8 s, so their quotas fill and free all the time.
-3. Failover: SIGKILL of the leading worker process (its pid is in the Lease's holderIdentity,
-   `POD_NAME-pid`), as the steady phase goes on; time from the kill to the first release after another
-   worker took the Lease.
+3. Failover: SIGKILL of the leading replica's leader process (the Lease's holderIdentity is its
+   `POD_NAME`; its pid is in that replica's /readyz), as the steady phase goes on; time from the kill to
+   the first release of a new term (the other replica, or the killed one's restarted leader process).
 4. Burst (releases/s): finishing stops, `--queued` medium Pods wait (in the namespaces without quotas),
    then nodes with room for every waiting Pod join at once (L4 nodes of 8 GPUs, created as fast as the
    API takes them); releases per second of those medium Pods, from the first node stored to the last of

@@ -44,6 +44,7 @@ class Auditor:
         self.releases: list[Release] = []
         self.binds: list[tuple[float, float]] = []  # (released at, bound at) of released Pods
         self.leases: list[tuple[float, str]] = []  # (store time, holderIdentity) of each Lease write
+        self.terms: list[tuple[float, int]] = []  # (store time, leaseTransitions) of each Lease write
         self.nodes_added: list[tuple[float, str]] = []  # (store time, name) of each node created
         self.waiting: Counter[str] = Counter()  # gated Pods per namespace
         self.gaps = 0
@@ -85,7 +86,9 @@ class Auditor:
                 else:
                     self.node_changes += 1
             elif kind == "Lease":
-                self.leases.append((at, "" if deleted else str((obj.get("spec") or {}).get("holderIdentity") or "")))
+                spec = {} if deleted else (obj.get("spec") or {})
+                self.leases.append((at, str(spec.get("holderIdentity") or "")))
+                self.terms.append((at, int(spec.get("leaseTransitions") or 0)))
             self._capacity.check(at)
             self._quotas.check()
 
@@ -192,5 +195,6 @@ class Auditor:
                 "last_release_at": self.releases[-1].at if self.releases else BEFORE,
                 "last_at": self.last_at,
                 "holder": self.leases[-1][1] if self.leases else "",
+                "term": self.terms[-1][1] if self.terms else 0,
                 "room": {product: room.total for product, room in self.capacity.items()},
             }

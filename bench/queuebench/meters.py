@@ -100,6 +100,7 @@ def meter(sim: Simulator, reps: list[Replica]) -> CpuMeter:
     pids = {"simulator": sim.proc.pid, "benchmark": os.getpid()}
     for r in reps:
         pids[f"{r.name} worker"] = r.worker()
+        pids[f"{r.name} leader process"] = r.leader_process()
     cpu = CpuMeter(pids)
     cpu.reset()
     return cpu

@@ -37,22 +37,24 @@ def failover(r: Run, reps: list[Replica], auditor: Auditor, creator: Creator, wa
     holder = auditor.snapshot()["holder"]
     found = leader_of(reps, holder)
     if found is None:
-        raise RuntimeError(f"no replica's worker is the Lease's holder {holder!r}")
+        raise RuntimeError(f"no replica's leader process is the Lease's holder {holder!r}")
     victim, pid = found
     r.notes["killed"] = holder
+    r.notes["killed_term"] = term = auditor.snapshot()["term"]
     r.marks["kill"] = now()
     os.kill(pid, signal.SIGKILL)
     deadline = r.marks["kill"] + 90
     while now() < deadline:
         top_up(creator, auditor, wanted)
         snap = auditor.snapshot()
-        if snap["holder"] not in ("", holder) and snap["last_release_at"] > r.marks["kill"]:
+        # A new term: the other replica, or the victim's restarted leader process once it has synced.
+        if snap["holder"] and snap["term"] > term and snap["last_release_at"] > r.marks["kill"]:
             break
         time.sleep(0.1)
     keep_topped_up(creator, auditor, wanted, now() + 5)
     r.marks["failover_end"] = now()
     respawned = now() + 600
-    while now() < respawned and not ready(victim.health_port):  # the killed worker's successor: ready once synced
+    while now() < respawned and not ready(victim.health_port):  # the killed leader process's successor running
         time.sleep(0.2)
     r.marks["victim_ready"] = now()
     print(f"failover: killed {holder} ({victim.name}); the Lease went to {auditor.snapshot()['holder']}", flush=True)
@@ -124,9 +126,10 @@ def memory(r: Run, sim: Simulator, reps: list[Replica], auditor: Auditor, *, cre
     roles = roles_of(reps, holder)
     leader = roles["leader"]
     r.marks["memory"] = now()
-    before = {role: {"rss_mb": rss_mb(rep.worker()), "queued": rep.queued()} for role, rep in roles.items()}
+    # The queue is in each replica's leader process (the workers only admit).
+    before = {role: {"rss_mb": rss_mb(rep.leader_process()), "queued": rep.queued()} for role, rep in roles.items()}
     waiting_before = sum(auditor.snapshot()["waiting"].values())
-    before_cpu = cpu_percent({role: rep.worker() for role, rep in roles.items()}, 10)
+    before_cpu = cpu_percent({role: rep.leader_process() for role, rep in roles.items()}, 10)
     before_probe = timed_probes(sim, r.ca, roles, args.probe_seconds)
     waiting = auditor.snapshot()["waiting"]
     high = [space for space in OPEN if space.classes == ("high",)]
@@ -142,9 +145,9 @@ def memory(r: Run, sim: Simulator, reps: list[Replica], auditor: Auditor, *, cre
     r.marks["memory_queued"] = now()
     print(f"memory: {args.memory_queued:,} more Pods queued in {now() - began:.1f} s ({total:,} waiting)", flush=True)
     time.sleep(10)  # the leader has made passes over all of them
-    after = {role: {"rss_mb": rss_mb(rep.worker()), "queued": rep.queued()} for role, rep in roles.items()}
-    spy = Profile(args, leader.worker(), "memory", 10)
-    after_cpu = cpu_percent({role: rep.worker() for role, rep in roles.items()}, 10)
+    after = {role: {"rss_mb": rss_mb(rep.leader_process()), "queued": rep.queued()} for role, rep in roles.items()}
+    spy = Profile(args, leader.leader_process(), "memory", 10)
+    after_cpu = cpu_percent({role: rep.leader_process() for role, rep in roles.items()}, 10)
     r.notes["profile_memory"] = spy.summary()
     after_probe = timed_probes(sim, r.ca, roles, args.probe_seconds)
     r.marks["memory_end"] = now()

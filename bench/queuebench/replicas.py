@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,10 +18,24 @@ from bench.soakbench.sim import Simulator
 
 
 class Replica(Server):
-    """A replica's master process; its worker is the process that leads or follows."""
+    """A replica's master process, with its admission worker and its leader process (which leads or follows)."""
+
+    def leader_process(self) -> int:
+        """The pid of the replica's leader process, as its /readyz names it (0 when none runs)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/readyz", timeout=10) as answer:
+                body = answer.read()
+        except urllib.error.HTTPError as exc:  # 503: its body says the same
+            body = exc.read()
+        except OSError:
+            return 0
+        leader = json.loads(body or b"{}").get("leader") or {}
+        return int(leader.get("pid") or 0) if leader.get("running") else 0
 
     def worker(self) -> int:
-        kids = children(self.proc.pid)
+        """The admission worker: the master's child that is not the leader process."""
+        leader = self.leader_process()
+        kids = [pid for pid in children(self.proc.pid) if pid != leader]
         return kids[0] if kids else 0
 
     def queued(self) -> float:
@@ -50,17 +67,17 @@ def replicas(tmp: Path, sim: Simulator) -> Iterator[list[Replica]]:
 
 
 def roles_of(replicas: list[Replica], holder: str) -> dict[str, Replica]:
-    """{"leader": the replica whose worker holds the Lease, "follower": the other}."""
+    """{"leader": the replica whose leader process holds the Lease, "follower": the other}."""
     found = leader_of(replicas, holder)
     if found is None:
-        raise RuntimeError(f"no replica's worker is the Lease's holder {holder!r}")
+        raise RuntimeError(f"no replica's leader process is the Lease's holder {holder!r}")
     return {"leader": found[0], "follower": next(rep for rep in replicas if rep is not found[0])}
 
 
 def leader_of(replicas: list[Replica], holder: str) -> tuple[Replica, int] | None:
-    """The replica and worker pid the Lease's holderIdentity (`POD_NAME-pid`) names."""
-    name, _, pid = holder.rpartition("-")
+    """The replica the Lease's holderIdentity (`POD_NAME`) names, and the pid of its leader process."""
     for replica in replicas:
-        if replica.name == name and pid.isdigit() and int(pid) in children(replica.proc.pid):
-            return replica, int(pid)
+        if replica.name == holder:
+            pid = replica.leader_process()
+            return (replica, pid) if pid else None
     return None

@@ -34,10 +34,8 @@ def report(r: Run, auditor: Auditor) -> dict[str, Any]:
     steady = between(auditor.releases, marks["steady"], marks["kill"])
     steady_s = marks["kill"] - marks["steady"]
     latency = quantiles([x.latency for x in steady])
-    taken = [
-        (at, holder) for at, holder in auditor.leases if at > marks["kill"] and holder not in ("", r.notes["killed"])
-    ]
-    takeover = taken[0][0] if taken else math.inf
+    taken = [at for at, term in auditor.terms if at > marks["kill"] and term > r.notes["killed_term"]]
+    takeover = taken[0] if taken else math.inf
     after = [x for x in auditor.releases if x.at > takeover]
     failover_release = after[0].at if after else math.inf
     burst_ns = set(r.notes.get("burst_namespaces", []))
@@ -77,7 +75,7 @@ def report(r: Run, auditor: Auditor) -> dict[str, Any]:
         },
         "failover": {
             "killed": r.notes["killed"],
-            "took_over": taken[0][1] if taken else "",
+            "took_over": next((holder for at, holder in auditor.leases if at == takeover), ""),
             "lease_taken_s": takeover - marks["kill"],
             "first_release_s": failover_release - marks["kill"],
             "releases_before_takeover": sum(1 for x in auditor.releases if marks["kill"] < x.at <= takeover),

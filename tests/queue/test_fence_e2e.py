@@ -77,7 +77,7 @@ class Pair:
     def leader(self) -> int | None:
         lease = self.sim.get("leases", "gpupool-system", "gpupool") or {}
         holder = str((lease.get("spec") or {}).get("holderIdentity") or "")
-        return next((i for i, name in enumerate(NAMES) if holder.startswith(f"{name}-")), None)
+        return next((i for i, name in enumerate(NAMES) if holder == name), None)
 
 
 @pytest.fixture

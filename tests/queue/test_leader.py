@@ -173,3 +173,21 @@ def test_a_candidate_still_listing_does_not_create_the_lease() -> None:
     (a,) = candidates(leases, clock, 1)
     a.ready = lambda: False
     assert not a.try_once() and leases.record is None
+
+
+def test_a_restarted_process_of_the_same_identity_takes_over_at_once_with_a_new_term() -> None:
+    """The leader process of a Pod (identity POD_NAME) dies while leading and is restarted: the new process
+    takes the Lease without waiting out its duration, and as a new term, so a release the dead process still
+    had in flight carries a term that is over (the validating webhook refuses it)."""
+    leases, clock = FakeLeases(), Clock()
+    wall = lambda: datetime(2026, 12, 1, tzinfo=UTC)  # noqa: E731
+    dead = Elector(leases, "gpupool-0", clock=clock, wall=wall)
+    assert dead.try_once()
+    old_term = dead.term
+    clock.now += 1.0  # well within the Lease's 15 s
+    restarted = Elector(leases, "gpupool-0", clock=clock, wall=wall)
+    assert restarted.try_once() and restarted.leading()
+    assert restarted.term == old_term + 1
+    assert leases.record is not None and restarted.acquired_version == leases.record.resource_version
+    clock.now += 2.0  # and from then on it renews its own term
+    assert restarted.try_once() and restarted.term == old_term + 1

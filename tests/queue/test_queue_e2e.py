@@ -15,6 +15,7 @@ import pytest
 
 from tests.conftest import wait_until
 from tests.queue.e2e import REPLICAS, WAIT, Cluster, delete_every_pod, node, resource_quota, running, two_replicas
+from tests.serving.running import readyz
 
 pytestmark = pytest.mark.slow
 
@@ -116,17 +117,21 @@ def test_a_gang_is_released_whole(cluster: Cluster) -> None:
 
 
 def test_after_the_leader_is_killed_the_other_replica_releases(cluster: Cluster) -> None:
-    """SIGKILL the leading replica's process: the other takes over within the Lease's duration (and its
-    catch-up), and releases what is queued; nothing is released twice."""
+    """SIGKILL the leading replica whole (its master and its leader process, as a node that dies takes
+    them): the other takes over within the Lease's duration (and its catch-up), and releases what is
+    queued; nothing is released twice."""
     leader = cluster.leader()
-    pid = int(leader.rsplit("-", 1)[1])
-    os.kill(pid, signal.SIGKILL)
+    killed = cluster.replicas[REPLICAS.index(leader)]
+    assert killed.proc is not None and killed.health_port is not None
+    leader_pid = readyz(killed.health_port)[1]["leader"]["pid"]
+    os.kill(killed.proc.pid, signal.SIGKILL)
+    os.kill(leader_pid, signal.SIGKILL)
     killed_at = time.monotonic()
-    survivor = next(i for i, name in enumerate(REPLICAS) if not leader.startswith(name))
+    survivor = 1 - REPLICAS.index(leader)
     cluster.create("after", "team-q", replica=survivor)
     wait_until(lambda: cluster.released("team-q", "after"), 45.0, "a release by the new leader")
     took = time.monotonic() - killed_at
-    assert cluster.leader() != leader
+    assert cluster.leader() == names[survivor]
     assert took < 30.0, f"failover took {took:.1f} s"
     patches = cluster.sim.write_requests("patch", "pods")
     assert patches >= 1

@@ -1,4 +1,4 @@
-"""The queue across changes of the policy file, without a restart (webhook.serving.queueing.WorkerQueue):
+"""The queue across changes of the policy file, without a restart (queueing.LeaderQueue, in the leader process):
 `gpupool serve` against the API simulator, its --policy file mounted the way the kubelet mounts a
 ConfigMap, and changed step by step:
 
@@ -79,7 +79,7 @@ def test_the_queue_follows_the_policy_file(
             assert cluster.pool("team-q", "first") == "nvidia/medium/Tesla-T4"
             assert sim.list_requests("pods") == lists
             leader = cluster.leader()
-            assert leader.startswith("replica-a-")
+            assert leader == "replica-a"  # the Pod's leader process, identity POD_NAME
             cluster.create("second", "team-q")
             wait_until(lambda: {e["reason"] for e in sim.events("team-q", about="second")} >= {"Queued"}, WAIT,
                        "the second told it waits")  # fmt: skip
@@ -90,12 +90,12 @@ def test_the_queue_follows_the_policy_file(
             wait_until(lambda: cluster.released("team-q", "second"), WAIT, "the release under the new quota")
             assert sim.list_requests("pods") == lists
 
-            # 3. New pools: the inventory is read again and the queue moves onto it, the same worker leading.
+            # 3. New pools: the inventory is read again and the queue moves onto it, the same process leading.
             change(QUEUED_T4_IS_HIGH)
             cluster.create("third", "team-q", cls="high")
             wait_until(lambda: cluster.released("team-q", "third"), WAIT, "a release onto the new pools")
             assert cluster.pool("team-q", "third") == "nvidia/high/Tesla-T4"
-            assert sim.list_requests("pods") == lists + 1
+            assert sim.list_requests("pods") == lists + 2  # the worker's and the leader process's
             assert cluster.leader() == leader
             assert sim.handler_errors == []
 

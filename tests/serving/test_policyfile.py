@@ -384,8 +384,10 @@ class TestServe:
 
                 volume.update(ONLY_HIGH + "products: [{match: L4, class: high, memory: 24Gi}]\n")
                 wait_until(lambda: placed_pool(client, "high") == "nvidia/high/NVIDIA-L4", 60, "the L4s as class high")
-                assert sim.list_requests("nodes") == lists + 1
-                sim.wait_for_watches(3, timeout=30)  # the old inventory's watches are closed
+                assert sim.list_requests("nodes") == lists + 2  # the worker and the leader process, once each
+                sim.wait_for_watches(
+                    6, timeout=30
+                )  # the old inventories' watches are closed (3 each: worker, leader process)
                 assert placed_pool(client, "medium") is None
                 assert "changes the pools" in server.log()
             finally:

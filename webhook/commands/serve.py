@@ -24,7 +24,7 @@ from webhook.serving.certs import CertError, read_ca_bundle
 from webhook.serving.logs import LEVELS, logging_config
 from webhook.serving.policyfile import log_policy_warnings, read_policy_file
 from webhook.serving.queueing import QueueSettings
-from webhook.serving.server import Core, ServeOptions, policy_detail, real_app_loader, serve
+from webhook.serving.server import Core, ServeOptions, policy_detail, real_app_loader, real_leader, serve
 from webhook.sources.open import open_inventory
 
 log = logging.getLogger("gpupool.policy")
@@ -194,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
     if options.client_ca is not None:
         check_client_ca(options.client_ca)
     core = load_core(options, os.environ)
-    return serve(options, real_app_loader(core), policy_detail(core))
+    return serve(options, real_app_loader(core), policy_detail(core), real_leader(core))
 
 
 def check_tls_files(cert: str, key: str) -> None:

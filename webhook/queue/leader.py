@@ -9,6 +9,11 @@ inventory has synced). Every write carries the resourceVersion it read, so two c
 A leader's term is the Lease's `leaseTransitions` while it holds it; its releases carry `<identity>/<term>`
 (webhook.admission.fence), which the validating webhook checks against the Lease as they commit, so a
 release that lands after its leader's term is refused.
+A candidate's identity is its Pod's (`POD_NAME`: one leader process per Pod, webhook.serving.leaderproc).
+A Lease its identity holds that this very candidate did not write is a previous incarnation's (a leader
+process that died and was restarted; the supervisor starts the next only once the last has exited): it is
+taken over at once, with a new term, never renewed as if it were this candidate's, so a release the dead
+process still had in flight carries a term that is over and is refused.
 On `stop` the holder hands the Lease back (holder "", duration 1 s) so that the next replica of a rolling
 update takes over at once.
 
@@ -83,6 +88,7 @@ class Elector:
         self._was_leading = False
         self.acquired_version = ""  # the Lease's resourceVersion when this candidate last took it over
         self.term = 0  # the Lease's leaseTransitions while this candidate holds it: its releases' fencing token
+        self._won_once = False  # whether this candidate (not an earlier process of its identity) ever held it
 
     def leading(self) -> bool:
         with self._lock:
@@ -119,8 +125,9 @@ class Elector:
             return self._won(self._leases.create(record), started, took_over=True)
         if self._observed is None or current != self._observed:  # any write changes its resourceVersion
             self._observed, self._observed_at = current, started
-        mine = current.holder == self.identity
-        free = not current.holder
+        mine = current.holder == self.identity and self._won_once
+        # Its identity's, but written by an earlier process of it (now gone): taken over at once, new term.
+        free = not current.holder or current.holder == self.identity
         expired = started >= self._observed_at + max(current.duration_seconds, 1)
         if not (mine or free or expired) or not (mine or self.ready()):
             self._lose()
@@ -142,6 +149,7 @@ class Elector:
         with self._lock:
             self._valid_until = started + self.times.renew_deadline
             self.term = written.transitions  # unchanged by a renewal; every change of holder adds one
+        self._won_once = True
         self._observed, self._observed_at = written, started
         if took_over:
             self.acquired_version = written.resource_version

@@ -1,7 +1,8 @@
 """The leader's loop: whenever something changed, release what now fits; tell the Pods and the metrics.
 
-Every replica runs one Runner per worker process, identity `POD_NAME-pid` (webhook.serving wires it), all
-on the same Lease: exactly one process in the cluster leads, the others only answer admissions. The
+Every replica runs one Runner, in its leader process beside the admission workers, identity `POD_NAME`
+(webhook.serving.leaderproc and queueing wire it), all on the same Lease: exactly one process in the
+cluster leads; the admission workers run none. The
 leader keeps no state of its own that another replica would need: released Pods carry
 `gpupool.io/pool` and no gate, queued Pods their gate, so a new leader carries on from its own watch.
 

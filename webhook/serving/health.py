@@ -131,6 +131,11 @@ class HealthServer:
         for caller in self._callers.values():
             caller.thread.start()
 
+    def close_listener(self) -> None:
+        """In a process forked from this one (the leader process): let go of the inherited listening socket,
+        which only this process serves."""
+        self._listener.close()
+
     def stop(self) -> None:
         self._stopping.set()
         self._wake()

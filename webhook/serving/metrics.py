@@ -211,7 +211,7 @@ class Metrics:
         )
         self.queue_leader = Gauge(
             "gpupool_queue_leader",
-            "1 while this worker process leads the queue (holds the Lease), else 0",
+            "1 while this process (a replica's leader process) leads the queue (holds the Lease), else 0",
             registry=registry,
             multiprocess_mode="liveall",
         )

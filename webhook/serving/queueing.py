@@ -1,7 +1,12 @@
-"""The queue in a worker: its waiting Pods follow the worker's own watch, and its leader election runs beside
-the admissions (webhook.queue). Only a live inventory has a queue: a snapshot has no API to release through.
+"""The queue in the leader process (webhook.serving.leaderproc): its waiting Pods follow that process's own
+watch, and its leader election runs there, never in an admission worker (webhook.queue). Only a live
+inventory has a queue: a snapshot has no API to release through.
 
-`WorkerQueue` keeps it right across changes of the policy file (webhook.serving.policyfile):
+`leader_body` is what the leader process runs: the queue, its inventory's watches, its gauges, and the
+--policy file followed as a worker follows it. The admission workers keep only what they check of the
+queue: the release's fence (`LeaseFence`, read from the API by the validating call).
+
+`LeaderQueue` keeps it right across changes of the policy file (webhook.serving.policyfile):
 
 - each pass decides by the policy admission uses now, so a change of namespace rules (a quota, which
   namespaces queue) applies to the queue as it does to admissions, on the same inventory;
@@ -10,12 +15,11 @@ the admissions (webhook.queue). Only a live inventory has a queue: a snapshot ha
 - the queue runs on every live inventory, whatever the policy: Pods gated under an earlier policy (one
   that queued, before a change and a restart) are released by the rules of the policy in use rather than
   stranded behind a gate nobody removes. Where nothing is gated it costs the Lease's election (one small
-  read or write per worker every 2 s) and nothing else.
+  read or write per replica every 2 s) and nothing else.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -28,6 +32,8 @@ from webhook.pools.inventory import Inventory
 from webhook.queue.leader import Elector
 from webhook.queue.runner import QueueInventory, QueueMetrics, Runner, TokenBucket
 from webhook.queue.waiting import Waiting
+from webhook.serving.leaderproc import LeaderBody
+from webhook.serving.policyfile import PolicyFile, PolicyReloader, PolicyVersion
 from webhook.sources.live import LiveInventory
 from webhook.sources.open import reopen_inventory
 from webhook.sources.writes import EventRecorder, LeaseError, LeaseStore, PodReleaser
@@ -69,8 +75,9 @@ class QueueSettings(NamedTuple):
     burst: int = 500
 
 
-class WorkerQueue:
-    """The queue of one worker process, on whichever live inventory its Admitter uses."""
+class LeaderQueue:
+    """The queue of the leader process, on whichever live inventory its Admitter uses (an Admitter that
+    admits nothing: the one binding of policy and inventory, rebound as the policy file changes)."""
 
     def __init__(self, settings: QueueSettings, metrics: QueueMetrics, admitter: Admitter) -> None:
         self._settings, self._metrics, self._admitter = settings, metrics, admitter
@@ -100,8 +107,8 @@ class WorkerQueue:
             if self._runner is not None:
                 self._runner.rebind(live, waiting)
                 return
-            # One identity per worker process (`POD_NAME-pid`), so two workers of one Pod never both lead.
-            identity = f"{self._settings.pod_name}-{os.getpid()}"
+            # The Pod's identity: its one leader process at a time (webhook.serving.leaderproc).
+            identity = self._settings.pod_name
             api = live.api_client
             lease = LeaseStore(api, self._settings.namespace, LEASE_NAME)
             elector = Elector(lease, identity, on_change=self._metrics.queue_leading)
@@ -141,3 +148,43 @@ class WorkerQueue:
         bound = self._admitter.bound
         used: object = bound.inventory  # a LiveInventory, which the runner knows by its Protocol
         return bound.policy if used is inventory else inventory.policy
+
+
+def leader_body(
+    policy: Policy, inventory: LiveInventory, source: PolicyVersion | None, settings: QueueSettings
+) -> LeaderBody:
+    """What the leader process runs, from the master's copy of what it loaded (nothing read from a file):
+    the queue attached before the first list, the watches, the gauges (its inventory's readiness and age,
+    as a worker's), and the --policy file followed."""
+
+    def start() -> Callable[[], None]:
+        # prometheus_client after PROMETHEUS_MULTIPROC_DIR is set (webhook.serving.server).
+        from webhook.serving.metrics import GaugeRefresher, Metrics  # noqa: PLC0415
+
+        metrics = Metrics.private()
+        admitter = Admitter(policy, inventory)
+        queue = LeaderQueue(settings, metrics, admitter)
+        queue.attach(inventory, policy)
+        inventory.start()
+        queue.use(inventory)
+
+        def current() -> tuple[Inventory, Policy]:
+            bound = admitter.bound
+            return bound.inventory, bound.policy
+
+        refresher = GaugeRefresher(metrics, current).start()
+        reloader = None
+        if source is not None:  # its reloads are the workers' to count: they read the same file alike
+            reloader = PolicyReloader(PolicyFile(source), admitter, reopen=queue.reopen, switched=queue.use)
+            reloader.start()
+
+        def stop() -> None:
+            if reloader is not None:
+                reloader.stop()
+            queue.stop()  # stops releasing, then hands the Lease back
+            refresher.stop()
+            admitter.inventory.close()
+
+        return stop
+
+    return start

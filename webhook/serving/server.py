@@ -29,6 +29,7 @@ import logging
 import logging.config
 import os
 import shutil
+import signal
 import socket
 import ssl
 import tempfile
@@ -50,9 +51,10 @@ from webhook.domain.policy import Policy
 from webhook.pools.inventory import Inventory
 from webhook.serving.certs import CertificateExpiry
 from webhook.serving.health import HealthServer, MetricsText, Readiness
+from webhook.serving.leaderproc import LeaderBody, LeaderSupervisor
 from webhook.serving.logs import logging_config
 from webhook.serving.policyfile import PolicyFile, PolicyReloader, PolicyVersion
-from webhook.serving.queueing import LeaseFence, QueueSettings, WorkerQueue
+from webhook.serving.queueing import LeaseFence, QueueSettings, leader_body
 from webhook.sources.live import LiveInventory
 
 if TYPE_CHECKING:
@@ -156,18 +158,13 @@ def real_app_loader(core: Core) -> LoadApp:
         policy, inventory = core.policy, core.inventory
         metrics = Metrics.private()
         admitter = Admitter(policy, inventory)
-        queue = None
         if isinstance(inventory, LiveInventory):
-            if core.queue is not None:
-                queue = WorkerQueue(core.queue, metrics, admitter)
-                queue.attach(inventory, policy)  # before the first list, which fills the queue
             # The master never starts the watches: threads do not survive a fork, so each worker starts
             # them on its own copy. Not waited for: /readyz stays false until the first full list. A call
             # that reaches the worker meanwhile (a restarted worker's Pod stays in the Service until its
-            # probe fails) gets 503 for a GPU Pod (webhook.admission.core.loading_denial).
+            # probe fails) gets 503 for a GPU Pod (webhook.admission.core.loading_denial). The queue is
+            # not here: it runs in the leader process (`real_leader`).
             inventory.start()
-            if queue is not None:
-                queue.use(inventory)
 
         def current() -> tuple[Inventory, Policy]:
             bound = admitter.bound  # one read: the policy and the inventory built for it
@@ -178,24 +175,11 @@ def real_app_loader(core: Core) -> LoadApp:
         reloader = None
         if core.source is not None:
             file = PolicyFile(core.source)
-            if queue is None:
-                reloader = PolicyReloader(file, admitter, metrics.policy_reloaded, admitters=core.admitters)
-            else:  # the queue follows the policy and the inventory (webhook.serving.queueing)
-                reloader = PolicyReloader(
-                    file,
-                    admitter,
-                    metrics.policy_reloaded,
-                    admitters=core.admitters,
-                    reopen=queue.reopen,
-                    switched=queue.use,
-                )
-            reloader.start()
+            reloader = PolicyReloader(file, admitter, metrics.policy_reloaded, admitters=core.admitters).start()
 
         def close() -> None:
             if reloader is not None:
                 reloader.stop()
-            if queue is not None:
-                queue.stop()  # hands the Lease back: a rolling update's next leader takes over at once
             refresher.stop()
             admitter.inventory.close()
 
@@ -210,6 +194,14 @@ def real_app_loader(core: Core) -> LoadApp:
         return WorkerApp(app, close)
 
     return load
+
+
+def real_leader(core: Core) -> LeaderBody | None:
+    """What the leader process runs (webhook.serving.leaderproc): the queue, on the live cluster with the
+    queue's settings; None for a snapshot, which has no API to release through."""
+    if not isinstance(core.inventory, LiveInventory) or core.queue is None:
+        return None
+    return leader_body(core.policy, core.inventory, core.source, core.queue)
 
 
 def freeze_when_ready(inventory: Inventory, poll_seconds: float = 1.0) -> None:
@@ -232,9 +224,13 @@ def freeze_when_ready(inventory: Inventory, poll_seconds: float = 1.0) -> None:
         threading.Thread(target=freeze, name="gpupool-gc-freeze", daemon=True).start()
 
 
-def serve(options: ServeOptions, load_app: LoadApp, policy: PolicyDetail | None = None) -> int:
+def serve(
+    options: ServeOptions, load_app: LoadApp, policy: PolicyDetail | None = None, leader: LeaderBody | None = None
+) -> int:
     """Run gunicorn with `load_app` in each worker until SIGTERM (or SIGINT); returns the exit code.
-    `policy` adds the policy file's state to /readyz's details (`policy_detail`).
+    `policy` adds the policy file's state to /readyz's details (`policy_detail`); `leader`, when given, runs
+    in the leader process beside the workers (`real_leader`, webhook.serving.leaderproc), which /readyz
+    requires to be running.
 
     Tests and the benchmark pass their own `load_app`, so they run on exactly these settings.
     """
@@ -246,15 +242,29 @@ def serve(options: ServeOptions, load_app: LoadApp, policy: PolicyDetail | None 
 
         _check_port_free(options.host, options.port)
         arbiter_box: list[Any] = []
+        supervisor_box: list[LeaderSupervisor] = []
 
         def readiness() -> Readiness:
             workers = _worker_pids(arbiter_box)
             ready = metrics.worker_readiness(multiproc_dir)
             states = {str(pid): ready.get(pid, False) for pid in workers}
             detail: dict[str, Any] = {"workers": states}
+            ok = bool(states) and all(states.values())
+            if leader is not None:
+                # A leader process that is not running (between a death and its restart) makes the Pod
+                # unready; one still listing does not: until it has synced it only does not lead.
+                status = supervisor_box[0].status() if supervisor_box else None
+                alive = status is not None and status.alive
+                detail["leader"] = {
+                    "pid": status.pid if status is not None else 0,
+                    "running": alive,
+                    "inventoryReady": alive and status is not None and ready.get(status.pid, False),
+                    "restarts": status.restarts if status is not None else 0,
+                }
+                ok = ok and alive
             if policy is not None:
                 detail["policy"] = policy()  # shown, never a reason to be unready: the old policy serves on
-            return Readiness(bool(states) and all(states.values()), detail)
+            return Readiness(ok, detail)
 
         certificate = metrics.CertificateExpiryGauge(CertificateExpiry(options.cert))
 
@@ -269,6 +279,14 @@ def serve(options: ServeOptions, load_app: LoadApp, policy: PolicyDetail | None 
         def when_ready(arbiter: Any) -> None:  # in the master, before the first worker is forked
             arbiter_box.append(arbiter)
             _prime_tls_context(arbiter.cfg)
+            if leader is not None:
+                supervisor = LeaderSupervisor(
+                    leader,
+                    before_child=lambda: _let_go_of_listeners(arbiter, health),
+                    exited=lambda pid: metrics.forget_process(pid, multiproc_dir),
+                ).start()
+                supervisor_box.append(supervisor)
+                _stop_first_on_signals(supervisor)
             health.start()
 
         def child_exit(arbiter: Any, worker: Any) -> None:
@@ -278,6 +296,8 @@ def serve(options: ServeOptions, load_app: LoadApp, policy: PolicyDetail | None 
             worker.app.close_worker()
 
         def on_exit(arbiter: Any) -> None:
+            if supervisor_box:
+                supervisor_box[0].stop()  # told at the signal already; waited for here
             health.stop()
 
         settings = gunicorn_settings(options)
@@ -291,6 +311,27 @@ def serve(options: ServeOptions, load_app: LoadApp, policy: PolicyDetail | None 
         # Workers leave through here too (gunicorn forks inside run()): only the master cleans up.
         if owned_dir and os.getpid() == master_pid:
             shutil.rmtree(multiproc_dir, ignore_errors=True)
+
+
+def _stop_first_on_signals(supervisor: LeaderSupervisor) -> None:
+    """SIGTERM, SIGINT and SIGQUIT to the master reach the leader process at once, then gunicorn's own
+    handler: the leader stops releasing and hands the Lease back while the workers drain."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+        previous = signal.getsignal(sig)
+
+        def handler(signum: int, frame: Any, previous: Any = previous) -> None:
+            supervisor.terminate()
+            if callable(previous):
+                previous(signum, frame)
+
+        signal.signal(sig, handler)
+
+
+def _let_go_of_listeners(arbiter: Any, health: HealthServer) -> None:
+    """In the leader process: close the master's listening sockets it inherited (it serves neither port)."""
+    for listener in arbiter.LISTENERS:
+        listener.close()
+    health.close_listener()
 
 
 def gunicorn_settings(options: ServeOptions) -> dict[str, Any]:

@@ -1,0 +1,216 @@
+"""The queue's leader process: one per Pod, beside the admission workers, started and supervised by the
+gunicorn master (webhook.serving.server).
+
+Why a process: the leader's passes, releases, Events and Lease renewals are Python, and a thread of a
+worker process would hold the GIL an admission of that worker needs (docs/performance.md measured the
+leader's replica at several times the follower's latency). In a process of its own the leader shares
+no interpreter with any admission; the workers only admit.
+
+`LeaderSupervisor` (in the master) forks the process from the master's copy of what it loaded (as gunicorn
+forks its workers: a restarted leader reads no file before it runs), and watches it:
+
+- a leader process that exits or dies is restarted, after a back-off that grows while it keeps dying
+  (1 s, doubling to 30 s; reset once one has run a minute); while none runs the Pod reports not ready;
+- it is only ever one at a time: the next is forked once the last has exited, which is what lets a
+  restarted process take its Pod's Lease over at once with a new term (webhook.queue.leader);
+- SIGTERM (or SIGINT, SIGQUIT) to the master reaches the leader at once, before the workers are drained, so
+  it stops releasing and hands the Lease back while the workers finish; the master waits for it to exit;
+- it dies with the master: it checks every second that its parent is still the master that forked it,
+  and stops (handing the Lease back) when not.
+
+Its metrics land in the same prometheus_client multiprocess directory as the workers', under its own pid,
+so the master's /metrics shows them (gpupool_queue_leader among them); a dead one's live gauges are
+dropped as a dead worker's are.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NoReturn
+
+log = logging.getLogger("gpupool.leaderproc")
+
+# What the leader process runs: start everything, return what stops it (called once, on SIGTERM or when
+# the master is gone).
+LeaderBody = Callable[[], Callable[[], None]]
+
+POLL_SECONDS = 0.2  # how often the master looks whether the leader process is still there
+PARENT_SECONDS = 1.0  # how often the leader process looks whether the master is still there
+FIRST_BACKOFF = 1.0
+MAX_BACKOFF = 30.0
+HEALTHY_SECONDS = 60.0  # a leader process that ran this long resets the back-off
+STOP_SECONDS = 25.0  # SIGTERM to exit: its pass ends, its writes are answered, the Lease is handed back
+# The master's own signals, which the leader process must not handle as the master does.
+_RESET = (
+    signal.SIGHUP,
+    signal.SIGCHLD,
+    signal.SIGTTIN,
+    signal.SIGTTOU,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGWINCH,
+)
+_STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderStatus:
+    """What /readyz shows of the leader process: its pid (0 while none runs), whether it runs, and how many
+    times it was started again."""
+
+    pid: int
+    alive: bool
+    restarts: int
+
+
+class LeaderSupervisor:
+    """The leader process, from the master: `start` forks it, a thread restarts it when it dies, `stop`
+    ends it. `before_child` runs in the child first (closing what the master's sockets it inherited);
+    `exited(pid)` in the master once a leader process is gone (its live metrics dropped)."""
+
+    def __init__(
+        self,
+        body: LeaderBody,
+        *,
+        before_child: Callable[[], None] = lambda: None,
+        exited: Callable[[int], None] = lambda pid: None,
+        first_backoff: float = FIRST_BACKOFF,
+        max_backoff: float = MAX_BACKOFF,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._body, self._before, self._exited = body, before_child, exited
+        self._first, self._max, self._clock = first_backoff, max_backoff, clock
+        self._master = os.getpid()
+        self._lock = threading.Lock()
+        self._pid = 0
+        self._dead = 0  # the last leader process seen gone
+        self._started_at = 0.0
+        self._restarts = 0
+        self._backoff = first_backoff
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="gpupool-leader-supervisor", daemon=True)
+
+    def start(self) -> LeaderSupervisor:
+        with self._lock:
+            self._spawn()
+        self._thread.start()
+        return self
+
+    def status(self) -> LeaderStatus:
+        with self._lock:
+            return LeaderStatus(self._pid, self._alive(), self._restarts)
+
+    def terminate(self) -> None:
+        """No more restarts, and SIGTERM to the leader process (safe in a signal handler: no lock, no wait)."""
+        self._stopping.set()
+        pid = self._pid
+        if pid:
+            _signal(pid, signal.SIGTERM)
+
+    def stop(self, timeout: float = STOP_SECONDS) -> None:
+        """`terminate`, then wait for the leader process to exit (SIGKILL after `timeout`)."""
+        self.terminate()
+        if self._thread.is_alive():
+            self._thread.join(POLL_SECONDS * 5)
+        pid = self._pid
+        if not pid:
+            return
+        _signal(pid, signal.SIGTERM)  # again: one forked just as `terminate` read no pid
+        deadline = self._clock() + timeout
+        while _running(pid) and self._clock() < deadline:
+            time.sleep(0.05)
+        if _running(pid):
+            log.warning("the leader process (pid %d) did not stop within %.0f s: killed", pid, timeout)
+            _signal(pid, signal.SIGKILL)
+            while _running(pid):
+                time.sleep(0.05)
+        self._gone(pid)
+
+    def _watch(self) -> None:
+        restart_at: float | None = None
+        while not self._stopping.wait(POLL_SECONDS):
+            with self._lock:
+                if self._pid and not self._alive():
+                    ran = self._clock() - self._started_at
+                    log.error("the leader process (pid %d) exited after %.1f s; restarting it", self._pid, ran)
+                    self._gone(self._pid)
+                    self._backoff = self._first if ran >= HEALTHY_SECONDS else self._backoff
+                    restart_at = self._clock() + self._backoff
+                    self._backoff = min(self._backoff * 2, self._max)
+                if not self._pid and restart_at is not None and self._clock() >= restart_at:
+                    restart_at = None
+                    self._restarts += 1
+                    self._spawn()
+
+    def _alive(self) -> bool:
+        """Under the lock: whether the current leader process runs. Once seen gone it stays gone (its pid
+        may be another child's later)."""
+        if self._pid in (0, self._dead):
+            return False
+        if _running(self._pid):
+            return True
+        self._dead = self._pid
+        return False
+
+    def _gone(self, pid: int) -> None:
+        if self._pid == pid:
+            self._pid = 0
+        self._exited(pid)
+
+    def _spawn(self) -> None:
+        """Fork the leader process (under the lock; the stopping flag checked once more)."""
+        if self._stopping.is_set():
+            return
+        pid = os.fork()
+        if pid == 0:
+            _child(self._body, self._before, self._master)
+        self._pid, self._started_at = pid, self._clock()
+        log.info("leader process started (pid %d)", pid)
+
+
+def _child(body: LeaderBody, before: Callable[[], None], master: int) -> NoReturn:
+    """The leader process's whole life, in the forked child: it never returns into the master's stack."""
+    code = 1
+    try:
+        stopping = threading.Event()
+        for sig in _RESET:
+            signal.signal(sig, signal.SIG_DFL)
+        for sig in _STOPS:
+            signal.signal(sig, lambda signum, frame: stopping.set())
+        before()
+        stop = body()
+        try:
+            while not stopping.wait(PARENT_SECONDS):
+                if os.getppid() != master:
+                    log.warning("the master (pid %d) is gone: the leader process stops", master)
+                    break
+        finally:
+            stop()
+        code = 0
+    except BaseException:  # anything at all: logged, and the supervisor starts another
+        log.exception("the leader process failed")
+    finally:
+        logging.shutdown()
+        os._exit(code)
+
+
+def _running(pid: int) -> bool:
+    """Whether the child `pid` still runs; reaps it when it has exited. A child reaped by someone else
+    (gunicorn's arbiter reaps every child it is signalled about) is gone too."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return False
+    return done == 0
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
