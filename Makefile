@@ -75,8 +75,11 @@ quota: $(STAMP) ## show every quota gpupool checks on the demo inventory
 certs: $(STAMP) ## make run's certificates (localhost, 127.0.0.1) into certs/dev/; the cluster's are made by make manifests
 	$(BIN)/gpupool certs --out $(DEV_CERTS) $(addprefix --host ,$(DEV_CERT_HOSTS))
 
-test: lint typecheck ## lint, type check and run the whole test suite
-	$(BIN)/pytest -q
+# Every core runs tests (pytest-xdist); a module's tests stay on one worker, so a module's servers and
+# simulated clusters are set up once (docs/development.md, "Tests"). PYTEST_WORKERS=0 runs them in-process.
+PYTEST_WORKERS ?= auto
+test: lint typecheck ## lint, type check and run the whole test suite, on every core
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadscope
 
 fuzz: $(STAMP) ## the test suite with new random examples for the property tests (repeat it; add finds as @example)
 	HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest -q

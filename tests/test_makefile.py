@@ -41,7 +41,9 @@ def make(clone: Path, *args: str, env: dict[str, str] | None = None) -> subproce
     return subprocess.Popen(
         [MAKE, "--no-print-directory", *args, f"PYTHON={sys.executable}"],
         cwd=clone,
-        env=env or dict(os.environ),
+        # A make of its own, also when the suite runs under `make test` (whose MAKELEVEL would make it a
+        # sub-make, `make[1]: ***`, and whose MAKEFLAGS it would inherit).
+        env={k: v for k, v in (env or os.environ).items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

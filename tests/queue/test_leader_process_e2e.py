@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import ApiServerClient, ServerProcess, free_port, serve_argv, server_env, wait_until
-from tests.queue.test_queue_e2e import Cluster, node
+from tests.queue.e2e import Cluster, node
 from tests.serving.running import metric, readyz
 from webhook.admission.fence import RELEASED_BY
 from webhook.testing import KubeSim

@@ -249,7 +249,9 @@ def serve(
             ready = metrics.worker_readiness(multiproc_dir)
             states = {str(pid): ready.get(pid, False) for pid in workers}
             detail: dict[str, Any] = {"workers": states}
-            ok = bool(states) and all(states.values())
+            # Every worker gunicorn was asked for, each with its inventory: not only those forked so far
+            # (the first could be ready before the master has forked the next).
+            ok = len(states) >= options.workers and all(states.values())
             if leader is not None:
                 # A leader process that is not running (between a death and its restart) makes the Pod
                 # unready; one still listing does not: until it has synced it only does not lead.
