@@ -151,6 +151,17 @@ def test_bad_values_are_refused_naming_annotation_value_and_accepted(annotations
     assert message in str(err.value)
 
 
+def test_class_names_are_case_insensitive_like_products() -> None:
+    """`gpu-class: High` is the policy's `high` (products were already matched without regard to case), and
+    the namespace's rule applies to it as to `high`."""
+    assert req({"gpupool.io/gpu-class": "High"}).classes == ("high",)
+    assert req({"gpupool.io/gpu-class": "MEDIUM, high"}).classes == ("medium", "high")
+    with pytest.raises(RequestError, match="class 'low' is not allowed in namespace team-a"):
+        req({"gpupool.io/gpu-class": "LOW"}, namespace="team-a", pol=TEAM)
+    with pytest.raises(RequestError, match="names a class twice"):
+        req({"gpupool.io/gpu-class": "high,HIGH"})
+
+
 def test_class_outside_namespace_rule_is_refused() -> None:
     """A namespace limited to medium/high cannot ask for low."""
     with pytest.raises(

@@ -384,7 +384,11 @@ def _classes(
         if default:
             return (default,), "namespace default"
         return (), "any"
-    items = [c.strip() for c in ann[CLASS].split(",")]
+    # Case-insensitive, as products are: `High` is the policy's `high` (its own spelling wins when it has one).
+    spelled = {c.casefold(): c for c in reversed(policy.classes)}
+    items = [
+        c if (c := raw.strip()) in policy.classes else spelled.get(c.casefold(), c) for raw in ann[CLASS].split(",")
+    ]
     accepted = ", ".join(policy.classes)
     if not all(items):
         raise RequestError(
