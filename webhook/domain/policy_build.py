@@ -3,6 +3,8 @@ checked with its path, into the values of webhook.domain.policy_model."""
 
 from __future__ import annotations
 
+import copy
+import functools
 import importlib.resources
 import re
 from collections.abc import Mapping
@@ -46,7 +48,7 @@ def load_policy(path: str | None) -> Policy:
 
 def load_policy_text(text: str | None, source: str = "policy") -> Policy:
     """Parse and validate policy YAML (merged over the built-in default)."""
-    base = _parse_yaml(default_policy_text(), "built-in default policy")
+    base = _default_data()
     if text is not None:
         user = _parse_yaml(text, source)
         base = _merge(base, user)
@@ -54,6 +56,17 @@ def load_policy_text(text: str | None, source: str = "policy") -> Policy:
         return _build(base)
     except PolicyError as exc:
         raise PolicyError(f"{source}: {exc}") from None
+
+
+def _default_data() -> dict[str, Any]:
+    """The built-in default, parsed once per process (it is part of the package and never changes) and
+    copied for each load, so that what a load builds never shares a mutable value with the next."""
+    return copy.deepcopy(_parsed_default())
+
+
+@functools.cache
+def _parsed_default() -> dict[str, Any]:
+    return _parse_yaml(default_policy_text(), "built-in default policy")
 
 
 def _parse_yaml(text: str, source: str) -> dict[str, Any]:
