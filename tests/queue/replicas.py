@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import base64
 import copy
+import threading
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,16 +30,19 @@ from tests.conftest import (
     wait_until,
 )
 from webhook.testing import KubeSim
-from webhook.testing.kubeadmission import ValidatingWebhook
+from webhook.testing.kubeadmission import UserInfo, ValidatingWebhook
+from webhook.testing.kubeproto import ApiError
 
 SERVICE_ACCOUNT = "system:serviceaccount:gpupool-system:gpupool-webhook"
 NAMES = ("replica-a", "replica-b")
+TENANT = UserInfo("alice", ("system:authenticated",))
 WAIT = 60.0  # a failover takes the Lease's 15 s and a catch-up; generous for a loaded machine
 
 
 class Pair:
     def __init__(self, sim: KubeSim, clients: list[ApiServerClient], hook: ValidatingWebhook) -> None:
         self.sim, self.clients, self.hook = sim, clients, hook
+        self._calls = [threading.Lock() for _ in clients]  # one connection per client: one call at a time
 
     def create(self, obj: dict[str, Any], replica: int = 0) -> dict[str, Any]:
         """Admitted through a replica's mutating webhook and stored, as kube-apiserver creates a Pod."""
@@ -47,6 +52,26 @@ class Pair:
         if "patch" in answer:
             obj = jsonpatch.apply_patch(copy.deepcopy(obj), orjson.loads(base64.b64decode(answer["patch"])))
         return self.sim.add(obj)
+
+    def submit(self, obj: dict[str, Any], replica: int = 0) -> tuple[bool, str]:
+        """A Pod CREATE as kube-apiserver makes it, both webhooks included: a replica's mutating call, its
+        patch applied, the Pod given its uid, the validating call (on the replicas in turn), then stored.
+        (allowed, the refusal's message). Safe from several threads: the validating calls run at once."""
+        namespace = obj["metadata"]["namespace"]
+        with self._calls[replica]:
+            answer = self.clients[replica].review(admission_review(obj, namespace=namespace))["response"]
+        if not answer["allowed"]:
+            return False, str(answer["status"]["message"])
+        if "patch" in answer:
+            obj = jsonpatch.apply_patch(copy.deepcopy(obj), orjson.loads(base64.b64decode(answer["patch"])))
+        obj = copy.deepcopy(obj)
+        obj["metadata"]["uid"] = str(uuid.uuid4())
+        try:
+            self.hook({"kind": "Pod", "apiVersion": "v1", **obj}, None, TENANT, dry_run=False)
+        except ApiError as exc:
+            return False, exc.message
+        self.sim.add(obj)
+        return True, ""
 
     def pod(self, namespace: str, name: str) -> dict[str, Any]:
         found = self.sim.get("Pod", namespace, name)

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 from webhook.admission import verdict
 from webhook.admission.audit import audited
 from webhook.admission.bound import check_bound, reachable
+from webhook.admission.charging import is_charged
 from webhook.admission.choice import ADMIT, QUEUE, choose
 from webhook.admission.hints import hinted
 from webhook.admission.patch import PatchSpec, build_patch
@@ -157,9 +158,19 @@ class Admitter:
     """The core bound to a policy and an inventory, as the server uses it. `use` binds it to another
     policy (and inventory) between two admissions: each admission is decided by one policy, whole."""
 
-    def __init__(self, policy: Policy, inventory: Inventory, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        policy: Policy,
+        inventory: Inventory,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        charges: bool = False,
+    ) -> None:
+        """`charges`: the validating call charges Pods that bypass placement in queued namespaces in the
+        API (webhook.admission.charging), so the mutating call reserves nothing for them."""
         self._bound = Binding(policy, inventory, Memo())
         self._clock = clock
+        self.charges = charges
         # An inventory being built for the next policy: every reservation (and echo) made meanwhile is made
         # in it too, so it holds what the current one holds once the reservations made before are gone.
         self._successor: Inventory | None = None
@@ -229,7 +240,8 @@ class Admitter:
                 result = stale_denial(stale)
             # Every placed Pod counts until the watch shows it, pre-patched and bound ones too (only its
             # own re-invocation, recognised above, is not counted twice).
-            reserve = placement if not dry_run else None
+            charged = self.charges and is_charged(prepared, policy)  # its charge is its reservation
+            reserve = placement if not (dry_run or charged) else None
             if reserve is not None:
                 reserve_for(index, view, reserve, now, echoed=echoed)
             if self._successor is not None and not dry_run:

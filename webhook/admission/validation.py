@@ -46,15 +46,17 @@ no Lease to read (no live API) refuses such a release rather than let it through
 
 from __future__ import annotations
 
+import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import zip_longest
 from typing import Any, NamedTuple
 
 from webhook.admission import verdict
 from webhook.admission.audit import audited
-from webhook.admission.core import Admitter, loading_denial, place, reserve_for, stale_denial
+from webhook.admission.charging import charge, is_charged
+from webhook.admission.core import Admitter, Binding, loading_denial, place, reserve_for, stale_denial
 from webhook.admission.fence import RELEASED_BY, Fence
 from webhook.admission.pieces import (
     NEW_TERM,
@@ -68,12 +70,13 @@ from webhook.admission.pieces import (
     TolerationsAdded,
 )
 from webhook.admission.pod import ContainerView, PodError, PodView, read_pod
-from webhook.admission.prepared import prepare
+from webhook.admission.prepared import Prepared, prepare
 from webhook.admission.request import wants_gpus
 from webhook.admission.verdict import Verdict
 from webhook.domain.model import PREFIX, QUEUE_GATE
 from webhook.domain.policy import Policy
 from webhook.domain.quantity import shown
+from webhook.pools.charges import Charge, ChargeStore, counting, unseen
 
 MAX_LISTED = 6  # changes or missing pieces a message names before it says how many more
 MAX_VALUE_CHARS = 80  # of a value quoted in a message (a Pod's own strings can be long)
@@ -117,13 +120,21 @@ class Trusted:
         return " and ".join(who) if len(who) < 3 else f"{who[0]}, {who[1]} and {who[2]}"
 
 
+class Charges(NamedTuple):
+    """Where the validating call charges Pods that bypass placement in queued namespaces, and its clock."""
+
+    store: ChargeStore
+    wall: Callable[[], float] = time.time
+
+
 class Checked(NamedTuple):
     """The validating call's answer, and what it did with the Pod's reservation."""
 
     verdict: Verdict
     pool: str = ""  # the pool the Pod is counted in, "" for none
     # CREATE: "confirmed" (this replica's mutating call reserved it), "made" (another replica admitted it),
-    # "dropped" (refused: its reservation went), "" (nothing reserved or none to touch)
+    # "dropped" (refused: its reservation went), "charged" (charged in the API: webhook.admission.charging),
+    # "" (nothing reserved or none to touch)
     reservation: str = ""
 
 
@@ -246,12 +257,20 @@ class Validator:
     """The validating call's checks, bound to the Admitter the mutating call uses (its policy, inventory,
     shape memo and clock) and to who may change what gpupool guards."""
 
-    def __init__(self, admitter: Admitter, trusted: Trusted, fence: Fence | None = None) -> None:
+    def __init__(
+        self,
+        admitter: Admitter,
+        trusted: Trusted,
+        fence: Fence | None = None,
+        charges: Charges | None = None,
+    ) -> None:
         """`fence` checks a release's token against the queue's Lease (None: no API to read it from, so
-        a release carrying a token is refused)."""
+        a release carrying a token is refused). `charges`: where Pods that bypass placement in queued
+        namespaces are charged (None: no API; they are reserved in this replica's memory)."""
         self._admitter = admitter
         self.trusted = trusted
         self.fence = fence
+        self.charges = charges
 
     def validate_create(self, pod: Any, *, namespace: str, dry_run: bool = False) -> Checked:
         """A Pod CREATE: the Pod as it will be stored, and its reservation confirmed or dropped. Under
@@ -274,6 +293,8 @@ class Validator:
                 return Checked(prepared, reservation="dropped" if dropped else "")
             if not inventory.ready:
                 return Checked(loading_denial())  # this worker reserved nothing: its mutating calls are refused alike
+            if self.charges is not None and not dry_run and is_charged(prepared, policy):
+                return self._charged(bound, prepared, self.charges)
             stale = Admitter.stale_of(bound)
             view, req, node, _ = prepared
             with inventory.read() as index:
@@ -298,6 +319,30 @@ class Validator:
         else:
             note = "dropped" if taken else ""
         return Checked(result, pool, note)
+
+    def _charged(self, bound: Binding, prepared: Prepared, charges: Charges) -> Checked:
+        """A Pod that bypasses placement in a queued namespace: decided against the index and the charges
+        in the API, and charged there when allowed (webhook.admission.charging); nothing is reserved in
+        memory."""
+        policy, inventory, shapes = bound
+        view = prepared.pod
+        stale = Admitter.stale_of(bound)
+
+        def decide(read: list[Charge], wall: float) -> tuple[Verdict, list[Charge]]:
+            with inventory.read() as index:
+                now = self._admitter.now()
+                index.expire(now, inventory.current_since())
+                counted = unseen(read, index, wall, itself=(view.namespace, view.name))
+                with counting(index, counted, now):
+                    result = as_stored(place(prepared, policy, index, explain=False, shapes=shapes), view)
+            if result.placement is not None and stale and policy.defaults.on_stale == "deny":
+                result = stale_denial(stale)
+            return result, counted
+
+        ttl = policy.defaults.reservation_seconds
+        result = charge(charges.store, prepared, decide, charges.wall, ttl)
+        pool = str(result.placement.pool) if result.placement is not None else ""
+        return Checked(result, pool, "charged" if result.placement is not None else "")
 
     def _drop(self, pod: Any, namespace: str) -> bool:
         """Take back the reservation of a Pod that was refused before its request was read (any pool)."""

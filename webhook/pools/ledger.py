@@ -248,6 +248,9 @@ class Ledger:
     def pod_keys(self) -> set[PodKey]:
         return set(self._pods)
 
+    def holds(self, key: PodKey) -> bool:
+        return key in self._pods
+
     def held(self) -> KeysView[PodKey]:
         """The keys of the Pods the ledger holds, as a live view (no copy: do not hold it across changes)."""
         return self._pods.keys()

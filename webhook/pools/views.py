@@ -132,6 +132,10 @@ class UsageView(Protocol):
         """Every Pod held (for a re-list to drop those gone)."""
         ...
 
+    def holds(self, key: PodKey) -> bool:
+        """Whether the watch has shown the Pod (and it holds GPUs)."""
+        ...
+
 
 class QuotaView(Protocol):
     """The namespaces' ResourceQuotas on GPU resources, as last seen (webhook.pools.quotas.store)."""

@@ -44,7 +44,7 @@ from gunicorn.glogging import Logger as GunicornLogger
 from gunicorn.sock import ssl_context as gunicorn_ssl_context
 
 from webhook.admission.core import Admitter
-from webhook.admission.validation import Trusted, Validator
+from webhook.admission.validation import Charges, Trusted, Validator
 from webhook.domain.errors import ConfigError
 from webhook.domain.exactness import policy_warnings
 from webhook.domain.policy import Policy
@@ -55,6 +55,7 @@ from webhook.serving.leaderproc import LeaderBody, LeaderSupervisor
 from webhook.serving.logs import logging_config
 from webhook.serving.policyfile import PolicyFile, PolicyReloader, PolicyVersion
 from webhook.serving.queueing import LeaseFence, QueueSettings, leader_body
+from webhook.sources.charge_store import LeaseCharges
 from webhook.sources.live import LiveInventory
 
 if TYPE_CHECKING:
@@ -157,7 +158,9 @@ def real_app_loader(core: Core) -> LoadApp:
 
         policy, inventory = core.policy, core.inventory
         metrics = Metrics.private()
-        admitter = Admitter(policy, inventory)
+        # Pods that bypass placement in queued namespaces are charged in the API (webhook.admission.charging).
+        charged = isinstance(inventory, LiveInventory) and core.queue is not None
+        admitter = Admitter(policy, inventory, charges=charged)
         if isinstance(inventory, LiveInventory):
             # The master never starts the watches: threads do not survive a fork, so each worker starts
             # them on its own copy. Not waited for: /readyz stays false until the first full list. A call
@@ -184,10 +187,11 @@ def real_app_loader(core: Core) -> LoadApp:
             admitter.inventory.close()
 
         # The release's fence reads the queue's Lease through this worker's API client (one per worker).
-        fence = None
+        fence, charges = None, None
         if isinstance(inventory, LiveInventory) and core.queue is not None:
             fence = LeaseFence.of(inventory.api_client, core.queue)
-        validator = Validator(admitter, core.trusted, fence)
+            charges = Charges(LeaseCharges(inventory.api_client, core.queue.namespace))
+        validator = Validator(admitter, core.trusted, fence, charges)
         config = AppConfig(admitter=admitter, metrics=metrics, validator=validator)
         app = create_app(config)
         freeze_when_ready(inventory)

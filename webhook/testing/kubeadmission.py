@@ -54,7 +54,8 @@ def go_json(value: Any) -> bytes:
 
 
 class ValidatingWebhook:
-    """One webhook of a ValidatingWebhookConfiguration, called on Pod UPDATE. `urls` are its endpoints,
+    """One webhook of a ValidatingWebhookConfiguration, called on Pod UPDATE (and on a CREATE a test makes
+    through it). `urls` are its endpoints,
     taken in turn (a Service's load balancing); `server_name` is the name its certificate is checked for."""
 
     def __init__(
@@ -87,9 +88,12 @@ class ValidatingWebhook:
         conditions = [c["expression"] for c in webhook.get("matchConditions") or ()]
         return cls(urls, ca_file, server_name=server_name, conditions=conditions, name=webhook["name"])
 
-    def __call__(self, new: dict[str, Any], old: dict[str, Any], user: UserInfo, *, dry_run: bool) -> None:
-        """Judge a Pod UPDATE (objects as served, with kind and apiVersion); ApiError when refused."""
+    def __call__(self, new: dict[str, Any], old: dict[str, Any] | None, user: UserInfo, *, dry_run: bool) -> None:
+        """Judge a Pod UPDATE, or a CREATE when `old` is None (objects as served, with kind and apiVersion;
+        a created one named and given its uid, as kube-apiserver does before validating admission);
+        ApiError when refused."""
         meta = new.get("metadata") or {}
+        operation = "UPDATE" if old is not None else "CREATE"
         request = {
             "uid": str(uuid.uuid4()),
             "kind": {"group": "", "version": "v1", "kind": "Pod"},
@@ -98,12 +102,12 @@ class ValidatingWebhook:
             "requestResource": {"group": "", "version": "v1", "resource": "pods"},
             "name": meta.get("name", ""),
             "namespace": meta.get("namespace", ""),
-            "operation": "UPDATE",
+            "operation": operation,
             "userInfo": {"username": user.username, "groups": list(user.groups)},
             "object": new,
             "oldObject": old,
             "dryRun": dry_run,
-            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "UpdateOptions"},
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": f"{operation.title()}Options"},
         }
         if not self._matches(request):
             return

@@ -1,0 +1,154 @@
+"""Tests for webhook.admission.charging and webhook.pools.charges: Pods that name their node in a namespace
+whose Pods are queued are decided against the charges in the API, exactly across replicas.
+
+Two replicas, each with its own inventory, share one store that behaves as the Kubernetes API does with a
+resourceVersion precondition (a write at an old version is refused).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from tests.admission.test_validation import Clock, CurrentInventory
+from tests.builders import fleet, index_of, pod, policy
+from webhook.admission.core import Admitter
+from webhook.admission.validation import Charges, Trusted, Validator
+from webhook.pools.charges import Charge, counting, from_json, unseen
+
+POLICY = policy("namespaces: {q: {placement: queue, classQuota: {medium: 2}}}")
+Obj = dict[str, Any]
+
+
+class ApiCharges:
+    """The charges as the API keeps them: a version that every write bumps, and writes at an old one refused."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stored: list[Any] = []
+        self._version = 0
+        self.conflicts = 0
+
+    def read(self) -> tuple[list[Charge], str]:
+        with self._lock:
+            return from_json(self._stored), str(self._version) if self._version else ""
+
+    def write(self, charges: list[Charge], version: str) -> bool:
+        with self._lock:
+            if version != (str(self._version) if self._version else ""):
+                self.conflicts += 1
+                return False
+            self._stored = [c.as_json() for c in charges]
+            self._version += 1
+            return True
+
+
+class Wall:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Replica:
+    """One replica: its Admitter and Validator on an inventory of its own, charging in `store`."""
+
+    def __init__(self, store: ApiCharges, wall: Wall) -> None:
+        self.inventory = CurrentInventory(index_of(fleet(), POLICY), "test")
+        self.admitter = Admitter(POLICY, self.inventory, clock=Clock(), charges=True)
+        trusted = Trusted.of("gpupool-system", "gpupool-webhook")
+        self.validator = Validator(self.admitter, trusted, charges=Charges(store, wall))
+
+    def mutate(self, obj: Obj) -> Obj:
+        result = self.admitter.admit(obj, namespace="q")
+        assert result.allowed, result.message
+        return obj
+
+
+def bound(name: str, node: str = "t4-a") -> Obj:
+    return pod(name, "q", gpus=1, node=node)
+
+
+def create(mutating: Replica, validating: Replica, obj: Obj) -> tuple[bool, str]:
+    """A CREATE as kube-apiserver makes it: the mutating call on one replica, the validating on another;
+    (allowed, the refusal's reason code)."""
+    stored = mutating.mutate(obj)
+    checked = validating.validator.validate_create(stored, namespace="q").verdict
+    return checked.allowed, checked.reason
+
+
+def test_pods_that_name_their_node_through_two_replicas_get_exactly_the_class_quota() -> None:
+    """Four 1-GPU Pods naming their node, in a namespace that queues, under classQuota {medium: 2}, through
+    two replicas (mutating and validating calls on either): exactly two are admitted, the others refused
+    naming the quota. No replica reserves them in memory: the charges are the reservations."""
+    store, wall = ApiCharges(), Wall()
+    a, b = Replica(store, wall), Replica(store, wall)
+    routes = [(a, a), (b, b), (a, b), (b, a)]
+    answers = [create(m, v, bound(f"p{i}")) for i, (m, v) in enumerate(routes)]
+    assert [allowed for allowed, _ in answers] == [True, True, False, False]
+    assert [reason for _, reason in answers[2:]] == ["class-quota", "class-quota"]
+    assert [c.name for c in store.read()[0]] == ["p0", "p1"]
+    for replica in (a, b):
+        with replica.inventory.read() as index:
+            assert index.usage.reservations == 0
+
+
+def test_a_write_that_lost_the_race_is_decided_again() -> None:
+    """Another replica's charge landing between this call's read and write (a 409) is read and counted:
+    the Pod is decided again against it."""
+    store, wall = ApiCharges(), Wall()
+    a, b = Replica(store, wall), Replica(store, wall)
+    create(a, a, bound("p0"))
+    real_read = store.read
+    raced: list[tuple[bool, str]] = []
+    started = []
+
+    def read_then_race() -> tuple[list[Charge], str]:
+        charges = real_read()
+        if not started:  # b's charge lands after a's first read
+            started.append(True)
+            raced.append(create(b, b, bound("p1")))
+        return charges
+
+    store.read = read_then_race  # type: ignore[method-assign]
+    assert create(a, a, bound("p2"))[0] is False
+    assert raced == [(True, "")]
+    assert store.conflicts == 1
+
+
+def test_a_charge_whose_pod_never_showed_up_frees_its_room_once_expired() -> None:
+    """Two charged Pods whose creation failed after the validating call never show up; once their charges
+    expire (reservationSeconds), the quota's room is free again."""
+    store, wall = ApiCharges(), Wall()
+    a, b = Replica(store, wall), Replica(store, wall)
+    assert create(a, a, bound("p0"))[0] and create(b, b, bound("p1"))[0]
+    assert create(a, b, bound("p2"))[0] is False
+    wall.now += POLICY.defaults.reservation_seconds + 1
+    assert create(b, a, bound("p3"))[0] is True
+    assert [c.name for c in store.read()[0]] == ["p3"]  # the expired ones were dropped by the write
+
+
+class TestUnseen:
+    """The counting rule: a charge counts on top of the index until the watch shows its Pod or it expires."""
+
+    def test_a_charge_counts_until_the_watch_shows_its_pod_or_it_expires(self) -> None:
+        index = index_of([*fleet(), pod("shown", "q", gpus=1, node="t4-a", phase="Running")], POLICY)
+        shown = Charge("q", "shown", "t4-a", (("nvidia.com/gpu", 1),), 200.0)
+        waiting = Charge("q", "waiting", "t4-a", (("nvidia.com/gpu", 1),), 200.0)
+        expired = Charge("q", "expired", "t4-a", (("nvidia.com/gpu", 1),), 100.0)
+        itself = Charge("q", "itself", "t4-a", (("nvidia.com/gpu", 1),), 200.0)
+        counted = unseen([shown, waiting, expired, itself], index, 150.0, itself=("q", "itself"))
+        assert counted == [waiting]
+
+    def test_counted_charges_hold_their_node_and_class_only_inside_the_with(self) -> None:
+        index = index_of(fleet(), POLICY)
+        charge = Charge("q", "waiting", "t4-a", (("nvidia.com/gpu", 3),), 200.0)
+        with counting(index, [charge], 0.0):
+            assert index.usage.class_used("q", "medium") == 3
+        assert index.usage.class_used("q", "medium") == 0
+
+    def test_a_damaged_entry_is_left_out(self) -> None:
+        good = Charge("q", "p", "t4-a", (("nvidia.com/gpu", 1),), 5.0)
+        assert from_json([good.as_json(), ["q"], "x", ["q", "p", "n", [["r", -1]], 1]]) == [good]
+        assert from_json({"not": "a list"}) == []

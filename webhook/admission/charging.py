@@ -1,0 +1,72 @@
+"""Admission of a Pod that bypasses placement in a queued namespace, exact across replicas.
+
+Such a Pod (it names its node, or is a DaemonSet's) cannot be gated, so the queue's leader never sees it
+before it runs; its replica's reservation lives in that replica's memory only. So its validating call
+(which sees the Pod's final name) decides it against the index plus the charges other calls wrote in the
+API (webhook.pools.charges), and, when it is allowed, writes its own charge with the version it read, as
+kube-apiserver's ResourceQuota admission writes `status.used`: a write that lost the race (409) means read
+again and decide again, at most MAX_TRIES times. The charge is the Pod's reservation everywhere: neither
+its mutating call nor its validating call reserves it in memory as well (it would be counted twice).
+
+Pure: the store is given (webhook.sources.charge_store on a Lease), the clocks too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from webhook.admission import verdict
+from webhook.admission.prepared import Prepared
+from webhook.admission.verdict import Verdict
+from webhook.domain.policy import Policy
+from webhook.pools.charges import MAX_CHARGES, Charge, ChargeError, ChargeStore
+
+MAX_TRIES = 5  # reads and writes of the charges per admission before it is refused as unavailable
+
+
+# Given the charges as read and the wall clock's now: the verdict, and the charges that still count (not
+# expired, their Pod not shown by the watch yet: webhook.pools.charges.unseen).
+Decide = Callable[[list[Charge], float], tuple[Verdict, list[Charge]]]
+
+
+def is_charged(prepared: Prepared, policy: Policy) -> bool:
+    """Whether the Pod is charged in the API rather than reserved in memory: it bypasses placement, its
+    namespace queues, and it requests devices itself."""
+    return (
+        prepared.bypasses
+        and policy.placement(prepared.pod.namespace) == "queue"
+        and bool(prepared.request.own_requests)
+    )
+
+
+def charge(store: ChargeStore, prepared: Prepared, decide: Decide, wall: Callable[[], float], ttl: float) -> Verdict:
+    """Decide the Pod against the charges and, if it is allowed on one node, charge it there for `ttl`
+    seconds (until its watch shows it, or its creation failed after this call)."""
+    view, req = prepared.pod, prepared.request
+    for _ in range(MAX_TRIES):
+        try:
+            charges, version = store.read()
+        except ChargeError as exc:
+            return _unavailable(f"could not read them: {exc}")
+        now = wall()
+        result, kept = decide(charges, now)
+        if result.placement is None:  # refused, or reaching several nodes (charged nowhere, as before)
+            return result
+        if len(kept) >= MAX_CHARGES:
+            return _unavailable(f"{len(kept)} Pods that bypass placement wait for gpupool's watch already")
+        mine = Charge(view.namespace, view.name, result.placement.node, req.own_requests, now + ttl)
+        try:
+            if store.write([*kept, mine], version):
+                return result
+        except ChargeError as exc:
+            return _unavailable(f"could not write them: {exc}")
+    return _unavailable(f"they changed {MAX_TRIES} times while this Pod was decided")
+
+
+def _unavailable(why: str) -> Verdict:
+    return verdict.deny(
+        "gpupool could not charge this Pod, which names its node in a namespace whose GPU Pods are queued, "
+        f"against its quotas: the charges of such Pods are kept in the Kubernetes API, and {why}; retry",
+        code=verdict.CODE_UNAVAILABLE,
+        reason="charges",
+    )

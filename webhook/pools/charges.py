@@ -1,0 +1,119 @@
+"""Charges: what Pods that bypass placement hold before every replica's watch shows them.
+
+A Pod that names its node (or a DaemonSet's) cannot be gated, so in a namespace whose policy queues Pods
+it is checked at admission, by whichever replica kube-apiserver calls. One replica's reservations are
+in its own memory: two replicas admitting at once would each see room for their own Pod. So the
+validating call charges such a Pod in the Kubernetes API (webhook.admission.charging), as
+kube-apiserver's ResourceQuota admission charges `status.used`: each charge names the Pod, its node and
+the devices it holds there, and expires (wall clock, seconds since the epoch: replicas share no other
+clock) in case the Pod's creation failed after the call.
+
+The counting rule, one function for every caller (the validating call and the queue's leader): what a
+namespace holds is what the index holds (the Pods its watch has shown, and its own reservations) plus
+the charges whose Pod the watch has not shown yet and that have not expired. A charge whose Pod the
+watch shows is counted by the index already; the next write drops it.
+
+Pure: the charges are read by the caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any, NamedTuple, Protocol
+
+from webhook.pools.index import PoolIndex, Reservation
+from webhook.pools.nodes import NodeFacts
+
+MAX_CHARGES = 1000  # charges waiting for the watch at once, cluster-wide; past it, admissions are told to retry
+
+
+class ChargeError(Exception):
+    """The charges could not be read or written (the API did not answer, or refused)."""
+
+
+class Charge(NamedTuple):
+    """One Pod's charge: the devices it holds on its node until every watch shows it."""
+
+    namespace: str
+    name: str
+    node: str
+    devices: tuple[tuple[str, int], ...]  # (resource, count) per device resource it requests
+    expires: float  # wall clock, seconds since the epoch
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+    def as_json(self) -> list[Any]:
+        return [self.namespace, self.name, self.node, [list(d) for d in self.devices], self.expires]
+
+
+class ChargeStore(Protocol):
+    """The charges as the API holds them, read and written with optimistic concurrency
+    (webhook.sources.charge_store)."""
+
+    def read(self) -> tuple[list[Charge], str]:
+        """Every charge, and the version they were read at ("" when there are none yet); ChargeError."""
+        ...
+
+    def write(self, charges: list[Charge], version: str) -> bool:
+        """Replace the charges read at `version`; False when they changed since; ChargeError."""
+        ...
+
+
+def from_json(entries: Any) -> list[Charge]:
+    """The charges of a stored list; an entry that is not one is left out (the object is gpupool's own,
+    written only by its service account, but a damaged one must not stop admission)."""
+    charges = []
+    for entry in entries if isinstance(entries, list) else ():
+        if not (isinstance(entry, list) and len(entry) == 5):
+            continue
+        namespace, name, node, devices, expires = entry
+        if not (isinstance(namespace, str) and isinstance(name, str) and isinstance(node, str)):
+            continue
+        if not isinstance(expires, int | float) or not isinstance(devices, list):
+            continue
+        pairs = [d for d in devices if isinstance(d, list) and len(d) == 2 and isinstance(d[0], str)]
+        if any(not isinstance(n, int) or n < 0 for _, n in pairs):
+            continue
+        charges.append(Charge(namespace, name, node, tuple((r, n) for r, n in pairs), float(expires)))
+    return charges
+
+
+def unseen(
+    charges: Iterable[Charge], index: PoolIndex, now: float, itself: tuple[str, str] | None = None
+) -> list[Charge]:
+    """The charges that count on top of the index at `now`: not expired, their Pod not shown by the
+    watch yet, and not the Pod being decided (`itself`, checked without counting it against itself)."""
+    return [c for c in charges if c.expires > now and c.key != itself and not index.usage.holds(c.key)]
+
+
+@contextmanager
+def counting(index: PoolIndex, charges: Iterable[Charge], made: float) -> Iterator[None]:
+    """Count `charges` (unseen already) in the index for the length of the `with`, as reservations on
+    their nodes, and take them back after: a decision made inside counts them as the watch would once it
+    shows their Pods. A device on a node gpupool cannot class is not counted (as the watch would not).
+    `made`: the index's clock (the reservations never live long enough to expire)."""
+    tokens = []
+    try:
+        for charge in charges:
+            for resource, count in charge.devices:
+                facts = index.capacity.node_facts(charge.node, resource)
+                if not isinstance(facts, NodeFacts) or count <= 0:
+                    continue
+                reservation = Reservation(
+                    namespace=charge.namespace,
+                    pool=facts.pool,
+                    selector=facts.selector,
+                    gpus=count,
+                    name=charge.name,
+                    node=charge.node,
+                    echoed=True,
+                    confirmed=True,
+                )
+                tokens.append(index.reserve(reservation, made))
+        yield
+    finally:
+        for token in tokens:
+            index.release(token)
