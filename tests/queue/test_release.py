@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from tests.builders import gpu_node, quota
-from tests.queue.helpers import A100, L4, T4, enqueue, fleet, queued_pod, setup
+from tests.queue.helpers import A100, L4, T4, busy, enqueue, fleet, queued_pod, setup
 from webhook.domain.model import PoolKey
 from webhook.pools.index import PoolIndex
 from webhook.queue.release import plan
@@ -131,7 +131,7 @@ def test_a_gang_goes_whole_when_all_fit_at_once_and_not_at_all_otherwise() -> No
     index, waiting = setup([gpu_node(f"t4-{i}", "Tesla-T4", 4) for i in range(2)])
     enqueue(gang(3, index), index, waiting)
     assert released(index, waiting) == {"m0": T4, "m1": T4, "m2": T4}
-    index, waiting = setup([gpu_node("t4-0", "Tesla-T4", 4), gpu_node("t4-1", "Tesla-T4", 1)])
+    index, waiting = setup([gpu_node("t4-0", "Tesla-T4", 4), gpu_node("t4-1", "Tesla-T4", 4), busy("t4-1", 3)])
     enqueue(gang(3, index), index, waiting)
     decided = plan(waiting.ordered(), index, index.policy)
     assert decided.releases == []

@@ -2,9 +2,10 @@
 
 Everything that can be judged at admission is judged here, by any replica: the annotations, the class
 policy, the escape rules (all of webhook.admission.core's `prepare`), whether some pool could ever hold
-the Pod, and whether its request is within every quota's hard limit. What depends on what is free now is
-left to the queue's leader (webhook.queue), which releases the Pod to the best pool that has room and
-keeps every quota exact.
+the Pod, whether its request is within every quota's hard limit, and for a gang (`gpupool.io/group-size`)
+whether the whole gang could ever be released together (webhook.admission.gang). What depends on what
+is free now is left to the queue's leader (webhook.queue), which releases the Pod to the best pool that
+has room and keeps every quota exact.
 
 The answer adds the limit on the device resource (fixed now: Kubernetes allows no change to resources
 later; the resource of the best pool the Pod could ever use) and the scheduling gate `gpupool.io/queue`,
@@ -16,11 +17,12 @@ from __future__ import annotations
 
 from webhook.admission import verdict
 from webhook.admission.choice import Choice
+from webhook.admission.gang import gang_problem
 from webhook.admission.hints import hinted
 from webhook.admission.patch import queue_patch
 from webhook.admission.pod import PodView
 from webhook.admission.request import GpuRequest
-from webhook.admission.verdict import Verdict
+from webhook.admission.verdict import Reason, Verdict
 from webhook.domain.devices import NOUNS
 from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
@@ -40,6 +42,10 @@ def queue_verdict(
     best = choice.chosen  # the ranking's first within every hard limit: its device resource is fixed now
     if best is None:
         return verdict.deny(f"{choice.denial}; the Pod could never be released from the queue", reason=choice.reason)
+    gang = gang_problem(req, view.group, decision.candidates, index, policy)
+    if gang is not None:  # its members go all at once or not at all: judged whole, not one by one
+        reason: Reason = "quota" if gang.code == "quota" else "no-capacity"
+        return verdict.deny(f"{gang.message}; its Pods could never be released from the queue", reason=reason)
     patch = queue_patch(view.shape, req.container_index, best.resource, req.count)
     noun = "GPUs" if best.kind == "gpu" else f"{NOUNS[best.kind]}s"
     # The command first: the API answer's warnings are cut at 120 characters (webhook.serving.review), and a

@@ -12,7 +12,8 @@ would take now, by the one decision in RELEASE mode (webhook.admission.choice), 
 - **No jumping ahead.** A Pod that cannot go yet leaves the pools it wants (for capacity) or the quotas
   it waits for to the Pods before it: a later Pod does not take them, but may go elsewhere (another pool,
   another namespace). A workload group with `gpupool.io/group-size: N` is a gang: it goes only when N
-  members exist and all its waiting members fit at once, then all together.
+  members exist and all its waiting members fit at once, then all together; what it holds meanwhile,
+  when it is parked and how a partly released one is completed: webhook.queue.gangs.
 
 Each release decided is applied to the index at once, as the Pod will look once released: the release's
 patch applied to the Pod as the index counts it (`Release.released`, webhook.admission.pieces
@@ -39,6 +40,7 @@ from webhook.domain.model import PodInfo, PodKey, PoolKey
 from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
 from webhook.pools.memo import NO_MEMO, Memo
+from webhook.queue import gangs
 from webhook.queue.waiting import Queued
 
 
@@ -53,7 +55,8 @@ class Release(NamedTuple):
 
 
 class Wait(NamedTuple):
-    """A Pod that stays in the queue, and why: `code` capacity | quota | behind | gang | invalid."""
+    """A Pod that stays in the queue, and why: `code` capacity | quota | behind | gang | parked | repair |
+    invalid (webhook.queue.gangs: parked, a gang that can never go whole; repair, one partly released)."""
 
     queued: Queued
     code: str
@@ -81,9 +84,17 @@ class Batch(NamedTuple):
     invalid: list[Wait]  # Pods whose request the policy now refuses (it changed since they were queued)
 
 
-def plan(queued: list[Queued], index: PoolIndex, policy: Policy, *, shapes: Memo = NO_MEMO, limit: int = 1000) -> Plan:
+def plan(
+    queued: list[Queued],
+    index: PoolIndex,
+    policy: Policy,
+    *,
+    shapes: Memo = NO_MEMO,
+    limit: int = 1000,
+    now: float | None = None,
+) -> Plan:
     """Decide the queue in order: at most `limit` releases, each applied to `index` as it is decided."""
-    return decide_batch(read_batch(queued, policy, shapes), index, policy, limit=limit)
+    return decide_batch(read_batch(queued, policy, shapes), index, policy, limit=limit, now=now)
 
 
 def read_batch(queued: list[Queued], policy: Policy, shapes: Memo = NO_MEMO) -> Batch:
@@ -111,13 +122,21 @@ def read_batch(queued: list[Queued], policy: Policy, shapes: Memo = NO_MEMO) -> 
 
 
 def decide_batch(
-    batch: Batch, index: PoolIndex, policy: Policy, *, limit: int = 1000, pause: Callable[[], None] = _stay
+    batch: Batch,
+    index: PoolIndex,
+    policy: Policy,
+    *,
+    limit: int = 1000,
+    pause: Callable[[], None] = _stay,
+    now: float | None = None,
 ) -> Plan:
     """`plan` for a batch read already. `pause` is called between Pods: the runner lets go of the
-    inventory's lock there now and then, so that a long queue holds up neither the watch nor admissions.
-    Whatever changed meanwhile, the pass stays exact: each Pod is looked up in the index when its turn
-    comes (a Pod released or deleted meanwhile is passed over), every decision reads the index as it is
-    then, and what earlier Pods wait for stays theirs for the rest of the pass."""
+        inventory's lock there now and then, so that a long queue holds up neither the watch nor admissions.
+        Whatever changed meanwhile, the pass stays exact: each Pod is looked up in the index when its turn
+        comes (a Pod released or deleted meanwhile is passed over), every decision reads the index as it is
+        then, and what earlier Pods wait for stays theirs for the rest of the pass. `now` is the queue's clock
+    (webhook.queue.waiting: `Queued.since`), for how long a gang has waited (webhook.queue.gangs); None
+    (a preview) counts no gang as having waited long."""
     ahead = Ahead()  # what the Pods decided before wait for stays theirs
     releases: list[Release] = []
     waits = list(batch.invalid)
@@ -139,7 +158,7 @@ def decide_batch(
                 continue
             judged_gangs.add(gang_key)  # judged once, for all its members
             members = [m for m in batch.gangs[gang_key] if index.usage.is_queued(m[0].key)]
-            outcome = _gang(members, req.group.size, index, policy, ahead)
+            outcome = _gang(members, req.group.size, index, policy, ahead, now)
             if isinstance(outcome, Wait):
                 waits.extend(Wait(m, outcome.code, outcome.reason) for m, _ in members)
             else:
@@ -168,15 +187,30 @@ def _one(q: Queued, req: GpuRequest, index: PoolIndex, policy: Policy, ahead: Ah
 
 
 def _gang(
-    members: list[tuple[Queued, GpuRequest]], size: int, index: PoolIndex, policy: Policy, ahead: Ahead
+    members: list[tuple[Queued, GpuRequest]],
+    size: int,
+    index: PoolIndex,
+    policy: Policy,
+    ahead: Ahead,
+    now: float | None,
 ) -> list[Release] | Wait:
-    """The gang's waiting members, all to one pool where they fit at once, or why they wait."""
+    """The gang's waiting members, all to one pool where they fit at once, or why they wait (what it
+    holds meanwhile, if anything: webhook.queue.gangs)."""
     q0, req0 = members[0]
-    placed = sum(index.usage.group_pools(q0.key[0], q0.view.group).values())
+    group = q0.view.group
+    placed_pools = index.usage.group_pools(q0.key[0], group)
+    placed = sum(placed_pools.values())
     if placed + len(members) < size:
-        return Wait(q0, "gang", f"group {q0.view.group}: {placed + len(members)} of {size} Pods exist")
-    # The pools in the order its first member would try them (its group's pool first).
+        return Wait(q0, "gang", f"group {group}: {placed + len(members)} of {size} Pods exist")
+    never = gangs.parked(members, index, policy)
+    if never:
+        return Wait(q0, "parked", never)
+    # The pools in the order its first member would try them (its group's pool first); a gang with members
+    # released already goes on only where they are.
+    at_home = gangs.home(placed_pools)
     ordered = choose(req0, q0.view, index, policy, RELEASE).candidates
+    if at_home is not None:
+        ordered = [c for c in ordered if c.pool == at_home]
     total = sum(req.pod_total for _, req in members)
     for c in ordered:
         if c.pool in ahead.pools or pods_at_once(c, req0.pod_total) < len(members):
@@ -191,10 +225,19 @@ def _gang(
             return done
         for release in reversed(done):  # not all of them fit together: none goes
             settle(index, release, None)
-    ahead.take_room(c.pool for c in ordered)
-    return Wait(
-        q0, "capacity", f"group {q0.view.group}: no pool has room for its {len(members)} Pods ({total} devices) at once"
-    )
+    held = gangs.room_to_hold(ordered, members, at_home, now)
+    if held is not None:
+        ahead.take_room((held,))
+    if at_home is not None:
+        return Wait(
+            q0,
+            "repair",
+            f"group {group}: {placed} of {size} Pods released already; the other {len(members)} ({total} devices) "
+            f"wait for room on pool {at_home}, held for them",
+        )
+    meanwhile = f"pool {held} is held for it" if held is not None else "other Pods may use the room meanwhile"
+    room = f"no pool has room for its {len(members)} Pods ({total} devices) at once"
+    return Wait(q0, "capacity", f"group {group}: {room}; {meanwhile}")
 
 
 def _to_pool(q: Queued, req: GpuRequest, pool: PoolKey, index: PoolIndex, policy: Policy) -> Release | None:

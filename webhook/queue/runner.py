@@ -170,7 +170,7 @@ class Runner:
         self._stop = threading.Event()
         self._shapes = Memo()  # what a Pod's shape decides, for one policy only
         self._shapes_for: Policy | None = None
-        self._told: dict[PodKey, str] = {}  # Pods told they are queued, by uid
+        self._told: dict[PodKey, tuple[str, str]] = {}  # Pods told they are queued: (uid, Event reason)
         self._uncertain: dict[PodKey, Release] = {}  # written, answer lost: looked up before undone
         self._refusals = Refusals()  # Pods whose releases the API refused: backed off, then given up on
         self._caught_up = False
@@ -303,7 +303,9 @@ class Runner:
         batch = read_batch(ordered, policy, self._shapes)
         held = self.inventory.read()
         with held as index:
-            decided = decide_batch(batch, index, policy, limit=BATCH, pause=_Breather(held, self._clock))
+            decided = decide_batch(
+                batch, index, policy, limit=BATCH, pause=_Breather(held, self._clock), now=self.waiting.now()
+            )
             self._changes_seen = index.changes
         self._tell_queued(decided.waits)
         released += self._send_all(decided.releases)
@@ -415,16 +417,22 @@ class Runner:
         )
 
     def _tell_queued(self, waits: list[Wait]) -> None:
-        """An Event on each Pod the first time this leader sees it wait, saying what it waits for."""
+        """An Event on each Pod the first time this leader sees it wait, saying what it waits for; again
+        when its gang is parked (a Warning `GangParked`: it can never go whole) or being completed
+        (`GangRepair`: members released already, the rest wait with their pool held)."""
         seen = set()
         for wait in waits:
             q = wait.queued
             seen.add(q.key)
-            if self._told.get(q.key) != q.uid:
-                self._told[q.key] = q.uid
-                self._events.record(Event(q.key[0], q.key[1], q.uid, "Queued", f"gpupool queue: {wait.reason}"))
+            reason, kind = GANG_EVENTS.get(wait.code, ("Queued", "Normal"))
+            if self._told.get(q.key) != (q.uid, reason):
+                self._told[q.key] = (q.uid, reason)
+                self._events.record(Event(q.key[0], q.key[1], q.uid, reason, f"gpupool queue: {wait.reason}", kind))
         for key in [k for k in self._told if k not in seen and self.waiting.get(k) is None]:
             del self._told[key]
+
+
+GANG_EVENTS = {"parked": ("GangParked", "Warning"), "repair": ("GangRepair", "Normal")}  # Wait.code -> Event
 
 
 class _Breather:

@@ -138,6 +138,10 @@ class Waiting:
                     self._listing = None
         self.wake.set()
 
+    def now(self) -> float:
+        """The queue's clock now: what `Queued.since` is measured on."""
+        return self._clock()
+
     def apply(self, kind: str, event: str, obj: Obj) -> None:
         if kind == PODS:
             with self._lock:
