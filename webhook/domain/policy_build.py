@@ -3,9 +3,12 @@ checked with its path, into the values of webhook.domain.policy_model."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.resources
+import json
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import yaml
@@ -51,9 +54,20 @@ def load_policy_text(text: str | None, source: str = "policy") -> Policy:
         user = _parse_yaml(text, source)
         base = _merge(base, user)
     try:
-        return _build(base)
+        policy = _build(base)
     except PolicyError as exc:
         raise PolicyError(f"{source}: {exc}") from None
+    return replace(policy, digest=content_digest(base))
+
+
+DIGEST_CHARS = 16  # of SHA-256's hex: 64 bits, ample to tell the versions of one cluster's policy apart
+
+
+def content_digest(data: dict[str, Any]) -> str:
+    """The version of a policy's content (merged over the default): SHA-256 of its canonical JSON, so a
+    file rewritten with other comments, order or quoting keeps its version."""
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:DIGEST_CHARS]
 
 
 def _parse_yaml(text: str, source: str) -> dict[str, Any]:
