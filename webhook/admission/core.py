@@ -29,9 +29,10 @@ from webhook.admission.prepared import Prepared, prepare
 from webhook.admission.queued import queue_verdict
 from webhook.admission.request import GpuRequest, visible_devices_problem
 from webhook.admission.verdict import GroupNote, Placement, Verdict
+from webhook.admission.versions import PREVIOUS_SECONDS, PREVIOUS_VERSIONS, stamped
 from webhook.domain.model import PoolKey
 from webhook.domain.policy import Policy
-from webhook.pools.index import PoolIndex, Reservation
+from webhook.pools.index import PoolIndex, Reservation, pooling
 from webhook.pools.inventory import Inventory
 from webhook.pools.memo import NO_MEMO, Memo
 from webhook.pools.nodes import NodeFacts
@@ -174,6 +175,9 @@ class Admitter:
         # An inventory being built for the next policy: every reservation (and echo) made meanwhile is made
         # in it too, so it holds what the current one holds once the reservations made before are gone.
         self._successor: Inventory | None = None
+        # The policies used before, newest first, with when each was replaced: those with the current pools
+        # (an index built for the current one serves them), for the validating call (webhook.admission.versions).
+        self._previous: tuple[tuple[Policy, float], ...] = ()
 
     @property
     def bound(self) -> Binding:
@@ -192,9 +196,20 @@ class Admitter:
         current one, for a policy whose pools are the same). Set under the current inventory's lock: an
         admission inside it finishes by the old policy, one that read the old binding decides again."""
         old = self._bound
+        now = self._clock()
+        pools = pooling(policy)
+        kept = [(p, t) for p, t in ((old.policy, now), *self._previous) if p.digest != policy.digest]
+        previous = tuple((p, t) for p, t in kept if pooling(p) == pools)[:PREVIOUS_VERSIONS]
         with old.inventory.read():
             self._bound = Binding(policy, inventory or old.inventory, Memo())
             self._successor = None
+            self._previous = previous
+
+    def previous(self) -> tuple[Policy, ...]:
+        """The policies this Admitter decided by before the current one, newest first: at most
+        PREVIOUS_VERSIONS, replaced within the last PREVIOUS_SECONDS, each with the current policy's pools."""
+        since = self._clock() - PREVIOUS_SECONDS
+        return tuple(p for p, replaced in self._previous if replaced >= since)
 
     def mirror_into(self, successor: Inventory | None) -> None:
         """From now on, also make every reservation in `successor` (None: stop)."""
@@ -212,7 +227,7 @@ class Admitter:
             audit = bound.policy.audits(prepared.pod.namespace)
             result = self._place(bound, prepared, dry_run or audit)
             if result is not None:
-                return audited(result) if audit else result
+                return audited(result) if audit else stamped(result, prepared.pod.shape, bound.policy)
 
     def _place(self, bound: Binding, prepared: Prepared, dry_run: bool) -> Verdict | None:
         """Place a prepared Pod; None when the binding changed before the lock was had (decide again)."""

@@ -33,12 +33,13 @@ CLASS, MEMORY, COUNT, PRODUCT = "gpu-class", "min-memory", "gpu-count", "gpu-pro
 DRIVER, VENDOR, CONTAINER, FALLBACK, POOL = "min-driver", "vendor", "container", "fallback", "pool"
 GROUP, GROUP_POLICY, GROUP_SIZE = "group", "group-policy", "group-size"
 RELEASED_BY = "released-by"  # the queue's fencing token (webhook.admission.fence): written by gpupool, not read here
+POLICY = "policy"  # the policy version the mutating call applied (webhook.admission.versions): written by gpupool
 KNOWN: tuple[str, ...] = (CLASS, MEMORY, COUNT, PRODUCT, DRIVER, VENDOR, CONTAINER, FALLBACK, POOL, GROUP,
-                          GROUP_POLICY, GROUP_SIZE, RELEASED_BY)  # fmt: skip
+                          GROUP_POLICY, GROUP_SIZE, RELEASED_BY, POLICY)  # fmt: skip
 # The longest value each annotation accepts, checked before the value is parsed.
 MAX_CHARS = {CLASS: 256, MEMORY: 32, COUNT: 8, PRODUCT: 512, DRIVER: 32, VENDOR: 63, CONTAINER: 253,
              FALLBACK: 8, POOL: 512, GROUP: MAX_GROUP_NAME, GROUP_POLICY: 16, GROUP_SIZE: 8,
-             RELEASED_BY: MAX_TOKEN_CHARS}  # fmt: skip
+             RELEASED_BY: MAX_TOKEN_CHARS, POLICY: 64}  # fmt: skip
 KNOWN = (*KNOWN, *device_request.ANNOTATIONS)  # the device's kind, compute capability and CUDA
 MAX_CHARS |= device_request.MAX_CHARS
 # A request mirrors the shape it is read from (tuples of its entries, an index of its tolerations): a memo

@@ -73,10 +73,12 @@ from webhook.admission.pod import ContainerView, PodError, PodView, read_pod
 from webhook.admission.prepared import Prepared, prepare
 from webhook.admission.request import wants_gpus
 from webhook.admission.verdict import Verdict
+from webhook.admission.versions import STAMP, policies_for
 from webhook.domain.model import PREFIX, QUEUE_GATE
 from webhook.domain.policy import Policy
 from webhook.domain.quantity import shown
 from webhook.pools.charges import Charge, ChargeStore, counting, unseen
+from webhook.pools.memo import NO_MEMO
 
 MAX_LISTED = 6  # changes or missing pieces a message names before it says how many more
 MAX_VALUE_CHARS = 80  # of a value quoted in a message (a Pod's own strings can be long)
@@ -273,46 +275,83 @@ class Validator:
         self.charges = charges
 
     def validate_create(self, pod: Any, *, namespace: str, dry_run: bool = False) -> Checked:
-        """A Pod CREATE: the Pod as it will be stored, and its reservation confirmed or dropped. Under
-        `enforcement: audit` the Pod is allowed: its mutating call allowed it unchanged and said what
-        gpupool would have done; a reservation made under an earlier policy is dropped."""
-        if self._admitter.policy.audits(namespace):
-            dropped = not dry_run and self._drop(pod, namespace)
-            message = f"namespace {_cut(namespace)} is audited (enforcement: audit): nothing is enforced"
-            return Checked(verdict.allow(message), reservation="dropped" if dropped else "")
+        """A Pod CREATE: the Pod as it will be stored, checked by the policy its mutating call applied
+        (webhook.admission.versions), and its reservation confirmed or dropped. Under `enforcement: audit`
+        the Pod is allowed: its mutating call allowed it unchanged and said what gpupool would have done;
+        a reservation made under an earlier policy is dropped."""
         admitter = self._admitter
         while True:
             # One binding (policy, inventory, memo) decides the whole call; a policy switched meanwhile
             # means deciding again, as the mutating call does.
             bound = admitter.bound
-            policy, inventory, shapes = bound
-            prepared = prepare(pod, namespace, policy, shapes)
-            if isinstance(prepared, Verdict):
-                # Refused, or no GPU Pod (any more): what its mutating call reserved is not coming.
-                dropped = not dry_run and self._drop(pod, namespace)
-                return Checked(prepared, reservation="dropped" if dropped else "")
-            if not inventory.ready:
-                return Checked(loading_denial())  # this worker reserved nothing: its mutating calls are refused alike
-            if self.charges is not None and not dry_run and is_charged(prepared, policy):
-                return self._charged(bound, prepared, self.charges)
-            stale = Admitter.stale_of(bound)
-            view, req, node, _ = prepared
-            with inventory.read() as index:
-                if bound is not admitter.bound:
-                    continue
-                now = admitter.now()
-                index.expire(now, inventory.current_since())
-                taken = not dry_run and index.take_admitted(
-                    view.namespace, view.name, view.generate_name, pool=req.pool_pin, node=node
-                )
-                result = as_stored(place(prepared, policy, index, explain=False, shapes=shapes), view)
-                placement = result.placement
-                if placement is not None and stale and policy.defaults.on_stale == "deny":
-                    result, placement = stale_denial(stale), None
-                if placement is not None and not dry_run:
-                    # No re-invocation follows a validating call: echoed.
-                    reserve_for(index, view, placement, now, echoed=True, confirmed=True)
-            break
+            first: Checked | None = None
+            taken = False
+            for policy in self._policies(pod, namespace, bound.policy):
+                checked = self._create(pod, namespace, bound, policy, dry_run)
+                if checked is None:
+                    break
+                taken = taken or checked.reservation == "dropped"
+                if checked.verdict.allowed:
+                    # The reservation an earlier policy's check took back is this one's to confirm.
+                    return (
+                        checked._replace(reservation="confirmed")
+                        if taken and checked.reservation == "made"
+                        else checked
+                    )
+                first = first or checked
+            else:
+                assert first is not None  # policies_for names one policy at least
+                return first
+
+    def _policies(self, pod: Any, namespace: str, current: Policy) -> tuple[Policy, ...]:
+        """The policies to check the Pod by, from the version it carries and its gate (read raw: the Pod
+        is read whole by `prepare`, which refuses a malformed one)."""
+        meta = pod.get("metadata") if isinstance(pod, dict) else None
+        annotations = meta.get("annotations") if isinstance(meta, dict) else None
+        version = annotations.get(STAMP) if isinstance(annotations, dict) else None
+        try:
+            gated = isinstance(pod, dict) and isinstance(pod.get("spec"), dict) and queued(pod)
+        except PodError:
+            gated = False
+        version = version if isinstance(version, str) else None
+        return policies_for(version, gated, namespace, current, self._admitter.previous())
+
+    def _create(self, pod: Any, namespace: str, bound: Binding, policy: Policy, dry_run: bool) -> Checked | None:
+        """The CREATE checked by `policy` (the binding's, or one its mutating call may have applied);
+        None when the binding changed before the lock was had."""
+        if policy.audits(namespace):
+            dropped = not dry_run and self._drop(pod, namespace)
+            message = f"namespace {_cut(namespace)} is audited (enforcement: audit): nothing is enforced"
+            return Checked(verdict.allow(message), reservation="dropped" if dropped else "")
+        admitter = self._admitter
+        inventory = bound.inventory
+        shapes = bound.shapes if policy is bound.policy else NO_MEMO  # the memo is the binding policy's
+        prepared = prepare(pod, namespace, policy, shapes)
+        if isinstance(prepared, Verdict):
+            # Refused, or no GPU Pod (any more): what its mutating call reserved is not coming.
+            dropped = not dry_run and self._drop(pod, namespace)
+            return Checked(prepared, reservation="dropped" if dropped else "")
+        if not inventory.ready:
+            return Checked(loading_denial())  # this worker reserved nothing: its mutating calls are refused alike
+        if self.charges is not None and not dry_run and is_charged(prepared, policy):
+            return self._charged(bound, prepared, self.charges, policy)
+        stale = Admitter.stale_of(bound)
+        view, req, node, _ = prepared
+        with inventory.read() as index:
+            if bound is not admitter.bound:
+                return None
+            now = admitter.now()
+            index.expire(now, inventory.current_since())
+            taken = not dry_run and index.take_admitted(
+                view.namespace, view.name, view.generate_name, pool=req.pool_pin, node=node
+            )
+            result = as_stored(place(prepared, policy, index, explain=False, shapes=shapes), view)
+            placement = result.placement
+            if placement is not None and stale and policy.defaults.on_stale == "deny":
+                result, placement = stale_denial(stale), None
+            if placement is not None and not dry_run:
+                # No re-invocation follows a validating call: echoed.
+                reserve_for(index, view, placement, now, echoed=True, confirmed=True)
         pool = str(placement.pool) if placement is not None else ""
         if placement is not None and not dry_run:
             note = "confirmed" if taken else "made"
@@ -320,11 +359,12 @@ class Validator:
             note = "dropped" if taken else ""
         return Checked(result, pool, note)
 
-    def _charged(self, bound: Binding, prepared: Prepared, charges: Charges) -> Checked:
+    def _charged(self, bound: Binding, prepared: Prepared, charges: Charges, policy: Policy) -> Checked:
         """A Pod that bypasses placement in a queued namespace: decided against the index and the charges
         in the API, and charged there when allowed (webhook.admission.charging); nothing is reserved in
-        memory."""
-        policy, inventory, shapes = bound
+        memory. `policy` is the one the Pod is checked by (its memo is the binding policy's)."""
+        inventory = bound.inventory
+        shapes = bound.shapes if policy is bound.policy else NO_MEMO
         view = prepared.pod
         stale = Admitter.stale_of(bound)
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import copy
 import functools
+import hashlib
 import importlib.resources
+import json
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import yaml
@@ -53,9 +56,20 @@ def load_policy_text(text: str | None, source: str = "policy") -> Policy:
         user = _parse_yaml(text, source)
         base = _merge(base, user)
     try:
-        return _build(base)
+        policy = _build(base)
     except PolicyError as exc:
         raise PolicyError(f"{source}: {exc}") from None
+    return replace(policy, digest=content_digest(base))
+
+
+DIGEST_CHARS = 16  # of SHA-256's hex: 64 bits, ample to tell the versions of one cluster's policy apart
+
+
+def content_digest(data: dict[str, Any]) -> str:
+    """The version of a policy's content (merged over the default): SHA-256 of its canonical JSON, so a
+    file rewritten with other comments, order or quoting keeps its version."""
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:DIGEST_CHARS]
 
 
 def _default_data() -> dict[str, Any]:

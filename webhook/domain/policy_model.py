@@ -180,6 +180,9 @@ class Policy:
     gpu_resources: frozenset[str] = frozenset()
     pool_labels: frozenset[str] = frozenset()  # the class label and every product label; likewise
     partition_prefixes: tuple[str, ...] = ()  # every vendor's partitionResourcePrefix; likewise
+    # The version of the policy: a digest of its content as merged over the default (webhook.domain.policy_build),
+    # so the same policy reads the same on every replica; the mutating call writes it on the Pods it changes.
+    digest: str = field(default="", compare=False)
     _vendor_cache: dict[str, VendorPolicy | None] = field(default_factory=dict, compare=False, repr=False)
     # init=False: a policy made by dataclasses.replace (another product table, maybe) starts a cache of its own.
     _product_cache: dict[tuple[str, Tokens], ProductRule | None] = field(
