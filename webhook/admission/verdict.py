@@ -20,10 +20,12 @@ Outcome = Literal["mutated", "unchanged", "denied", "audited"]
 Reason = Literal[
     "", "invalid", "no-match", "no-capacity", "quota", "class-quota", "stale", "visible-devices", "bound-node",
     "memory-quota", "group", "changed", "guarded", "loading", "fenced",
+    "forged",
 ]  # fmt: skip
 # "changed": the Pod as it will be stored is not as gpupool placed it (webhook.admission.validation);
 # "guarded": an UPDATE changes what only gpupool may change on a GPU Pod; "fenced": a release whose
-# leader's term is over (webhook.admission.fence).
+# leader's term is over (webhook.admission.fence); "forged": a release by hand that names another user than
+# the one making it.
 
 # Status codes on denials, as kube-apiserver passes them on to the user.
 CODE_INVALID = 400  # an annotation or the Pod itself is malformed
