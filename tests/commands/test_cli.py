@@ -87,7 +87,8 @@ def test_a_mistyped_command_is_named_with_the_nearest_one(capsys: pytest.Capture
         "gpupool: error: unknown command 'explian' (did you mean explain?); accepted: " + ", ".join(SUBCOMMANDS)
     )
     err = usage_error(capsys, kubectl.main, ["qouta"])
-    assert "unknown command 'qouta' (did you mean quota?); accepted: explain, inventory, quota, queue, version" in err
+    accepted = "accepted: explain, inventory, quota, queue, release, version"
+    assert f"unknown command 'qouta' (did you mean quota?); {accepted}" in err
 
 
 def test_flags_are_never_abbreviated(capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,7 +11,8 @@ then hold the choice to the namespace's ResourceQuotas. Every caller that decide
 - **RELEASE** (the queue's leader, and anything that releases as it would): released now, exactly. As
   ADMIT, but only to a pool with room on one node now, not to one the Pods ahead in the queue wait for
   (`Ahead`), and against the ResourceQuotas as charged (the `requests.` form counted the Pod at its
-  creation). `release_to` restricts it to one pool (a gang's member goes where its gang goes).
+  creation). `release_to` restricts it to one pool (a gang's member goes where its gang goes), and for
+  a release by hand may set gpupool's own quotas aside (`--ignore-quota`).
 
 The answer is a `Choice`: the decision with every candidate and rejection (its `explain` lines), where
 the Pod goes (`chosen`), else why not (`denial`, `reason`), the group note, and for a release what the
@@ -84,14 +85,18 @@ class Mode:
     kind: Literal["admit", "queue", "release"]
     ahead: Ahead | None = field(default=None, compare=False)
     to: PoolKey | None = None
+    # Whether gpupool's own quotas (class, GPU memory, the ResourceQuota forms it counts) hold; False
+    # only for a release by hand past them (`kubectl gpupool release --ignore-quota`).
+    quotas: bool = True
 
 
 ADMIT, QUEUE, RELEASE = Mode("admit"), Mode("queue"), Mode("release")
 
 
-def release_to(pool: PoolKey) -> Mode:
-    """RELEASE to `pool` or not at all (a member of a gang, released with the others to the gang's pool)."""
-    return Mode("release", to=pool)
+def release_to(pool: PoolKey | None, *, quotas: bool = True) -> Mode:
+    """RELEASE to `pool` or not at all (a member of a gang, released with the others to the gang's pool;
+    a release by hand with `--pool`), any pool when None; past gpupool's quotas when not `quotas`."""
+    return Mode("release", to=pool, quotas=quotas)
 
 
 class Choice(NamedTuple):
@@ -122,7 +127,9 @@ def choose(req: GpuRequest, pod: PodView, index: PoolIndex, policy: Policy, mode
     ranked = rank(req, index, policy)
     if mode.kind == "queue":
         return _queued(req, conclude(req, index, policy, ranked), index, policy)
-    passed = _passed_over(req, ranked, index, policy) if has_pool_quotas(req.namespace, policy) else None
+    passed = (
+        _passed_over(req, ranked, index, policy) if mode.quotas and has_pool_quotas(req.namespace, policy) else None
+    )
     decision = conclude(req, index, policy, ranked, passed)
     note = None
     # The group is read from the ledger now, after the (memoised) plan: it is identity, not shape. A new
@@ -188,7 +195,7 @@ def _released(req: GpuRequest, choice: Choice, index: PoolIndex, policy: Policy)
         if mode.ahead is not None and mode.ahead.holds(req, c.pool, index, policy):
             behind.append(c.pool)
             continue
-        over = charged_quota_problem(req, index, policy, c.resource)
+        over = charged_quota_problem(req, index, policy, c.resource) if mode.quotas else ""
         if over:
             return choice._replace(denial=over, wait="quota", waits_for=(c.pool,))
         return choice._replace(chosen=c)

@@ -41,7 +41,10 @@ UPDATE gpupool would refuse is allowed with a warning saying so (webhook.admissi
 **The release's fence.** An update that removes gpupool's gate and carries the queue's token
 (`gpupool.io/released-by`, webhook.admission.fence) commits only while the leader it names still holds
 the queue's Lease in that term: the `Fence` reads the Lease from the API during the call. A replica with
-no Lease to read (no live API) refuses such a release rather than let it through unchecked.
+no Lease to read (no live API) refuses such a release rather than let it through unchecked. A release
+by hand (`gpupool.io/released-by: manual/<user>`, `kubectl gpupool release`) is allowed from any user
+Kubernetes lets patch the Pod, but only when `<user>` is the user making the request: a token naming
+anyone else is refused as forged.
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ from webhook.admission import verdict
 from webhook.admission.audit import audited
 from webhook.admission.charging import charge, is_charged
 from webhook.admission.core import Admitter, Binding, loading_denial, place, reserve_for, stale_denial
-from webhook.admission.fence import RELEASED_BY, Fence
+from webhook.admission.fence import RELEASED_BY, Fence, judge_manual, parse_manual
 from webhook.admission.pieces import (
     NEW_TERM,
     AnnotationsAdded,
@@ -422,6 +425,13 @@ class Validator:
         changes = guarded(old_view, new_view, policy, (old_queued, new_queued))
         if not changes:
             return Checked(verdict.allow("changes nothing gpupool guards"))
+        if old_queued and not new_queued:
+            manual = parse_manual(dict(new_view.shape.annotations or ()).get(RELEASED_BY, ""))
+            if manual is not None:  # a release by hand: by whoever may patch the Pod, under their own name
+                forged = judge_manual(manual, caller.username)
+                if forged:
+                    return Checked(verdict.deny(f"release refused: {forged}", reason="forged"))
+                return Checked(verdict.allow(f"released by hand by {_cut(caller.username)}"))
         if self.trusted.allows(caller):
             fenced = self._fenced(new_view, (old_queued, new_queued))
             if fenced:

@@ -20,12 +20,13 @@ Outcome = Literal["mutated", "unchanged", "denied", "audited"]
 Reason = Literal[
     "", "invalid", "no-match", "no-capacity", "quota", "class-quota", "stale", "visible-devices", "bound-node",
     "memory-quota", "group", "changed", "guarded", "loading", "fenced",
-    "charges",
+    "charges", "forged",
 ]  # fmt: skip
 # "changed": the Pod as it will be stored is not as gpupool placed it (webhook.admission.validation);
 # "guarded": an UPDATE changes what only gpupool may change on a GPU Pod; "fenced": a release whose
 # leader's term is over (webhook.admission.fence); "charges": the API's charges of Pods that bypass
-# placement could not be read or written (webhook.admission.charging).
+# placement could not be read or written (webhook.admission.charging); "forged": a release by hand that
+# names another user than the one making it.
 
 # Status codes on denials, as kube-apiserver passes them on to the user.
 CODE_INVALID = 400  # an annotation or the Pod itself is malformed

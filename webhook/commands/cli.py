@@ -30,6 +30,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "inventory": ("webhook.commands.inventory", "show the GPU pools, their capacity and quota warnings"),
     "quota": ("webhook.commands.quota", "show every quota gpupool checks: used, pending, hard, who enforces it"),
     "queue": ("webhook.commands.queue", "show the Pods waiting in gpupool's queue: position, wait time, what for"),
+    "release": (
+        "webhook.commands.release",
+        "release one queued Pod by hand, as the queue's leader would, or say why not",
+    ),
     "version": ("webhook.commands.version", "print the version of gpupool"),
 }
 # kubectl's flags that may also come before the command (`kubectl gpupool -n team-a quota`), with

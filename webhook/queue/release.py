@@ -240,6 +240,22 @@ def _gang(
     return Wait(q0, "capacity", f"group {group}: {room}; {meanwhile}")
 
 
+def release_one(
+    q: Queued, index: PoolIndex, policy: Policy, *, pool: PoolKey | None = None, quotas: bool = True
+) -> Release | Wait:
+    """One Pod released by hand (`kubectl gpupool release`), decided as a pass decides it, with the same
+    patch, but alone: not behind the Pods before it, and not with its gang. To `pool` only when given;
+    past gpupool's own quotas when not `quotas`. A release is applied to `index`, as in a pass."""
+    batch = read_batch([q], policy)
+    if batch.invalid:
+        return batch.invalid[0]
+    _, req = batch.pods[0]
+    choice = choose(req, q.view, index, policy, release_to(pool, quotas=quotas))
+    if choice.chosen is not None:
+        return _apply(q, req, choice.chosen, index)
+    return Wait(q, choice.wait or "capacity", choice.denial)
+
+
 def _to_pool(q: Queued, req: GpuRequest, pool: PoolKey, index: PoolIndex, policy: Policy) -> Release | None:
     """The Pod released to `pool` if it fits there now within its quotas, applied to the index; else None."""
     chosen = choose(req, q.view, index, policy, release_to(pool)).chosen

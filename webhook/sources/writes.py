@@ -11,6 +11,8 @@ terms, never with an exception the caller must know the client's types for:
   concurrency (the replace carries the resourceVersion read), for webhook.queue.leader.
 - `EventRecorder.record`: a core/v1 Event on a Pod, best effort, on a thread of its own, so telling never
   slows releasing; per namespace in turn, rate-limited and coalesced (webhook.sources.eventqueue).
+  `record_event` creates one at once, for a command (`kubectl gpupool release`).
+- `whoami`: the user kube-apiserver authenticates the client as, for a release by hand to name.
 """
 
 from __future__ import annotations
@@ -52,6 +54,9 @@ __all__ = [
     "Refused",
     "ReleaseResult",
     "Released",
+    "event_body",
+    "record_event",
+    "whoami",
 ]
 
 TIMEOUT = (5.0, 10.0)  # connect, read: a write that takes longer is a write that failed
@@ -224,8 +229,13 @@ class EventRecorder:
                 log.debug("could not record event %s on %s/%s: %s", event.reason, event.namespace, event.pod, exc)
 
     def _body(self, event: Event) -> Any:  # a dict the client sends as it is
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        return {
+        return event_body(event, self.COMPONENT, self._instance)
+
+
+def event_body(event: Event, component: str, instance: str) -> dict[str, Any]:
+    """The core/v1 Event on a Pod, as gpupool creates it."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"generateName": f"{event.pod}.", "namespace": event.namespace},
@@ -235,10 +245,42 @@ class EventRecorder:
             "reason": event.reason,
             "message": event.message[:1024],
             "type": event.kind,
-            "source": {"component": self.COMPONENT},
-            "reportingComponent": self.COMPONENT,
-            "reportingInstance": self._instance,
+            "source": {"component": component},
+            "reportingComponent": component,
+            "reportingInstance": instance,
             "firstTimestamp": now,
             "lastTimestamp": now,
             "count": 1,
         }  # fmt: skip
+
+
+def record_event(api_client: Any, event: Event, component: str, instance: str) -> str:
+    """Create one Event now, as the caller makes it (a command, not the webhook): "" when it was
+    created, else why not."""
+    body: Any = event_body(event, component, instance)  # a dict the client sends as it is
+    try:
+        client.CoreV1Api(api_client).create_namespaced_event(event.namespace, body, _request_timeout=TIMEOUT)
+    except ApiException as exc:
+        return f"{exc.status} {_message(exc)}"
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return ""
+
+
+def whoami(api_client: Any) -> str:
+    """The username kube-apiserver authenticates this client as (a SelfSubjectReview, what `kubectl auth
+    whoami` asks). Raises OSError when it cannot tell (an API before Kubernetes 1.28, or no answer)."""
+    body: Any = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+    try:
+        resp: Any = client.AuthenticationV1Api(api_client).create_self_subject_review(
+            body, _preload_content=False, _request_timeout=TIMEOUT
+        )
+    except ApiException as exc:
+        raise OSError(f"asking kube-apiserver who you are (SelfSubjectReview): {exc.status} {_message(exc)}") from None
+    except urllib3.exceptions.HTTPError as exc:
+        raise OSError(f"asking kube-apiserver who you are (SelfSubjectReview): {exc}") from None
+    answer = orjson.loads(resp.data)
+    user = ((answer.get("status") or {}).get("userInfo") or {}).get("username") if isinstance(answer, dict) else None
+    if not isinstance(user, str) or not user:
+        raise OSError("kube-apiserver's SelfSubjectReview named no user")
+    return user

@@ -3,8 +3,8 @@
 Speaks the part of kube-apiserver's REST API (JSON only) that gpupool's clients use: discovery; get, list
 and watch of every served resource (webhook.testing.kuberesources); create (POST), update (PUT), patch
 (PATCH, in the three patch types) and delete (DELETE) with kube-apiserver's rules
-(webhook.testing.kubewrite). Injected faults apply to every verb. The plumbing is in
-webhook.testing.kubehttp, reads in kubereads, watch streams in kubewatch.
+(webhook.testing.kubewrite); a SelfSubjectReview (who the caller is). Injected faults apply to every
+verb. The plumbing is in webhook.testing.kubehttp, reads in kubereads, watch streams in kubewatch.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from webhook.testing.kubewatch import serve_watch
 
 __all__ = ["ApiState", "Handler", "Server", "new_server", "shutdown_quietly"]
 
+_SELF_SUBJECT_REVIEW = ["apis", "authentication.k8s.io", "v1", "selfsubjectreviews"]
 _NOT_FOUND = "the server could not find the requested resource"
 
 
@@ -95,6 +96,9 @@ class Handler(BaseHandler):
         """POST creates in a collection; PUT, PATCH and DELETE act on one named object."""
         body = self.read_body()
         query, parts = self.parse_request_line(state)
+        if parts == _SELF_SUBJECT_REVIEW and self.command == "POST":
+            self._who_am_i(state)
+            return
         target = parse_path(parts)
         if target is None or (target.resource.kind.namespaced and target.namespace is None):
             raise ApiError(404, _NOT_FOUND)
@@ -114,6 +118,18 @@ class Handler(BaseHandler):
                     state.released[token] += 1
                     state.lock.notify_all()
         self.send_json(code, answer)
+
+    def _who_am_i(self, state: ApiState) -> None:
+        """A SelfSubjectReview: who the request's credentials authenticate as (`kubectl auth whoami`)."""
+        user = self.caller(state)
+        assert user is not None  # parse_request_line answered 401 otherwise
+        review = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "SelfSubjectReview",
+            "metadata": {"creationTimestamp": None},
+            "status": {"userInfo": {"username": user.username, "groups": list(user.groups)}},
+        }
+        self.send_json(201, orjson.dumps(review))
 
     def _apply(
         self, state: ApiState, verb: str, target: Target, body: bytes, query: dict[str, str]
