@@ -6,6 +6,11 @@ Each answer is read back with h11 as a client, the way kube-apiserver's HTTP/1.1
 
 from __future__ import annotations
 
+import re
+import sys
+import tomllib
+from pathlib import Path
+
 import h11
 import orjson
 import pytest
@@ -324,3 +329,36 @@ def test_a_client_that_asks_to_close_is_answered_with_close_and_the_connection_e
     ((response, _),) = read_answers(conn.answer(OK, close=False))
     assert dict(response.headers)[b"connection"] == b"close"
     assert not conn.next_cycle()
+
+
+class _PublicH11(h11.Connection):
+    """An h11 connection that refuses every private attribute asked of it from outside h11, as a release
+    that renames its internals would."""
+
+    def __getattribute__(self, name: str) -> object:
+        if name.startswith("_") and not name.startswith("__"):
+            caller = sys._getframe(1).f_globals.get("__name__", "")
+            if not caller.startswith("h11"):
+                raise AttributeError(f"{name} is h11's own")
+        return super().__getattribute__(name)
+
+
+def test_the_framer_uses_only_h11s_public_api(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any h11 release that keeps its public API will do (pyproject.toml takes a range, not one minor):
+    pipelined, chunked and split requests come out whole, with what the connection holds counted."""
+    monkeypatch.setattr(h11, "Connection", _PublicH11)
+    data = with_length(b"{}") + chunked([b"ab", b"cd"]) + with_length(b"x" * 10)
+    assert [r.body for r in serve_all(data)] == [b"{}", b"abcd", b"x" * 10]
+    assert [r.body for r in serve_all(data, cuts=[5, 70, 200])] == [b"{}", b"abcd", b"x" * 10]
+    conn = HttpConnection(LIMIT)
+    conn.feed(HEAD + b"Content-Length: 10\r\n\r\nxyz")
+    assert conn.next_request() is None
+    assert conn.held == 3
+
+
+def test_each_dependency_is_listed_once_and_h11_by_a_range() -> None:
+    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]
+    names = [re.split(r"[<>=!~\[ ;]", dep, maxsplit=1)[0].lower() for dep in project["dependencies"]]
+    assert len(names) == len(set(names)), names
+    (h11_dep,) = [dep for dep in project["dependencies"] if dep.startswith("h11")]
+    assert "<0.17" not in h11_dep, f"{h11_dep}: h11 pinned to one minor version"

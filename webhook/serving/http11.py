@@ -82,15 +82,20 @@ class ProtocolError(Exception):
 class HttpConnection:
     """The HTTP/1.1 state of one connection: bytes in, whole requests out, answers framed."""
 
-    def __init__(self, max_body: int) -> None:
+    def __init__(self, max_body: int, head_limit: int = HEAD_LIMIT) -> None:
         self._max_body = max_body
+        self._head_limit = head_limit
         self._start_request(b"")
 
     def _start_request(self, data: bytes) -> None:
         """A new request on this connection, beginning with `data` (bytes that followed the last one)."""
-        self._h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=HEAD_LIMIT)
+        self._h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=self._head_limit)
         if data:
             self._h11.receive_data(data)
+        # The bytes h11 holds unparsed, counted here (h11 has no public count of them): what was fed since
+        # the count was last known; `_recount` once h11 has parsed some of them (an event came out).
+        self._unparsed = len(data)
+        self._recount = False
         self._head: h11.Request | None = None
         self._headers: list[tuple[bytes, bytes]] = []
         self._body: list[bytes] = []  # the body's pieces as h11 gives them, joined once
@@ -103,19 +108,28 @@ class HttpConnection:
     def feed(self, data: bytes) -> None:
         """Bytes the client sent (never empty: the worker closes at EOF, there is nothing to parse then)."""
         self._h11.receive_data(data)
+        self._unparsed += len(data)
 
     @property
     def held(self) -> int:
         """Bytes this connection holds of requests not handed over: what h11 has not parsed yet (at most
         HEAD_LIMIT once it asks for more, plus what one read brought) and the body so far."""
-        # h11 has no public count of its buffer (`trailing_data` copies it, which on a head sent one
-        # byte at a time would cost quadratic time); the buffer's length is O(1).
-        return len(self._h11._receive_buffer) + self._size
+        return self._unparsed_bytes() + self._size
 
     @property
     def buffered(self) -> bool:
         """Bytes of a next request have arrived already (pipelined, or sent meanwhile)."""
-        return bool(self._h11._receive_buffer)
+        return self._unparsed_bytes() > 0
+
+    def _unparsed_bytes(self) -> int:
+        """What h11 holds unparsed. Counted as it is fed; measured (`trailing_data`, a copy) only after h11
+        parsed something, when what is left is what followed the event's end: at most what the last feeds
+        brought, never a head fed one byte at a time (no event comes out of that until its end), so the
+        copies add up to no more than the bytes received."""
+        if self._recount:
+            self._unparsed = len(self._h11.trailing_data[0])
+            self._recount = False
+        return self._unparsed
 
     def next_request(self) -> Request | None:
         """The next whole request; None while more bytes are needed. Raises ProtocolError."""
@@ -124,6 +138,7 @@ class HttpConnection:
                 event = self._h11.next_event()
                 if event is h11.NEED_DATA or event is h11.PAUSED:
                     return None
+                self._recount = True  # h11 parsed some of what it held
                 if isinstance(event, h11.Data):
                     if request := self._data(event):
                         return request
