@@ -102,6 +102,8 @@ class NodeInfo:
     ready: bool = True
     cpu_milli: int | None = None  # allocatable CPU in millicores; None when not known
     memory_bytes: int | None = None  # allocatable memory; None when not known
+    # gpupool's own MIG re-cut annotations on it (gpupool.io/mig-reshape-*, webhook.mig.follow), only those.
+    annotations: dict[str, str] = field(default_factory=dict, hash=False, compare=True)
 
 
 PodKey = tuple[str, str]  # (namespace, name)

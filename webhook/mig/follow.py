@@ -7,11 +7,18 @@ when GPU Feature Discovery's labels and the node's allocatable show the new layo
 then, and while `pending` or `rebooting`, the change is under way (the leader releases nothing to the
 node); after `timeout_seconds` it is stuck; `failed` is failed; and a label no longer naming what
 gpupool asked for means someone else changed it (superseded: gpupool leaves the node to them).
+
+What gpupool asked for lives on the node, so that a new leader after failover carries on: it writes
+`gpupool.io/mig-reshape-asked: "<layout>@<RFC 3339 time>"` with the label, in the same PATCH, and
+`gpupool.io/mig-reshape-outcome: "<outcome>@<time>"` once the change ended (done, failed, stuck,
+superseded). A node whose asked change has no outcome yet is being re-cut (`under_way`): no Pod is
+released to it (webhook.pools.nodes counts it not usable), whatever its labels say meanwhile.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import NamedTuple
 
 from webhook.mig.layouts import Yield
@@ -19,6 +26,9 @@ from webhook.mig.layouts import Yield
 IN_FLIGHT, DONE, FAILED, STUCK, SUPERSEDED = "in-flight", "done", "failed", "stuck", "superseded"
 STRATEGY_LABEL = "nvidia.com/mig.strategy"
 MIG_PREFIX = "nvidia.com/mig-"
+ANNOTATIONS = "gpupool.io/mig-reshape-"  # the prefix of gpupool's own annotations on a node
+ASKED_ANNOTATION = "gpupool.io/mig-reshape-asked"
+OUTCOME_ANNOTATION = "gpupool.io/mig-reshape-outcome"
 
 
 class Asked(NamedTuple):
@@ -26,6 +36,34 @@ class Asked(NamedTuple):
 
     layout: str
     at: float
+
+
+def asked_text(layout: str, at: float) -> str:
+    """The value of ASKED_ANNOTATION (or OUTCOME_ANNOTATION, with an outcome) for `layout` at `at` (epoch seconds)."""
+    return f"{layout}@{datetime.fromtimestamp(at, UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"
+
+
+def read_asked(text: str) -> Asked | None:
+    """An annotation's `<name>@<RFC 3339 time>` (epoch seconds); None when it is not one."""
+    name, sep, when = text.rpartition("@")
+    if not sep or not name or len(text) > 256:
+        return None
+    try:
+        at = datetime.fromisoformat(when.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return Asked(name, (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp())
+
+
+def asked_of(annotations: Mapping[str, str]) -> Asked | None:
+    """The change gpupool last asked for on the node, from its annotations; None when none (or unreadable)."""
+    return read_asked(annotations.get(ASKED_ANNOTATION, ""))
+
+
+def under_way(annotations: Mapping[str, str]) -> bool:
+    """Is a change gpupool asked for under way on the node (asked, and no outcome written since)? Then
+    nothing is released to it."""
+    return asked_of(annotations) is not None and OUTCOME_ANNOTATION not in annotations
 
 
 def status(

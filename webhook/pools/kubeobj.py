@@ -26,6 +26,7 @@ from webhook.domain.model import (
     effective_gpus,
 )
 from webhook.domain.quantity import QuantityError, parse_bytes, parse_count, parse_milli
+from webhook.mig.follow import ANNOTATIONS as RESHAPE_ANNOTATIONS
 from webhook.pools.quotas.forms import forms, prefixed
 
 _EMPTY: Mapping[str, Any] = {}
@@ -64,6 +65,11 @@ def node_from_obj(obj: Mapping[str, Any], resources: Collection[str], prefixes: 
     conditions = as_list(status.get("conditions"))
     ready = any(as_map(c).get("type") == "Ready" and as_map(c).get("status") == "True" for c in conditions)
     labels = {own(k): own(v) for k, v in as_map(meta.get("labels")).items()}
+    annotations = {
+        own(k): own(v)
+        for k, v in as_map(meta.get("annotations")).items()
+        if isinstance(k, str) and k.startswith(RESHAPE_ANNOTATIONS) and isinstance(v, str) and len(v) <= 256
+    }
     return NodeInfo(
         name=own(meta.get("name", "")),
         labels=labels,
@@ -80,6 +86,7 @@ def node_from_obj(obj: Mapping[str, Any], resources: Collection[str], prefixes: 
         ready=ready,
         cpu_milli=parse_milli(allocatable["cpu"]) if "cpu" in allocatable else None,
         memory_bytes=_bytes(allocatable["memory"]) if "memory" in allocatable else None,
+        annotations=annotations,
     )
 
 

@@ -16,6 +16,7 @@ from webhook.domain.model import NodeInfo, PoolKey, Taint
 from webhook.domain.model import Selector as Selector  # noqa: PLC0414 (re-exported for webhook.pools.index)
 from webhook.domain.policy import Policy, VendorPolicy
 from webhook.domain.products import parse_version, tokens
+from webhook.mig.follow import under_way
 from webhook.pools.node_devices import UNKNOWN_PRODUCT as UNKNOWN_PRODUCT  # noqa: PLC0414 (re-exported)
 from webhook.pools.node_devices import Device, compute_capability, cuda_version, node_devices
 
@@ -35,7 +36,7 @@ class NodeFacts:
     memory_mib: int  # per device; 0 when unknown
     driver: tuple[int, ...] | None
     allocatable: int
-    usable: bool  # Ready and schedulable
+    usable: bool  # Ready and schedulable, and no MIG re-cut of gpupool under way (webhook.mig.follow)
     kind: str = GPU  # gpu, mig or shared
     profile: str = ""  # the MIG profile of a MIG instance (or of a shared one)
     replicas: int = 0  # replicas per GPU of a shared device; 0 when unknown or not shared
@@ -108,7 +109,7 @@ def _device_facts(
         memory_mib=device.memory_mib,
         driver=driver,
         allocatable=device.allocatable,
-        usable=node.ready and not node.unschedulable,
+        usable=node.ready and not node.unschedulable and not under_way(node.annotations),
         kind=device.kind,
         profile=device.profile,
         replicas=device.replicas,

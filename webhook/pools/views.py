@@ -11,6 +11,7 @@ directly, without a forwarding call, and no caller can reach their writes.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Collection, Hashable, Iterator
 from typing import Protocol, TypeVar
 
@@ -118,6 +119,10 @@ class UsageView(Protocol):
 
     def group_pools(self, namespace: str, group: str) -> dict[PoolKey, int]:
         """Per pool, the workload group's members on it. One lookup."""
+        ...
+
+    def used_on(self, name: str) -> Counter[str] | None:
+        """GPUs per resource the Pods bound to a node request; None when they request none."""
         ...
 
     def pod_info(self, key: PodKey) -> PodInfo | None:

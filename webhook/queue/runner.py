@@ -50,6 +50,7 @@ from webhook.pools.memo import Memo
 from webhook.queue.leader import Elector
 from webhook.queue.refusals import Refusals
 from webhook.queue.release import Release, Wait, decide_batch, read_batch, settle
+from webhook.queue.reshape import Reshaper
 from webhook.queue.waiting import Backlog, Waiting, is_queued
 from webhook.sources.eventqueue import Event
 from webhook.sources.outcomes import Conflict, Gone, Refused, Released, ReleaseResult
@@ -96,6 +97,8 @@ class QueueMetrics(Protocol):
 
     def queue_leading(self, leading: bool) -> None: ...
 
+    def mig_reshaped(self, outcome: str) -> None: ...
+
 
 class NoMetrics:
     def queue_waiting(self, backlog: dict[str, Backlog]) -> None:
@@ -105,6 +108,9 @@ class NoMetrics:
         return None
 
     def queue_leading(self, leading: bool) -> None:
+        return None
+
+    def mig_reshaped(self, outcome: str) -> None:
         return None
 
 
@@ -149,11 +155,14 @@ class Runner:
         clock: Callable[[], float] = time.monotonic,
         policy: Callable[[QueueInventory], Policy] = lambda inventory: inventory.policy,
         writers: int = WRITERS,
+        reshaper: Reshaper | None = None,
     ) -> None:
         """`policy` gives the policy a pass on the runner's inventory decides by: the inventory's own by
         default; the server's is the one admission uses now, which a change of namespace rules makes
-        newer than the inventory (webhook.serving.policyfile)."""
+        newer than the inventory (webhook.serving.policyfile). `reshaper`: the MIG re-cuts, after each
+        pass's releases (webhook.queue.reshape), when the policy has `migReshaping`."""
         self.inventory, self.waiting, self.elector = inventory, waiting, elector
+        self.reshaper = reshaper
         self._policy = policy
         self._rebind_lock = threading.Lock()
         self._next: tuple[QueueInventory, Waiting] | None = None  # to follow from the next pass on (`rebind`)
@@ -263,6 +272,8 @@ class Runner:
             return False
         if self._refusals and self._refusals.due(self._passed_at, self._clock()):
             return False  # a refused Pod's backoff ran out: it is tried again
+        if self.reshaper is not None and self.reshaper.active:
+            return False  # Pods wait for a re-cut, or one is under way: idle and timeout clocks run
         with self.inventory.read() as index:
             return index.changes == self._changes_seen
 
@@ -303,12 +314,19 @@ class Runner:
         batch = read_batch(ordered, policy, self._shapes)
         held = self.inventory.read()
         with held as index:
+            if self.reshaper is not None:
+                self.reshaper.fence(index)  # no release to a node being re-cut
             decided = decide_batch(
                 batch, index, policy, limit=BATCH, pause=_Breather(held, self._clock), now=self.waiting.now()
             )
             self._changes_seen = index.changes
         self._tell_queued(decided.waits)
         released += self._send_all(decided.releases)
+        if self.reshaper is not None:
+            try:
+                self.reshaper.step(policy, {q.key: req for q, req in batch.pods}, decided.waits, self.inventory)
+            except Exception:  # a bug must not stop the queue: logged, and the next pass tries again
+                log.exception("MIG re-cutting failed in a pass")
         return PassResult(released, decided.waits, len(decided.releases))
 
     def _send_all(self, releases: list[Release]) -> int:

@@ -209,6 +209,14 @@ class Metrics:
             ["outcome"],
             registry=registry,
         )
+        self.mig_reshapes = Counter(
+            "gpupool_mig_reshapes",
+            "MIG re-cuts of the queue's leader (docs/mig.md), by outcome: asked (the node label written); done; "
+            "failed (mig-manager reported failed); stuck (not done within timeoutSeconds); superseded (someone "
+            "else changed the label); conflict (the node changed before the write: planned again); error",
+            ["outcome"],
+            registry=registry,
+        )
         self.queue_leader = Gauge(
             "gpupool_queue_leader",
             "1 while this process (a replica's leader process) leads the queue (holds the Lease), else 0",
@@ -245,6 +253,9 @@ class Metrics:
 
     def queue_leading(self, leading: bool) -> None:
         self.queue_leader.set(1 if leading else 0)
+
+    def mig_reshaped(self, outcome: str) -> None:
+        self.mig_reshapes.labels(outcome).inc()
 
     @classmethod
     def private(cls) -> Metrics:

@@ -30,13 +30,14 @@ from webhook.admission.fence import LeaseTerm, judge
 from webhook.domain.policy import Policy
 from webhook.pools.inventory import Inventory
 from webhook.queue.leader import Elector
+from webhook.queue.reshape import Reshaper
 from webhook.queue.runner import QueueInventory, QueueMetrics, Runner, TokenBucket
 from webhook.queue.waiting import Waiting
 from webhook.serving.leaderproc import LeaderBody
 from webhook.serving.policyfile import PolicyFile, PolicyReloader, PolicyVersion
 from webhook.sources.live import LiveInventory
 from webhook.sources.open import reopen_inventory
-from webhook.sources.writes import EventRecorder, LeaseError, LeaseStore, PodReleaser
+from webhook.sources.writes import ConfigMapText, EventRecorder, LeaseError, LeaseStore, NodeLabeler, PodReleaser
 
 LEASE_NAME = "gpupool"
 # The validating call reads the Lease within kube-apiserver's timeoutSeconds (5 s) for the webhook.
@@ -123,6 +124,8 @@ class LeaderQueue:
                 metrics=self._metrics,
                 limiter=limiter,
                 policy=self._policy_for,
+                # Idle unless the policy has migReshaping (webhook.queue.reshape).
+                reshaper=Reshaper(NodeLabeler(api), ConfigMapText(api), self._events, self._metrics),
             )
             # Not before its inventory has synced: a restarted worker must not hold the Lease while it lists.
             elector.ready = lambda: runner.inventory.ready

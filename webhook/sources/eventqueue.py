@@ -40,6 +40,7 @@ class Event(NamedTuple):
     reason: str  # Queued, Released, ReleaseRefused
     message: str
     kind: str = "Normal"
+    involved: str = "Pod"  # the kind of the object it is about: Pod, or Node (`pod` is then the node's name)
 
 
 class Bucket:

@@ -9,7 +9,11 @@ terms, never with an exception the caller must know the client's types for:
   gpupool broke, which must never happen, is logged loudly).
 - `LeaseStore`: get, create and replace of one `coordination.k8s.io/v1` Lease with optimistic
   concurrency (the replace carries the resourceVersion read), for webhook.queue.leader.
-- `EventRecorder.record`: a core/v1 Event on a Pod, best effort, on a thread of its own, so telling never
+- `NodeLabeler`: reads a node, and PATCHes it (a JSON Patch, built from the node read) with the
+  resourceVersion it read as a precondition: the MIG re-cut's `nvidia.com/mig.config` label and gpupool's annotations
+  (webhook.queue.reshape), answered as a release is (`Released` with the node, `Conflict`, `Gone`, `Refused`).
+- `ConfigMapText`: the text of one key of a ConfigMap (mig-parted's config, which mig-manager applies).
+- `EventRecorder.record`: a core/v1 Event on a Pod (or a Node), best effort, on a thread of its own, so telling never
   slows releasing; per namespace in turn, rate-limited and coalesced (webhook.sources.eventqueue).
   `record_event` creates one at once, for a command (`kubectl gpupool release`).
 - `whoami`: the user kube-apiserver authenticates the client as, for a release by hand to name.
@@ -50,6 +54,7 @@ __all__ = [
     "LeaseError",
     "LeaseRecord",
     "LeaseStore",
+    "NodeLabeler",
     "PodReleaser",
     "Refused",
     "ReleaseResult",
@@ -115,6 +120,59 @@ def _message(exc: ApiException) -> str:
     except orjson.JSONDecodeError:
         return str(exc.reason)
     return str(body.get("message") or exc.reason) if isinstance(body, dict) else str(exc.reason)
+
+
+class NodeLabeler:
+    """Reads and patches nodes: the only node writes gpupool makes (webhook.queue.reshape)."""
+
+    def __init__(self, api_client: Any) -> None:
+        self._core = client.CoreV1Api(api_client)
+
+    def read(self, name: str) -> dict[str, Any] | None:
+        """The node as the API has it now; None when it is gone. Raises OSError when the API cannot be asked."""
+        try:
+            resp: Any = self._core.read_node(name, _preload_content=False, _request_timeout=TIMEOUT)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise OSError(f"reading Node {name}: {exc.status} {_message(exc)}") from None
+        except urllib3.exceptions.HTTPError as exc:
+            raise OSError(f"reading Node {name}: {exc}") from None
+        obj: dict[str, Any] = orjson.loads(resp.data)
+        return obj
+
+    def patch(self, name: str, patch: list[dict[str, Any]]) -> ReleaseResult:
+        """A JSON Patch of the node; one that sets `metadata.resourceVersion` to the version read makes
+        it conditional (409 when the node changed since)."""
+        try:
+            resp: Any = self._core.patch_node(name, patch, _preload_content=False, _request_timeout=TIMEOUT)
+        except ApiException as exc:
+            return _failure(exc)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            return Refused(0, f"{type(exc).__name__}: {exc}")
+        return Released(orjson.loads(resp.data))
+
+
+class ConfigMapText:
+    """One ConfigMap's text (its `key`, or its only key), read on each call: mig-parted's config."""
+
+    def __init__(self, api_client: Any) -> None:
+        self._core = client.CoreV1Api(api_client)
+
+    def read(self, namespace: str, name: str, key: str = "config.yaml") -> str:
+        """The text; raises OSError naming the ConfigMap when it is missing, unreadable or has no such key."""
+        try:
+            cm: Any = self._core.read_namespaced_config_map(name, namespace, _request_timeout=TIMEOUT)
+        except ApiException as exc:
+            raise OSError(f"reading ConfigMap {namespace}/{name}: {exc.status} {_message(exc)}") from None
+        except urllib3.exceptions.HTTPError as exc:
+            raise OSError(f"reading ConfigMap {namespace}/{name}: {exc}") from None
+        data: dict[str, str] = dict(cm.data or {})
+        if key in data:
+            return data[key]
+        if len(data) == 1:
+            return next(iter(data.values()))
+        raise OSError(f"ConfigMap {namespace}/{name} has no key {key!r} (it has {', '.join(sorted(data)) or 'none'})")
 
 
 class LeaseStore:
@@ -240,7 +298,8 @@ def event_body(event: Event, component: str, instance: str) -> dict[str, Any]:
             "kind": "Event",
             "metadata": {"generateName": f"{event.pod}.", "namespace": event.namespace},
             "involvedObject": {
-                "apiVersion": "v1", "kind": "Pod", "namespace": event.namespace, "name": event.pod, "uid": event.uid,
+                "apiVersion": "v1", "kind": event.involved, "name": event.pod, "uid": event.uid,
+                **({"namespace": event.namespace} if event.involved == "Pod" else {}),
             },
             "reason": event.reason,
             "message": event.message[:1024],

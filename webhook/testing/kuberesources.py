@@ -1,6 +1,6 @@
 """The resources the simulator serves, by API group: one registry for routing, discovery and conversion.
 
-core/v1 nodes, pods, resourcequotas and events; coordination.k8s.io/v1 leases; events.k8s.io/v1
+core/v1 nodes, pods, resourcequotas, events and configmaps; coordination.k8s.io/v1 leases; events.k8s.io/v1
 events, which are, as in kube-apiserver, a second view of the core Events (one stored object, two
 shapes: `regarding`/`note` there, `involvedObject`/`message` here). A request path is turned into a
 `Target` (resource, namespace, name) by `parse_path`; anything else is 404, as the real API answers.
@@ -94,6 +94,7 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("", "v1", kind_of("pods")),
     Resource("", "v1", kind_of("resourcequotas")),
     Resource("", "v1", kind_of("events")),
+    Resource("", "v1", kind_of("configmaps")),
     Resource("coordination.k8s.io", "v1", kind_of("leases")),
     Resource("events.k8s.io", "v1", kind_of("events"), event_to_events_v1, event_from_events_v1),
 )

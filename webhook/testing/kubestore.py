@@ -47,6 +47,7 @@ KINDS: tuple[Kind, ...] = (
     Kind("ResourceQuota", "resourcequotas", namespaced=True),
     Kind("Event", "events", namespaced=True),
     Kind("Lease", "leases", namespaced=True, api_version="coordination.k8s.io/v1"),
+    Kind("ConfigMap", "configmaps", namespaced=True),  # mig-parted's config, which the leader reads
 )
 _BY_NAME: dict[str, Kind] = {k.kind.lower(): k for k in KINDS} | {k.plural: k for k in KINDS}
 

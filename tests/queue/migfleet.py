@@ -1,0 +1,109 @@
+"""A MIG fleet on the API simulator for the leader's re-cut tests: A100-80GB nodes as GFD and the GPU
+Operator label them, mig-parted's config in its ConfigMap, and the leader's view kept in step by hand."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+
+from tests.mig.configs import A100_80, OPERATOR_DEFAULT
+from webhook.domain.policy import Policy
+from webhook.pools.index import PoolIndex
+from webhook.pools.kubeobj import node_from_obj, pod_from_obj
+from webhook.testing import KubeSim
+
+GATE = "gpupool.io/queue"
+
+
+def a100(name: str, *, opted_in: bool = True, gpus: int = 2, layout: str = "all-1g.10gb") -> dict[str, Any]:
+    """An A100-80GB node (mixed strategy) cut all-1g.10gb, opted in to re-cuts or not."""
+    labels = {
+        "kubernetes.io/hostname": name,
+        "nvidia.com/gpu.product": A100_80,
+        "nvidia.com/gpu.count": str(gpus),
+        "nvidia.com/gpu.memory": "81920",
+        "nvidia.com/mig.capable": "true",
+        "nvidia.com/mig.strategy": "mixed",
+        "nvidia.com/mig.config": layout,
+        "nvidia.com/mig.config.state": "success",
+        "nvidia.com/gpu.deploy.device-plugin": "true",
+        "nvidia.com/gpu.deploy.gpu-feature-discovery": "true",
+        "nvidia.com/mig-1g.10gb.count": str(7 * gpus),
+        "nvidia.com/mig-1g.10gb.memory": "9728",
+        "nvidia.com/mig-1g.10gb.product": f"{A100_80}-MIG-1g.10gb",
+        "nvidia.com/mig-1g.10gb.replicas": "1",
+    }
+    if opted_in:
+        labels["gpupool.io/mig-reshape"] = "true"
+    return {
+        "kind": "Node",
+        "apiVersion": "v1",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]},
+        "status": {
+            "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/mig-1g.10gb": str(7 * gpus)},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def config_map(text: str = OPERATOR_DEFAULT) -> dict[str, Any]:
+    return {
+        "kind": "ConfigMap",
+        "apiVersion": "v1",
+        "metadata": {"name": "default-mig-parted-config", "namespace": "gpu-operator"},
+        "data": {"config.yaml": text},
+    }
+
+
+def running(name: str, node: str, resource: str = "nvidia.com/mig-1g.10gb") -> dict[str, Any]:
+    """A Pod that uses one MIG instance on `node`."""
+    return {
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "metadata": {"name": name, "namespace": "other", "uid": f"uid-{name}"},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "c", "image": "cuda", "resources": {"limits": {resource: "1"}}}],
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+def waiting_pod(name: str, memory: str = "35Gi", resource: str = "nvidia.com/mig-3g.40gb") -> dict[str, Any]:
+    """A Pod as admission queues it for a MIG instance of `memory`: its device resource fixed, gated."""
+    return {
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "metadata": {
+            "name": name,
+            "namespace": "q",
+            "uid": f"uid-{name}",
+            "creationTimestamp": "2026-12-01T10:00:00Z",
+            "annotations": {"gpupool.io/device": "mig", "gpupool.io/min-memory": memory},
+        },
+        "spec": {
+            "schedulingGates": [{"name": GATE}],
+            "containers": [{"name": "c", "image": "cuda", "resources": {"limits": {resource: "1"}}}],
+        },
+        "status": {"phase": "Pending"},
+    }
+
+
+def sync(sim: KubeSim, index: PoolIndex, policy: Policy) -> None:
+    """The leader's watch, caught up by hand: every node and Pod as the simulator holds it now."""
+    index.upsert_nodes(node_from_obj(n, policy.gpu_resources, policy.partition_prefixes) for n in sim.objects("Node"))
+    for obj in sim.objects("Pod"):
+        index.upsert_pod(pod_from_obj(obj, policy.gpu_resources, policy.partition_prefixes))
+
+
+@contextmanager
+def api_client(sim: KubeSim, tmp_path: Path) -> Iterator[Any]:
+    path = sim.write_kubeconfig(tmp_path / "kubeconfig")
+    with kubernetes.config.new_client_from_config(config_file=str(path)) as client:
+        yield client

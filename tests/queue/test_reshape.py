@@ -1,0 +1,241 @@
+"""The leader's MIG re-cuts (webhook.queue.reshape), through the real API client on the simulator with
+its mig-manager stand-in: three A100-80GB nodes cut all-1g.10gb, one busy, one idle, one not opted in,
+and four Pods queued for 35 GiB MIG instances. The leader re-cuts only the idle opted-in node, releases
+nothing there while its layout changes, and releases the four Pods once the new instances show; a
+failed or stuck change is left alone and told; a conflict is planned again."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.builders import eventually, policy
+from tests.mig.configs import OPERATOR_DEFAULT
+from tests.queue.fakes import Events, Inventory, Leading
+from tests.queue.migfleet import a100, api_client, config_map, running, sync, waiting_pod
+from webhook.domain.policy import Policy
+from webhook.pools.index import PoolIndex
+from webhook.pools.nodes import NodeFacts
+from webhook.queue.reshape import Reshaper
+from webhook.queue.runner import Runner
+from webhook.queue.waiting import PODS, Waiting
+from webhook.sources.writes import ConfigMapText, NodeLabeler, PodReleaser
+from webhook.testing import KubeSim
+
+pytestmark = pytest.mark.slow
+
+POLICY = """
+namespaces:
+  q: {placement: queue}
+migReshaping:
+  idleSeconds: 60
+  timeoutSeconds: 300
+"""
+ASKED = "gpupool.io/mig-reshape-asked"
+OUTCOME = "gpupool.io/mig-reshape-outcome"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Counted:
+    def __init__(self) -> None:
+        self.outcomes: list[str] = []
+
+    def mig_reshaped(self, outcome: str) -> None:
+        self.outcomes.append(outcome)
+
+
+@dataclass
+class Leader:
+    sim: KubeSim
+    policy: Policy
+    index: PoolIndex
+    waiting: Waiting
+    runner: Runner
+    reshaper: Reshaper
+    events: Events
+    metrics: Counted
+    clock: Clock
+
+    def pass_(self) -> None:
+        """One pass of the leader, its watch caught up first."""
+        sync(self.sim, self.index, self.policy)
+        for obj in self.sim.objects("Pod"):
+            self.waiting.apply(PODS, "MODIFIED", obj)
+        self.runner.run_pass()
+
+    def labels(self, node: str) -> dict[str, str]:
+        obj = self.sim.get("Node", None, node)
+        assert obj is not None
+        return dict(obj["metadata"].get("labels", {}))
+
+    def annotations(self, node: str) -> dict[str, str]:
+        obj = self.sim.get("Node", None, node)
+        assert obj is not None
+        return dict(obj["metadata"].get("annotations") or {})
+
+    def released(self, name: str) -> bool:
+        obj = self.sim.get("Pod", "q", name)
+        return obj is not None and not obj["spec"].get("schedulingGates")
+
+    def reasons(self, name: str) -> list[str]:
+        return [e.reason for e in self.events.recorded if e.pod == name]
+
+
+def start(sim: KubeSim, tmp_path: Path, client: object, text: str = POLICY) -> Leader:
+    pol = policy(text)
+    index = PoolIndex(pol)
+    waiting = Waiting(pol)
+    clock = Clock()
+    events, metrics = Events(), Counted()
+    reshaper = Reshaper(NodeLabeler(client), ConfigMapText(client), events, metrics, wall=clock, plan_seconds=0.0)
+    runner = Runner(Inventory(index), waiting, Leading(), PodReleaser(client), events=events, reshaper=reshaper)  # type: ignore[arg-type]
+    return Leader(sim, pol, index, waiting, runner, reshaper, events, metrics, clock)
+
+
+@pytest.fixture
+def sim() -> Iterator[KubeSim]:
+    with KubeSim(bookmark_interval=0.2) as running_sim:
+        running_sim.add(config_map())
+        for node in (a100("gpu-busy"), a100("gpu-idle"), a100("gpu-out", opted_in=False)):
+            running_sim.add(node)
+        running_sim.add(running("trainer", "gpu-busy"))
+        for k in range(4):
+            running_sim.add(waiting_pod(f"big-{k}"))
+        yield running_sim
+
+
+def test_the_idle_opted_in_node_is_re_cut_and_the_four_pods_are_released_into_it(sim: KubeSim, tmp_path: Path) -> None:
+    """The leader waits idleSeconds, then asks mig-manager for all-3g.40gb on gpu-idle alone (four 3g.40gb
+    for four 35 GiB Pods); nothing is released while the layout changes; once GFD shows the new layout
+    the outcome is written, the node told, and all four Pods released; gpu-busy and gpu-out untouched."""
+    mig = sim.mig_manager(OPERATOR_DEFAULT, delay=0.5)
+    with api_client(sim, tmp_path) as client:
+        leader = start(sim, tmp_path, client)
+        leader.pass_()
+        assert leader.labels("gpu-idle")["nvidia.com/mig.config"] == "all-1g.10gb"  # idle for 0 s, not 60
+        leader.clock.now += 61
+        leader.pass_()
+        assert leader.labels("gpu-idle")["nvidia.com/mig.config"] == "all-3g.40gb"
+        assert leader.annotations("gpu-idle")[ASKED].startswith("all-3g.40gb@")
+        assert leader.reshaper.waits_for == {f"q/big-{k}": "gpu-idle" for k in range(4)}
+        assert "WaitsForMigReshape" in leader.reasons("big-0") and "MigReshaping" in leader.reasons("gpu-idle")
+
+        def done() -> bool:
+            leader.pass_()
+            return all(leader.released(f"big-{k}") for k in range(4))
+
+        eventually(done, what="the four Pods released into the re-cut node")
+    assert leader.annotations("gpu-idle")[OUTCOME].startswith("done@")
+    assert "MigReshaped" in leader.reasons("gpu-idle")
+    assert leader.metrics.outcomes == ["asked", "done"]
+    for untouched in ("gpu-busy", "gpu-out"):
+        assert leader.labels(untouched)["nvidia.com/mig.config"] == "all-1g.10gb"
+        assert ASKED not in leader.annotations(untouched)
+    assert mig.violations == [] and mig.history == [("gpu-idle", "all-3g.40gb", "success")]
+    pods = {o["metadata"]["name"]: o for o in sim.objects("Pod", "q")}
+    assert {p["metadata"]["annotations"]["gpupool.io/pool"] for p in pods.values()} == {
+        "nvidia/medium/NVIDIA-A100-SXM4-80GB-MIG-3g.40gb/nvidia.com/mig-3g.40gb"
+    } or all("3g.40gb" in p["metadata"]["annotations"]["gpupool.io/pool"] for p in pods.values())
+
+
+def test_nothing_is_released_to_a_node_while_its_change_is_under_way(sim: KubeSim, tmp_path: Path) -> None:
+    """Between the label's write and GFD's new labels, the index counts the re-cut node as not usable:
+    its old instances are not counted as room (mig-manager here has not acted on the label yet, so the node
+    still offers them: only gpupool's own record of the change keeps Pods off it)."""
+    with api_client(sim, tmp_path) as client:
+        leader = start(sim, tmp_path, client)
+        leader.clock.now += 61
+        leader.pass_()
+        assert leader.labels("gpu-idle")["nvidia.com/mig.config"] == "all-3g.40gb"
+        sim.add(waiting_pod("small", memory="8Gi", resource="nvidia.com/mig-1g.10gb"))
+        leader.pass_()
+    # gpu-busy and gpu-out have free 1g.10gb: small goes to the pool, but the index counts no room on gpu-idle
+    with leader.runner.inventory.read() as index:
+        node = index.capacity.node("gpu-idle")
+        assert node is not None
+        facts = index.capacity.node_facts("gpu-idle", "nvidia.com/mig-1g.10gb")
+        assert isinstance(facts, NodeFacts) and facts.allocatable == 14
+        assert not facts.usable and index.capacity.node_free(facts) == 0
+
+
+def test_a_failed_change_is_left_alone_told_and_counted(sim: KubeSim, tmp_path: Path) -> None:
+    """mig-manager ends `failed`: the outcome is written, a Warning Event goes to the node and to each
+    Pod that waited for it, the metric counts it, and the node is never asked again."""
+    sim.mig_manager(OPERATOR_DEFAULT, delay=0.2, fail=["gpu-idle"])
+    with api_client(sim, tmp_path) as client:
+        leader = start(sim, tmp_path, client)
+        leader.clock.now += 61
+        leader.pass_()
+        eventually(lambda: leader.labels("gpu-idle").get("nvidia.com/mig.config.state") == "failed", what="failed")
+        leader.pass_()
+        assert leader.annotations("gpu-idle")[OUTCOME].startswith("failed@")
+        warnings = [e for e in leader.events.recorded if e.reason == "MigReshapeFailed"]
+        assert {e.pod for e in warnings} == {"gpu-idle", "big-0", "big-1", "big-2", "big-3"}
+        assert all(e.kind == "Warning" for e in warnings)
+        leader.clock.now += 3600
+        leader.pass_()
+    assert leader.metrics.outcomes == ["asked", "failed"]
+    assert leader.labels("gpu-out")["nvidia.com/mig.config"] == "all-1g.10gb"
+
+
+def test_a_change_still_pending_after_timeout_seconds_is_given_up_on(sim: KubeSim, tmp_path: Path) -> None:
+    """`pending` forever (older mig-manager releases): after timeoutSeconds the change is counted stuck,
+    told, and the node is not asked again."""
+    sim.mig_manager(OPERATOR_DEFAULT, delay=0.2, stuck=["gpu-idle"])
+    with api_client(sim, tmp_path) as client:
+        leader = start(sim, tmp_path, client)
+        leader.clock.now += 61
+        leader.pass_()
+        eventually(lambda: leader.labels("gpu-idle").get("nvidia.com/mig.config.state") == "pending", what="pending")
+        leader.clock.now += 299
+        leader.pass_()
+        assert OUTCOME not in leader.annotations("gpu-idle")
+        leader.clock.now += 2
+        leader.pass_()
+        assert leader.annotations("gpu-idle")[OUTCOME].startswith("stuck@")
+        leader.clock.now += 3600
+        leader.pass_()
+    assert leader.metrics.outcomes == ["asked", "stuck"]
+
+
+def test_a_node_changed_before_the_write_is_not_labelled_and_is_planned_again(sim: KubeSim, tmp_path: Path) -> None:
+    """The node's label changes between the plan and the write (an admin): the write is not made, the
+    fence is undone, the metric counts a conflict."""
+    with api_client(sim, tmp_path) as client:
+        leader = start(sim, tmp_path, client)
+        leader.clock.now += 61
+        sync(sim, leader.index, leader.policy)
+        node = sim.get("Node", None, "gpu-idle")
+        assert node is not None
+        node["metadata"]["labels"]["nvidia.com/mig.config"] = "all-7g.80gb"  # not yet shown to the leader
+        sim.modify(node)
+        for obj in sim.objects("Pod"):
+            leader.waiting.apply(PODS, "MODIFIED", obj)
+        leader.runner.run_pass()
+    assert leader.labels("gpu-idle")["nvidia.com/mig.config"] == "all-7g.80gb"
+    assert ASKED not in leader.annotations("gpu-idle")
+    assert leader.metrics.outcomes == ["conflict"]
+    with leader.runner.inventory.read() as index:
+        current = index.capacity.node("gpu-idle")
+        assert current is not None and ASKED not in current.annotations
+
+
+def test_without_mig_reshaping_in_the_policy_no_node_is_touched(sim: KubeSim, tmp_path: Path) -> None:
+    """The policy has no `migReshaping`: however long the Pods wait, no node is read or written."""
+    with api_client(sim, tmp_path) as client:
+        leader = start(sim, tmp_path, client, "namespaces:\n  q: {placement: queue}\n")
+        leader.clock.now += 3600
+        leader.pass_()
+        leader.pass_()
+    assert all(ASKED not in leader.annotations(n) for n in ("gpu-busy", "gpu-idle", "gpu-out"))
+    assert leader.metrics.outcomes == [] and sim.write_requests("patch", "nodes") == 0

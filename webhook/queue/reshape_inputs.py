@@ -1,0 +1,127 @@
+"""What the leader's MIG re-cuts (webhook.queue.reshape) read and write, as plain functions: the planner's
+inputs from the pool index and the queue's waits (which Pods wait, which instances are free, which nodes
+are busy), and the PATCH that asks mig-manager for a layout. Pure: no I/O, no clock."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from webhook.admission.request import GpuRequest
+from webhook.domain.model import NodeInfo, PodKey
+from webhook.domain.products import matches, tokens
+from webhook.mig.follow import ASKED_ANNOTATION, OUTCOME_ANNOTATION, under_way
+from webhook.mig.layouts import Layouts
+from webhook.mig.planner import CONFIG_LABEL, HANDS_OFF_STATES, RESHAPE_LABEL, STATE_LABEL, Change, Free, Waiting
+from webhook.pools.index import PoolIndex
+from webhook.pools.nodes import NodeFacts
+from webhook.queue.release import Wait
+
+TERMINAL = ("Succeeded", "Failed")
+MIG_CAPABLE = "nvidia.com/mig.capable"
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+
+
+def ask_patch(obj: Mapping[str, Any], layout: str, asked: str) -> list[dict[str, Any]]:
+    """The JSON Patch that asks mig-manager for `layout`: the label and gpupool's asked annotation (an
+    outcome of an earlier change removed), conditional on the node's resourceVersion as read."""
+    meta = obj.get("metadata") or {}
+    ops: list[dict[str, Any]] = [
+        {"op": "replace", "path": "/metadata/resourceVersion", "value": str(meta.get("resourceVersion", ""))},
+        {"op": "add", "path": "/metadata/labels/" + _escape(CONFIG_LABEL), "value": layout},
+    ]
+    annotations = meta.get("annotations")
+    if not isinstance(annotations, dict):
+        ops.append({"op": "add", "path": "/metadata/annotations", "value": {ASKED_ANNOTATION: asked}})
+        return ops
+    ops.append({"op": "add", "path": annotation_path(ASKED_ANNOTATION), "value": asked})
+    if OUTCOME_ANNOTATION in annotations:
+        ops.append({"op": "remove", "path": annotation_path(OUTCOME_ANNOTATION)})
+    return ops
+
+
+def not_as_planned(obj: Mapping[str, Any], change: Change) -> str:
+    """Why the node read is no longer the one the change was planned on ("" when it is)."""
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    if labels.get(RESHAPE_LABEL) != "true":
+        return f"{RESHAPE_LABEL} is no longer true"
+    if labels.get(CONFIG_LABEL, "") != change.from_layout:
+        return f"{CONFIG_LABEL} is {labels.get(CONFIG_LABEL, '')!r} now, not {change.from_layout!r}"
+    if labels.get(STATE_LABEL, "") in HANDS_OFF_STATES:
+        return f"{STATE_LABEL}={labels.get(STATE_LABEL)}"
+    if under_way(annotations):
+        return "a change gpupool asked for is under way"
+    return ""
+
+
+def demand_of(waits: Iterable[Wait], requests: Mapping[PodKey, GpuRequest]) -> list[tuple[str, str, GpuRequest]]:
+    """The Pods ("namespace/name", uid, request) that wait for capacity and accept MIG instances, in queue order."""
+    out = []
+    for w in waits:
+        req = requests.get(w.queued.key)
+        if w.code == "capacity" and req is not None and "mig" in req.devices:
+            out.append((f"{w.queued.key[0]}/{w.queued.key[1]}", w.queued.uid, req))
+    return out
+
+
+def waiting_of(pod: str, req: GpuRequest, nodes: list[NodeInfo]) -> Waiting:
+    """The planner's view of a waiting Pod: its memory, count, and the MIG nodes its constraints allow."""
+    allowed = frozenset(
+        n.name
+        for n in nodes
+        if req.requirements.matches(n.name, n.labels)
+        and (not req.products or any(matches(q, tokens(n.labels.get(PRODUCT_LABEL, ""))) for q in req.products))
+    )
+    return Waiting(pod, req.min_memory_mib, max(req.pod_total, 1), None, allowed)
+
+
+def free_of(index: PoolIndex, nodes: list[NodeInfo], layouts: Layouts) -> Iterable[Free]:
+    for node in nodes:
+        model = layouts.catalog.model_of(node.labels.get(PRODUCT_LABEL, ""))
+        for resource in node.allocatable:
+            facts = index.capacity.node_facts(node.name, resource)
+            if isinstance(facts, NodeFacts) and facts.kind == "mig" and facts.usable:
+                free = index.capacity.node_free(facts)
+                if free > 0:
+                    yield Free(node.name, model.name if model else "", facts.profile, facts.offered_mib, free)
+
+
+def busy_of(index: PoolIndex, nodes: list[NodeInfo]) -> set[str]:
+    """The MIG nodes a Pod holds GPUs of, or that a Pod released (or admitted) and not bound yet may land
+    on: one pinned to a pool of theirs, or to no pool, asking a resource they offer."""
+    pools: dict[str, set[str]] = {}
+    offers: dict[str, set[str]] = {}
+    for node in nodes:
+        for resource in node.allocatable:
+            offers.setdefault(resource, set()).add(node.name)
+            facts = index.capacity.node_facts(node.name, resource)
+            if isinstance(facts, NodeFacts):
+                pools.setdefault(str(facts.pool), set()).add(node.name)
+    busy = {n.name for n in nodes if any((index.usage.used_on(n.name) or {}).values())}
+    for key in index.usage.pod_keys():
+        pod = index.usage.pod_info(key)  # the unbound ones
+        if pod is None or pod.queued or pod.phase in TERMINAL or not any(pod.gpu_requests.values()):
+            continue
+        if pod.node:
+            busy.add(pod.node)
+        elif pod.pool:
+            busy |= pools.get(pod.pool, set())
+        else:
+            for resource, n in pod.gpu_requests.items():
+                if n:
+                    busy |= offers.get(resource, set())
+    return busy
+
+
+def is_mig(node: NodeInfo) -> bool:
+    return node.labels.get(MIG_CAPABLE) == "true" or CONFIG_LABEL in node.labels
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def annotation_path(key: str) -> str:
+    return "/metadata/annotations/" + _escape(key)
