@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from tests.admission.test_validation import Clock, CurrentInventory
+from tests.admission.clocked import Clock, CurrentInventory
 from tests.builders import fleet, index_of, pod, policy
 from webhook.admission.core import Admitter
 from webhook.admission.validation import Charges, Trusted, Validator

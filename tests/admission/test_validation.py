@@ -15,6 +15,7 @@ import jsonpatch
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 
+from tests.admission.clocked import Clock, CurrentInventory
 from tests.admission.demo import demo_policy
 from tests.admission.podgen import NAMESPACES, pod_st
 from tests.builders import fleet, gpu_node, index_of, pod, policy, quota
@@ -26,28 +27,13 @@ from webhook.admission.validation import Caller, Trusted, Validator, as_stored
 from webhook.admission.verdict import Verdict
 from webhook.domain.model import QUEUE_GATE
 from webhook.domain.policy import Policy
-from webhook.sources.snapshot import SnapshotInventory, parse_objects
+from webhook.sources.snapshot import parse_objects
 
 GPUPOOL = "system:serviceaccount:gpupool-system:gpupool-webhook"
 DEMO_OBJECTS = list(parse_objects(DEMO_INVENTORY.read_text(), str(DEMO_INVENTORY)))
 ALICE = Caller("alice", ("system:authenticated", "team-ml"))
 T4 = "nvidia/medium/Tesla-T4"
 Obj = dict[str, Any]
-
-
-class CurrentInventory(SnapshotInventory):
-    """A snapshot whose Pod watch has been current since time 0, so reservations settle (as live ones do)."""
-
-    def current_since(self) -> float | None:
-        return 0.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Replica:

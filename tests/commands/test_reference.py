@@ -14,7 +14,7 @@ from webhook.commands.cli import SUBCOMMANDS, build_parser
 
 REPO = Path(__file__).resolve().parents[2]
 # The commands whose reference is a usage block (serve and certs document their flags in tables).
-COMMANDS = ("explain", "inventory", "quota", "queue", "version")
+COMMANDS = ("explain", "inventory", "quota", "queue", "release", "version")
 
 
 def usage_block(command: str) -> str:

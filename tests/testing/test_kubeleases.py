@@ -155,7 +155,7 @@ class TestLeases:
         core = {
             r.name for r in kubernetes.client.CoreV1Api(client).get_api_resources(_request_timeout=TIMEOUT).resources
         }
-        assert core == {"nodes", "pods", "resourcequotas", "events"}
+        assert core == {"nodes", "pods", "resourcequotas", "events", "configmaps"}
 
 
 class _Candidate:

@@ -40,7 +40,9 @@ from webhook.testing.kubehttp import VERBS
 from webhook.testing.kubemig import MigManager
 from webhook.testing.kubepods import apply_defaults, has_defaults
 from webhook.testing.kubescheduler import Scheduler
-from webhook.testing.kubestore import Store, kind_of
+from webhook.testing.kubestore import KINDS, Store, kind_of
+
+_STORED = {k.kind.lower() for k in KINDS}  # kinds the store holds: served with list, watch and events
 
 
 class KubeSim:
@@ -173,8 +175,21 @@ class KubeSim:
         return None if body is None else _decode(body, {"kind": k.kind})
 
     def serve_object(self, obj: Mapping[str, Any], *, remove: bool = False) -> None:
-        """Serve (or stop serving) an object of a kind the store does not hold, such as an apps/v1
-        Deployment or a ConfigMap, by GET at its path only: no list, watch or events."""
+        """Serve (or stop serving) an object by GET at its path. A kind the store does not hold, such as an
+        apps/v1 Deployment, is served at its path only (no list, watch or events); one it holds, such as a
+        ConfigMap, is stored (created, replaced or deleted) and served as any stored object."""
+        if str(obj.get("kind", "")).lower() in _STORED:
+            meta = obj.get("metadata") or {}
+            namespace, name = meta.get("namespace"), str(meta.get("name", ""))
+            present = self.get(str(obj["kind"]), namespace, name) is not None
+            if remove:
+                if present:
+                    self.delete(str(obj["kind"]), namespace, name)
+            elif present:
+                self.modify(obj)
+            else:
+                self.add(obj)
+            return
         (self._state.objects.remove if remove else self._state.objects.put)(obj)
 
     def objects(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
