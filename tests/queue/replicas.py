@@ -18,6 +18,7 @@ from typing import Any
 import jsonpatch
 import orjson
 
+from tests.builders import gpu_node
 from tests.conftest import (
     REPO,
     SERVICE_DNS,
@@ -129,3 +130,10 @@ def replicas(work: Path, cert_dir: Path, policy: str, nodes: list[dict[str, Any]
                 client.close()
             for server in servers:
                 server.stop(timeout=20)
+
+
+def one_t4_node() -> list[dict[str, Any]]:
+    """One node of 4 T4s with room for 110 Pods: the fleet of the fence's and the charges' two-replica tests."""
+    node = gpu_node("t4-a", "Tesla-T4", 4)
+    node["status"]["allocatable"]["pods"] = "110"
+    return [node]

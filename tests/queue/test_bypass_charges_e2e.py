@@ -14,9 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.builders import gpu_node
 from tests.conftest import wait_until
-from tests.queue.replicas import WAIT, Pair, replicas
+from tests.queue.replicas import WAIT, Pair, one_t4_node, replicas
 
 pytestmark = pytest.mark.slow
 
@@ -40,9 +39,7 @@ def bound(name: str) -> dict[str, Any]:
 
 @pytest.fixture
 def pair(tmp_path: Path, cert_dir: Path) -> Iterator[Pair]:
-    node = gpu_node("t4-a", "Tesla-T4", 4)
-    node["status"]["allocatable"]["pods"] = "110"
-    with replicas(tmp_path, cert_dir, POLICY, [node]) as pair:
+    with replicas(tmp_path, cert_dir, POLICY, one_t4_node()) as pair:
         yield pair
 
 
