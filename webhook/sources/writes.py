@@ -89,18 +89,7 @@ class PodReleaser:
     def read(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The Pod as the API has it now; None when it is gone. Raises OSError when the API cannot be asked
         (after a release whose answer was lost, this tells whether it was written)."""
-        try:
-            resp: Any = self._core.read_namespaced_pod(
-                name, namespace, _preload_content=False, _request_timeout=TIMEOUT
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise OSError(f"reading Pod {namespace}/{name}: {exc.status} {_message(exc)}") from None
-        except urllib3.exceptions.HTTPError as exc:
-            raise OSError(f"reading Pod {namespace}/{name}: {exc}") from None
-        obj: dict[str, Any] = orjson.loads(resp.data)
-        return obj
+        return _read(f"Pod {namespace}/{name}", self._core.read_namespaced_pod, name, namespace)
 
 
 def _failure(exc: ApiException) -> ReleaseResult:
@@ -112,6 +101,21 @@ def _failure(exc: ApiException) -> ReleaseResult:
     if exc.status == 422:
         log.error("kube-apiserver refused a release as invalid (a gpupool bug): %s", message)
     return Refused(int(exc.status or 0), message)
+
+
+def _read(what: str, call: Any, *args: str) -> dict[str, Any] | None:
+    """One object read with `call(*args)`: None when it is gone (404); OSError naming `what` when the API
+    cannot be asked."""
+    try:
+        resp: Any = call(*args, _preload_content=False, _request_timeout=TIMEOUT)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise OSError(f"reading {what}: {exc.status} {_message(exc)}") from None
+    except urllib3.exceptions.HTTPError as exc:
+        raise OSError(f"reading {what}: {exc}") from None
+    obj: dict[str, Any] = orjson.loads(resp.data)
+    return obj
 
 
 def _message(exc: ApiException) -> str:
@@ -130,16 +134,7 @@ class NodeLabeler:
 
     def read(self, name: str) -> dict[str, Any] | None:
         """The node as the API has it now; None when it is gone. Raises OSError when the API cannot be asked."""
-        try:
-            resp: Any = self._core.read_node(name, _preload_content=False, _request_timeout=TIMEOUT)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise OSError(f"reading Node {name}: {exc.status} {_message(exc)}") from None
-        except urllib3.exceptions.HTTPError as exc:
-            raise OSError(f"reading Node {name}: {exc}") from None
-        obj: dict[str, Any] = orjson.loads(resp.data)
-        return obj
+        return _read(f"Node {name}", self._core.read_node, name)
 
     def patch(self, name: str, patch: list[dict[str, Any]]) -> ReleaseResult:
         """A JSON Patch of the node; one that sets `metadata.resourceVersion` to the version read makes
