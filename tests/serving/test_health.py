@@ -210,6 +210,27 @@ def test_garbage_is_a_json_400(served: tuple[HealthServer, State]) -> None:
         assert closed_by_server(raw)
 
 
+@pytest.mark.parametrize(
+    "announces",
+    [
+        pytest.param(b"Content-Length: 5\r\n", id="content-length"),
+        pytest.param(b"Transfer-Encoding: chunked\r\n", id="chunked"),
+    ],
+)
+def test_a_request_announcing_a_body_is_answered_413_from_its_head(
+    served: tuple[HealthServer, State], announces: bytes
+) -> None:
+    """No endpoint takes a body: a GET whose head announces one is answered 413 with a JSON error at once,
+    before any of the body is sent, and the connection is closed."""
+    with socket.create_connection(("127.0.0.1", served[0].port), timeout=PATIENCE) as raw:
+        raw.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + announces + b"\r\n")
+        resp = http.client.HTTPResponse(raw)
+        resp.begin()
+        assert (resp.status, resp.getheader("Connection")) == (413, "close")
+        assert "without a body" in orjson.loads(resp.read())["error"]
+        assert closed_by_server(raw)
+
+
 def test_busy_port_fails_at_construction() -> None:
     """Binding happens in the constructor, so `serve` can report a busy port before gunicorn starts."""
     first = HealthServer("127.0.0.1", 0, lambda: Readiness(True), lambda: MetricsText(b"", "text/plain"))
