@@ -40,8 +40,9 @@ from flask import Flask, Response, request
 
 from webhook.admission.core import Admitter
 from webhook.domain.policy import load_policy
+from webhook.serving.gunicorn_app import WorkerApp
 from webhook.serving.review import parse_review, pod_ref
-from webhook.serving.server import ServeOptions, WorkerApp, serve
+from webhook.serving.server import ServeOptions, serve
 from webhook.sources.snapshot import SnapshotInventory
 
 # As bench.serverbench.launch's: the servers this script runs import nothing from bench/ (see bench()).

@@ -7,22 +7,30 @@ aim at the port (the shipped NetworkPolicy lets every Pod in):
 - `drip`: sends a request head one byte per turn, never finishing it (a slow sender);
 - `flood`: connects and sends nothing.
 Each connection the server closes is opened again, so the count stays up while the load runs.
+
+`probes_apart` runs the kubelet's probes from a process of their own (`python -m
+tests.serving.health_load PORT ROUNDS`), as the kubelet's are.
 """
 
 from __future__ import annotations
 
 import contextlib
 import http.client
+import json
 import selectors
 import socket
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 KINDS = ("pipeline", "no-read", "drip", "flood")
 SCRAPE = b"GET /metrics HTTP/1.1\r\nHost: health\r\n\r\n"
 DRIP = b"GET /metrics HTTP/1.1\r\nHost: health\r\nX-Padding: " + b"x" * 200
 KUBELET_TIMEOUT = 3.0  # timeoutSeconds of the Deployment's liveness and readiness probes
+REPO = Path(__file__).resolve().parents[2]
 
 
 def probe(port: int, path: str, timeout: float = KUBELET_TIMEOUT) -> int:
@@ -40,6 +48,28 @@ def probe(port: int, path: str, timeout: float = KUBELET_TIMEOUT) -> int:
     finally:
         conn.close()
     return resp.status if time.monotonic() <= deadline else 0
+
+
+def probes_answered(port: int, rounds: int) -> list[tuple[str, int]]:
+    """`rounds` liveness and readiness probes, one after the other: (path, status) of each that failed."""
+    failed = []
+    for _ in range(rounds):
+        for path in ("/healthz", "/readyz"):
+            if (status := probe(port, path)) != 200:
+                failed.append((path, status))
+    return failed
+
+
+def probes_apart(port: int, rounds: int) -> list[tuple[str, int]]:
+    """`probes_answered`, from a process of its own, as the kubelet's probes come: what failed.
+
+    In the test's process a probe shares the GIL with the server's loop and the load's thread, and waits
+    for it between its connect and its request (milliseconds, tens of them on a busy machine): under a
+    flood that is long enough for its connection to be closed as the oldest one still waiting for its
+    client, which a kubelet, sending its request as it connects, never is."""
+    argv = [sys.executable, "-m", "tests.serving.health_load", str(port), str(rounds)]
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, check=True, timeout=rounds * 2 * KUBELET_TIMEOUT + 30)
+    return [(path, status) for path, status in json.loads(done.stdout)]
 
 
 @dataclass(eq=False)
@@ -132,3 +162,7 @@ class Load:
         except OSError:
             return False
         return True
+
+
+if __name__ == "__main__":  # probes_apart's process: PORT ROUNDS in, the failed probes out as JSON
+    print(json.dumps(probes_answered(int(sys.argv[1]), int(sys.argv[2]))))

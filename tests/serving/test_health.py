@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import REPO, health_get, wait_until
-from tests.serving.health_load import Load, probe
+from tests.serving.health_load import Load, probe, probes_apart
 from webhook.serving.health import HealthServer, MetricsText, Readiness
 
 # Generous: how long a test waits for the server to act on a deadline it was given in tenths of a second.
@@ -210,6 +210,27 @@ def test_garbage_is_a_json_400(served: tuple[HealthServer, State]) -> None:
         assert closed_by_server(raw)
 
 
+@pytest.mark.parametrize(
+    "announces",
+    [
+        pytest.param(b"Content-Length: 5\r\n", id="content-length"),
+        pytest.param(b"Transfer-Encoding: chunked\r\n", id="chunked"),
+    ],
+)
+def test_a_request_announcing_a_body_is_answered_413_from_its_head(
+    served: tuple[HealthServer, State], announces: bytes
+) -> None:
+    """No endpoint takes a body: a GET whose head announces one is answered 413 with a JSON error at once,
+    before any of the body is sent, and the connection is closed."""
+    with socket.create_connection(("127.0.0.1", served[0].port), timeout=PATIENCE) as raw:
+        raw.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + announces + b"\r\n")
+        resp = http.client.HTTPResponse(raw)
+        resp.begin()
+        assert (resp.status, resp.getheader("Connection")) == (413, "close")
+        assert "without a body" in orjson.loads(resp.read())["error"]
+        assert closed_by_server(raw)
+
+
 def test_busy_port_fails_at_construction() -> None:
     """Binding happens in the constructor, so `serve` can report a busy port before gunicorn starts."""
     first = HealthServer("127.0.0.1", 0, lambda: Readiness(True), lambda: MetricsText(b"", "text/plain"))
@@ -323,16 +344,6 @@ def test_clients_that_vanish_leave_only_json_debug_lines(tmp_path: Path) -> None
         assert all(isinstance(e, dict) for e in lines())  # every line parsed as a JSON object
 
 
-def probes_answered(port: int, rounds: int) -> list[tuple[str, int]]:
-    """`rounds` liveness and readiness probes, one after the other: (path, status) of each that failed."""
-    failed = []
-    for _ in range(rounds):
-        for path in ("/healthz", "/readyz"):
-            if (status := probe(port, path)) != 200:
-                failed.append((path, status))
-    return failed
-
-
 @pytest.fixture
 def busy() -> Iterator[HealthServer]:
     """A started server with the shipped limits and a /metrics answer the size of a busy cluster's."""
@@ -347,7 +358,7 @@ def test_probes_get_in_while_64_clients_pipeline_scrapes(busy: HealthServer) -> 
     and readiness probe is answered within the kubelet's timeoutSeconds."""
     with Load(busy.port).add("pipeline", 64) as load:
         wait_until(lambda: load.answered_bytes > 10_000_000, 60, "the clients to get their scrapes")
-        assert probes_answered(busy.port, 10) == []
+        assert probes_apart(busy.port, 10) == []
 
 
 @pytest.mark.parametrize(
@@ -368,7 +379,7 @@ def test_probes_get_in_under_every_load(busy: HealthServer, clients: dict[str, i
         load.add(kind, count)
     with load:
         load.settle()
-        assert probes_answered(busy.port, 5) == []
+        assert probes_apart(busy.port, 5) == []
 
 
 def test_a_scrape_that_hangs_never_holds_up_readiness() -> None:
@@ -386,7 +397,7 @@ def test_a_scrape_that_hangs_never_holds_up_readiness() -> None:
             for _ in range(8):
                 sock = stack.enter_context(socket.create_connection(("127.0.0.1", server.port), timeout=10))
                 sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-            assert probes_answered(server.port, 3) == []
+            assert probes_apart(server.port, 3) == []
     finally:
         release.set()
         server.stop()

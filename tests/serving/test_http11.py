@@ -187,6 +187,16 @@ def test_requests_past_the_limits_are_refused(data: bytes, status: int) -> None:
     assert info.value.status == status
 
 
+@pytest.mark.parametrize("head_limit", [HEAD_LIMIT, 16 * 1024], ids=["admission", "health"])
+def test_a_head_over_the_limit_is_refused_naming_the_limit(head_limit: int) -> None:
+    """The 431 says what was too long and how long it may be, for whichever limit the port set."""
+    conn = HttpConnection(LIMIT, head_limit)
+    conn.feed(HEAD + b"X: " + b"y" * head_limit)
+    with pytest.raises(ProtocolError) as info:
+        conn.next_request()
+    assert info.value.status == 431 and f"over {head_limit} bytes" in info.value.message, info.value.message
+
+
 def test_a_chunked_body_of_tiny_chunks_holds_its_bytes_and_no_more() -> None:
     """O(1) state per chunk: what a connection holds is its body so far plus an incomplete chunk line."""
     conn = HttpConnection(10 * MAX_CHUNKS)
@@ -259,6 +269,61 @@ def test_a_head_request_is_answered_without_the_body() -> None:
     data = conn.answer(OK, close=False)
     assert data.endswith(b"\r\n\r\n") and b"{}" not in data
     assert conn.next_cycle()
+
+
+GET = b"GET /healthz HTTP/1.1\r\nHost: health\r\n"
+
+
+@pytest.mark.parametrize(
+    "announces",
+    [
+        pytest.param(b"Content-Length: 5\r\n", id="content-length"),
+        pytest.param(b"Transfer-Encoding: chunked\r\n", id="chunked"),
+        pytest.param(b"Content-Length: 99999999999999999999\r\n", id="huge-length"),
+    ],
+)
+def test_a_head_only_connection_hands_over_a_request_announcing_a_body_with_its_head_alone(announces: bytes) -> None:
+    """A port that takes no bodies answers a request that announces one from its head: nothing of the body
+    is waited for, and the connection closes after the answer."""
+    conn = HttpConnection(0, head_only=True)
+    conn.feed(GET + announces + b"\r\n")
+    request = conn.next_request()
+    assert request is not None and (request.method, request.body, request.close) == (b"GET", b"", True)
+    conn.answer(Answer(413, b"Content Too Large", [], b"{}"), close=True)
+    assert not conn.next_cycle()
+
+
+@pytest.mark.parametrize(
+    "head", [pytest.param(GET, id="no-length"), pytest.param(GET + b"Content-Length: 0\r\n", id="length-zero")]
+)
+def test_a_head_only_connection_keeps_a_request_without_a_body(head: bytes) -> None:
+    """Without a body (none announced, or a Content-Length of 0) a head-only connection serves the request
+    and the next one on the same connection, as any other."""
+    conn = HttpConnection(0, head_only=True)
+    conn.feed((head + b"\r\n") * 2)
+    for _ in range(2):
+        request = conn.next_request()
+        assert request is not None and (request.body, request.close) == (b"", False)
+        conn.answer(OK, close=False)
+        assert conn.next_cycle()
+
+
+def test_answer_parts_are_the_answer_with_the_body_apart_and_uncopied() -> None:
+    """`answer_parts` frames the same bytes as `answer`, with the app's body object itself as the body,
+    and no body for HEAD."""
+    body = b"x" * 100_000
+    big = Answer(200, b"OK", [(b"content-length", b"%d" % len(body))], body)
+    for method in (b"GET", b"HEAD"):
+        joined, parted = HttpConnection(0, head_only=True), HttpConnection(0, head_only=True)
+        for conn in (joined, parted):
+            conn.feed(method + b" /metrics HTTP/1.1\r\nHost: h\r\n\r\n")
+            assert conn.next_request() is not None
+        head, sent = parted.answer_parts(big, close=False)
+        undated = re.compile(rb"Date: [^\r]*\r\n")  # formatted once a second: the two may straddle one
+        assert undated.sub(b"", head + sent) == undated.sub(b"", joined.answer(big, close=False))
+        assert sent is body if method == b"GET" else sent == b""
+        ((response, read_body),) = read_answers(head + sent, method)
+        assert (response.status_code, len(read_body)) == (200, len(body) if method == b"GET" else 0)
 
 
 @pytest.mark.parametrize(

@@ -205,7 +205,8 @@ SLOW_SERVER = textwrap.dedent(
     """
     # A server on gpupool's own gunicorn settings whose Admitter takes a while and marks each request.
     import pathlib, sys, time
-    from webhook.serving.server import ServeOptions, WorkerApp, serve
+    from webhook.serving.gunicorn_app import WorkerApp
+    from webhook.serving.server import ServeOptions, serve
     from webhook.admission.verdict import allow
 
     cert, key, port, health_port, marks = sys.argv[1:6]

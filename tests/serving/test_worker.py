@@ -383,7 +383,8 @@ QUEUE_SERVER = textwrap.dedent(
     # and takes as many seconds as the Pod's name ends with ("busy-1.5": 1.5 s).
     import pathlib, sys, time
     from webhook.admission.verdict import allow
-    from webhook.serving.server import ServeOptions, WorkerApp, serve
+    from webhook.serving.gunicorn_app import WorkerApp
+    from webhook.serving.server import ServeOptions, serve
 
     cert, key, port, health_port, marks, max_queued = sys.argv[1:7]
 

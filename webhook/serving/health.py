@@ -8,7 +8,8 @@ or prometheus_client.
 The port is open to every Pod, so it is built for the kubelet's probes to get in whatever else its
 clients do (pipelining scrapes, many or slow connections, slow readers, floods), on three threads:
 
-- One loop does all the socket work without blocking (webhook.serving.health_http: one connection) and
+- One loop does all the socket work without blocking (webhook.serving.health_http: one connection, read
+  and framed by the admission port's webhook.serving.http11, head-only) and
   answers /healthz and every error itself, the moment the request is read, one request per connection
   per turn, so no client's pipeline holds up the others.
 - /readyz and /metrics call out (they read the workers' metrics files), each on a thread of its own
@@ -282,6 +283,8 @@ class HealthServer:
         elif request.method not in ("GET", "HEAD"):
             allow = ("Allow", "GET, HEAD")
             self._respond(conn, error(405, f"method {request.method} not allowed; {SERVES}", allow), request)
+        elif request.has_body:  # announced, and never read: the connection closes after this answer
+            self._respond(conn, error(413, f"a request with a body; {SERVES}, without a body"), request)
         elif request.path == "/healthz":
             self._respond(conn, Answer(200, orjson.dumps({"status": "ok"})), request)
         elif request.path == "/metrics" and len(self._scrapes) >= self._max_scrapes:

@@ -1,11 +1,15 @@
 """One connection of the health port: its socket, its HTTP/1.1 state and the answer being written.
 
-h11 reads the requests and frames the answers (keep-alive, pipelining, HEAD, `Connection: close`,
-HTTP/1.0, the Host rule, the head size limit): the project reads HTTP with one well-kept, fuzzed parser
-rather than its own. This module turns h11's events into the few requests the port serves and answers
-into bytes, and never blocks: the socket is non-blocking and webhook.serving.health's loop calls in when
-it is ready. What a connection holds is bounded: h11 buffers at most one head (`MAX_HEAD`) plus one read,
-because the loop reads only when h11 needs more bytes, and an answer's body is shared, never copied.
+The requests are read and the answers framed by the admission port's own connection class
+(webhook.serving.http11.HttpConnection, on h11): one reader of HTTP/1.1 with one set of rules (keep-alive,
+pipelining, HEAD, `Connection: close`, HTTP/1.0, the Host rule, the limits on the head and its header
+fields, Content-Length with Transfer-Encoding). The connection is `head_only`: none of the endpoints
+takes a body, so a request that announces one is handed over with its head alone, answered, and the
+connection closed, without a byte of the body read. This module turns those requests into the few the
+port serves and its answers into bytes, and never blocks: the socket is non-blocking and
+webhook.serving.health's loop calls in when it is ready. What a connection holds is bounded: h11 buffers
+at most one head (`MAX_HEAD`) plus one read, because the loop reads only when a request is needed, and
+an answer's body is shared, never copied.
 """
 
 from __future__ import annotations
@@ -14,11 +18,10 @@ import contextlib
 import socket
 from collections import deque
 from dataclasses import dataclass
-from email.utils import formatdate
-from http import HTTPStatus
 
-import h11
 import orjson
+
+from webhook.serving import http11
 
 JSON = "application/json"
 MAX_HEAD = 16 * 1024  # a probe's request is a few hundred bytes
@@ -62,7 +65,7 @@ class Conn:
     def __init__(self, sock: socket.socket, peer: str, now: float, deadline: float) -> None:
         self.sock = sock
         self.peer = peer
-        self.http = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+        self.http = http11.HttpConnection(0, MAX_HEAD, head_only=True)
         self.state = "reading"
         self.request: Request | None = None  # the request being answered
         self.out: deque[memoryview] = deque()
@@ -75,7 +78,7 @@ class Conn:
     @property
     def buffered(self) -> bool:
         """Bytes of a next request (pipelined, or its start) are already received."""
-        return bool(self.http.trailing_data[0])
+        return self.http.buffered
 
     @property
     def idle(self) -> bool:
@@ -95,49 +98,35 @@ class Conn:
         data = self.sock.recv(RECV_SIZE)
         if not data:
             return False
-        self.http.receive_data(data)
+        self.http.feed(data)
         return True
 
     def next_request(self) -> Request | Answer | None:
         """The next whole request received; an error answer if it is malformed; None if more bytes are needed."""
         try:
-            event = self.http.next_event()
-            if event is h11.NEED_DATA:
-                return None
-            if not isinstance(event, h11.Request):  # h11 gives nothing else before a request when reading
-                return error(400, f"not an HTTP/1.1 request; {SERVES}")
-            method, target = event.method.decode("latin-1"), event.target.decode("latin-1")
-            line = f"{method} {target} HTTP/{event.http_version.decode('latin-1')}"
-            # A request without a body ends at once; anything else means a body nobody reads.
-            has_body = not isinstance(self.http.next_event(), h11.EndOfMessage)
-        except h11.RemoteProtocolError as exc:
-            if exc.error_status_hint == 431:
-                return error(431, f"request head over {MAX_HEAD} bytes")
-            return error(exc.error_status_hint, f"not a valid HTTP/1.1 request ({str(exc)[:MAX_ECHO]}); {SERVES}")
-        return Request(method, target.split("?", 1)[0], line, has_body)
+            request = self.http.next_request()
+        except http11.ProtocolError as exc:  # what is wrong, and the limit when one was passed
+            return error(exc.status, f"{exc.message[:MAX_ECHO]}; {SERVES}")
+        if request is None:
+            return None
+        method, target = request.method.decode("latin-1"), request.target.decode("latin-1")
+        line = f"{method} {target} HTTP/{request.http_version.decode('latin-1')}"
+        # Handed over with `close` only when the head announced a body (the connection is head-only).
+        return Request(method, target.split("?", 1)[0], line, has_body=request.close)
 
     def answer(self, request: Request, answer: Answer, *, close: bool) -> None:
         """Frame `answer` to `request` for writing; `close` ends the connection once it is written."""
         headers = [
-            ("Server", "gpupool-health"),
-            ("Date", formatdate(usegmt=True)),
-            ("Content-Type", answer.content_type),
-            ("Content-Length", str(len(answer.body))),
-            *answer.headers,
+            (b"Server", b"gpupool-health"),
+            (b"Content-Type", answer.content_type.encode("latin-1")),
+            (b"Content-Length", b"%d" % len(answer.body)),  # HEAD too: the length GET's body would have
+            *((name.encode("latin-1"), value.encode("latin-1")) for name, value in answer.headers),
         ]
-        if close or request.has_body or self.http.their_state is h11.ERROR:
-            headers.append(("Connection", "close"))
-        reason = HTTPStatus(answer.code).phrase.encode("latin-1")
-        pieces = self.http.send_with_data_passthrough(
-            h11.Response(status_code=answer.code, headers=headers, reason=reason)
-        )
-        out = deque(memoryview(piece) for piece in pieces or ())
-        if request.method != "HEAD" and answer.body:
-            out.append(memoryview(answer.body))  # the body itself, shared by every connection it goes to
-            self.http.send_with_data_passthrough(h11.Data(data=answer.body))
-        self.http.send(h11.EndOfMessage())  # framed by Content-Length: nothing more to write
+        reason = http11.status_reason(answer.code).encode("latin-1")
+        framed = http11.Answer(answer.code, reason, headers, answer.body)
+        head, body = self.http.answer_parts(framed, close=close or request.has_body)
+        self.out = deque(memoryview(piece) for piece in (head, body) if piece)  # the body shared, not copied
         self.request = request
-        self.out = out
 
     def flush(self) -> bool:
         """Write what the socket takes: True once the whole answer is written. Raises OSError."""
@@ -158,9 +147,8 @@ class Conn:
 
     def next_cycle(self) -> bool:
         """After an answer is written: ready for the next request on this connection, or False to close it."""
-        if self.http.our_state is not h11.DONE or self.http.their_state is not h11.DONE:
-            return False  # h11 says this connection ends (Connection: close, HTTP/1.0, an error, a body)
-        self.http.start_next_cycle()
+        if not self.http.next_cycle():
+            return False  # this connection ends (Connection: close, HTTP/1.0, an error, a body not read)
         self.request = None
         return True
 

@@ -25,6 +25,15 @@ A body over `max_body`: a declared Content-Length over it is handed over at once
 (the app answers 413 from the header); a chunked body that grows past it is handed over cut at
 `max_body` + 1 bytes (the app reads past its limit and answers 413). Either way the rest is not read as
 a request and the connection closes after the answer (`Request.close`).
+
+A port that serves only requests without a body (the health port: GET and HEAD) makes its connections
+`head_only`: a head that announces a body (a Content-Length over 0, or a Transfer-Encoding) is handed
+over at once, alone, with `Request.close` set, so the port answers it from the head and no byte of the
+body is waited for or read.
+
+Both ports frame their answers here: `answer` gives the bytes to send in one piece (the admission port),
+`answer_parts` the head and the body apart, for a port that sends one body to many clients without a copy
+per client (the health port's /metrics).
 """
 
 from __future__ import annotations
@@ -82,9 +91,10 @@ class ProtocolError(Exception):
 class HttpConnection:
     """The HTTP/1.1 state of one connection: bytes in, whole requests out, answers framed."""
 
-    def __init__(self, max_body: int, head_limit: int = HEAD_LIMIT) -> None:
+    def __init__(self, max_body: int, head_limit: int = HEAD_LIMIT, *, head_only: bool = False) -> None:
         self._max_body = max_body
         self._head_limit = head_limit
+        self._head_only = head_only  # a request announcing a body is handed over with its head alone
         self._start_request(b"")
 
     def _start_request(self, data: bytes) -> None:
@@ -150,6 +160,10 @@ class HttpConnection:
                 else:  # ConnectionClosed: the worker never feeds EOF, so this is h11 being careful
                     raise ProtocolError(400, "the connection was closed in the middle of a request")
         except h11.RemoteProtocolError as exc:
+            if exc.error_status_hint == 431:  # h11's incomplete-event limit, the only 431 it gives
+                limit = self._head_limit
+                message = f"a request head, chunk-size line or trailer section over {limit} bytes; accepted: {limit}"
+                raise ProtocolError(431, message) from None
             raise ProtocolError(exc.error_status_hint, f"malformed request: {exc}") from None
 
     def _request(self, event: h11.Request) -> Request | None:
@@ -172,6 +186,8 @@ class HttpConnection:
             raise ProtocolError(400, "Content-Length together with Transfer-Encoding: the body's end is ambiguous")
         if length is not None and int(length) > self._max_body:
             return self._take(close=True)  # the app answers 413 from the header alone
+        if self._head_only and (coding is not None or (length is not None and int(length) > 0)):
+            return self._take(close=True)  # the port answers from the head; the body is never read
         return None
 
     def _data(self, event: h11.Data) -> Request | None:
@@ -206,6 +222,19 @@ class HttpConnection:
         """The bytes of the answer to the request handed over last. Raises h11.LocalProtocolError when the
         app's answer cannot be sent as it is (a header field h11 would refuse, a body that is not its
         Content-Length, a Transfer-Encoding on a body that is whole)."""
+        head, body = self._frame(answer, close=close)
+        if body:
+            head.append(body)
+        return b"".join(head)
+
+    def answer_parts(self, answer: Answer, *, close: bool) -> tuple[bytes, bytes]:
+        """`answer`'s bytes as the head and the body to send after it (empty when none is sent: HEAD, 204,
+        304), the body being `answer.body` itself, never a copy. Raises h11.LocalProtocolError as `answer`."""
+        head, body = self._frame(answer, close=close)
+        return b"".join(head), body
+
+    def _frame(self, answer: Answer, *, close: bool) -> tuple[list[bytes], bytes]:
+        """The pieces of the answer's head, and the body to send after it."""
         status = answer.status
         sends_body = self._method != b"HEAD" and status not in _NO_BODY
         head = [b"HTTP/1.1 %d %s\r\n" % (status, answer.reason)]
@@ -235,11 +264,9 @@ class HttpConnection:
         if not keep:
             head.append(b"Connection: close\r\n")
         head.append(b"\r\n")
-        if sends_body and answer.body:
-            head.append(answer.body)
         # Only a request read to its end leaves the connection at the next one's first byte.
         self._reusable = keep and self._h11.their_state is h11.DONE
-        return b"".join(head)
+        return head, answer.body if sends_body else b""
 
     def refusal(self, error: ProtocolError) -> bytes:
         """The bytes of the answer to a request refused for `error` (the connection closes after it)."""

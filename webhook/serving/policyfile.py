@@ -1,7 +1,7 @@
 """The --policy file while the server runs: a changed file is read, validated and switched to between two
 admissions, without a restart; an invalid one keeps the policy in use.
 
-The file is watched the way the certificates are (webhook.serving.server.CertificateReloader): by its
+The file is watched the way the certificates are (webhook.serving.gunicorn_app.CertificateReloader): by its
 inode, size and modification time, which all change when the kubelet swaps a ConfigMap volume's `..data`
 symlink to a new directory, and then by the SHA-256 of its bytes, so that a file rewritten with the same
 content changes nothing. Each worker polls every `POLL_SECONDS` on a thread of its own; nothing is read

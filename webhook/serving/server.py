@@ -20,6 +20,10 @@ port require a client certificate signed by it) are unchanged and rebuilt on the
 after they change, so a rotated Secret takes effect without a restart. A certificate and key
 that do not match (a rotation caught half-way) keep the previous context until the pair is whole again;
 the master loads one before forking, so even a freshly forked worker always has a previous one.
+
+This module is what `serve` wires together: the settings, the hooks, the master's readiness and metrics
+for the health port, and what each worker and the leader process load. What gunicorn calls back (the
+application, its logger, the certificate reloader) is webhook.serving.gunicorn_app.
 """
 
 from __future__ import annotations
@@ -37,11 +41,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-from gunicorn.app.base import BaseApplication
-from gunicorn.glogging import Logger as GunicornLogger
-from gunicorn.sock import ssl_context as gunicorn_ssl_context
+from typing import Any
 
 from webhook.admission.core import Admitter
 from webhook.admission.validation import Charges, Trusted, Validator
@@ -50,6 +50,14 @@ from webhook.domain.exactness import policy_warnings
 from webhook.domain.policy import Policy
 from webhook.pools.inventory import Inventory
 from webhook.serving.certs import CertificateExpiry
+from webhook.serving.gunicorn_app import (
+    CertificateReloader,
+    LoadApp,
+    NoAccessLogger,
+    WebhookApplication,
+    WorkerApp,
+    prime_tls_context,
+)
 from webhook.serving.health import HealthServer, MetricsText, Readiness
 from webhook.serving.leaderproc import LeaderBody, LeaderSupervisor
 from webhook.serving.logs import logging_config
@@ -57,9 +65,6 @@ from webhook.serving.policyfile import PolicyFile, PolicyReloader, PolicyVersion
 from webhook.serving.queueing import LeaseFence, QueueSettings, leader_body
 from webhook.sources.charge_store import LeaseCharges
 from webhook.sources.live import LiveInventory
-
-if TYPE_CHECKING:
-    from wsgiref.types import WSGIApplication
 
 # webhook.serving.app and webhook.serving.metrics import prometheus_client, which decides between in-memory and
 # multiprocess values when it is first imported, from PROMETHEUS_MULTIPROC_DIR. `serve` sets that
@@ -74,17 +79,6 @@ GRACEFUL_SECONDS = 20  # in-flight admissions take milliseconds; below the Pod's
 WORKER_TIMEOUT_SECONDS = 30  # a worker silent this long is restarted (kube-apiserver gives up at 30 s)
 
 log = logging.getLogger("gpupool.server")
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerApp:
-    """What a worker serves, and what to stop when it exits (the inventory's watches, timers)."""
-
-    wsgi: WSGIApplication
-    close: Callable[[], None] = lambda: None
-
-
-LoadApp = Callable[[], WorkerApp]
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,7 +278,7 @@ def serve(
 
         def when_ready(arbiter: Any) -> None:  # in the master, before the first worker is forked
             arbiter_box.append(arbiter)
-            _prime_tls_context(arbiter.cfg)
+            prime_tls_context(arbiter.cfg)
             if leader is not None:
                 supervisor = LeaderSupervisor(
                     leader,
@@ -372,100 +366,6 @@ def gunicorn_settings(options: ServeOptions) -> dict[str, Any]:
         "logconfig_dict": logging_config(options.log_level),
         "control_socket_disable": True,  # no runtime control socket in $HOME (two servers would collide)
     }
-
-
-class NoAccessLogger(GunicornLogger):  # type: ignore[misc]  # gunicorn is untyped
-    """gunicorn's logger without the access log, which the admission line replaces.
-
-    With `logconfig_dict` set, gunicorn builds every request's access-log fields (a timestamp, a
-    dozen header look-ups) before logging decides to drop the line by level: a few percent of a
-    worker's CPU per request for nothing.
-    """
-
-    def access(self, resp: Any, req: Any, environ: Any, request_time: Any) -> None:
-        return None
-
-
-class WebhookApplication(BaseApplication):  # type: ignore[misc]  # gunicorn is untyped
-    """gunicorn driven from code: settings from a dict, the WSGI app from a loader run in the worker."""
-
-    def __init__(self, settings: Mapping[str, Any], load_app: LoadApp) -> None:
-        self._settings = dict(settings)
-        self._load_app = load_app
-        self._close: Callable[[], None] = lambda: None
-        super().__init__()
-
-    def load_config(self) -> None:
-        for name, value in self._settings.items():
-            self.cfg.set(name, value)
-
-    def load(self) -> WSGIApplication:
-        """Runs in the worker, after the fork."""
-        loaded = self._load_app()
-        self._close = loaded.close
-        return loaded.wsgi
-
-    def close_worker(self) -> None:
-        self._close()
-
-
-class CertificateReloader:
-    """gunicorn's `ssl_context` hook: one context per certificate version, TLS 1.2 at least.
-
-    gunicorn asks for a context on every new connection; building one costs about 0.7 ms of CPU, so
-    it is cached and rebuilt only when a file's inode, size or mtime changes: the certificate, the key,
-    and the client CA when there is one (gunicorn's factory reads it from the `ca_certs` setting).
-    """
-
-    def __init__(self, cert: str, key: str, client_ca: str | None = None) -> None:
-        self._paths = (cert, key) if client_ca is None else (cert, key, client_ca)
-        self._log_fields = {"cert": cert} if client_ca is None else {"cert": cert, "client_ca": client_ca}
-        self._lock = threading.Lock()  # called from any thread that wraps a socket
-        self._version: tuple[int, ...] | None = None
-        self._context: ssl.SSLContext | None = None
-
-    def __call__(self, conf: Any, default_factory: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
-        version = self._file_version()
-        with self._lock:
-            if self._context is not None and version == self._version:
-                return self._context
-            try:
-                context = default_factory()
-            except (ssl.SSLError, OSError) as exc:
-                if self._context is None:
-                    raise
-                # Mid-rotation (new certificate, old key), a file briefly missing or a CA file being
-                # rewritten: keep serving with the previous context and try again on the next connection.
-                log.warning("keeping the previous certificate: the new files do not load yet: %s", exc)
-                return self._context
-            context.minimum_version = ssl.TLSVersion.TLSv1_2
-            self._context, self._version = context, version
-            log.info("serving certificate loaded", extra={"fields": self._log_fields})
-            return context
-
-    def _file_version(self) -> tuple[int, ...]:
-        version: list[int] = []
-        for path in self._paths:
-            try:
-                st = os.stat(path)
-            except OSError:
-                version += [-1, -1, -1]
-                continue
-            version += [st.st_ino, st.st_size, st.st_mtime_ns]
-        return tuple(version)
-
-
-def _prime_tls_context(cfg: Any) -> None:
-    """Load the TLS context once in the master, so every worker is forked holding a working one.
-
-    A worker forked later (after a crash or a timeout) whose first handshake lands while the Secret's
-    certificate and key are half-swapped then keeps serving with the inherited pair instead of failing
-    that handshake (see CertificateReloader).
-    """
-    try:
-        gunicorn_ssl_context(cfg)
-    except (ssl.SSLError, OSError) as exc:  # checked at start; a rotation may be under way right now
-        log.warning("could not load the certificate before forking the workers: %s", exc)
 
 
 def _prepare_multiproc_dir() -> bool:
