@@ -67,10 +67,18 @@ class Ahead:
 
     def take(self, req: GpuRequest, choice: Choice, index: PoolIndex, policy: Policy) -> None:
         """Leave to the Pod of `choice`, which waits, what it waits for."""
-        if choice.wait == "quota":
-            self.quotas |= quota_keys(req.namespace, choice.waits_for, index, policy)
-        elif choice.wait == "capacity":
-            self.pools.update(choice.waits_for)
+        self.leave(req, choice.wait, choice.waits_for, index, policy)
+
+    def leave(
+        self, req: GpuRequest, wait: str | None, waits_for: tuple[PoolKey, ...], index: PoolIndex, policy: Policy
+    ) -> None:
+        """Leave to a Pod that waits for `wait` (a Choice's: quota or capacity) what it waits for: the
+        quotas a release to `waits_for` would take from, or their room. (`take`, for a wait remembered from
+        an earlier pass: webhook.queue.parking.)"""
+        if wait == "quota":
+            self.quotas |= quota_keys(req.namespace, waits_for, index, policy)
+        elif wait == "capacity":
+            self.pools.update(waits_for)
 
     def take_room(self, pools: Iterable[PoolKey]) -> None:
         """Leave the room in `pools` to a Pod (a gang) that waits for it."""
@@ -110,6 +118,9 @@ class Choice(NamedTuple):
     group: GroupNote | None = None  # the Pod's workload group, and where its siblings are
     wait: WaitCode | None = None  # RELEASE: what it waits for (`denial` says it in words)
     waits_for: tuple[PoolKey, ...] = ()  # RELEASE: the pools whose room (capacity) or quotas (quota) it waits for
+    # RELEASE: the candidates with room it looked at, in order, and whether a Pod ahead held each (it went
+    # on past those held): all that its answer read of the Pods ahead (webhook.queue.parking).
+    held: tuple[tuple[PoolKey, bool], ...] = ()
 
     @property
     def candidates(self) -> list[Candidate]:
@@ -195,13 +206,16 @@ def _released(req: GpuRequest, choice: Choice, index: PoolIndex, policy: Policy)
         if mode.ahead is not None and mode.ahead.holds(req, c.pool, index, policy):
             behind.append(c.pool)
             continue
+        held = (*((pool, True) for pool in behind), (c.pool, False))
         over = charged_quota_problem(req, index, policy, c.resource) if mode.quotas else ""
         if over:
-            return choice._replace(denial=over, wait="quota", waits_for=(c.pool,))
-        return choice._replace(chosen=c)
+            return choice._replace(denial=over, wait="quota", waits_for=(c.pool,), held=held)
+        return choice._replace(chosen=c, held=held)
     if behind:
         return choice._replace(
-            denial=f"behind Pods of higher priority or older that wait for {products(behind)}", wait="behind"
+            denial=f"behind Pods of higher priority or older that wait for {products(behind)}",
+            wait="behind",
+            held=tuple((pool, True) for pool in behind),
         )
     pools = tuple(c.pool for c in ordered)
     return choice._replace(

@@ -70,6 +70,11 @@ class Capacity:
         self._reshaped: set[tuple[PoolKey, Selector]] = set()  # selectors that came or went (toggled)
         self._remeasured = False  # a pool's memory per GPU changed
         self._memo = Memo()  # derived from the node structure; dropped when it changes
+        # Change counters, for the queue to tell what changed since it decided a shape (webhook.queue.parking):
+        # `structure` counts the changes of the node structure (every drop of the memo), `_room` each pool's
+        # changes of its free devices or holds.
+        self.structure = 0
+        self._room: dict[PoolKey, int] = {}
 
     # --- nodes ---------------------------------------------------------------------------------------
 
@@ -110,7 +115,7 @@ class Capacity:
         """Remember the node as it is now, if it offers a GPU resource (what constraints and `could_run`
         read); whatever it changed, decisions derived from the nodes are worked out again."""
         old = self._nodes.get(node.name)
-        self._memo.clear()
+        self._restructured()
         if old is not None and _requirable(old) == _requirable(node):
             self._nodes[node.name] = node  # readiness or a cordon: no Pod requires those of a node
             return
@@ -163,7 +168,7 @@ class Capacity:
         pool.selector_nodes[f.selector] += 1
 
     def _drop_facts(self, name: str) -> None:
-        self._memo.clear()
+        self._restructured()
         self._unclassified.pop(name, None)
         for f in self._facts.pop(name, []):
             pool = self._pools[f.pool]
@@ -179,7 +184,13 @@ class Capacity:
                 self._reshaped ^= {(f.pool, f.selector)}
             self._drop_if_empty(pool)
 
+    def _restructured(self) -> None:
+        """The node structure changed: what was derived from it is worked out again."""
+        self._memo.clear()
+        self.structure += 1
+
     def _set_own_free(self, pool: Pool, group: Group, name: str, free: int | None) -> None:
+        self._room[pool.key] = self._room.get(pool.key, 0) + 1
         unheld = not pool.holds and pool.key not in self._unpacked
         group.set_own_free(name, free, unheld)
         if not unheld:
@@ -188,7 +199,7 @@ class Capacity:
     def _drop_if_empty(self, pool: Pool) -> None:
         if not pool.groups and not pool.pending and not pool.holds:
             del self._pools[pool.key]
-            self._memo.clear()
+            self._restructured()
 
     # --- what the ledger says is used and held ---------------------------------------------------------
 
@@ -207,7 +218,7 @@ class Capacity:
         pool = self._pools.get(key)
         if pool is None:
             pool = self._pools[key] = Pool(key, key.resource or self.policy.vendors[key.vendor].resource)
-            self._memo.clear()  # a pool with only pending GPUs is still a pool decisions list
+            self._restructured()  # a pool with only pending GPUs is still a pool decisions list
         pool.hold(pins, gpus, sign)
         self._unpacked.add(key)
         self._drop_if_empty(pool)
@@ -228,6 +239,7 @@ class Capacity:
     def pack(self) -> None:
         """Pack the holds of every pool whose nodes or holds changed."""
         for key in self._unpacked:
+            self._room[key] = self._room.get(key, 0) + 1
             pool = self._pools.get(key)
             if pool is not None:
                 pack(pool)
@@ -254,6 +266,11 @@ class Capacity:
         computed once per key until a node changes. Decisions use it for what does not depend on free GPUs.
         `size` weighs an entry (webhook.pools.memo.Memo.get)."""
         return self._memo.get(key, compute, size)
+
+    def room_changes(self, key: PoolKey) -> int:
+        """How often the free devices or holds of pool `key` changed (0 for a pool never seen): equal
+        counts, equal room."""
+        return self._room.get(key, 0)
 
     def node(self, name: str) -> NodeInfo | None:
         """A node that offers a GPU resource, as last seen; None for any other."""

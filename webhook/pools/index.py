@@ -84,6 +84,22 @@ class PoolIndex:
         # Changes made so far: the queue's leader passes over an unchanged index only when woken
         # (webhook.queue.runner); a change no watch event announces (a reservation expired) still counts.
         self.changes = 0
+        # Changes per namespace of what it holds (its Pods and reservations) and of its ResourceQuotas, and
+        # of those whose namespace is not known here (a reservation taken back by token, or expired): what
+        # the queue's parked shapes read quotas from (webhook.queue.parking).
+        self._namespace_changes: dict[str, int] = {}
+        self._any_namespace = 0
+
+    def namespace_changes(self, namespace: str) -> int:
+        """How often what `namespace` holds, or its ResourceQuotas, may have changed: equal counts, equal
+        usage and quotas."""
+        return self._namespace_changes.get(namespace, 0) + self._any_namespace
+
+    def _namespace_changed(self, namespace: str | None) -> None:
+        if namespace is None:
+            self._any_namespace += 1
+        else:
+            self._namespace_changes[namespace] = self._namespace_changes.get(namespace, 0) + 1
 
     def _settle(self, reshaped: bool = False, *, changed: bool = True) -> None:
         """End of one change: place unbound Pods again if a selector came or went (or those a changed node
@@ -146,6 +162,7 @@ class PoolIndex:
         for key, pod in pods:
             if pod is not None or key in held:
                 ledger.upsert_pod(pod, key)
+                self._namespace_changed(key[0])
                 changed = True
         self._settle(changed=changed)
 
@@ -164,6 +181,7 @@ class PoolIndex:
         a burst finds its siblings before the watch shows any of them). `confirmed`: made by the Pod's
         validating call, which checked the Pod as it will be stored (`take_admitted` never finds it)."""
         token = self._ledger.reserve(reservation, now)
+        self._namespace_changed(reservation.namespace)
         self._settle()
         return token
 
@@ -176,6 +194,7 @@ class PoolIndex:
         again with `echoed=True`. False when there is none: then it is a Pod like any other."""
         if not self._ledger.take_echo(namespace, name, generate_name, pool=pool, node=node, gpus=gpus):
             return False
+        self._namespace_changed(namespace)
         self._settle()
         return True
 
@@ -186,11 +205,13 @@ class PoolIndex:
         only if it passes. False when this replica holds none."""
         if not self._ledger.take_admitted(namespace, name, generate_name, pool=pool, node=node):
             return False
+        self._namespace_changed(namespace)
         self._settle()
         return True
 
     def release(self, token: int) -> None:
         self._ledger.release(token)
+        self._namespace_changed(None)
         self._settle()
 
     def expire(self, now: float, current_since: float | None = None) -> int:
@@ -200,6 +221,7 @@ class PoolIndex:
         `reservationSettleSeconds` old (the Pod would have shown up by then)."""
         dropped = self._ledger.expire(now, current_since)
         if dropped:
+            self._namespace_changed(None)
             self._settle()
         return dropped
 
@@ -210,8 +232,10 @@ class PoolIndex:
             self.remove_quota(namespace, name)
             return
         self._quotas.upsert(quota)
+        self._namespace_changed(quota.namespace)
         self.changes += 1
 
     def remove_quota(self, namespace: str, name: str) -> None:
         self.changes += 1
+        self._namespace_changed(namespace)
         self._quotas.remove(namespace, name)

@@ -77,6 +77,16 @@ class CapacityView(Protocol):
         """Every node held (for a re-list to drop those gone)."""
         ...
 
+    @property
+    def structure(self) -> int:
+        """How often the node structure changed (pools, their nodes, node facts and labels): what `memo`
+        is dropped for. Equal counts, equal structure."""
+        ...
+
+    def room_changes(self, key: PoolKey) -> int:
+        """How often the free devices or holds of pool `key` changed: equal counts, equal room."""
+        ...
+
     def memo(self, key: Hashable, compute: Callable[[], T], size: Callable[[T], int] | None = None) -> T:
         """A value derived from the nodes but not from usage: computed once per key until a node changes.
         `size` weighs an entry (webhook.pools.memo.Memo.get)."""

@@ -33,7 +33,6 @@ from webhook.admission.decision import Candidate
 from webhook.admission.groups import pods_at_once
 from webhook.admission.patch import PatchSpec, release_patch
 from webhook.admission.pieces import patched_info
-from webhook.admission.prepared import prepare_view
 from webhook.admission.request import GpuRequest
 from webhook.admission.verdict import Verdict
 from webhook.domain.model import PodInfo, PodKey, PoolKey
@@ -41,6 +40,7 @@ from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
 from webhook.pools.memo import NO_MEMO, Memo
 from webhook.queue import gangs
+from webhook.queue.parking import Parking, read_request
 from webhook.queue.waiting import Queued
 
 
@@ -66,6 +66,7 @@ class Wait(NamedTuple):
 class Plan(NamedTuple):
     releases: list[Release]
     waits: list[Wait]
+    decisions: int = 0  # shapes, Pods and gangs decided (the rest were parked, or shared a shape's answer)
 
 
 PAUSE_EVERY = 16  # Pods decided between two calls of decide_batch's `pause`
@@ -82,6 +83,7 @@ class Batch(NamedTuple):
     pods: list[tuple[Queued, GpuRequest]]  # in release order
     gangs: dict[tuple[str, str], list[tuple[Queued, GpuRequest]]]  # (namespace, group) -> members, in order
     invalid: list[Wait]  # Pods whose request the policy now refuses (it changed since they were queued)
+    parking: Parking | None = None  # what the requests were read with: decide_batch parks the shapes there
 
 
 def plan(
@@ -97,8 +99,9 @@ def plan(
     return decide_batch(read_batch(queued, policy, shapes), index, policy, limit=limit, now=now)
 
 
-def read_batch(queued: list[Queued], policy: Policy, shapes: Memo = NO_MEMO) -> Batch:
-    """The requests of the waiting Pods (in their order), as admission reads them; no index, no lock."""
+def read_batch(queued: list[Queued], policy: Policy, shapes: Memo = NO_MEMO, parking: Parking | None = None) -> Batch:
+    """The requests of the waiting Pods (in their order), as admission reads them; no index, no lock.
+    With `parking`, each shape's request is read once while it waits (webhook.queue.parking)."""
     pods: list[tuple[Queued, GpuRequest]] = []
     gangs: dict[tuple[str, str], list[tuple[Queued, GpuRequest]]] = {}
     invalid: list[Wait] = []
@@ -110,15 +113,15 @@ def read_batch(queued: list[Queued], policy: Policy, shapes: Memo = NO_MEMO) -> 
     for q in queued:
         req = requests.get(id(q.view.shape))
         if req is None:
-            prepared = prepare_view(q.view, policy, shapes)
-            req = requests[id(q.view.shape)] = prepared if isinstance(prepared, Verdict) else prepared.request
+            read = parking.request(q, policy, shapes) if parking is not None else read_request(q, policy, shapes)
+            req = requests[id(q.view.shape)] = read
         if isinstance(req, Verdict):
             invalid.append(Wait(q, "invalid", req.message))
             continue
         if req.group.size and q.view.group:
             gangs.setdefault((q.key[0], q.view.group), []).append((q, req))
         pods.append((q, req))
-    return Batch(pods, gangs, invalid)
+    return Batch(pods, gangs, invalid, parking)
 
 
 def decide_batch(
@@ -136,8 +139,11 @@ def decide_batch(
         comes (a Pod released or deleted meanwhile is passed over), every decision reads the index as it is
         then, and what earlier Pods wait for stays theirs for the rest of the pass. `now` is the queue's clock
     (webhook.queue.waiting: `Queued.since`), for how long a gang has waited (webhook.queue.gangs); None
-    (a preview) counts no gang as having waited long."""
+    (a preview) counts no gang as having waited long. With the batch's `parking` (the runner's, kept
+    across passes), a shape that could not go is not decided again while nothing its answer read has changed
+    (webhook.queue.parking): the answer is the one the decision would give."""
     ahead = Ahead()  # what the Pods decided before wait for stays theirs
+    parking = batch.parking
     releases: list[Release] = []
     waits = list(batch.invalid)
     judged_gangs: set[tuple[str, str]] = set()
@@ -145,6 +151,7 @@ def decide_batch(
     # taken, and what it waits for stays blocked. So a saturated fleet's pass decides each shape once, not
     # each Pod.
     shape_waits: dict[int, Wait] = {}  # by the shape's identity, as in `read_batch`
+    decisions = 0
     for i, (q, req) in enumerate(batch.pods):
         if len(releases) >= limit:
             break
@@ -158,6 +165,7 @@ def decide_batch(
                 continue
             judged_gangs.add(gang_key)  # judged once, for all its members
             members = [m for m in batch.gangs[gang_key] if index.usage.is_queued(m[0].key)]
+            decisions += 1
             outcome = _gang(members, req.group.size, index, policy, ahead, now)
             if isinstance(outcome, Wait):
                 waits.extend(Wait(m, outcome.code, outcome.reason) for m, _ in members)
@@ -168,21 +176,30 @@ def decide_batch(
         if earlier is not None:
             waits.append(Wait(q, earlier.code, earlier.reason))
             continue
-        one = _one(q, req, index, policy, ahead)
+        parked = parking.parked(q, req, index, policy, ahead) if parking is not None else None
+        if parked is not None:
+            one: Release | Wait = Wait(q, parked.wait, parked.denial)
+        else:
+            decisions += 1
+            one = _one(q, req, index, policy, ahead, parking)
         if isinstance(one, Release):
             releases.append(one)
         else:
             waits.append(one)
             if not q.view.group:  # siblings decide by their group's pools: not one shape's answer
                 shape_waits[id(q.view.shape)] = one
-    return Plan(releases, waits)
+    return Plan(releases, waits, decisions)
 
 
-def _one(q: Queued, req: GpuRequest, index: PoolIndex, policy: Policy, ahead: Ahead) -> Release | Wait:
+def _one(
+    q: Queued, req: GpuRequest, index: PoolIndex, policy: Policy, ahead: Ahead, parking: Parking | None
+) -> Release | Wait:
     choice = choose(req, q.view, index, policy, ahead.mode)
     if choice.chosen is not None:
         return _apply(q, req, choice.chosen, index)
     ahead.take(req, choice, index, policy)
+    if parking is not None:
+        parking.park(q, req, choice, index, policy)
     return Wait(q, choice.wait or "capacity", choice.denial)
 
 

@@ -48,6 +48,7 @@ from webhook.pools.index import PoolIndex
 from webhook.pools.kubeobj import pod_from_obj
 from webhook.pools.memo import Memo
 from webhook.queue.leader import Elector
+from webhook.queue.parking import Parking
 from webhook.queue.refusals import Refusals
 from webhook.queue.release import Release, Wait, decide_batch, read_batch, settle
 from webhook.queue.reshape import Reshaper
@@ -139,6 +140,7 @@ class PassResult(NamedTuple):
     released: int  # writes answered "released" during the pass (run_pass: its own, every one answered)
     waiting: list[Wait]
     decided: int = 0  # releases the pass decided
+    decisions: int = 0  # shapes, Pods and gangs it decided (the others stayed parked: webhook.queue.parking)
 
 
 class Runner:
@@ -179,6 +181,7 @@ class Runner:
         self._stop = threading.Event()
         self._shapes = Memo()  # what a Pod's shape decides, for one policy only
         self._shapes_for: Policy | None = None
+        self._parking = Parking()  # the waiting shapes' requests and parked answers (webhook.queue.parking)
         self._told: dict[PodKey, tuple[str, str]] = {}  # Pods told they are queued: (uid, Event reason)
         self._uncertain: dict[PodKey, Release] = {}  # written, answer lost: looked up before undone
         self._refusals = Refusals()  # Pods whose releases the API refused: backed off, then given up on
@@ -210,6 +213,7 @@ class Runner:
         # the API has it; a Pod told it waits is not told again.
         self._uncertain.clear()
         self._shapes_for, self._changes_seen = None, None
+        self._parking = Parking()
         self.waiting.wake.set()
 
     def stop(self) -> None:
@@ -308,10 +312,11 @@ class Runner:
         if policy is not self._shapes_for:
             self._shapes, self._shapes_for = Memo(), policy
         ordered = self.waiting.ordered()
+        self._parking.keep_only({q.digest for q in ordered})
         if self._refusals:  # a Pod backing off, or given up on, holds no place: the Pods behind it go
             self._refusals.keep_only({q.key for q in ordered})
             ordered = [q for q in ordered if not self._refusals.holds_back(q, now)]
-        batch = read_batch(ordered, policy, self._shapes)
+        batch = read_batch(ordered, policy, self._shapes, self._parking)
         held = self.inventory.read()
         with held as index:
             if self.reshaper is not None:
@@ -327,7 +332,7 @@ class Runner:
                 self.reshaper.step(policy, {q.key: req for q, req in batch.pods}, decided.waits, self.inventory)
             except Exception:  # a bug must not stop the queue: logged, and the next pass tries again
                 log.exception("MIG re-cutting failed in a pass")
-        return PassResult(released, decided.waits, len(decided.releases))
+        return PassResult(released, decided.waits, len(decided.releases), decided.decisions)
 
     def _send_all(self, releases: list[Release]) -> int:
         """Send the releases in their order, at most `writers` in flight (answers taken meanwhile are

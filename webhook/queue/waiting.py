@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from webhook.admission.pod import PodError, PodShape, PodView, read_pod
+from webhook.admission.pod import PodError, PodShape, PodView, read_pod, shape_digest
 from webhook.domain.model import POOL_ANNOTATION, QUEUE_GATE, PodInfo, PodKey
 from webhook.domain.policy import Policy
 from webhook.pools.kubeobj import as_list, as_map, pod_from_obj, pod_gpu_requests
@@ -46,6 +46,7 @@ class Queued(NamedTuple):
     info: PodInfo  # as the pool index counts it (nothing while queued; its claim once released)
     since: float  # when this process first saw it waiting (monotonic), for the wait time
     order: tuple[int, str, str, str]  # the release order's key (`order_of`)
+    digest: bytes = b""  # the shape's (pod.shape_digest), set by `Waiting`; b"": not known (nothing is parked)
 
     def age(self, now: datetime) -> float | None:
         """Seconds from the Pod's creation to `now` (below zero when the clocks disagree); None when its
@@ -116,9 +117,10 @@ class Waiting:
         self._pods: dict[PodKey, Queued] = {}
         self._ordered: list[Queued] | None = None
         self._listing: set[PodKey] | None = None
-        # One object per distinct shape among the waiting Pods: a pass decides each shape once, and tells
-        # them apart by identity (a shape's hash walks all its tuples; a pass would pay it per Pod).
-        self._shapes: dict[PodShape, PodShape] = {}
+        # One object per distinct shape among the waiting Pods, with its digest: a pass decides each shape
+        # once, and tells them apart by identity (a shape's hash walks all its tuples; a pass would pay it
+        # per Pod), and across passes by digest (webhook.queue.parking), worked out once per shape here.
+        self._shapes: dict[PodShape, tuple[PodShape, bytes]] = {}
         self.wake = threading.Event()  # set by every change: room may have appeared, or a Pod queued
 
     # --- fed by the inventory (webhook.sources.live.Observer) -----------------------------------------
@@ -186,9 +188,14 @@ class Waiting:
         """The Pod with its shape as the one object all waiting Pods of that shape share. The table is
         rebuilt from the waiting Pods once it holds more than twice their shapes (Pods come and go)."""
         if len(self._shapes) > 2 * len(self._pods) + 64:
-            self._shapes = {q.view.shape: q.view.shape for q in self._pods.values()}
-        shape = self._shapes.setdefault(queued.view.shape, queued.view.shape)
-        return queued if shape is queued.view.shape else queued._replace(view=queued.view._replace(shape=shape))
+            self._shapes = {q.view.shape: (q.view.shape, q.digest) for q in self._pods.values()}
+        known = self._shapes.get(queued.view.shape)
+        if known is None:
+            known = self._shapes[queued.view.shape] = (queued.view.shape, shape_digest(queued.view.shape))
+        shape, digest = known
+        if shape is not queued.view.shape:
+            queued = queued._replace(view=queued.view._replace(shape=shape))
+        return queued._replace(digest=digest)
 
     def _drop(self, key: PodKey) -> None:
         if self._pods.pop(key, None) is not None:

@@ -1,0 +1,215 @@
+"""Benchmark: what a pass of the queue costs with many distinct Pods waiting, parked or decided again.
+
+The leader's pass (webhook.queue.release) keeps the answer of a waiting shape that could not go and
+decides it again only when something it read changed (webhook.queue.parking). The baseline is the same
+pass deciding every shape again every pass (no parking: what the queue did before), in the same process,
+on the same index, the two interleaved round by round.
+
+The fleet: 20 Tesla-T4 nodes of 4 GPUs, all taken by running Pods, and one free NVIDIA-L4 node. Waiting:
+`large` Pods, each 2 GPUs on a T4, each a distinct shape of about 330 KiB (a required node affinity of
+6 x 256 values of 60 characters no node has), so over what a memo entry may weigh (128 KiB) and decided
+from scratch whenever decided; or `small` Pods, 10,000 distinct ordinary shapes (gpupool.io/min-memory
+varies). For each count it measures, per mode:
+
+- `steady`: a pass with nothing changed (the median of 5): CPU seconds and decisions;
+- `victim`: a 1-GPU Pod of another namespace queued for the free L4: the CPU and wall seconds of the
+  pass that releases it (what the victim waits for beyond the watch and the PATCH);
+- `room`: one GPU frees on one T4 node (not enough for any of them): the next pass's CPU and decisions.
+
+    .venv/bin/python bench/bench_passes.py [--large 100,200,400] [--small 10000] [--rounds 3]
+
+Results are printed and written to bench/results/passes-<time>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from webhook.admission.core import evaluate  # noqa: E402
+from webhook.domain.policy import Policy, load_policy_text  # noqa: E402
+from webhook.pools.index import PoolIndex  # noqa: E402
+from webhook.pools.kubeobj import pod_from_obj  # noqa: E402
+from webhook.queue.parking import Parking  # noqa: E402
+from webhook.queue.release import Plan, decide_batch, read_batch, settle  # noqa: E402
+from webhook.queue.waiting import PODS, Waiting  # noqa: E402
+from webhook.sources.snapshot import build_index  # noqa: E402
+
+RESULTS = REPO / "bench" / "results"
+POLICY = "namespaces:\n  q: {placement: queue}\n  q2: {placement: queue}\n"
+TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+T4_NODES = 20
+
+
+def node(name: str, product: str, memory_mib: int) -> dict[str, Any]:
+    labels = {
+        "kubernetes.io/hostname": name,
+        "nvidia.com/gpu.product": product,
+        "nvidia.com/gpu.memory": str(memory_mib),
+        "nvidia.com/cuda.driver-version.full": "535.104.05",
+        "gpu.accelerator/class": "medium",
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {},
+        "status": {
+            "allocatable": {"cpu": "32", "memory": "128Gi", "nvidia.com/gpu": "4"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def gpu_pod(name: str, namespace: str, gpus: int, annotations: dict[str, str], node_name: str = "") -> dict[str, Any]:
+    container = {
+        "name": "main",
+        "image": "registry.example/train:1.0",
+        "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+    }
+    spec: dict[str, Any] = {"containers": [container], "tolerations": [TOLERATION]}
+    obj: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "annotations": annotations},
+        "spec": spec,
+    }
+    if node_name:
+        spec["nodeName"] = node_name
+        obj["status"] = {"phase": "Running"}
+    return obj
+
+
+def busy(node_name: str, gpus: int) -> dict[str, Any]:
+    return gpu_pod(f"busy-{node_name}", "other", gpus, {}, node_name)
+
+
+def queued(obj: dict[str, Any], policy: Policy, index: PoolIndex, k: int) -> dict[str, Any]:
+    """The Pod as kube-apiserver stores it once gpupool queued it."""
+    meta = obj["metadata"]
+    verdict = evaluate(obj, meta["namespace"], policy, index)
+    assert verdict.allowed and verdict.queued, verdict.message
+    stored = jsonpatch.apply_patch(copy.deepcopy(obj), list(verdict.patch))
+    created = f"2026-12-01T{10 + k // 3600:02d}:{k // 60 % 60:02d}:{k % 60:02d}Z"
+    stored["metadata"] |= {
+        "uid": f"uid-{meta['namespace']}-{meta['name']}",
+        "resourceVersion": "1",
+        "creationTimestamp": created,
+    }
+    return stored
+
+
+def large(obj: dict[str, Any], seed: int) -> dict[str, Any]:
+    values = [f"s{seed}-{k:04d}-".ljust(60, "x") for k in range(6 * 256)]
+    expressions = [
+        {"key": f"example.com/rack-{e}", "operator": "NotIn", "values": values[e * 256 : (e + 1) * 256]}
+        for e in range(6)
+    ]
+    required = {"nodeSelectorTerms": [{"matchExpressions": expressions}]}
+    obj["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
+    return obj
+
+
+def setting(kind: str, count: int) -> tuple[Policy, PoolIndex, Waiting]:
+    policy = load_policy_text(POLICY)
+    nodes = [node(f"t4-{i:02d}", "Tesla-T4", 15360) for i in range(T4_NODES)] + [node("l4-a", "NVIDIA-L4", 23034)]
+    index = build_index(nodes + [busy(f"t4-{i:02d}", 4) for i in range(T4_NODES)], policy)
+    waiting = Waiting(policy)
+    for k in range(count):
+        if kind == "large":
+            annotations = {"gpupool.io/gpu-class": "medium", "gpupool.io/gpu-product": "Tesla-T4"}
+            obj = large(queued(gpu_pod(f"p{k:05d}", "q", 2, annotations), policy, index, k), k)
+        else:
+            annotations = {"gpupool.io/gpu-product": "Tesla-T4", "gpupool.io/min-memory": f"{k + 1}Mi"}
+            obj = queued(gpu_pod(f"p{k:05d}", "q", 2, annotations), policy, index, k)
+        index.upsert_pod(pod_from_obj(obj, policy.gpu_resources, policy.partition_prefixes))
+        waiting.apply(PODS, "ADDED", obj)
+    return policy, index, waiting
+
+
+def a_pass(policy: Policy, index: PoolIndex, waiting: Waiting, parking: Parking | None) -> tuple[Plan, float, float]:
+    """One pass as the runner makes it (its requests read, then decided), with its CPU and wall seconds."""
+    cpu, wall = time.process_time(), time.perf_counter()
+    if parking is not None:
+        parking.keep_only({q.digest for q in waiting.ordered()})
+    decided = decide_batch(read_batch(waiting.ordered(), policy, parking=parking), index, policy)
+    return decided, time.process_time() - cpu, time.perf_counter() - wall
+
+
+def measure(kind: str, count: int, parked: bool) -> dict[str, Any]:
+    policy, index, waiting = setting(kind, count)
+    parking = Parking() if parked else None
+    first, first_cpu, _ = a_pass(policy, index, waiting, parking)
+    steady = [a_pass(policy, index, waiting, parking) for _ in range(5)]
+    victim_obj = queued(gpu_pod("victim", "q2", 1, {"gpupool.io/gpu-product": "NVIDIA-L4"}), policy, index, 10**5)
+    index.upsert_pod(pod_from_obj(victim_obj, policy.gpu_resources, policy.partition_prefixes))
+    waiting.apply(PODS, "ADDED", victim_obj)
+    victim, victim_cpu, victim_wall = a_pass(policy, index, waiting, parking)
+    assert [r.queued.key for r in victim.releases] == [("q2", "victim")], victim.releases
+    waiting.apply(PODS, "DELETED", victim_obj)
+    a_pass(policy, index, waiting, parking)  # the release, applied to the index, re-decides nothing it took from
+    index.upsert_pod(pod_from_obj(busy("t4-00", 3), policy.gpu_resources, policy.partition_prefixes))
+    room, room_cpu, _ = a_pass(policy, index, waiting, parking)
+    assert not room.releases
+    for release in victim.releases:
+        settle(index, release, None)
+    return {
+        "first_cpu_s": first_cpu,
+        "first_decisions": first.decisions,
+        "steady_cpu_s": statistics.median(s[1] for s in steady),
+        "steady_decisions": steady[-1][0].decisions,
+        "victim_cpu_s": victim_cpu,
+        "victim_wall_s": victim_wall,
+        "victim_decisions": victim.decisions,
+        "room_cpu_s": room_cpu,
+        "room_decisions": room.decisions,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--large", default="100,200,400", help="counts of large distinct waiting Pods")
+    parser.add_argument("--small", default="10000", help="counts of small distinct waiting Pods")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    runs = [("large", int(n)) for n in args.large.split(",") if n] + [
+        ("small", int(n)) for n in args.small.split(",") if n
+    ]
+    results: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for kind, count in runs:
+        per = results.setdefault(f"{kind}-{count}", {"before": [], "after": []})
+        for _ in range(args.rounds):  # interleaved: the machine is shared
+            for mode in ("before", "after"):
+                per[mode].append(measure(kind, count, parked=mode == "after"))
+        print(f"{kind} x {count}:")
+        for mode in ("before", "after"):
+            rows = per[mode]
+            med = {key: statistics.median(r[key] for r in rows) for key in rows[0]}
+            ms = {key: value * 1000 for key, value in med.items() if key.endswith("_s")}
+            print(
+                f"  {mode:6}  steady pass {ms['steady_cpu_s']:8.2f} ms CPU, {med['steady_decisions']:5.0f} decisions"
+                f" | victim's pass {ms['victim_cpu_s']:8.2f} ms CPU ({ms['victim_wall_s']:8.2f} ms wall),"
+                f" {med['victim_decisions']:5.0f} decisions | a T4 GPU frees: {ms['room_cpu_s']:8.2f} ms,"
+                f" {med['room_decisions']:5.0f} decisions"
+            )
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = RESULTS / f"passes-{time.strftime('%Y%m%dT%H%M%S')}.json"
+    meta = {"python": platform.python_version(), "rounds": args.rounds, "t4_nodes": T4_NODES}
+    out.write_text(json.dumps({"meta": meta, "results": results}, indent=2))
+    print(f"written to {out}")
+
+
+if __name__ == "__main__":
+    main()

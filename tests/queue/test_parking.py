@@ -1,0 +1,301 @@
+"""A pass decides a waiting shape again only when something it waits for changed (webhook.queue.parking):
+with nothing changed it decides nothing, room on one pool re-decides only the shapes that wait for that
+pool, a namespace's quota freeing re-decides its shapes, and what it answers is always what deciding
+every shape again would answer (the order rules included). Work is counted in decisions, never timed."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from itertools import chain
+from typing import Any
+
+import pytest
+
+from tests.builders import gpu_node, index_of, pod, policy
+from tests.queue.fakes import Events, Inventory, Leading, SlowApi
+from tests.queue.helpers import GPU_TOLERATION, enqueue, queued_pod
+from webhook.admission import choice as choice_module
+from webhook.admission.pod import read_pod, shape_bytes, shape_digest
+from webhook.domain.model import PodKey, PoolKey
+from webhook.domain.policy import Policy
+from webhook.pools.index import PoolIndex
+from webhook.pools.kubeobj import node_from_obj, pod_from_obj
+from webhook.pools.memo import ENTRY_SHARE, MEMO_BYTES
+from webhook.queue import release as release_module
+from webhook.queue.parking import Parking
+from webhook.queue.release import Plan, decide_batch, read_batch
+from webhook.queue.runner import Runner
+from webhook.queue.waiting import PODS, Waiting
+
+QUEUE = "namespaces:\n  q: {placement: queue}\n  q2: {placement: queue}\n"
+T4 = PoolKey("nvidia", "medium", "Tesla-T4")
+L4 = PoolKey("nvidia", "medium", "NVIDIA-L4")
+PRODUCTS = {"t4": "Tesla-T4", "l4": "NVIDIA-L4"}
+
+
+def large(obj: dict[str, Any], seed: str) -> dict[str, Any]:
+    """The Pod with a required node affinity of 6 x 256 distinct values no node has (so it reaches every
+    node): a shape far over what a memo entry may weigh, distinct per `seed`."""
+    values = [f"{seed}-{k:04d}-".ljust(60, "x") for k in range(6 * 256)]
+    expressions = [
+        {"key": f"example.com/rack-{e}", "operator": "NotIn", "values": values[e * 256 : (e + 1) * 256]}
+        for e in range(6)
+    ]
+    obj["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": expressions}]}
+        }
+    }
+    return obj
+
+
+def running(name: str, node: str, gpus: int, namespace: str = "other") -> dict[str, Any]:
+    return pod(name, namespace, gpus=gpus, node=node, phase="Running", tolerations=[GPU_TOLERATION])
+
+
+def fleet() -> list[dict[str, Any]]:
+    """One T4 and one L4 node of 4 GPUs each, both full."""
+    return [
+        gpu_node("t4-a", "Tesla-T4", 4),
+        gpu_node("l4-a", "NVIDIA-L4", 4, memory_mib=23034),
+        running("busy-t4", "t4-a", 4),
+        running("busy-l4", "l4-a", 4),
+    ]
+
+
+def waiting_pods(pol: Policy, index: PoolIndex, waiting: Waiting, count: int, *, gpus: int = 2) -> list[dict[str, Any]]:
+    """`count` large distinct 2-GPU Pods queued in q, alternately for the T4 and the L4 pool, oldest first."""
+    objs = []
+    for k in range(count):
+        product = ("t4", "l4")[k % 2]
+        obj = queued_pod(
+            f"p{k:03d}",
+            "q",
+            pol,
+            index,
+            annotations={"gpupool.io/gpu-class": "medium", "gpupool.io/gpu-product": PRODUCTS[product]},
+            created=f"2026-12-01T10:{k // 60:02d}:{k % 60:02d}Z",
+            gpus=gpus,
+            tolerations=[GPU_TOLERATION],
+        )
+        objs.append(large(obj, f"{product}{k}"))
+    enqueue(objs, index, waiting)
+    return objs
+
+
+class Decisions:
+    """Counts the one decision's calls made by a pass (each is a ranking of every pool for a request)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.pools: list[tuple[PoolKey, ...]] = []
+        real = choice_module.choose
+
+        def counting(*args: Any, **kw: Any) -> choice_module.Choice:
+            answer = real(*args, **kw)
+            self.pools.append(tuple(c.pool for c in answer.decision.candidates))
+            return answer
+
+        monkeypatch.setattr(release_module, "choose", counting)
+
+    def take(self) -> list[tuple[PoolKey, ...]]:
+        taken, self.pools = self.pools, []
+        return taken
+
+
+def a_pass(waiting: Waiting, index: PoolIndex, pol: Policy, parking: Parking | None) -> Plan:
+    return decide_batch(read_batch(waiting.ordered(), pol, parking=parking), index, pol)
+
+
+def answers(decided: Plan) -> tuple[list[tuple[PodKey, PoolKey]], list[tuple[PodKey, str, str]]]:
+    """What a pass answered, Pod by Pod: the releases, and each wait with its code and reason."""
+    return (
+        [(r.queued.key, r.pool) for r in decided.releases],
+        [(w.queued.key, w.code, w.reason) for w in decided.waits],
+    )
+
+
+@pytest.fixture
+def decisions(monkeypatch: pytest.MonkeyPatch) -> Decisions:
+    return Decisions(monkeypatch)
+
+
+def test_the_test_pods_are_over_what_a_memo_entry_may_weigh() -> None:
+    """The shapes of these tests are the ones the memo never keeps (each is decided from scratch without
+    parking)."""
+    pol = policy(QUEUE)
+    index = index_of(fleet(), pol)
+    obj = large(queued_pod("big", "q", pol, index, gpus=2, tolerations=[GPU_TOLERATION]), "seed")
+    assert shape_bytes(read_pod(obj).shape) > MEMO_BYTES // ENTRY_SHARE
+
+
+def test_with_nothing_changed_a_pass_over_200_large_distinct_shapes_decides_none(decisions: Decisions) -> None:
+    """200 large distinct Pods wait for room; the first pass decides each once, the next (nothing
+    changed) decides none, and answers the same."""
+    pol = policy(QUEUE)
+    index = index_of(fleet(), pol)
+    waiting = Waiting(pol)
+    waiting_pods(pol, index, waiting, 200)
+    parking = Parking()
+    first = a_pass(waiting, index, pol, parking)
+    assert len(decisions.take()) == first.decisions == 200
+    again = a_pass(waiting, index, pol, parking)
+    assert decisions.take() == [] and again.decisions == 0
+    assert answers(again) == answers(first)
+    assert len(parking) == 200
+
+
+def test_room_on_one_pool_decides_again_only_the_shapes_that_wait_for_it(decisions: Decisions) -> None:
+    """A GPU frees on the T4 node (not enough for a 2-GPU Pod): the next pass decides again the 100
+    shapes that wait for T4s, and none of the 100 that wait for L4s."""
+    pol = policy(QUEUE)
+    index = index_of(fleet(), pol)
+    waiting = Waiting(pol)
+    waiting_pods(pol, index, waiting, 200)
+    parking = Parking()
+    a_pass(waiting, index, pol, parking)
+    decisions.take()
+    index.upsert_pod(pod_from_obj(running("busy-t4", "t4-a", 3), pol.gpu_resources, pol.partition_prefixes))
+    decided = a_pass(waiting, index, pol, parking)
+    again = decisions.take()
+    assert len(again) == decided.decisions == 100
+    assert all(pools == (T4,) for pools in again)
+    assert decided.releases == []
+
+
+def test_room_enough_releases_the_oldest_pod_that_waits_for_it() -> None:
+    """The T4 node frees whole: the oldest T4 Pod goes (then the next, as room allows); every L4 Pod
+    stays parked."""
+    pol = policy(QUEUE)
+    index = index_of(fleet(), pol)
+    waiting = Waiting(pol)
+    waiting_pods(pol, index, waiting, 20)
+    parking = Parking()
+    a_pass(waiting, index, pol, parking)
+    index.remove_pod(("other", "busy-t4"))
+    decided = a_pass(waiting, index, pol, parking)
+    assert [(r.queued.key, r.pool) for r in decided.releases] == [(("q", "p000"), T4), (("q", "p002"), T4)]
+    assert decided.decisions == 10  # the 10 T4 shapes; the 10 L4 shapes stayed parked
+
+
+def test_a_parked_pod_keeps_what_it_waits_for_from_a_later_pod_of_another_shape() -> None:
+    """A parked 4-GPU Pod waits for the T4 node (2 free); a later 1-GPU Pod that would fit there stays
+    behind it, exactly as when every shape is decided again."""
+    pol = policy(QUEUE)
+    index = index_of([gpu_node("t4-a", "Tesla-T4", 4), running("busy", "t4-a", 2)], pol)
+    waiting = Waiting(pol)
+    big = large(queued_pod("big", "q", pol, index, gpus=4, tolerations=[GPU_TOLERATION]), "big")
+    enqueue([big], index, waiting)
+    parking = Parking()
+    assert a_pass(waiting, index, pol, parking).waits[0].code == "capacity"
+    small = queued_pod("small", "q2", pol, index, gpus=1, created="2026-12-01T11:00:00Z", tolerations=[GPU_TOLERATION])
+    enqueue([small], index, waiting)
+    decided = a_pass(waiting, index, pol, parking)
+    assert decided.releases == []
+    assert [(w.queued.key, w.code) for w in decided.waits] == [(("q", "big"), "capacity"), (("q2", "small"), "behind")]
+    assert decided.decisions == 1  # the small one; the big one stayed parked
+    assert answers(decided) == answers(a_pass(waiting, index, pol, None))
+
+
+def test_a_quota_that_frees_decides_the_namespace_again_and_releases() -> None:
+    """Pods wait for their namespace's class quota with room on the pools; nothing changes: they stay
+    parked; a Pod of the namespace ends: they are decided again, and the oldest goes."""
+    pol = policy(QUEUE.replace("q: {placement: queue}", "q: {placement: queue, classQuota: {medium: 2}}"))
+    index = index_of([gpu_node("t4-a", "Tesla-T4", 4), running("mine", "t4-a", 2, namespace="q")], pol)
+    waiting = Waiting(pol)
+    objs = [
+        large(
+            queued_pod(
+                f"w{k}", "q", pol, index, gpus=1, created=f"2026-12-01T10:00:0{k}Z", tolerations=[GPU_TOLERATION]
+            ),
+            f"w{k}",
+        )
+        for k in range(3)
+    ]
+    enqueue(objs, index, waiting)
+    parking = Parking()
+    first = a_pass(waiting, index, pol, parking)
+    assert {w.code for w in first.waits} == {"quota"} and first.releases == []
+    assert a_pass(waiting, index, pol, parking).decisions == 0
+    index.remove_pod(("q", "mine"))
+    decided = a_pass(waiting, index, pol, parking)
+    assert [r.queued.key for r in decided.releases] == [("q", "w0"), ("q", "w1")]
+    assert decided.decisions == 3
+
+
+def test_a_new_policy_decides_every_shape_again() -> None:
+    pol = policy(QUEUE)
+    index = index_of(fleet(), pol)
+    waiting = Waiting(pol)
+    waiting_pods(pol, index, waiting, 6)
+    parking = Parking()
+    a_pass(waiting, index, pol, parking)
+    assert a_pass(waiting, index, pol, parking).decisions == 0
+    assert a_pass(waiting, index, policy(QUEUE), parking).decisions == 6
+
+
+def changes(index: PoolIndex, waiting: Waiting, pol: Policy) -> Iterator[str]:
+    """A run of changes of every kind a parked answer reads: room, nodes, labels, quotas, Pods coming."""
+    info = lambda obj: pod_from_obj(obj, pol.gpu_resources, pol.partition_prefixes)  # noqa: E731
+    node = lambda obj: node_from_obj(obj, pol.gpu_resources, pol.partition_prefixes)  # noqa: E731
+    index.upsert_pod(info(running("busy-t4", "t4-a", 3)))
+    yield "a T4 GPU frees"
+    index.upsert_pod(info(running("busy-l4", "l4-a", 1)))
+    yield "three L4 GPUs free"
+    index.upsert_node(node(gpu_node("l4-b", "NVIDIA-L4", 8, memory_mib=23034)))
+    yield "a larger L4 node joins"
+    index.upsert_pod(info(running("fill-l4b", "l4-b", 8)))
+    yield "it fills"
+    later = queued_pod("late", "q2", pol, index, gpus=1, created="2026-12-01T12:00:00Z", tolerations=[GPU_TOLERATION])
+    enqueue([later], index, waiting)
+    yield "a small Pod of another namespace queues"
+    index.remove_pod(("other", "busy-t4"))
+    yield "the T4 node frees whole"
+    index.upsert_node(node(gpu_node("t4-a", "Tesla-T4", 4, labels={"example.com/rack-0": "t40-0000-".ljust(60, "x")})))
+    yield "the T4 node is relabelled"
+
+
+def test_parked_answers_are_the_answers_of_deciding_every_shape_again() -> None:
+    """After each change, a pass with parking answers what a pass deciding every shape answers (both
+    over the same index; each pass's releases taken back before the other's)."""
+    pol = policy(QUEUE)
+    index = index_of(fleet(), pol)
+    waiting = Waiting(pol)
+    waiting_pods(pol, index, waiting, 12)
+    parking = Parking()
+    for what in chain(["nothing yet"], changes(index, waiting, pol)):  # each change made after the last pass
+        with_parking = a_pass(waiting, index, pol, parking)
+        undo(index, with_parking)
+        fresh = a_pass(waiting, index, pol, None)
+        undo(index, fresh)
+        assert answers(with_parking) == answers(fresh), what
+
+
+def undo(index: PoolIndex, decided: Plan) -> None:
+    for r in decided.releases:
+        release_module.settle(index, r, None)
+
+
+def test_the_runner_decides_nothing_in_a_pass_over_an_unchanged_queue() -> None:
+    """Through the leader's runner: a second pass, woken by a Pod that frees nothing, decides no shape."""
+    pol = policy(QUEUE)
+    index = index_of(fleet(), pol)
+    waiting = Waiting(pol)
+    waiting_pods(pol, index, waiting, 30)
+    runner = Runner(Inventory(index), waiting, Leading(), SlowApi({}, 1), events=Events())
+    assert runner.run_pass().decisions == 30
+    waiting.apply(PODS, "MODIFIED", pod("cpu", "other"))
+    assert runner.run_pass().decisions == 0
+
+
+def test_equal_shapes_share_a_digest_and_different_ones_do_not() -> None:
+    pol = policy(QUEUE)
+    index = index_of(fleet(), pol)
+    a = queued_pod("a", "q", pol, index, gpus=1, tolerations=[GPU_TOLERATION])
+    b = queued_pod("b", "q", pol, index, gpus=1, tolerations=[GPU_TOLERATION])
+    c = queued_pod("c", "q", pol, index, gpus=2, tolerations=[GPU_TOLERATION])
+    digests = [shape_digest(read_pod(o).shape) for o in (a, b, c, large(copy.deepcopy(a), "x"))]
+    assert read_pod(a).shape == read_pod(b).shape
+    assert digests[0] == digests[1]
+    assert len(set(digests)) == 3
+    assert all(len(d) == 16 for d in digests)

@@ -1,0 +1,139 @@
+"""Parked shapes: a waiting shape is decided again only when something its last decision read changed.
+
+A pass (webhook.queue.release) decides each waiting shape by the one decision (webhook.admission.choice,
+in RELEASE mode). Most of a long queue waits for the same thing pass after pass, so deciding each shape
+again every pass is work that grows with what waits, not with what changed; and a shape the memo does not
+keep (one heavier than a memo entry may be, webhook.pools.memo) costs its request read again and a
+ranking over every node of every pool it may reach.
+
+`Parking` keeps, per shape, by its digest (webhook.admission.pod.shape_digest, never the shape itself),
+the request read from it and, once a decision left it waiting, that answer with what the answer read:
+
+- the node structure (`index.capacity.structure`): pools, their nodes, the nodes' facts and labels;
+- the room of each pool it was a candidate for (`index.capacity.room_changes`): free devices and holds;
+- what its namespace holds and its ResourceQuotas (`index.namespace_changes`), when the answer read a
+  quota: the namespace has class or GPU-memory quotas, or the Pod waits for a quota or behind others;
+- the Pods ahead of it in the pass (`Choice.held`): whether they held each candidate with room it looked
+  at (a Pod that waits for capacity had none: its answer does not depend on the Pods ahead);
+- the policy and the index themselves: a change of either forgets every answer.
+
+While all of these are as they were, the decision would give the same answer, so the pass takes it
+without deciding: the shape stays parked, and leaves to the Pods behind it what it waits for
+(`Ahead.leave`), as the decision would have. Any of them changed, it is decided again. A Pod of a
+workload group (where its siblings are is identity, read from the ledger) or of a gang is never parked.
+
+Bounded: one entry per distinct shape among the waiting Pods (its 16-byte digest, its request, which
+shares the values of the shape its Pods hold, and a few counters), dropped with its last Pod
+(`keep_only`, every pass). Not thread-safe: the leader's loop alone uses it.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from webhook.admission.choice import Ahead, Choice
+from webhook.admission.prepared import prepare_view
+from webhook.admission.request import GpuRequest
+from webhook.admission.verdict import Verdict
+from webhook.domain.model import PoolKey
+from webhook.domain.policy import Policy
+from webhook.pools.index import PoolIndex
+from webhook.pools.memo import NO_MEMO, Memo
+from webhook.pools.quotas.checks import has_pool_quotas
+from webhook.queue.waiting import Queued
+
+
+class _Stamp(NamedTuple):
+    """What an answer read of the index, as change counters: equal stamps, equal answers."""
+
+    structure: int
+    rooms: tuple[int, ...]  # per pool of the entry's `pools`
+    namespace: int  # -1 when it read no quota
+
+
+class _Parked(NamedTuple):
+    wait: str  # Choice.wait: capacity, quota or behind
+    denial: str
+    waits_for: tuple[PoolKey, ...]
+    pools: tuple[PoolKey, ...]  # its candidates: the pools whose room it read
+    held: tuple[tuple[PoolKey, bool], ...]  # Choice.held
+    namespace: str | None  # the namespace whose usage and quotas it read; None when none
+    stamp: _Stamp
+
+
+def read_request(q: Queued, policy: Policy, shapes: Memo = NO_MEMO) -> GpuRequest | Verdict:
+    """The request admission reads from the Pod's shape, or the verdict that refuses it under `policy`."""
+    prepared = prepare_view(q.view, policy, shapes)
+    return prepared if isinstance(prepared, Verdict) else prepared.request
+
+
+class Parking:
+    """The requests and the parked answers of the waiting shapes, by digest, for one policy and index."""
+
+    def __init__(self) -> None:
+        self._policy: Policy | None = None
+        self._index: PoolIndex | None = None
+        self._requests: dict[bytes, GpuRequest | Verdict] = {}
+        self._parked: dict[bytes, _Parked] = {}
+
+    def __len__(self) -> int:
+        """The shapes parked now."""
+        return len(self._parked)
+
+    def request(self, q: Queued, policy: Policy, shapes: Memo = NO_MEMO) -> GpuRequest | Verdict:
+        """The Pod's request (`read_request`), read once per shape and policy."""
+        if policy is not self._policy:
+            self._policy, self._index = policy, None
+            self._requests.clear()
+            self._parked.clear()
+        if not q.digest:
+            return read_request(q, policy, shapes)
+        req = self._requests.get(q.digest)
+        if req is None:
+            req = self._requests[q.digest] = read_request(q, policy, shapes)
+        return req
+
+    def parked(self, q: Queued, req: GpuRequest, index: PoolIndex, policy: Policy, ahead: Ahead) -> _Parked | None:
+        """The answer the decision would give the Pod now, if its shape is parked and nothing its last
+        answer read has changed; what it waits for is then left to it in `ahead`. None: decide it."""
+        if index is not self._index or policy is not self._policy:
+            self._index, self._policy = index, policy
+            self._parked.clear()
+            return None
+        entry = self._parked.get(q.digest) if q.digest and not q.view.group else None
+        if entry is None or entry.stamp != _stamp(entry.pools, entry.namespace, index):
+            return None
+        if any(ahead.holds(req, pool, index, policy) != held for pool, held in entry.held):
+            return None
+        ahead.leave(req, entry.wait, entry.waits_for, index, policy)
+        return entry
+
+    def park(self, q: Queued, req: GpuRequest, choice: Choice, index: PoolIndex, policy: Policy) -> None:
+        """Keep the answer of a decision that left the Pod waiting, with what it read (taken now: call it
+        right after the decision)."""
+        if not q.digest or q.view.group or choice.wait is None:
+            return
+        if index is not self._index or policy is not self._policy:
+            self._index, self._policy = index, policy
+            self._parked.clear()
+        reads_quota = choice.wait != "capacity" or has_pool_quotas(req.namespace, policy)
+        namespace = req.namespace if reads_quota else None
+        pools = tuple(c.pool for c in choice.decision.candidates)
+        self._parked[q.digest] = _Parked(
+            choice.wait, choice.denial, choice.waits_for, pools, choice.held, namespace, _stamp(pools, namespace, index)
+        )
+
+    def keep_only(self, digests: set[bytes]) -> None:
+        """Forget the shapes no Pod of `digests` (those waiting now) has."""
+        for table in (self._requests, self._parked):
+            for gone in [d for d in table if d not in digests]:
+                del table[gone]
+
+
+def _stamp(pools: tuple[PoolKey, ...], namespace: str | None, index: PoolIndex) -> _Stamp:
+    capacity = index.capacity
+    return _Stamp(
+        capacity.structure,
+        tuple(capacity.room_changes(pool) for pool in pools),
+        index.namespace_changes(namespace) if namespace is not None else -1,
+    )
