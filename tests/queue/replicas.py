@@ -54,9 +54,10 @@ class Pair:
             obj = jsonpatch.apply_patch(copy.deepcopy(obj), orjson.loads(base64.b64decode(answer["patch"])))
         return self.sim.add(obj)
 
-    def submit(self, obj: dict[str, Any], replica: int = 0) -> tuple[bool, str]:
+    def submit(self, obj: dict[str, Any], replica: int = 0, *, stored: bool = True) -> tuple[bool, str]:
         """A Pod CREATE as kube-apiserver makes it, both webhooks included: a replica's mutating call, its
-        patch applied, the Pod given its uid, the validating call (on the replicas in turn), then stored.
+        patch applied, the Pod given its uid, the validating call (on the replicas in turn), then stored
+        (`stored` False: the creation fails after the validating call, so no watch ever shows the Pod).
         (allowed, the refusal's message). Safe from several threads: the validating calls run at once."""
         namespace = obj["metadata"]["namespace"]
         with self._calls[replica]:
@@ -71,7 +72,8 @@ class Pair:
             self.hook({"kind": "Pod", "apiVersion": "v1", **obj}, None, TENANT, dry_run=False)
         except ApiError as exc:
             return False, exc.message
-        self.sim.add(obj)
+        if stored:
+            self.sim.add(obj)
         return True, ""
 
     def pod(self, namespace: str, name: str) -> dict[str, Any]:
