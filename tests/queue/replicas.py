@@ -41,8 +41,10 @@ WAIT = 60.0  # a failover takes the Lease's 15 s and a catch-up; generous for a 
 
 
 class Pair:
-    def __init__(self, sim: KubeSim, clients: list[ApiServerClient], hook: ValidatingWebhook) -> None:
-        self.sim, self.clients, self.hook = sim, clients, hook
+    def __init__(
+        self, sim: KubeSim, clients: list[ApiServerClient], hook: ValidatingWebhook, servers: list[ServerProcess]
+    ) -> None:
+        self.sim, self.clients, self.hook, self.servers = sim, clients, hook, servers
         self._calls = [threading.Lock() for _ in clients]  # one connection per client: one call at a time
 
     def create(self, obj: dict[str, Any], replica: int = 0) -> dict[str, Any]:
@@ -121,7 +123,7 @@ def replicas(work: Path, cert_dir: Path, policy: str, nodes: list[dict[str, Any]
         try:
             for server in servers:
                 server.wait_ready()
-            pair = Pair(sim, clients, hook)
+            pair = Pair(sim, clients, hook, servers)
             wait_until(lambda: pair.leader() is not None, WAIT, "a leader")
             yield pair
             assert sim.handler_errors == []
