@@ -21,8 +21,10 @@ class Store:
     def __init__(self, charges: list[Charge]) -> None:
         self.charges = charges
         self.failing = False
+        self.reads = 0
 
     def read(self) -> tuple[list[Charge], str]:
+        self.reads += 1
         if self.failing:
             raise ChargeError("reading Lease gpupool-system/gpupool-charges: 503 Service Unavailable")
         return list(self.charges), "7"
@@ -84,3 +86,11 @@ def test_a_pass_that_cannot_read_the_charges_releases_nothing() -> None:
     store.failing = False
     runner.run_pass()
     assert released(events) == ["job"]
+
+
+def test_a_pass_with_nothing_queued_does_not_read_the_charges() -> None:
+    """The read is an API round trip: a pass with no Pod to release makes none."""
+    store = Store([one_gpu("bound", "q")])
+    runner, _ = runner_for(1, store, [])
+    runner.run_pass()
+    assert store.reads == 0

@@ -248,7 +248,7 @@ class Runner:
         if self._refusals:  # a Pod backing off, or given up on, holds no place: the Pods behind it go
             self._refusals.keep_only({q.key for q in ordered})
             ordered = [q for q in ordered if not self._refusals.holds_back(q, now)]
-        charges = self._read_charges()
+        charges = self._read_charges() if ordered else []  # nothing to release: nothing to count them against
         if charges is None:
             return PassResult(released, [])
         batch = read_batch(ordered, policy, self._shapes)
