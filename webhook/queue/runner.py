@@ -19,6 +19,11 @@ answer is lost (a timeout) is looked up before it is undone, so a release that d
 counted as not. A refused release is backed off, bounded and ended (webhook.queue.refusals): the Pod
 holds no place while it backs off, and is never sent again in a tight loop.
 
+A pass counts the charges of Pods that name their node (webhook.pools.charges) by the rule their
+admission counts them by (`pending`): read from the API before the lock is taken, so a release never takes
+the quota or room of a charged Pod its watch has not shown yet; a pass that cannot read them releases
+nothing.
+
 Each release carries this leader's fencing token (`gpupool.io/released-by: <identity>/<term>`,
 webhook.admission.fence): a release that commits after the term is over is refused by the validating
 webhook, so no two leaders' releases ever share a quota or room, however late a write lands.
@@ -95,8 +100,8 @@ class Runner:
         default; the server's is the one admission uses now, which a change of namespace rules makes
         newer than the inventory (webhook.serving.policyfile). `reshaper`: the MIG re-cuts, after each
         pass's releases (webhook.queue.reshape), when the policy has `migReshaping`. `charges`: the charges of
-        Pods that name their node (webhook.pools.charges), read by every pass and counted as admission counts
-        them; `wall` is their clock (None: no API holds any)."""
+        Pods that name their node (webhook.pools.charges; None: no API holds any), read by every pass with
+        Pods to decide and counted as admission counts them; `wall`: the clock they expire by."""
         self.inventory, self.waiting, self.elector = inventory, waiting, elector
         self.reshaper = reshaper
         self._charges, self._wall = charges, wall
