@@ -129,6 +129,22 @@ def test_a_charge_whose_pod_never_showed_up_frees_its_room_once_expired() -> Non
     assert [c.name for c in store.read()[0]] == ["p3"]  # the expired ones were dropped by the write
 
 
+def test_a_dry_run_is_decided_against_the_charges_and_writes_none() -> None:
+    """A dry run (kubectl apply --dry-run=server) of a Pod naming its node is answered as its creation
+    would be, against the charges other replicas wrote, and writes no charge (the validating webhook's
+    sideEffects: NoneOnDryRun)."""
+    store, wall = ApiCharges(), Wall()
+    a, b = Replica(store, wall), Replica(store, wall)
+    ahead = a.validator.validate_create(a.mutate(bound("dry0")), namespace="q", dry_run=True)
+    assert ahead.verdict.allowed and ahead.reservation == ""
+    assert store.read() == ([], "")
+    assert create(a, a, bound("p0"))[0] and create(a, a, bound("p1"))[0]
+    charged = store.read()
+    checked = b.validator.validate_create(b.mutate(bound("dry1")), namespace="q", dry_run=True)
+    assert (checked.verdict.allowed, checked.verdict.reason) == (False, "class-quota")
+    assert store.read() == charged
+
+
 class TestUnseen:
     """The counting rule: a charge counts on top of the index until the watch shows its Pod or it expires."""
 

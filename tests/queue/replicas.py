@@ -41,8 +41,10 @@ WAIT = 60.0  # a failover takes the Lease's 15 s and a catch-up; generous for a 
 
 
 class Pair:
-    def __init__(self, sim: KubeSim, clients: list[ApiServerClient], hook: ValidatingWebhook) -> None:
-        self.sim, self.clients, self.hook = sim, clients, hook
+    def __init__(
+        self, sim: KubeSim, clients: list[ApiServerClient], hook: ValidatingWebhook, servers: list[ServerProcess]
+    ) -> None:
+        self.sim, self.clients, self.hook, self.servers = sim, clients, hook, servers
         self._calls = [threading.Lock() for _ in clients]  # one connection per client: one call at a time
 
     def create(self, obj: dict[str, Any], replica: int = 0) -> dict[str, Any]:
@@ -54,9 +56,10 @@ class Pair:
             obj = jsonpatch.apply_patch(copy.deepcopy(obj), orjson.loads(base64.b64decode(answer["patch"])))
         return self.sim.add(obj)
 
-    def submit(self, obj: dict[str, Any], replica: int = 0) -> tuple[bool, str]:
+    def submit(self, obj: dict[str, Any], replica: int = 0, *, stored: bool = True) -> tuple[bool, str]:
         """A Pod CREATE as kube-apiserver makes it, both webhooks included: a replica's mutating call, its
-        patch applied, the Pod given its uid, the validating call (on the replicas in turn), then stored.
+        patch applied, the Pod given its uid, the validating call (on the replicas in turn), then stored
+        (`stored` False: the creation fails after the validating call, so no watch ever shows the Pod).
         (allowed, the refusal's message). Safe from several threads: the validating calls run at once."""
         namespace = obj["metadata"]["namespace"]
         with self._calls[replica]:
@@ -71,7 +74,8 @@ class Pair:
             self.hook({"kind": "Pod", "apiVersion": "v1", **obj}, None, TENANT, dry_run=False)
         except ApiError as exc:
             return False, exc.message
-        self.sim.add(obj)
+        if stored:
+            self.sim.add(obj)
         return True, ""
 
     def pod(self, namespace: str, name: str) -> dict[str, Any]:
@@ -119,7 +123,7 @@ def replicas(work: Path, cert_dir: Path, policy: str, nodes: list[dict[str, Any]
         try:
             for server in servers:
                 server.wait_ready()
-            pair = Pair(sim, clients, hook)
+            pair = Pair(sim, clients, hook, servers)
             wait_until(lambda: pair.leader() is not None, WAIT, "a leader")
             yield pair
             assert sim.handler_errors == []

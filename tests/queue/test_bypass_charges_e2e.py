@@ -1,5 +1,6 @@
 """Pods that name their node, in a namespace whose Pods are queued, through two replicas: their quota is
-exact across replicas, kept in the API (webhook.admission.charging), not in one replica's memory.
+exact across replicas, kept in the API (webhook.admission.charging), not in one replica's memory, and the
+queue's leader counts their charges as admission does.
 
 Two `gpupool serve` replicas against the API simulator; each CREATE goes through one replica's mutating
 webhook and then the validating webhook (on the replicas in turn), as kube-apiserver makes it.
@@ -7,14 +8,17 @@ webhook and then the validating webhook (on the replicas in turn), as kube-apise
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from tests.conftest import wait_until
+from tests.queue.helpers import GPU_TOLERATION
 from tests.queue.replicas import WAIT, Pair, one_t4_node, replicas
 
 pytestmark = pytest.mark.slow
@@ -23,6 +27,24 @@ POLICY = """
 namespaces:
   q: {placement: queue, classQuota: {medium: 2}}
 """
+
+
+# One medium GPU for q; a charge lives CHARGE_SECONDS (reservationSeconds) when its Pod never shows up.
+CHARGE_SECONDS = 8
+ONE = f"""
+defaults: {{reservationSeconds: {CHARGE_SECONDS}}}
+namespaces:
+  q: {{placement: queue, classQuota: {{medium: 1}}}}
+"""
+
+
+def queued(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "q", "annotations": {"gpupool.io/gpu-class": "medium"}},
+        "spec": {"containers": [{"name": "main", "image": "cuda"}], "tolerations": [GPU_TOLERATION]},
+    }
 
 
 def bound(name: str) -> dict[str, Any]:
@@ -43,6 +65,12 @@ def pair(tmp_path: Path, cert_dir: Path) -> Iterator[Pair]:
         yield pair
 
 
+@pytest.fixture
+def pair_one(tmp_path: Path, cert_dir: Path) -> Iterator[Pair]:
+    with replicas(tmp_path, cert_dir, ONE, one_t4_node()) as pair:
+        yield pair
+
+
 def test_concurrent_pods_that_name_their_node_get_exactly_the_class_quota(pair: Pair) -> None:
     """Four 1-GPU Pods with spec.nodeName, created at once, two through each replica, against
     classQuota {medium: 2}: exactly two are admitted, the others refused naming the quota; once the
@@ -59,3 +87,24 @@ def test_concurrent_pods_that_name_their_node_get_exactly_the_class_quota(pair: 
     for replica in (0, 1):
         allowed, message = pair.submit(bound(f"late{replica}"), replica=replica)
         assert not allowed and "class quota medium in namespace q exceeded" in message, message
+
+
+def test_the_leader_releases_nothing_into_a_charge_its_watch_has_not_shown(pair_one: Pair) -> None:
+    """A 1-GPU Pod naming its node is charged through the replica that does not lead, and no watch ever
+    shows it (its creation failed after the validating call); then a queued 1-GPU Pod, against classQuota
+    {medium: 1}. The leader counts the charge as admission does: the queued Pod stays gated while the
+    charge counts, and is released once it has expired (reservationSeconds)."""
+    pair = pair_one
+    leader = pair.leader()
+    assert leader is not None
+    allowed, message = pair.submit(bound("charged"), replica=1 - leader, stored=False)
+    assert allowed, message
+    lease = pair.sim.get("leases", "gpupool-system", "gpupool-charges")
+    assert lease is not None
+    ((_, name, _, _, expires),) = orjson.loads(lease["metadata"]["annotations"]["gpupool.io/charges"])
+    assert name == "charged"
+    pair.create(queued("job"), replica=leader)
+    while time.time() < expires - 0.5:
+        assert not pair.released("q", "job"), "released into the quota of a charge that still counts"
+        time.sleep(0.2)
+    wait_until(lambda: pair.released("q", "job"), WAIT, "the queued Pod released once the charge expired")

@@ -39,9 +39,18 @@ def is_charged(prepared: Prepared, policy: Policy) -> bool:
     )
 
 
-def charge(store: ChargeStore, prepared: Prepared, decide: Decide, wall: Callable[[], float], ttl: float) -> Verdict:
+def charge(
+    store: ChargeStore,
+    prepared: Prepared,
+    decide: Decide,
+    wall: Callable[[], float],
+    ttl: float,
+    *,
+    write: bool = True,
+) -> Verdict:
     """Decide the Pod against the charges and, if it is allowed on one node, charge it there for `ttl`
-    seconds (until its watch shows it, or its creation failed after this call)."""
+    seconds (until its watch shows it, or its creation failed after this call). `write` False (a dry
+    run): decided against the charges just the same, and nothing written."""
     view, req = prepared.pod, prepared.request
     for _ in range(MAX_TRIES):
         try:
@@ -50,7 +59,7 @@ def charge(store: ChargeStore, prepared: Prepared, decide: Decide, wall: Callabl
             return _unavailable(f"could not read them: {exc}")
         now = wall()
         result, kept = decide(charges, now)
-        if result.placement is None:  # refused, or reaching several nodes (charged nowhere, as before)
+        if result.placement is None or not write:  # refused, reaching several nodes (charged nowhere), or a dry run
             return result
         if len(kept) >= MAX_CHARGES:
             return _unavailable(f"{len(kept)} Pods that bypass placement wait for gpupool's watch already")

@@ -80,7 +80,7 @@ from webhook.admission.versions import STAMP, policies_for
 from webhook.domain.model import PREFIX, QUEUE_GATE
 from webhook.domain.policy import Policy
 from webhook.domain.quantity import shown
-from webhook.pools.charges import Charge, ChargeStore, counting, unseen
+from webhook.pools.charges import Charge, ChargeStore, pending
 from webhook.pools.memo import NO_MEMO
 
 MAX_LISTED = 6  # changes or missing pieces a message names before it says how many more
@@ -336,8 +336,8 @@ class Validator:
             return Checked(prepared, reservation="dropped" if dropped else "")
         if not inventory.ready:
             return Checked(loading_denial())  # this worker reserved nothing: its mutating calls are refused alike
-        if self.charges is not None and not dry_run and is_charged(prepared, policy):
-            return self._charged(bound, prepared, self.charges, policy)
+        if self.charges is not None and is_charged(prepared, policy):
+            return self._charged(bound, prepared, self.charges, policy, dry_run)
         stale = Admitter.stale_of(bound)
         view, req, node, _ = prepared
         with inventory.read() as index:
@@ -362,10 +362,11 @@ class Validator:
             note = "dropped" if taken else ""
         return Checked(result, pool, note)
 
-    def _charged(self, bound: Binding, prepared: Prepared, charges: Charges, policy: Policy) -> Checked:
+    def _charged(self, bound: Binding, prepared: Prepared, charges: Charges, policy: Policy, dry_run: bool) -> Checked:
         """A Pod that bypasses placement in a queued namespace: decided against the index and the charges
         in the API, and charged there when allowed (webhook.admission.charging); nothing is reserved in
-        memory. `policy` is the one the Pod is checked by (its memo is the binding policy's)."""
+        memory. `policy` is the one the Pod is checked by (its memo is the binding policy's). A dry run is
+        decided the same way and writes nothing (the webhook's `sideEffects: NoneOnDryRun`)."""
         inventory = bound.inventory
         shapes = bound.shapes if policy is bound.policy else NO_MEMO
         view = prepared.pod
@@ -375,17 +376,16 @@ class Validator:
             with inventory.read() as index:
                 now = self._admitter.now()
                 index.expire(now, inventory.current_since())
-                counted = unseen(read, index, wall, itself=(view.namespace, view.name))
-                with counting(index, counted, now):
+                with pending(index, read, wall, now, itself=(view.namespace, view.name)) as counted:
                     result = as_stored(place(prepared, policy, index, explain=False, shapes=shapes), view)
             if result.placement is not None and stale and policy.defaults.on_stale == "deny":
                 result = stale_denial(stale)
             return result, counted
 
         ttl = policy.defaults.reservation_seconds
-        result = charge(charges.store, prepared, decide, charges.wall, ttl)
+        result = charge(charges.store, prepared, decide, charges.wall, ttl, write=not dry_run)
         pool = str(result.placement.pool) if result.placement is not None else ""
-        return Checked(result, pool, "charged" if result.placement is not None else "")
+        return Checked(result, pool, "charged" if result.placement is not None and not dry_run else "")
 
     def _drop(self, pod: Any, namespace: str) -> bool:
         """Take back the reservation of a Pod that was refused before its request was read (any pool)."""

@@ -8,8 +8,8 @@ kube-apiserver's ResourceQuota admission charges `status.used`: each charge name
 the devices it holds there, and expires (wall clock, seconds since the epoch: replicas share no other
 clock) in case the Pod's creation failed after the call.
 
-The counting rule, one function for every caller (the validating call and the queue's leader): what a
-namespace holds is what the index holds (the Pods its watch has shown, and its own reservations) plus
+The counting rule, one function for every caller (`pending`: the validating call and the queue's leader):
+what a namespace holds is what the index holds (the Pods its watch has shown, and its own reservations) plus
 the charges whose Pod the watch has not shown yet and that have not expired. A charge whose Pod the
 watch shows is counted by the index already; the next write drops it.
 
@@ -87,6 +87,20 @@ def unseen(
     """The charges that count on top of the index at `now`: not expired, their Pod not shown by the
     watch yet, and not the Pod being decided (`itself`, checked without counting it against itself)."""
     return [c for c in charges if c.expires > now and c.key != itself and not index.usage.holds(c.key)]
+
+
+@contextmanager
+def pending(
+    index: PoolIndex, charges: Iterable[Charge], wall: float, made: float, itself: tuple[str, str] | None = None
+) -> Iterator[list[Charge]]:
+    """The counting rule, for every caller: for the length of the `with`, the index holds what its watch
+    has shown and its own reservations plus the charges that still count at `wall` (`unseen`), which it
+    yields. The validating call of a Pod that names its node decides it inside, and so does the queue's
+    leader its pass: a release never takes the quota or the room of a charged Pod the watch has not shown
+    yet. `made`: the index's clock."""
+    counted = unseen(charges, index, wall, itself)
+    with counting(index, counted, made):
+        yield counted
 
 
 @contextmanager

@@ -19,6 +19,11 @@ answer is lost (a timeout) is looked up before it is undone, so a release that d
 counted as not. A refused release is backed off, bounded and ended (webhook.queue.refusals): the Pod
 holds no place while it backs off, and is never sent again in a tight loop.
 
+A pass counts the charges of Pods that name their node (webhook.pools.charges) by the rule their
+admission counts them by (`pending`): read from the API before the lock is taken, so a release never takes
+the quota or room of a charged Pod its watch has not shown yet; a pass that cannot read them releases
+nothing.
+
 Each release carries this leader's fencing token (`gpupool.io/released-by: <identity>/<term>`,
 webhook.admission.fence): a release that commits after the term is over is refused by the validating
 webhook, so no two leaders' releases ever share a quota or room, however late a write lands.
@@ -38,21 +43,23 @@ from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 from webhook.admission.fence import token
 from webhook.admission.patch import with_token
 from webhook.domain.model import PodKey
 from webhook.domain.policy import Policy
+from webhook.pools.charges import Charge, ChargeError, ChargeStore, pending
 from webhook.pools.index import PoolIndex
 from webhook.pools.kubeobj import pod_from_obj
 from webhook.pools.memo import Memo
 from webhook.queue.leader import Elector
 from webhook.queue.parking import Parking
+from webhook.queue.ports import UNLIMITED, Events, NoMetrics, QueueInventory, QueueMetrics, Releaser, TokenBucket
 from webhook.queue.refusals import Refusals
 from webhook.queue.release import Release, Wait, decide_batch, read_batch, settle
 from webhook.queue.reshape import Reshaper
-from webhook.queue.waiting import Backlog, Waiting, is_queued
+from webhook.queue.waiting import Waiting, is_queued
 from webhook.sources.eventqueue import Event
 from webhook.sources.outcomes import Conflict, Gone, Refused, Released, ReleaseResult
 
@@ -64,76 +71,6 @@ CATCH_UP_SECONDS = 5.0  # at most this long for a new leader's watch to reach th
 BATCH = 500  # releases decided per pass; the next pass follows at once
 BREATHE_SECONDS = 0.002  # a pass lets go of the inventory's lock this often (see _Breather)
 WRITERS = 8  # release PATCHes in flight at once (the API client's connection pool holds them: live.api_client)
-
-
-class QueueInventory(Protocol):
-    """What the runner needs of the live inventory (webhook.sources.live.LiveInventory)."""
-
-    policy: Policy
-
-    def read(self) -> AbstractContextManager[PoolIndex]: ...
-
-    @property
-    def ready(self) -> bool: ...
-
-    def pod_version(self) -> str: ...
-
-
-class Releaser(Protocol):
-    def release(self, namespace: str, name: str, patch: list[dict[str, Any]]) -> ReleaseResult: ...
-
-    def read(self, namespace: str, name: str) -> dict[str, Any] | None: ...
-
-
-class Events(Protocol):
-    def record(self, event: Event) -> None: ...
-
-
-class QueueMetrics(Protocol):
-    """What the runner reports (webhook.serving.metrics implements it)."""
-
-    def queue_waiting(self, backlog: dict[str, Backlog]) -> None: ...
-
-    def queue_released(self, outcome: str, wait_seconds: float | None) -> None: ...
-
-    def queue_leading(self, leading: bool) -> None: ...
-
-    def mig_reshaped(self, outcome: str) -> None: ...
-
-
-class NoMetrics:
-    def queue_waiting(self, backlog: dict[str, Backlog]) -> None:
-        return None
-
-    def queue_released(self, outcome: str, wait_seconds: float | None) -> None:
-        return None
-
-    def queue_leading(self, leading: bool) -> None:
-        return None
-
-    def mig_reshaped(self, outcome: str) -> None:
-        return None
-
-
-class TokenBucket:
-    """A client-side rate limit, as client-go's: `qps` a second sustained, `burst` at once."""
-
-    def __init__(self, qps: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
-        self.qps, self.burst = qps, burst
-        self._clock = clock
-        self._tokens = float(burst)
-        self._at = clock()
-
-    def delay(self) -> float:
-        """Take a token: the seconds to wait before the write it is for (0 when one is there)."""
-        now = self._clock()
-        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.qps)
-        self._at = now
-        self._tokens -= 1
-        return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
-
-
-UNLIMITED = TokenBucket(1e9, 10**9)
 
 
 class PassResult(NamedTuple):
@@ -158,13 +95,18 @@ class Runner:
         policy: Callable[[QueueInventory], Policy] = lambda inventory: inventory.policy,
         writers: int = WRITERS,
         reshaper: Reshaper | None = None,
+        charges: ChargeStore | None = None,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         """`policy` gives the policy a pass on the runner's inventory decides by: the inventory's own by
         default; the server's is the one admission uses now, which a change of namespace rules makes
         newer than the inventory (webhook.serving.policyfile). `reshaper`: the MIG re-cuts, after each
-        pass's releases (webhook.queue.reshape), when the policy has `migReshaping`."""
+        pass's releases (webhook.queue.reshape), when the policy has `migReshaping`. `charges`: the charges of
+        Pods that name their node (webhook.pools.charges; None: no API holds any), read by every pass with
+        Pods to decide and counted as admission counts them; `wall`: the clock they expire by."""
         self.inventory, self.waiting, self.elector = inventory, waiting, elector
         self.reshaper = reshaper
+        self._charges, self._wall = charges, wall
         self._policy = policy
         self._rebind_lock = threading.Lock()
         self._next: tuple[QueueInventory, Waiting] | None = None  # to follow from the next pass on (`rebind`)
@@ -316,15 +258,21 @@ class Runner:
         if self._refusals:  # a Pod backing off, or given up on, holds no place: the Pods behind it go
             self._refusals.keep_only({q.key for q in ordered})
             ordered = [q for q in ordered if not self._refusals.holds_back(q, now)]
+        charges = self._read_charges() if ordered else []  # nothing to release: nothing to count them against
+        if charges is None:
+            return PassResult(released, [])
         batch = read_batch(ordered, policy, self._shapes, self._parking)
         held = self.inventory.read()
         with held as index:
             if self.reshaper is not None:
                 self.reshaper.fence(index)  # no release to a node being re-cut
-            decided = decide_batch(
-                batch, index, policy, limit=BATCH, pause=_Breather(held, self._clock), now=self.waiting.now()
-            )
-            self._changes_seen = index.changes
+            # Counted as admission counts them: a charge taken back when the pass ends changes the index,
+            # so while one counts, the next tick decides again (it may have expired by then).
+            with pending(index, charges, self._wall(), now):
+                decided = decide_batch(
+                    batch, index, policy, limit=BATCH, pause=_Breather(held, self._clock), now=self.waiting.now()
+                )
+                self._changes_seen = index.changes
         self._tell_queued(decided.waits)
         released += self._send_all(decided.releases)
         if self.reshaper is not None:
@@ -333,6 +281,19 @@ class Runner:
             except Exception:  # a bug must not stop the queue: logged, and the next pass tries again
                 log.exception("MIG re-cutting failed in a pass")
         return PassResult(released, decided.waits, len(decided.releases), decided.decisions)
+
+    def _read_charges(self) -> list[Charge] | None:
+        """The charges of Pods that name their node, as the API holds them now (none without a store);
+        None when they cannot be read: the pass releases nothing rather than release into their room, and
+        the next tick tries again."""
+        if self._charges is None:
+            return []
+        try:
+            return self._charges.read()[0]
+        except ChargeError as exc:
+            log.warning("no release this pass: the charges of Pods that name their node: %s", exc)
+            self._changes_seen = None
+            return None
 
     def _send_all(self, releases: list[Release]) -> int:
         """Send the releases in their order, at most `writers` in flight (answers taken meanwhile are

@@ -30,11 +30,13 @@ from webhook.admission.fence import LeaseTerm, judge
 from webhook.domain.policy import Policy
 from webhook.pools.inventory import Inventory
 from webhook.queue.leader import Elector
+from webhook.queue.ports import QueueInventory, QueueMetrics, TokenBucket
 from webhook.queue.reshape import Reshaper
-from webhook.queue.runner import QueueInventory, QueueMetrics, Runner, TokenBucket
+from webhook.queue.runner import Runner
 from webhook.queue.waiting import Waiting
 from webhook.serving.leaderproc import LeaderBody
 from webhook.serving.policyfile import PolicyFile, PolicyReloader, PolicyVersion
+from webhook.sources.charge_store import LeaseCharges
 from webhook.sources.live import LiveInventory
 from webhook.sources.open import reopen_inventory
 from webhook.sources.writes import ConfigMapText, EventRecorder, LeaseError, LeaseStore, NodeLabeler, PodReleaser
@@ -126,6 +128,8 @@ class LeaderQueue:
                 policy=self._policy_for,
                 # Idle unless the policy has migReshaping (webhook.queue.reshape).
                 reshaper=Reshaper(NodeLabeler(api), ConfigMapText(api), self._events, self._metrics),
+                # Pods that name their node, charged by the validating calls (webhook.admission.charging).
+                charges=LeaseCharges(api, self._settings.namespace),
             )
             # Not before its inventory has synced: a restarted worker must not hold the Lease while it lists.
             elector.ready = lambda: runner.inventory.ready

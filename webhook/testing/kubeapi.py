@@ -108,7 +108,8 @@ class Handler(BaseHandler):
         with state.lock:
             state.writes[f"{verb} {target.resource.plural}"] += 1
         token = self.bearer()
-        held = state.wait_out_hold(token)  # a write held back (KubeSim.hold_writes) arrives only now
+        # A write held back (KubeSim.hold_writes) arrives only now.
+        held = state.wait_out_hold(token, target.resource.plural)
         try:
             state.take_failure(verb)
             code, answer = self._apply(state, verb, target, body, query)

@@ -64,6 +64,7 @@ class ApiState:
         # Bearer tokens besides `token` (whose user is an admin), each a client of its own (KubeSim.add_client).
         self.users: dict[str, UserInfo] = {token: ADMIN}
         self.held: dict[str, float] = {}  # token -> until when (monotonic) its writes are held back
+        self.hold_only: dict[str, tuple[str | None, int]] = {}  # token -> (the resource held, writes let through first)
         self.holding: Counter[str] = Counter()  # writes held back right now, by token
         self.released: Counter[str] = Counter()  # writes held back and let go (answered since), by token
         self.bookmark_interval = bookmark_interval
@@ -93,11 +94,17 @@ class ApiState:
                 return
         raise ApiError(status, f"kubesim: injected failure {status}")
 
-    def wait_out_hold(self, token: str) -> bool:
-        """Hold a write of the client `token` while its writes are held (KubeSim.hold_writes); True if it
-        was held. It then goes on, to be judged and committed as the cluster is then."""
+    def wait_out_hold(self, token: str, resource: str) -> bool:
+        """Hold a write of the client `token` to `resource` while its writes are held (KubeSim.hold_writes);
+        True if it was held. It then goes on, to be judged and committed as the cluster is then."""
         with self.lock:
             if token not in self.held:
+                return False
+            only, through = self.hold_only.get(token, (None, 0))
+            if only not in (None, resource):
+                return False
+            if through > 0:
+                self.hold_only[token] = (only, through - 1)
                 return False
             self.holding[token] += 1
             try:

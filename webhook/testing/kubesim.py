@@ -323,18 +323,24 @@ class KubeSim:
         with self._state.lock:
             self._state.fail_count, self._state.fail_status, self._state.fail_verb = n, status, verb
 
-    def hold_writes(self, token: str, seconds: float | None = None) -> None:
+    def hold_writes(
+        self, token: str, seconds: float | None = None, *, resource: str | None = None, after: int = 0
+    ) -> None:
         """Hold back every write of the client `token` (as a partition of its path to the API server would)
         for `seconds`, or until `release_writes`; then each goes on as it arrives: judged by admission and
-        committed against the cluster as it is then. Reads are not held."""
+        committed against the cluster as it is then. Reads are not held. `resource` (a plural, "pods"):
+        only the writes to it are held; `after`: the first `after` of them go through (a client cut off
+        part way through a burst of writes)."""
         with self._state.lock:
             self._state.held[token] = time.monotonic() + seconds if seconds is not None else float("inf")
+            self._state.hold_only[token] = (resource, after)
             self._state.lock.notify_all()
 
     def release_writes(self, token: str) -> None:
         """Let the client's held writes go on (see `hold_writes`); its later writes are not held."""
         with self._state.lock:
             self._state.held.pop(token, None)
+            self._state.hold_only.pop(token, None)
             self._state.lock.notify_all()
 
     def held_writes(self, token: str) -> tuple[int, int]:

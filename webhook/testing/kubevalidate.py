@@ -85,6 +85,12 @@ def validate_meta_update(new: Obj, old: Obj) -> list[FieldError]:
     for field in ("name", "namespace", "uid", "deletionTimestamp", "deletionGracePeriodSeconds"):
         if new.get(field) != old.get(field):
             errors.append(invalid(f"metadata.{field}", new.get(field), "field is immutable"))
+    if old.get("deletionTimestamp"):
+        added = [f for f in new.get("finalizers") or () if f not in (old.get("finalizers") or ())]
+        if added:
+            found = "[]string{" + ", ".join(f'"{f}"' for f in added) + "}"
+            detail = f"no new finalizers can be added if the object is being deleted, found new finalizers {found}"
+            errors.append(forbidden("metadata.finalizers", detail))
     errors += validate_labels(new.get("labels"), "metadata.labels")
     errors += validate_annotations(new.get("annotations"), "metadata.annotations")
     return errors

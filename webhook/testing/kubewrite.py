@@ -8,11 +8,18 @@ no unconditional update, gets 422 without one), defaulting and admission (webhoo
 validation (webhook.testing.kubevalidate, 422 Invalid), then the write: a new resourceVersion and one
 watch event. An update that changes nothing is not written, as etcd3's store skips it. `dryRun=All`
 runs every step but the write.
+
+Finalizers as the generic registry keeps them: a DELETE of an object with `metadata.finalizers` sets its
+`deletionTimestamp` (and `deletionGracePeriodSeconds` 0: the simulator plays no kubelet, so a Pod's grace
+period is over at once) and keeps it stored, one MODIFIED event; an update keeps both fields, may add no
+finalizer, and once it empties the finalizers the object is deleted (one DELETED event). An object
+without finalizers is deleted at once, a bound Pod included.
 """
 
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -141,10 +148,23 @@ class Writer:
                     found = meta.get(field)
                     why = f"Precondition failed: {label} in precondition: {wanted}, {label} in object meta: {found}"
                     raise conflict(res.qualified, name, why)
+            if meta.get("finalizers"):
+                return self._finalizing(res, current, dry_run)
             if dry_run:
                 return 200, res.render(orjson.dumps(current))
             event = self._store.remove(res.kind, target.namespace or "", name)
             return 200, res.render(event.body)
+
+    def _finalizing(self, res: Resource, current: Obj, dry_run: bool) -> tuple[int, bytes]:
+        """rest.BeforeDelete for an object finalizers keep: marked as being deleted, not removed; a DELETE
+        of one marked already changes nothing."""
+        if current["metadata"].get("deletionTimestamp"):
+            return 200, res.render(_stored_form(current))
+        new = {
+            **current,
+            "metadata": {**current["metadata"], "deletionTimestamp": _now(), "deletionGracePeriodSeconds": 0},
+        }
+        return self._commit(res, current, new, dry_run)
 
     # -- steps --------------------------------------------------------------------------------------
 
@@ -227,6 +247,11 @@ class Writer:
             meta["generation"] = old_meta["generation"]
         else:
             meta.pop("generation", None)
+        # An update can never remove or change a deletion timestamp, nor take a grace period away.
+        if old_meta.get("deletionTimestamp"):
+            meta["deletionTimestamp"] = old_meta["deletionTimestamp"]
+        if old_meta.get("deletionGracePeriodSeconds") is not None and meta.get("deletionGracePeriodSeconds") is None:
+            meta["deletionGracePeriodSeconds"] = old_meta["deletionGracePeriodSeconds"]
         if kind == "Pod":
             prepare_update(new, current)
         elif kind in _STATUS_KEPT:
@@ -241,6 +266,10 @@ class Writer:
         if new == current:  # nothing changed: no write, no new resourceVersion, no watch event
             return 200, res.render(_stored_form(current))
         if dry_run:
+            return 200, res.render(_stored_form(new))
+        if _finalized(current, new):  # the registry's ShouldDeleteDuringUpdate: the last finalizer went
+            meta = new["metadata"]
+            self._store.remove(res.kind, meta.get("namespace", ""), meta["name"])
             return 200, res.render(_stored_form(new))
         _, stored = self._store.put(new, exists=True)
         return 200, res.render(stored)
@@ -433,6 +462,21 @@ def _create_errors(res: Resource, obj: Obj) -> list[FieldError]:
         "Event": lambda: validate_event(obj, strict=res.to_view is not None),
     }
     return rules.get(kind, lambda: validate_meta(meta, namespaced=res.kind.namespaced))()
+
+
+def _now() -> str:
+    """The deletion's time, as metav1.Time writes it (RFC 3339, seconds)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _finalized(current: Obj, new: Obj) -> bool:
+    """Does the update of an object being deleted (grace period over) take away its last finalizer?"""
+    old_meta, meta = current["metadata"], new["metadata"]
+    return (
+        bool(old_meta.get("deletionTimestamp"))
+        and old_meta.get("deletionGracePeriodSeconds") == 0
+        and not meta.get("finalizers")
+    )
 
 
 def _update_errors(res: Resource, new: Obj, old: Obj) -> list[FieldError]:

@@ -1,0 +1,96 @@
+"""The leader's pass counts the charges of Pods that name their node (webhook.pools.charges) as their
+admission counts them: a release never takes the quota or the room of a charged Pod its watch has not
+shown yet, and a pass that cannot read the charges releases nothing."""
+
+from __future__ import annotations
+
+from tests.builders import gpu_node, index_of, policy
+from tests.queue.fakes import Events, Inventory, Leading, SlowApi
+from tests.queue.helpers import enqueue, queued_pod
+from webhook.pools.charges import Charge, ChargeError
+from webhook.queue.runner import Runner
+from webhook.queue.waiting import Waiting
+
+POLICY = policy("namespaces:\n  q: {placement: queue, classQuota: {medium: 1}}\n  other: {placement: queue}\n")
+NOW = 1_000_000.0  # the wall clock the charges expire by
+
+
+class Store:
+    """The charges as the API holds them; `failing`: every read fails as an unreachable API's would."""
+
+    def __init__(self, charges: list[Charge]) -> None:
+        self.charges = charges
+        self.failing = False
+        self.reads = 0
+
+    def read(self) -> tuple[list[Charge], str]:
+        self.reads += 1
+        if self.failing:
+            raise ChargeError("reading Lease gpupool-system/gpupool-charges: 503 Service Unavailable")
+        return list(self.charges), "7"
+
+    def write(self, charges: list[Charge], version: str) -> bool:
+        raise AssertionError("the leader never writes the charges")
+
+
+def one_gpu(name: str, namespace: str, seconds: float = 60.0) -> Charge:
+    return Charge(namespace, name, "t4-a", (("nvidia.com/gpu", 1),), NOW + seconds)
+
+
+def runner_for(gpus: int, store: Store, names: list[tuple[str, str]]) -> tuple[Runner, Events]:
+    index = index_of([gpu_node("t4-a", "Tesla-T4", gpus)], POLICY)
+    waiting = Waiting(POLICY)
+    objs = [
+        queued_pod(name, ns, POLICY, index, created=f"2026-12-01T10:00:0{k}Z") for k, (ns, name) in enumerate(names)
+    ]
+    enqueue(objs, index, waiting)
+    api = SlowApi({(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in objs}, together=1)
+    events = Events()
+    runner = Runner(Inventory(index), waiting, Leading(), api, events=events, charges=store, wall=lambda: NOW)  # type: ignore[arg-type]
+    return runner, events
+
+
+def released(events: Events) -> list[str]:
+    return sorted(e.pod for e in events.recorded if e.reason == "Released")
+
+
+def test_a_charge_takes_its_namespaces_class_quota_from_the_release() -> None:
+    """q's one medium GPU is charged to a Pod naming its node: q's queued Pod waits, while another
+    namespace's Pod is released to the room that is left."""
+    runner, events = runner_for(4, Store([one_gpu("bound", "q")]), [("q", "job"), ("other", "job")])
+    runner.run_pass()
+    assert released(events) == ["job"]
+    assert [e.namespace for e in events.recorded if e.reason == "Released"] == ["other"]
+
+
+def test_a_charge_takes_its_room_on_its_node_until_it_expires() -> None:
+    """One T4, charged to another namespace's Pod: nothing is released into it; once the charge has
+    expired, the queued Pod is."""
+    store = Store([one_gpu("bound", "other", seconds=30.0)])
+    runner, events = runner_for(1, store, [("q", "job")])
+    runner.run_pass()
+    assert released(events) == []
+    store.charges = [one_gpu("bound", "other", seconds=-1.0)]
+    runner.run_pass()
+    assert released(events) == ["job"]
+
+
+def test_a_pass_that_cannot_read_the_charges_releases_nothing() -> None:
+    """The API does not answer the charges' read: the pass releases nothing (it cannot tell what they
+    hold); the next pass that reads them releases."""
+    store = Store([])
+    store.failing = True
+    runner, events = runner_for(1, store, [("q", "job")])
+    runner.run_pass()
+    assert released(events) == []
+    store.failing = False
+    runner.run_pass()
+    assert released(events) == ["job"]
+
+
+def test_a_pass_with_nothing_queued_does_not_read_the_charges() -> None:
+    """The read is an API round trip: a pass with no Pod to release makes none."""
+    store = Store([one_gpu("bound", "q")])
+    runner, _ = runner_for(1, store, [])
+    runner.run_pass()
+    assert store.reads == 0
