@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from webhook.queue.leader import Elector, LeaseTimes
-from webhook.queue.runner import TokenBucket
+from webhook.queue.ratelimit import TokenBucket
 from webhook.sources.live import api_client
 from webhook.sources.writes import LeaseError, LeaseRecord, LeaseStore
 from webhook.testing import KubeSim

@@ -109,7 +109,8 @@ class Choice(NamedTuple):
     reason: Reason = ""  # the code of an ADMIT or QUEUE denial
     group: GroupNote | None = None  # the Pod's workload group, and where its siblings are
     wait: WaitCode | None = None  # RELEASE: what it waits for (`denial` says it in words)
-    waits_for: tuple[PoolKey, ...] = ()  # RELEASE: the pools whose room (capacity) or quotas (quota) it waits for
+    # RELEASE: the pools whose room (capacity, behind: that Pods ahead wait for) or quotas (quota) it waits for
+    waits_for: tuple[PoolKey, ...] = ()
 
     @property
     def candidates(self) -> list[Candidate]:
@@ -201,7 +202,9 @@ def _released(req: GpuRequest, choice: Choice, index: PoolIndex, policy: Policy)
         return choice._replace(chosen=c)
     if behind:
         return choice._replace(
-            denial=f"behind Pods of higher priority or older that wait for {products(behind)}", wait="behind"
+            denial=f"behind Pods of higher priority or older that wait for {products(behind)}",
+            wait="behind",
+            waits_for=tuple(behind),
         )
     pools = tuple(c.pool for c in ordered)
     return choice._replace(

@@ -48,9 +48,11 @@ from webhook.pools.index import PoolIndex
 from webhook.pools.kubeobj import pod_from_obj
 from webhook.pools.memo import Memo
 from webhook.queue.leader import Elector
+from webhook.queue.ratelimit import UNLIMITED, TokenBucket
 from webhook.queue.refusals import Refusals
 from webhook.queue.release import Release, Wait, decide_batch, read_batch, settle
 from webhook.queue.reshape import Reshaper
+from webhook.queue.status import StatusFeed, StatusSink
 from webhook.queue.waiting import Backlog, Waiting, is_queued
 from webhook.sources.eventqueue import Event
 from webhook.sources.outcomes import Conflict, Gone, Refused, Released, ReleaseResult
@@ -114,27 +116,6 @@ class NoMetrics:
         return None
 
 
-class TokenBucket:
-    """A client-side rate limit, as client-go's: `qps` a second sustained, `burst` at once."""
-
-    def __init__(self, qps: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
-        self.qps, self.burst = qps, burst
-        self._clock = clock
-        self._tokens = float(burst)
-        self._at = clock()
-
-    def delay(self) -> float:
-        """Take a token: the seconds to wait before the write it is for (0 when one is there)."""
-        now = self._clock()
-        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.qps)
-        self._at = now
-        self._tokens -= 1
-        return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
-
-
-UNLIMITED = TokenBucket(1e9, 10**9)
-
-
 class PassResult(NamedTuple):
     released: int  # writes answered "released" during the pass (run_pass: its own, every one answered)
     waiting: list[Wait]
@@ -156,13 +137,16 @@ class Runner:
         policy: Callable[[QueueInventory], Policy] = lambda inventory: inventory.policy,
         writers: int = WRITERS,
         reshaper: Reshaper | None = None,
+        status: StatusSink | None = None,
     ) -> None:
         """`policy` gives the policy a pass on the runner's inventory decides by: the inventory's own by
         default; the server's is the one admission uses now, which a change of namespace rules makes
         newer than the inventory (webhook.serving.policyfile). `reshaper`: the MIG re-cuts, after each
-        pass's releases (webhook.queue.reshape), when the policy has `migReshaping`."""
+        pass's releases (webhook.queue.reshape), when the policy has `migReshaping`. `status`: where the
+        pools' GPUPool statuses go while leading (webhook.queue.status)."""
         self.inventory, self.waiting, self.elector = inventory, waiting, elector
         self.reshaper = reshaper
+        self._status = StatusFeed(status, clock) if status is not None else None
         self._policy = policy
         self._rebind_lock = threading.Lock()
         self._next: tuple[QueueInventory, Waiting] | None = None  # to follow from the next pass on (`rebind`)
@@ -246,6 +230,7 @@ class Runner:
         self._take_rebind()
         leading = self.elector.leading()
         self._metrics.queue_leading(leading)
+        self._tell_status(leading)
         if self._clock() - self._reported_at >= TICK_SECONDS:  # a walk of the whole queue: not every pass
             self._reported_at = self._clock()
             self._metrics.queue_waiting(self.waiting.backlog(datetime.now(UTC)))
@@ -264,6 +249,15 @@ class Runner:
             return
         if result.decided >= BATCH:
             self.waiting.wake.set()
+
+    def _tell_status(self, leading: bool) -> None:
+        """The pools' statuses from the last pass (at most every STATUS_SECONDS), or forgotten when not leading."""
+        if self._status is None:
+            return
+        try:
+            self._status.look(leading, self.inventory.read)
+        except Exception:  # a bug must not stop the queue: logged, and the next look tries again
+            log.exception("the pools' status could not be worked out")
 
     def _unchanged(self) -> bool:
         """Would a pass now decide on exactly what the last one did (same index, queue and policy, nothing
@@ -321,6 +315,8 @@ class Runner:
             )
             self._changes_seen = index.changes
         self._tell_queued(decided.waits)
+        if self._status is not None:
+            self._status.passed(decided.waits)
         released += self._send_all(decided.releases)
         if self.reshaper is not None:
             try:
