@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import jsonschema
 import pytest
 
+from tests.builders import gpu_node, index_of
 from tests.manifests.rendered import KUBECTL, VIEW_ROLE, WEBHOOK_ROLE, Obj, Rendering, granted
+from webhook.pools.statuses import pool_statuses
 
 pytestmark = pytest.mark.skipif(
     KUBECTL is None, reason="kubectl is not on PATH: the manifests are rendered with `kubectl kustomize`"
@@ -98,6 +101,16 @@ class TestDefinition:
             node = field_at(schema, column["jsonPath"])
             assert node is not None, f"column {column['name']}: {column['jsonPath']} is not in the schema"
             assert node["type"] == column["type"], column["name"]
+
+    def test_what_the_leader_writes_is_what_the_schema_holds(self, rendered: dict[str, Rendering]) -> None:
+        """Each status the leader writes validates against the schema, and names every field the schema
+        has: kube-apiserver prunes unknown fields, so a field the CRD lacks would be lost silently."""
+        schema = version(rendered["base"])["schema"]["openAPIV3Schema"]
+        index = index_of([gpu_node("t4-a", "Tesla-T4", 4), gpu_node("l4-a", "NVIDIA-L4", 2, memory_mib=23034)])
+        for name, status in pool_statuses(index.capacity.pool_stats(), {}).items():
+            obj = {"apiVersion": "gpupool.io/v1alpha1", "kind": "GPUPool", "metadata": {"name": name}}
+            jsonschema.validate({**obj, "spec": {"pool": status["pool"]}, "status": status}, schema)
+            assert set(status) == set(schema["properties"]["status"]["properties"])
 
 
 class TestAccess:
