@@ -140,12 +140,14 @@ deploy: $(STAMP) ## install on the current kubectl context (says which; stops wi
 	"$${kubectl[@]}" apply -f $(MANIFEST)
 
 # The validating webhook goes first: without the mutating one, it would refuse every GPU Pod as unplaced.
-undeploy: ## remove gpupool from the current kubectl context (says which; stops without one): the webhook configurations first (validating, then mutating), then the rest
+undeploy: ## remove gpupool from the current kubectl context (says which; stops without one): the webhook configurations first (validating, then mutating), then the rest, the GPUPool CRD (and its objects) last
 	@set -e; $(KUBE_CONTEXT); \
 	"$${kubectl[@]}" delete validatingwebhookconfiguration gpupool-webhook --ignore-not-found; \
 	"$${kubectl[@]}" delete mutatingwebhookconfiguration gpupool-webhook --ignore-not-found; \
 	"$${kubectl[@]}" delete namespace gpupool-system --ignore-not-found; \
-	"$${kubectl[@]}" delete clusterrolebinding,clusterrole gpupool-webhook --ignore-not-found
+	"$${kubectl[@]}" delete clusterrolebinding,clusterrole gpupool-webhook --ignore-not-found; \
+	"$${kubectl[@]}" delete clusterrole gpupool-view --ignore-not-found; \
+	"$${kubectl[@]}" delete customresourcedefinition gpupools.gpupool.io --ignore-not-found
 
 # What a release decides itself: given on the command line, refused rather than silently dropped.
 RELEASE_FIXED = $(strip $(foreach v,OVERLAY FAILURE_POLICY IMAGE CLIENT_CA SINGLE_NODE,$(if $(filter command line,$(origin $(v))),$(v))))

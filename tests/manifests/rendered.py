@@ -31,6 +31,8 @@ INSTALL_GUIDE = REPO / "docs" / "install.md"  # the install steps the tests hold
 KUBECTL = shutil.which("kubectl")
 NAMESPACE = "gpupool-system"
 SERVICE = "gpupool-webhook"
+WEBHOOK_ROLE = "gpupool-webhook"  # the ClusterRole of gpupool's own ServiceAccount
+VIEW_ROLE = "gpupool-view"  # the ClusterRole aggregated to `view`: anyone may read the GPUPools
 TLS_SECRET = "gpupool-webhook-tls"
 # For the property test of the webhook's matchConditions: GPU resources, and names that only look like one.
 RESOURCE_NAMES = (
@@ -59,6 +61,7 @@ CONTROL_PLANE = {"10.0.0.10": "10.0.0.10/32", "192.0.2.0/28": "192.0.2.0/28", "f
 COMPONENT = "app.kubernetes.io/component"
 CLUSTER_SCOPED = {
     "Namespace",
+    "CustomResourceDefinition",
     "ClusterRole",
     "ClusterRoleBinding",
     "MutatingWebhookConfiguration",
@@ -87,6 +90,12 @@ class Rendering:
         assert len(found) == 1, f"{self.name}: expected one {kind}, found {len(found)}"
         return found[0]
 
+    def named(self, kind: str, name: str) -> Obj:
+        """The one object of a kind with that name (a kind may have several: two ClusterRoles)."""
+        found = [o for o in self.all(kind) if o["metadata"]["name"] == name]
+        assert len(found) == 1, f"{self.name}: expected one {kind} {name}, found {len(found)}"
+        return found[0]
+
     @property
     def webhook(self) -> Obj:
         config = self.one("MutatingWebhookConfiguration")
@@ -105,6 +114,15 @@ class Rendering:
         assert len(containers) == 1
         container: Obj = containers[0]
         return container
+
+
+def granted(role: Obj) -> set[tuple[str, str, str]]:
+    """(apiGroup, resource, verb) for every permission a ClusterRole's rules grant."""
+    out = set()
+    for rule in role["rules"]:
+        assert set(rule) == {"apiGroups", "resources", "verbs"}  # no resourceNames, no nonResourceURLs
+        out |= {(g, r, v) for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    return out
 
 
 def parse_objects(text: str, name: str) -> Rendering:

@@ -15,9 +15,11 @@ from tests.manifests.rendered import (
     KUBECTL,
     MANIFESTS,
     SCHEMA_VERSIONS,
+    WEBHOOK_ROLE,
     Obj,
     Rendering,
     env_value,
+    granted,
     kustomize,
     mount_of,
     parse_objects,
@@ -108,13 +110,15 @@ class TestPolicyConfigMap:
 class TestRbac:
     def test_reads_nodes_pods_and_quotas_and_writes_only_what_the_queue_needs(self, rendering: Rendering) -> None:
         """Cluster-wide: get, list and watch on nodes, pods and resourcequotas; patch of pods (the queue's
-        release) and create of events (telling the Pod). In its own namespace only: the Lease."""
-        granted = set()
-        for rule in rendering.one("ClusterRole")["rules"]:
-            assert set(rule) == {"apiGroups", "resources", "verbs"}  # no resourceNames, no nonResourceURLs
-            granted |= {(g, r, v) for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+        release), create of events (telling the Pod), and the pools' GPUPool objects: list, create and
+        delete them, patch their status. In its own namespace only: the Lease."""
         reads = {("", r, v) for r in ("nodes", "pods", "resourcequotas") for v in ("get", "list", "watch")}
-        assert granted == reads | {("", "pods", "patch"), ("", "events", "create")}
+        pools = {("gpupool.io", "gpupools", v) for v in ("list", "create", "delete")}
+        assert granted(rendering.named("ClusterRole", WEBHOOK_ROLE)) == reads | pools | {
+            ("", "pods", "patch"),
+            ("", "events", "create"),
+            ("gpupool.io", "gpupools/status", "patch"),
+        }
         (role,) = rendering.all("Role")
         assert role["metadata"]["namespace"] == rendering.one("Deployment")["metadata"]["namespace"]
         assert role["rules"] == [
@@ -136,12 +140,12 @@ class TestRbac:
 
     def test_bound_to_the_deployments_service_account(self, rendering: Rendering) -> None:
         """The ClusterRoleBinding grants that role to the ServiceAccount the Pods run as, and no one else."""
-        binding = rendering.one("ClusterRoleBinding")
+        binding = rendering.named("ClusterRoleBinding", WEBHOOK_ROLE)
         account = rendering.one("ServiceAccount")
         assert binding["roleRef"] == {
             "apiGroup": "rbac.authorization.k8s.io",
             "kind": "ClusterRole",
-            "name": rendering.one("ClusterRole")["metadata"]["name"],
+            "name": WEBHOOK_ROLE,
         }
         assert binding["subjects"] == [
             {

@@ -149,13 +149,25 @@ class TestLeases:
             g.name: g.preferred_version.group_version
             for g in kubernetes.client.ApisApi(client).get_api_versions().groups
         }
-        assert groups == {"coordination.k8s.io": "coordination.k8s.io/v1", "events.k8s.io": "events.k8s.io/v1"}
+        assert groups == {
+            "coordination.k8s.io": "coordination.k8s.io/v1",
+            "events.k8s.io": "events.k8s.io/v1",
+            "gpupool.io": "gpupool.io/v1alpha1",
+        }
         resources = kubernetes.client.CoordinationV1Api(client).get_api_resources(_request_timeout=TIMEOUT).resources
         assert [(r.name, r.namespaced, "update" in r.verbs) for r in resources] == [("leases", True, True)]
         core = {
             r.name for r in kubernetes.client.CoreV1Api(client).get_api_resources(_request_timeout=TIMEOUT).resources
         }
-        assert core == {"nodes", "pods", "resourcequotas", "events", "configmaps"}
+        assert core == {
+            "nodes",
+            "pods",
+            "resourcequotas",
+            "events",
+            "configmaps",
+            "nodes/status",
+            "resourcequotas/status",
+        }
 
 
 class _Candidate:

@@ -117,7 +117,8 @@ class Choice(NamedTuple):
     reason: Reason = ""  # the code of an ADMIT or QUEUE denial
     group: GroupNote | None = None  # the Pod's workload group, and where its siblings are
     wait: WaitCode | None = None  # RELEASE: what it waits for (`denial` says it in words)
-    waits_for: tuple[PoolKey, ...] = ()  # RELEASE: the pools whose room (capacity) or quotas (quota) it waits for
+    # RELEASE: the pools whose room (capacity, behind: that Pods ahead wait for) or quotas (quota) it waits for
+    waits_for: tuple[PoolKey, ...] = ()
     # RELEASE: the candidates with room it looked at, in order, and whether a Pod ahead held each (it went
     # on past those held): all that its answer read of the Pods ahead (webhook.queue.parking).
     held: tuple[tuple[PoolKey, bool], ...] = ()
@@ -215,6 +216,7 @@ def _released(req: GpuRequest, choice: Choice, index: PoolIndex, policy: Policy)
         return choice._replace(
             denial=f"behind Pods of higher priority or older that wait for {products(behind)}",
             wait="behind",
+            waits_for=tuple(behind),
             held=tuple((pool, True) for pool in behind),
         )
     pools = tuple(c.pool for c in ordered)

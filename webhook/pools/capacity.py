@@ -51,6 +51,7 @@ class PoolStats:
     kind: str = "gpu"  # the pool's devices: gpu, mig or shared
     profile: str = ""  # a MIG pool's profile
     replicas: tuple[int, ...] = ()  # a shared pool's replicas per GPU, each number its nodes have
+    largest_free: int = 0  # the most free on one usable node once the holds are placed (a bigger Pod waits)
 
 
 class Capacity:
@@ -366,7 +367,7 @@ class Capacity:
     def pool_stats(self) -> list[PoolStats]:
         stats = []
         for pool in sorted(self._pools.values(), key=lambda p: p.key):
-            nodes = usable = total = allocated = free = 0
+            nodes = usable = total = allocated = free = largest = 0
             memory = [g.min_memory_mib() for g in pool.groups.values()]
             replicas = sorted({r for g in pool.groups.values() for r in g.replicas if r})
             profile = next((f.profile for g in pool.groups.values() for f in g.nodes.values()), "")
@@ -378,20 +379,22 @@ class Capacity:
                     total += allocatable
                     allocated += allocatable - own
                 free += group.free_total
+                largest = max(largest, group.max_free())
             stats.append(
                 PoolStats(
-                    pool.key,
-                    pool.resource,
-                    min(memory, default=0),
-                    nodes,
-                    usable,
-                    total,
-                    allocated,
-                    free,
-                    pool.pending,
-                    pool.kind,
-                    profile,
-                    tuple(replicas),
+                    pool=pool.key,
+                    resource=pool.resource,
+                    memory_mib=min(memory, default=0),
+                    nodes=nodes,
+                    usable_nodes=usable,
+                    gpus_total=total,
+                    gpus_allocated=allocated,
+                    gpus_free=free,
+                    pending=pool.pending,
+                    kind=pool.kind,
+                    profile=profile,
+                    replicas=tuple(replicas),
+                    largest_free=largest,
                 )
             )
         return stats

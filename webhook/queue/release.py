@@ -61,6 +61,7 @@ class Wait(NamedTuple):
     queued: Queued
     code: str
     reason: str
+    pools: tuple[PoolKey, ...] = ()  # the pools whose room or quota it waits for, best first (GPUPool's `queued`)
 
 
 class Plan(NamedTuple):
@@ -168,13 +169,13 @@ def decide_batch(
             decisions += 1
             outcome = _gang(members, req.group.size, index, policy, ahead, now)
             if isinstance(outcome, Wait):
-                waits.extend(Wait(m, outcome.code, outcome.reason) for m, _ in members)
+                waits.extend(outcome._replace(queued=m) for m, _ in members)
             else:
                 releases.extend(outcome)
             continue
         earlier = None if q.view.group else shape_waits.get(id(q.view.shape))
         if earlier is not None:
-            waits.append(Wait(q, earlier.code, earlier.reason))
+            waits.append(earlier._replace(queued=q))
             continue
         parked = parking.parked(q, req, index, policy, ahead) if parking is not None else None
         if parked is not None:
@@ -200,7 +201,7 @@ def _one(
     ahead.take(req, choice, index, policy)
     if parking is not None:
         parking.park(q, req, choice, index, policy)
-    return Wait(q, choice.wait or "capacity", choice.denial)
+    return Wait(q, choice.wait or "capacity", choice.denial, choice.waits_for)
 
 
 def _gang(
@@ -251,10 +252,12 @@ def _gang(
             "repair",
             f"group {group}: {placed} of {size} Pods released already; the other {len(members)} ({total} devices) "
             f"wait for room on pool {at_home}, held for them",
+            (at_home,),
         )
     meanwhile = f"pool {held} is held for it" if held is not None else "other Pods may use the room meanwhile"
     room = f"no pool has room for its {len(members)} Pods ({total} devices) at once"
-    return Wait(q0, "capacity", f"group {group}: {room}; {meanwhile}")
+    pools = (held,) if held is not None else tuple(c.pool for c in ordered)
+    return Wait(q0, "capacity", f"group {group}: {room}; {meanwhile}", pools)
 
 
 def release_one(

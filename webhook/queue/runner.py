@@ -59,6 +59,7 @@ from webhook.queue.ports import UNLIMITED, Events, NoMetrics, QueueInventory, Qu
 from webhook.queue.refusals import Refusals
 from webhook.queue.release import Release, Wait, decide_batch, read_batch, settle
 from webhook.queue.reshape import Reshaper
+from webhook.queue.status import StatusFeed, StatusSink
 from webhook.queue.waiting import Waiting, is_queued
 from webhook.sources.eventqueue import Event
 from webhook.sources.outcomes import Conflict, Gone, Refused, Released, ReleaseResult
@@ -97,16 +98,19 @@ class Runner:
         reshaper: Reshaper | None = None,
         charges: ChargeStore | None = None,
         wall: Callable[[], float] = time.time,
+        status: StatusSink | None = None,
     ) -> None:
         """`policy` gives the policy a pass on the runner's inventory decides by: the inventory's own by
         default; the server's is the one admission uses now, which a change of namespace rules makes
         newer than the inventory (webhook.serving.policyfile). `reshaper`: the MIG re-cuts, after each
         pass's releases (webhook.queue.reshape), when the policy has `migReshaping`. `charges`: the charges of
         Pods that name their node (webhook.pools.charges; None: no API holds any), read by every pass with
-        Pods to decide and counted as admission counts them; `wall`: the clock they expire by."""
+        Pods to decide and counted as admission counts them; `wall`: the clock they expire by. `status`: where
+        the pools' GPUPool statuses go while leading (webhook.queue.status)."""
         self.inventory, self.waiting, self.elector = inventory, waiting, elector
         self.reshaper = reshaper
         self._charges, self._wall = charges, wall
+        self._status = StatusFeed(status, clock) if status is not None else None
         self._policy = policy
         self._rebind_lock = threading.Lock()
         self._next: tuple[QueueInventory, Waiting] | None = None  # to follow from the next pass on (`rebind`)
@@ -192,6 +196,7 @@ class Runner:
         self._take_rebind()
         leading = self.elector.leading()
         self._metrics.queue_leading(leading)
+        self._tell_status(leading)
         if self._clock() - self._reported_at >= TICK_SECONDS:  # a walk of the whole queue: not every pass
             self._reported_at = self._clock()
             self._metrics.queue_waiting(self.waiting.backlog(datetime.now(UTC)))
@@ -210,6 +215,15 @@ class Runner:
             return
         if result.decided >= BATCH:
             self.waiting.wake.set()
+
+    def _tell_status(self, leading: bool) -> None:
+        """The pools' statuses from the last pass (at most every STATUS_SECONDS), or forgotten when not leading."""
+        if self._status is None:
+            return
+        try:
+            self._status.look(leading, self.inventory.read)
+        except Exception:  # a bug must not stop the queue: logged, and the next look tries again
+            log.exception("the pools' status could not be worked out")
 
     def _unchanged(self) -> bool:
         """Would a pass now decide on exactly what the last one did (same index, queue and policy, nothing
@@ -274,6 +288,8 @@ class Runner:
                 )
                 self._changes_seen = index.changes
         self._tell_queued(decided.waits)
+        if self._status is not None:
+            self._status.passed(decided.waits)
         released += self._send_all(decided.releases)
         if self.reshaper is not None:
             try:

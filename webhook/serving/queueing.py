@@ -39,6 +39,7 @@ from webhook.serving.policyfile import PolicyFile, PolicyReloader, PolicyVersion
 from webhook.sources.charge_store import LeaseCharges
 from webhook.sources.live import LiveInventory
 from webhook.sources.open import reopen_inventory
+from webhook.sources.poolstatus import PoolStatusWriter
 from webhook.sources.writes import ConfigMapText, EventRecorder, LeaseError, LeaseStore, NodeLabeler, PodReleaser
 
 LEASE_NAME = "gpupool"
@@ -87,6 +88,7 @@ class LeaderQueue:
         self._lock = threading.Lock()
         self._runner: Runner | None = None
         self._events: EventRecorder | None = None
+        self._statuses: PoolStatusWriter | None = None
         self._attached: tuple[LiveInventory, Waiting] | None = None  # a queue that waits for its inventory's use
 
     @property
@@ -116,6 +118,7 @@ class LeaderQueue:
             lease = LeaseStore(api, self._settings.namespace, LEASE_NAME)
             elector = Elector(lease, identity, on_change=self._metrics.queue_leading)
             self._events = EventRecorder(api, identity).start()
+            self._statuses = PoolStatusWriter(api).start()  # the pools' GPUPool objects, while leading
             limiter = TokenBucket(self._settings.qps, self._settings.burst)
             runner = Runner(
                 live,
@@ -130,6 +133,7 @@ class LeaderQueue:
                 reshaper=Reshaper(NodeLabeler(api), ConfigMapText(api), self._events, self._metrics),
                 # Pods that name their node, charged by the validating calls (webhook.admission.charging).
                 charges=LeaseCharges(api, self._settings.namespace),
+                status=self._statuses,
             )
             # Not before its inventory has synced: a restarted worker must not hold the Lease while it lists.
             elector.ready = lambda: runner.inventory.ready
@@ -144,10 +148,12 @@ class LeaderQueue:
         with self._lock:
             runner, self._runner = self._runner, None
             events, self._events = self._events, None
+            statuses, self._statuses = self._statuses, None
         if runner is not None:
             runner.stop()
-        if events is not None:
-            events.stop()
+        for writer in (events, statuses):
+            if writer is not None:
+                writer.stop()
 
     def _policy_for(self, inventory: QueueInventory) -> Policy:
         """The policy a pass on `inventory` decides by: the Admitter's while it uses that inventory, else

@@ -2,8 +2,9 @@
 
 core/v1 nodes, pods, resourcequotas, events and configmaps; coordination.k8s.io/v1 leases; events.k8s.io/v1
 events, which are, as in kube-apiserver, a second view of the core Events (one stored object, two
-shapes: `regarding`/`note` there, `involvedObject`/`message` here). A request path is turned into a
-`Target` (resource, namespace, name) by `parse_path`; anything else is 404, as the real API answers.
+shapes: `regarding`/`note` there, `involvedObject`/`message` here); gpupool.io/v1alpha1 gpupools, gpupool's
+own CustomResource. A request path is turned into a `Target` (resource, namespace, name, and the `status`
+subresource of the kinds that have one) by `parse_path`; anything else is 404, as the real API answers.
 """
 
 from __future__ import annotations
@@ -97,7 +98,11 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("", "v1", kind_of("configmaps")),
     Resource("coordination.k8s.io", "v1", kind_of("leases")),
     Resource("events.k8s.io", "v1", kind_of("events"), event_to_events_v1, event_from_events_v1),
+    Resource("gpupool.io", "v1alpha1", kind_of("gpupools")),
 )
+# Kinds with a `status` subresource: a write there changes only the status, a write of the object
+# itself leaves the status as it was (their registry strategies' PrepareForUpdate).
+STATUS_SUBRESOURCE = frozenset(("Node", "ResourceQuota", "GPUPool"))
 _BY_PATH = {(r.group, r.version, r.plural): r for r in RESOURCES}
 _GROUPS = sorted({r.group for r in RESOURCES if r.group})
 
@@ -114,6 +119,7 @@ class Target:
     resource: Resource
     namespace: str | None
     name: str | None
+    subresource: str | None = None  # "status", or None for the object itself
 
 
 def parse_path(parts: list[str]) -> Target | None:
@@ -126,18 +132,21 @@ def parse_path(parts: list[str]) -> Target | None:
     else:
         return None
     namespace: str | None = None
-    if rest[:1] == ["namespaces"] and len(rest) in (3, 4):
+    if rest[:1] == ["namespaces"] and len(rest) in (3, 4, 5):
         namespace, rest = rest[1], rest[2:]
-    if len(rest) not in (1, 2):
+    if len(rest) not in (1, 2, 3):
         return None
     resource = _BY_PATH.get((group, version, rest[0]))
     if resource is None:
         return None
-    name = rest[1] if len(rest) == 2 else None
+    name = rest[1] if len(rest) >= 2 else None
+    subresource = rest[2] if len(rest) == 3 else None
     namespaced = resource.kind.namespaced
     if (namespace is not None and not namespaced) or (name is not None and namespaced and namespace is None):
         raise ApiError(404, "the server could not find the requested resource")
-    return Target(resource, namespace, name)
+    if subresource is not None and (subresource != "status" or resource.kind.kind not in STATUS_SUBRESOURCE):
+        raise ApiError(404, "the server could not find the requested resource")
+    return Target(resource, namespace, name, subresource)
 
 
 # -- discovery ----------------------------------------------------------------------------------------
@@ -153,14 +162,27 @@ def resource_list_doc(group: str, version: str) -> Obj | None:
         "apiVersion": "v1",
         "groupVersion": served[0].api_version,
         "resources": [
-            {
-                "name": r.plural,
-                "singularName": r.kind.kind.lower(),
-                "namespaced": r.kind.namespaced,
-                "kind": r.kind.kind,
-                "verbs": VERBS,
-            }
-            for r in served
+            *(
+                {
+                    "name": r.plural,
+                    "singularName": r.kind.kind.lower(),
+                    "namespaced": r.kind.namespaced,
+                    "kind": r.kind.kind,
+                    "verbs": VERBS,
+                }
+                for r in served
+            ),
+            *(
+                {
+                    "name": f"{r.plural}/status",
+                    "singularName": "",
+                    "namespaced": r.kind.namespaced,
+                    "kind": r.kind.kind,
+                    "verbs": ["get", "patch", "update"],
+                }
+                for r in served
+                if r.kind.kind in STATUS_SUBRESOURCE
+            ),
         ],
     }
 

@@ -48,6 +48,8 @@ KINDS: tuple[Kind, ...] = (
     Kind("Event", "events", namespaced=True),
     Kind("Lease", "leases", namespaced=True, api_version="coordination.k8s.io/v1"),
     Kind("ConfigMap", "configmaps", namespaced=True),  # mig-parted's config, which the leader reads
+    # gpupool's own CustomResource (manifests/base/crd.yaml): the pools' status the leader writes
+    Kind("GPUPool", "gpupools", namespaced=False, api_version="gpupool.io/v1alpha1"),
 )
 _BY_NAME: dict[str, Kind] = {k.kind.lower(): k for k in KINDS} | {k.plural: k for k in KINDS}
 

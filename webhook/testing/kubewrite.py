@@ -32,7 +32,7 @@ from webhook.testing.kubefield import FieldError, forbidden, invalid, not_suppor
 from webhook.testing.kubepods import prepare_create, prepare_update
 from webhook.testing.kubeproto import ApiError, already_exists, conflict, not_found
 from webhook.testing.kubeproto import invalid as invalid_error
-from webhook.testing.kuberesources import JSON_PATCH, MERGE_PATCH, PATCH_TYPES, Resource, Target
+from webhook.testing.kuberesources import JSON_PATCH, MERGE_PATCH, PATCH_TYPES, STATUS_SUBRESOURCE, Resource, Target
 from webhook.testing.kubestore import Store
 from webhook.testing.kubevalidate import (
     validate_event,
@@ -51,10 +51,11 @@ _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _MAX_FIELD_MANAGER = 128
 # Kinds whose registry strategy creates on a PUT of a missing object, and refuses an update without a
 # resourceVersion (AllowCreateOnUpdate, !AllowUnconditionalUpdate).
+# A custom resource (GPUPool) allows no unconditional update either (apiextensions' customResourceStrategy).
 _CREATE_ON_UPDATE = ("Lease", "Event")
-_CONDITIONAL_ONLY = ("Lease",)
-# Kinds whose status only a status subresource may change (their strategies' PrepareForUpdate).
-_STATUS_KEPT = ("Node", "ResourceQuota")
+_CONDITIONAL_ONLY = ("Lease", "GPUPool")
+# Kinds whose status a create leaves out: a custom resource with a status subresource starts without one.
+_STATUS_DROPPED_ON_CREATE = ("GPUPool",)
 
 
 class Writer:
@@ -181,6 +182,8 @@ class Writer:
             meta.pop(field, None)
         if kind == "Pod":
             prepare_create(obj)
+        elif kind in _STATUS_DROPPED_ON_CREATE:
+            obj.pop("status", None)
         errors = _create_errors(res, obj)
         if errors:
             raise invalid_error(kind, res.group, meta["name"], errors)
@@ -211,7 +214,7 @@ class Writer:
                 current = self._current(res, target)
                 if current is None:
                     raise not_found(res.qualified, name)
-                new = self._prepared(res, current, make(current))
+                new = self._prepared(res, current, make(current), target.subresource)
                 if self.admission is None or res.kind.kind != "Pod":
                     return self._commit(res, current, new, dry_run)
             self.admission(_served(res, new), _served(res, current), user or ADMIN, dry_run=dry_run)
@@ -221,11 +224,10 @@ class Writer:
                     return self._commit(res, current, new, dry_run)
         raise conflict(res.qualified, name, "the object kept changing while admission judged the update")
 
-    def _update(self, res: Resource, current: Obj, new: Obj, dry_run: bool) -> tuple[int, bytes]:
-        return self._commit(res, current, self._prepared(res, current, new), dry_run)
-
-    def _prepared(self, res: Resource, current: Obj, new: Obj) -> Obj:
-        """The update's object as it would be stored, checked (preconditions, defaults, validation)."""
+    def _prepared(self, res: Resource, current: Obj, new: Obj, subresource: str | None = None) -> Obj:
+        """The update's object as it would be stored, checked (preconditions, defaults, validation). On
+        the `status` subresource only the status changes; on the object of a kind that has one, all but
+        the status."""
         kind, old_meta, meta = res.kind.kind, current["metadata"], new["metadata"]
         name = old_meta["name"]
         wanted = meta.get("resourceVersion") or ""
@@ -252,9 +254,11 @@ class Writer:
             meta["deletionTimestamp"] = old_meta["deletionTimestamp"]
         if old_meta.get("deletionGracePeriodSeconds") is not None and meta.get("deletionGracePeriodSeconds") is None:
             meta["deletionGracePeriodSeconds"] = old_meta["deletionGracePeriodSeconds"]
-        if kind == "Pod":
+        if subresource == "status":
+            new = _status_only(new, current)
+        elif kind == "Pod":
             prepare_update(new, current)
-        elif kind in _STATUS_KEPT:
+        elif kind in STATUS_SUBRESOURCE:
             _take_status(new, current)
         errors = _update_errors(res, new, current)
         if errors:
@@ -442,6 +446,17 @@ def _preconditions(body: bytes) -> Mapping[str, Any]:
         raise ApiError(400, f"the request body is not JSON: {exc}") from None
     found = options.get("preconditions") if isinstance(options, dict) else None
     return found if isinstance(found, dict) else {}
+
+
+def _status_only(new: Obj, current: Obj) -> Obj:
+    """A status subresource's update: the stored object with the new status (statusStrategy.PrepareForUpdate,
+    which copies the old object into the new one but for its status)."""
+    kept: Obj = orjson.loads(orjson.dumps(current))
+    if "status" in new:
+        kept["status"] = new["status"]
+    else:
+        kept.pop("status", None)
+    return kept
 
 
 def _take_status(new: Obj, current: Obj) -> None:
