@@ -34,7 +34,7 @@ ERROR_PREFIX = "gpupool explain: error:"
 # the patch and the patched Pod.
 JSON_KEYS = {
     "namespace", "name", "workload", "note", "allowed", "outcome", "code", "reason", "message", "warnings", "pool",
-    "patch", "group", "queued", "queue", "poolsConsidered", "patchedPod",
+    "patch", "group", "queued", "queue", "pods", "poolsConsidered", "patchedPod",
 }  # fmt: skip
 DEFAULT_POLICY_NOTE = (
     "gpupool explain: note: with gpupool's built-in default policy (a snapshot holds none); pass --policy FILE\n"

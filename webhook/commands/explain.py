@@ -31,6 +31,7 @@ import jsonpatch
 import orjson
 import yaml
 
+from webhook.admission.burst import Burst, admit_in_turn
 from webhook.admission.core import evaluate
 from webhook.admission.verdict import Verdict
 from webhook.commands.common import (
@@ -81,13 +82,15 @@ class QueuePlace:
 
 @dataclass(frozen=True, slots=True)
 class Section:
-    """One Pod template, the namespace it is decided in, the verdict (None: not decided here), and for a
-    Pod the verdict queues, its place in the queue."""
+    """One Pod template, the namespace it is decided in, the verdict (None: not decided here), for a
+    Pod the verdict queues, its place in the queue, and for a template of several Pods placed now, how
+    many of them fit now."""
 
     template: PodTemplate
     namespace: str
     verdict: Verdict | None
     queue: QueuePlace | None = None
+    burst: Burst | None = None
 
     @property
     def denied(self) -> bool:
@@ -124,6 +127,9 @@ def section_for(template: PodTemplate, namespace: str, policy: Policy, index: Po
     if not template.decided:
         return Section(template, namespace, None)
     result = evaluate(template.pod, namespace, policy, index)
+    if result.allowed and result.placement is not None and (template.pods or 1) > 1:
+        burst = admit_in_turn(template.pod, namespace, template.pods or 1, policy, index)
+        return Section(template, namespace, result, burst=burst)
     if not (result.allowed and result.queued):
         return Section(template, namespace, result)
     queued = waiting.ordered()
@@ -203,6 +209,8 @@ def render_text(section: Section) -> str:
         lines.append(f"Decision: {result.outcome}: pool {p.pool}, {p.gpus} x {p.resource}")
         if result.patch and (p.constraint.selector or p.constraint.expressions):
             lines.append(f"Constraints: {p.constraint.text()}")
+    if section.burst is not None:
+        lines.append(_burst_line(section.burst))
     if result.group is not None:
         g = result.group
         where = f"{g.pods} {'Pod' if g.pods == 1 else 'Pods'} on pool {g.pool}" if g.pool else "no Pod placed yet"
@@ -241,6 +249,25 @@ def _queue_lines(result: Verdict, place: QueuePlace | None, spec: Mapping[str, A
             "Pod is created; its place above counts priority 0"
         )
     return lines
+
+
+def _burst_line(burst: Burst) -> str:
+    """`Pods: 1 of the 4 fit now (1 on nvidia/medium/Tesla-T4); the other 3 would wait for room on ...`."""
+    where = ", ".join(f"{n} on {pool}" for pool, n in burst.pools)
+    if burst.rest is None:
+        return f"Pods: {'both' if burst.pods == 2 else f'all {burst.pods}'} fit now ({where})"
+    if burst.fit:
+        head = f"Pods: {burst.fit} of the {burst.pods} {'fits' if burst.fit == 1 else 'fit'} now ({where})"
+        others = burst.pods - burst.fit
+        subject = "the other one" if others == 1 else f"the other {others}"
+    else:
+        head, subject = f"Pods: none of the {burst.pods} fits now", "they"
+    rest = burst.rest
+    if not rest.allowed:
+        return f"{head}; {subject} would be denied ({rest.reason or rest.code}): {rest.message}"
+    if rest.placement is not None:
+        return f"{head}; {subject} would be placed on pool {rest.placement.pool} and wait there for room"
+    return f"{head}; {subject}: {rest.message}"
 
 
 def _workload_line(section: Section) -> str:
@@ -286,7 +313,7 @@ def section_json(section: Section) -> dict[str, Any]:
     if result is None:
         undecided: dict[str, Any] = {"allowed": None, "outcome": "undecided", "code": None, "reason": None}
         empty: dict[str, Any] = {"warnings": [], "pool": None, "patch": [], "group": None, "queued": None,
-                                 "queue": None}  # fmt: skip
+                                 "queue": None, "pods": None}  # fmt: skip
         return {**head, **undecided, "message": t.note, **empty, "poolsConsidered": [], "patchedPod": None}
     return {
         **head,
@@ -294,6 +321,7 @@ def section_json(section: Section) -> dict[str, Any]:
         "outcome": result.outcome,
         "reason": result.reason or None,
         "queue": _queue_json(section.queue),
+        "pods": section.burst.as_json() if section.burst is not None else None,
         "poolsConsidered": list(result.reasons),
         "patchedPod": _patched(t.pod, result),
     }
