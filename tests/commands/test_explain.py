@@ -122,6 +122,21 @@ def test_text_output_for_a_denied_pod_gives_the_reason(capsys: pytest.CaptureFix
     assert "gpu-quota" in out and "Patched Pod" not in out
 
 
+def test_a_pod_a_resourcequota_denies_has_no_pool_chosen(capsys: pytest.CaptureFixture[str]) -> None:
+    """The T4s would take team-a's Pod but for its ResourceQuota: that pool's line says the quota denies
+    it, and no pool is `chosen` for a Pod that goes nowhere (text and JSON alike)."""
+    status, out, _ = explain(capsys, str(PODS / "team-a-quota.yaml"), "--policy", POLICY)
+    assert status == 1
+    considered = out.split("Pools considered:\n")[1].splitlines()
+    assert considered[0] == (
+        "  nvidia/medium/Tesla-T4: denied by quota: 16Gi as sold (15Gi reported) per GPU, 3 free, at most 2 on one node"
+    )
+    assert not [line for line in considered if ": chosen" in line]
+    _, answer = explain_json(capsys, str(PODS / "team-a-quota.yaml"), "--policy", POLICY)
+    assert answer["poolsConsidered"][0].startswith("nvidia/medium/Tesla-T4: denied by quota: ")
+    assert not [line for line in answer["poolsConsidered"] if ": chosen" in line]
+
+
 # --- JSON output -------------------------------------------------------------------------------------------
 
 

@@ -111,6 +111,11 @@ class Choice(NamedTuple):
     wait: WaitCode | None = None  # RELEASE: what it waits for (`denial` says it in words)
     waits_for: tuple[PoolKey, ...] = ()  # RELEASE: the pools whose room (capacity) or quotas (quota) it waits for
 
+    def explain(self) -> tuple[str, ...]:
+        """A line per pool considered, `chosen` only for where the Pod goes: the pool a ResourceQuota
+        denies it on (the decision's own choice) says `denied by quota`."""
+        return self.decision.explain(self.chosen, "denied by quota" if self.reason == "quota" else "")
+
     @property
     def candidates(self) -> list[Candidate]:
         """The candidates in the order to try: the decision's own first (a group's pool), then by rank."""

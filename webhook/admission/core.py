@@ -78,7 +78,7 @@ def place(
         return queue_verdict(view, req, choose(req, view, index, policy, QUEUE), policy, index, shapes=shapes)
     choice = choose(req, view, index, policy, ADMIT)
     decision = choice.decision
-    reasons = decision.explain() if explain else ()
+    reasons = choice.explain() if explain else ()
     chosen = choice.chosen
     if chosen is None:
         message = hinted(choice, req, view, index, policy, shapes=shapes)
