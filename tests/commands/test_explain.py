@@ -518,6 +518,32 @@ def test_a_pod_whose_namespace_queues_is_said_to_be_queued_and_where_it_would_go
     assert "allowed unchanged" not in out
 
 
+def test_a_job_whose_namespace_queues_says_how_many_of_its_pods_the_leader_would_release_now(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, queue_cluster: list[str]
+) -> None:
+    """A Job of 4 high Pods in q2, all four queued as its controller creates them: the A100s have 3 GPUs
+    free and `hi`, before them in the order, takes one, so the leader's pass would release 2 and the other
+    2 would wait for room; its first Pod's place counts the whole queue with the Job's 4 in it."""
+    template = {"metadata": {"annotations": {"gpupool.io/gpu-class": "high"}},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "pytorch"}]}}  # fmt: skip
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train", "namespace": "q2"},
+           "spec": {"parallelism": 4, "template": template}}  # fmt: skip
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job), "utf-8")
+    status, out, _ = explain(capsys, str(path), *queue_cluster)
+    assert status == 0
+    lines = out.splitlines()
+    assert lines[3].startswith(f"Queue: position 6 of 9, priority 0: would be released now to {A100} ")
+    assert lines[4] == (
+        f"Pods: 2 of the 4 would be released now (2 to {A100}); the other 2 would wait: no node of "
+        "NVIDIA-A100-SXM4-40GB has 1 free now"
+    )
+    status, answer = explain_json(capsys, str(path), *queue_cluster)
+    assert answer["pods"] == {"pods": 4, "of": 4, "fitNow": 2, "pools": {A100: 2},
+                              "rest": {"outcome": "wait", "reason": "capacity",
+                                       "message": "no node of NVIDIA-A100-SXM4-40GB has 1 free now"}}  # fmt: skip
+
+
 def test_a_queued_pod_that_would_wait_is_told_what_for(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, queue_cluster: list[str]
 ) -> None:

@@ -369,7 +369,7 @@ def test_a_job_of_several_pods_says_how_many_of_them_fit_now(
         f"Pods: 1 of the 4 fits now (1 on {t4}); the other 3 would be placed on pool {t4} and wait there for room"
     )
     _, [section] = explain(capsys, tmp_path, job)
-    assert section["pods"] == {"pods": 4, "fitNow": 1, "pools": {t4: 1},
+    assert section["pods"] == {"pods": 4, "of": 4, "fitNow": 1, "pools": {t4: 1},
                                "rest": {"outcome": "mutated", "reason": None, "pool": t4,
                                         "message": section["pods"]["rest"]["message"]}}  # fmt: skip
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
 
 from webhook.admission.core import place, reserve_for
 from webhook.admission.prepared import prepare
@@ -33,22 +32,8 @@ class Burst:
     pools: tuple[tuple[PoolKey, int], ...]  # where those that fit go, pool by pool, in the order first used
     rest: Verdict | None
 
-    def as_json(self) -> dict[str, Any]:
-        """`gpupool explain -o json`'s `pods`."""
-        rest = None
-        if self.rest is not None:
-            rest = {"outcome": self.rest.outcome, "reason": self.rest.reason or None, "message": self.rest.message}
-            if self.rest.placement is not None:
-                rest["pool"] = str(self.rest.placement.pool)
-        return {
-            "pods": self.pods,
-            "fitNow": self.fit,
-            "pools": {str(pool): n for pool, n in self.pools},
-            "rest": rest,
-        }
 
-
-def admit_in_turn(pod: Any, namespace: str, pods: int, policy: Policy, index: PoolIndex) -> Burst:
+def admit_in_turn(pod: object, namespace: str, pods: int, policy: Policy, index: PoolIndex) -> Burst:
     """Admit `pods` copies of `pod` in `namespace` one after another on `index`, each reserved before the
     next is decided, until one is not placed with room; then take every reservation back."""
     tokens: list[int] = []
