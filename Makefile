@@ -41,6 +41,11 @@ CERT_HOSTS ?=
 DEV_CERTS := certs/dev
 DEV_CERT_HOSTS ?= localhost 127.0.0.1
 MANIFEST = build/gpupool-$(OVERLAY).yaml
+# make release only: the digest of the image pushed as tag VERSION (`sha256:...`; the install then names the
+# image by it, not by the tag), and the `release` label kube-prometheus-stack selects the monitoring file's
+# PodMonitor and PrometheusRule by (its Helm release name).
+IMAGE_DIGEST ?=
+PROMETHEUS_RELEASE ?= kube-prometheus-stack
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -151,10 +156,10 @@ undeploy: ## remove gpupool from the current kubectl context (says which; stops 
 
 # What a release decides itself: given on the command line, refused rather than silently dropped.
 RELEASE_FIXED = $(strip $(foreach v,OVERLAY FAILURE_POLICY IMAGE CLIENT_CA SINGLE_NODE,$(if $(filter command line,$(origin $(v))),$(v))))
-release: ## write a release into dist/: gpupool-VERSION.yaml for kubectl apply -f (image tag VERSION), gpupool-monitoring-VERSION.yaml, SHA256SUMS (VERSION=x.y.z; METRICS_NAMESPACES, CONTROL_PLANE_CIDRS, HEALTH_CIDRS, EXCLUDE_NAMESPACES, IGNORE_LABEL as for manifests)
+release: ## write a release into dist/: gpupool-VERSION.yaml for kubectl apply -f (image tag VERSION, or IMAGE_DIGEST), gpupool-monitoring-VERSION.yaml (label release: PROMETHEUS_RELEASE), SHA256SUMS (VERSION=x.y.z; METRICS_NAMESPACES, CONTROL_PLANE_CIDRS, HEALTH_CIDRS, EXCLUDE_NAMESPACES, IGNORE_LABEL as for manifests)
 	@test -n "$(VERSION)" || { echo "make release: give the version, e.g. make release VERSION=0.1.0" >&2; exit 2; }
 	@test -z "$(RELEASE_FIXED)" || { echo "make release: a release is the cert-manager overlay, failurePolicy Fail, the image tagged VERSION and no file of this machine; $(RELEASE_FIXED) cannot be given" >&2; exit 2; }
-	$(PYTHON) manifests/render.py --release $(VERSION) $(ACCESS_OPTIONS) --out-dir dist
+	$(PYTHON) manifests/render.py --release $(VERSION) $(ACCESS_OPTIONS) $(if $(IMAGE_DIGEST),--image-digest $(IMAGE_DIGEST)) --prometheus-release $(PROMETHEUS_RELEASE) --out-dir dist
 
 # requirements.lock: every package the image installs, at an exact version with its hashes, resolved from
 # pyproject.toml's dependencies (and the build backend) for the image's Python. pip-compile keeps the pins

@@ -22,7 +22,8 @@
 
 `make release VERSION=x.y.z` (`--release x.y.z`) writes what a release ships instead, into dist/: one file
 for `kubectl apply -f` (the cert-manager overlay, failurePolicy Fail, the image tag pinned to the
-version), the monitoring component on its own, and their SHA-256 sums. It refuses a version that the
+version, or with --image-digest the image by digest), the monitoring component on its own (labelled
+`release: <--prometheus-release>` for kube-prometheus-stack), and their SHA-256 sums. It refuses a version that the
 package, pyproject.toml or the CHANGELOG do not name. The NetworkPolicy's and the namespace opt-out's
 options apply to it as to `make manifests` (CONTROL_PLANE_CIDRS, METRICS_NAMESPACES, HEALTH_CIDRS,
 EXCLUDE_NAMESPACES, IGNORE_LABEL), so a release can be made for one cluster; what the release fixes itself
@@ -44,12 +45,16 @@ from pathlib import Path
 
 from rendering.build import REPO, render
 from rendering.errors import RenderError
-from rendering.kustomization import EXCLUDED_BY_DEFAULT, IGNORE_LABEL, METRICS_NAMESPACES, Access
+from rendering.kustomization import EXCLUDED_BY_DEFAULT, IGNORE_LABEL, METRICS_NAMESPACES, PROMETHEUS_RELEASE, Access
 from rendering.release import release
 
 OVERLAYS = ("self-signed", "cert-manager")
 FAILURE_POLICIES = ("Fail", "Ignore")
 _NAMESPACE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+# What only a release renders: refused without --release.
+RELEASE_ONLY = {"--image-digest": "image_digest", "--prometheus-release": "prometheus_release"}
 # What a release fixes itself (or would take from this machine): the options --release refuses, by flag.
 RELEASE_REFUSES = {
     "--overlay": "overlay",
@@ -77,6 +82,23 @@ def namespace_name(value: str) -> str:
     if not _NAMESPACE_NAME.fullmatch(value):
         raise argparse.ArgumentTypeError(
             f"{value!r} is not a namespace name (lowercase letters, digits and '-', at most 63 characters)"
+        )
+    return value
+
+
+def image_digest(value: str) -> str:
+    """An image digest as registries give it: sha256: and 64 lowercase hex digits."""
+    if not _DIGEST.fullmatch(value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not an image digest: expected sha256: and 64 hex digits")
+    return value
+
+
+def label_value(value: str) -> str:
+    """A Kubernetes label value: at most 63 letters, digits, '-', '_', '.', starting and ending alphanumeric."""
+    if not _LABEL_VALUE.fullmatch(value):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a label value: at most 63 letters, digits, '-', '_' and '.', beginning and ending "
+            "with a letter or digit"
         )
     return value
 
@@ -168,6 +190,20 @@ def build_parser() -> argparse.ArgumentParser:
         "namespaces left out, and refuses the others",
     )
     parser.add_argument("--out-dir", metavar="DIR", type=Path, default=REPO / "dist", help="for --release")
+    parser.add_argument(
+        "--image-digest",
+        metavar="sha256:HEX",
+        type=image_digest,
+        help="for --release: the digest of the image pushed as tag VERSION; the install then names the image by "
+        "it (default: by the tag)",
+    )
+    parser.add_argument(
+        "--prometheus-release",
+        metavar="NAME",
+        type=label_value,
+        help="for --release: the `release` label of the monitoring file's PodMonitor and PrometheusRule, the "
+        f"Helm release name kube-prometheus-stack selects them by (default: {PROMETHEUS_RELEASE})",
+    )
     parser.add_argument("--changelog", metavar="FILE", type=Path, default=REPO / "CHANGELOG.md", help=argparse.SUPPRESS)
     return parser
 
@@ -204,6 +240,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     access = access_of(args)
+    if args.release is None:
+        given = [flag for flag, dest in RELEASE_ONLY.items() if getattr(args, dest) is not None]
+        if given:
+            parser.error(f"{', '.join(given)}: only with --release (make release)")
     if args.release is not None:
         given = [flag for flag, dest in RELEASE_REFUSES.items() if getattr(args, dest) not in (None, False, [])]
         if given:
@@ -214,7 +254,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.release is not None:
             files = release(
-                args.release, out_dir=args.out_dir, kubectl=args.kubectl, changelog=args.changelog, access=access
+                args.release,
+                out_dir=args.out_dir,
+                kubectl=args.kubectl,
+                changelog=args.changelog,
+                access=access,
+                image_digest=args.image_digest,
+                prometheus_release=args.prometheus_release or PROMETHEUS_RELEASE,
             )
             wrote = f"wrote {', '.join(str(f) for f in files)} (release {args.release})"
         else:

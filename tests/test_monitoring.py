@@ -325,3 +325,19 @@ def test_the_release_label_is_replaced_by_the_documented_patch(tmp_path: Path) -
     rendering = render_with_component(tmp_path, patch)
     for kind in ("PodMonitor", "PrometheusRule"):
         assert rendering.one(kind)["metadata"]["labels"]["release"] == "my-release"
+
+
+@needs_kubectl
+def test_the_documented_patch_sets_the_queue_wait_threshold(tmp_path: Path) -> None:
+    """The kustomize patch docs/operations.md gives for GpupoolQueueWaitLong's threshold renders the rule
+    with the new threshold and every other rule as shipped; its `test` op names the alert it changes."""
+    alerts_section = OPERATIONS.read_text(encoding="utf-8").split("\n## Alerts\n", 1)[1].split("\n### ", 1)[0]
+    blocks = [b for b in re.findall(r"```yaml\n(.*?)```", alerts_section, re.S) if "GpupoolQueueWaitLong" in b]
+    assert len(blocks) == 1, "one documented patch for the threshold"
+    rule = render_with_component(tmp_path, blocks[0]).one("PrometheusRule")
+    rendered = [r for g in rule["spec"]["groups"] for r in g["rules"]]
+    shipped = [r for g in rule_groups() for r in g["rules"]]
+    changed = [(a, b) for a, b in zip(shipped, rendered, strict=True) if a != b]
+    assert [(a["alert"], b["expr"]) for a, b in changed] == [
+        ("GpupoolQueueWaitLong", "max by (namespace) (gpupool_queue_oldest_wait_seconds) > 8 * 3600")
+    ]

@@ -24,6 +24,9 @@ METRICS_NAMESPACES = ("monitoring",)
 # What the base's namespaceSelector leaves out by name (manifests/base/webhook.yaml), and its label.
 EXCLUDED_BY_DEFAULT = ("kube-system", NAMESPACE, "gpu-operator")
 IGNORE_LABEL = "gpupool.io/ignore"
+# The label kube-prometheus-stack selects PodMonitors and PrometheusRules by (`release: <its Helm release>`),
+# as manifests/components/monitoring sets it.
+PROMETHEUS_RELEASE = "kube-prometheus-stack"
 # The webhook configurations (manifests/base/webhook.yaml, validating-webhook.yaml), one webhook each.
 WEBHOOK_CONFIGURATIONS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 _HEADER = ("apiVersion: kustomize.config.k8s.io/v1beta1", "kind: Kustomization")
@@ -176,6 +179,17 @@ def stacked_kustomization(
     return "\n".join(lines) + "\n"
 
 
-def monitoring_kustomization() -> str:
-    """A kustomization that renders the monitoring component alone (it ships apart from the install)."""
-    return "\n".join([*_HEADER, "components:", *_components(["monitoring"])]) + "\n"
+def monitoring_kustomization(prometheus_release: str = PROMETHEUS_RELEASE) -> str:
+    """A kustomization that renders the monitoring component alone (it ships apart from the install), its
+    PodMonitor and PrometheusRule labelled `release: <prometheus_release>`."""
+    lines = [*_HEADER, "components:", *_components(["monitoring"])]
+    if prometheus_release != PROMETHEUS_RELEASE:
+        ops = _op("test", "/metadata/labels/release", PROMETHEUS_RELEASE)
+        ops += _op("replace", "/metadata/labels/release", json.dumps(prometheus_release))
+        lines += [
+            "patches:",
+            "  - target: {group: monitoring.coreos.com}",
+            "    patch: |-",
+            *(f"      {op}" for op in ops),
+        ]
+    return "\n".join(lines) + "\n"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .build import REPO, kustomize, render_overlay, require_kubectl
 from .errors import RenderError
-from .kustomization import IMAGE_NAME, Access, monitoring_kustomization, stacked_kustomization
+from .kustomization import IMAGE_NAME, PROMETHEUS_RELEASE, Access, monitoring_kustomization, stacked_kustomization
 
 # A release needs no file from the machine that made it: cert-manager issues the certificates in the cluster.
 RELEASE_OVERLAY = "cert-manager"
@@ -39,11 +39,23 @@ def release_version_problems(version: str, changelog: Path) -> list[str]:
     return problems
 
 
-def release(version: str, *, out_dir: Path, kubectl: str, changelog: Path, access: Access) -> list[Path]:
+def release(  # noqa: PLR0913 (the release's choices, each by keyword)
+    version: str,
+    *,
+    out_dir: Path,
+    kubectl: str,
+    changelog: Path,
+    access: Access,
+    image_digest: str | None = None,
+    prometheus_release: str = PROMETHEUS_RELEASE,
+) -> list[Path]:
     """Write the release's files into `out_dir`; returns them. RenderError when the tree cannot be released.
 
     Who may reach the two ports and which namespaces are left out are the cluster's to say, as for
-    `render`: a release built for one cluster passes them (the defaults are the base's)."""
+    `render`: a release built for one cluster passes them (the defaults are the base's). With
+    `image_digest` (`sha256:...`, of the image pushed as tag `version`) the Deployment names the image by
+    it, so the file runs exactly that image; `prometheus_release` is the `release` label the monitoring
+    file's PodMonitor and PrometheusRule carry, for kube-prometheus-stack's selectors."""
     problems = release_version_problems(version, changelog)
     if problems:
         raise RenderError("; ".join(problems))
@@ -52,14 +64,16 @@ def release(version: str, *, out_dir: Path, kubectl: str, changelog: Path, acces
     install = out_dir / f"gpupool-{version}.yaml"
     monitoring = out_dir / f"gpupool-monitoring-{version}.yaml"
     out_dir.mkdir(parents=True, exist_ok=True)
-    kustomization = stacked_kustomization(RELEASE_OVERLAY, "Fail", f"{IMAGE_NAME}:{version}", access)
+    image = f"{IMAGE_NAME}@{image_digest}" if image_digest else f"{IMAGE_NAME}:{version}"
+    kustomization = stacked_kustomization(RELEASE_OVERLAY, "Fail", image, access)
     with tempfile.TemporaryDirectory(prefix="gpupool-release-") as tmp:
         scratch = Path(tmp)
         rendered = render_overlay(kubectl, scratch, RELEASE_OVERLAY, kustomization, certs_dir=scratch, files={})
-        alerts = kustomize(kubectl, scratch / "monitoring", monitoring_kustomization())
+        alerts = kustomize(kubectl, scratch / "monitoring", monitoring_kustomization(prometheus_release))
     if RUNBOOKS not in alerts:
         raise RenderError(f"the alerts' runbook_url no longer starts with {RUNBOOKS}")
-    header = f"# gpupool {version}: {{}}\n"
+    pinned = f", image {IMAGE_NAME}:{version} by its digest" if image_digest else ""
+    header = f"# gpupool {version}{pinned}: {{}}\n"
     install.write_text(header.format("kubectl apply -f (docs/install.md, Installing a release)") + rendered)
     monitoring.write_text(header.format("monitoring for the Prometheus Operator") + alerts.replace(RUNBOOKS, tag))
     sums = out_dir / "SHA256SUMS"

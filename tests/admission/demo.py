@@ -40,6 +40,7 @@ POOL_KEY = "gpupool.io/pool"
 
 T4 = "nvidia/medium/Tesla-T4"
 T4_SHARED = "nvidia/medium/Tesla-T4-SHARED"
+L4 = "nvidia/medium/NVIDIA-L4"
 A100 = "nvidia/high/NVIDIA-A100-SXM4-40GB"
 A100_3G = "nvidia/high/NVIDIA-A100-SXM4-40GB-MIG-3g.20gb/nvidia.com/mig-3g.20gb"
 A100_1G_MIXED = "nvidia/high/NVIDIA-A100-SXM4-40GB-MIG-1g.5gb/nvidia.com/mig-1g.5gb"

@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.admission.demo import (
     A100,
@@ -17,6 +18,8 @@ from tests.admission.demo import (
     A100_1G_SINGLE,
     A100_3G,
     H100,
+    L4,
+    REPO,
     RTX3060,
     RTX4090,
     SAMPLES,
@@ -44,6 +47,7 @@ SAMPLE_OUTCOMES = {
     "device-mig.yaml": A100_3G,
     "device-shared.yaml": T4_SHARED,
     "fallback.yaml": A100,
+    "first-pod.yaml": L4,
     "generate-name.yaml": RTX3060,
     "gpu-count.yaml": A100,
     "gpu-limit-only.yaml": RTX3060,
@@ -91,6 +95,22 @@ def test_sample_patch_gives_the_same_pod_with_kubectl(name: str, tmp_path: Path)
     kubectl patch --local adds no defaults, so whole documents are compared."""
     obj, result, patched = placed_sample(name)
     assert kubectl_patch(obj, list(result.patch), tmp_path) == patched
+
+
+def test_the_readmes_first_example_is_a_sample_and_lands_on_a_24_gb_card() -> None:
+    """The Pod at the top of the README, as examples/pods/first-pod.yaml: the same annotations, placed on
+    the demo's L4s (24 GB as sold, 23034 MiB reported). Without the toleration of the L4 node's taint it
+    is denied, naming the taint: what the README says beside it."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    first = yaml.safe_load(readme.split("```yaml\n", 1)[1].split("```", 1)[0])
+    obj, result, _ = placed_sample("first-pod.yaml")
+    assert obj["metadata"]["annotations"] == first["metadata"]["annotations"]
+    assert result.placement is not None and str(result.placement.pool) == L4
+    untolerated = copy.deepcopy(obj)
+    del untolerated["spec"]["tolerations"]
+    denied = evaluate(untolerated, "ml-train", demo_policy(), demo_index())
+    assert not denied.allowed
+    assert any("NVIDIA-L4" in r and "dedicated=inference" in r for r in denied.reasons)
 
 
 def test_class_medium_goes_to_t4_with_limit_requests_selector_and_annotation() -> None:

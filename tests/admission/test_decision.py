@@ -141,7 +141,7 @@ def test_the_nearest_pools_fail_the_fewest_requirements_each_with_all_it_lacks()
     )
     assert (
         f"{RTX}: rejected: class low not in medium (annotation); 24Gi as sold (24564Mi reported) < min-memory 40Gi"
-        in d.explain()
+        in d.explain(d.chosen)
     )
 
 
@@ -176,7 +176,7 @@ def test_pools_of_devices_the_pod_does_not_take_come_last() -> None:
         "gpupool.io/gpu-product MIG-1g.5gb; Tesla-T4: product Tesla-T4 does not match gpupool.io/gpu-product "
         "MIG-1g.5gb"
     )
-    assert f"{MIG_1G}: rejected: device mig not in gpu (policy default)" in d.explain()
+    assert f"{MIG_1G}: rejected: device mig not in gpu (policy default)" in d.explain(d.chosen)
 
 
 def test_product_tokens_are_exact() -> None:
@@ -274,7 +274,7 @@ def test_class_quota_excludes_classes_over_their_limit() -> None:
 def test_every_pool_is_judged_with_a_reason() -> None:
     """explain lists every pool of the vendor, chosen or rejected, with why."""
     d = run({"gpupool.io/gpu-class": "medium", "gpupool.io/min-memory": "20Gi"})
-    lines = d.explain()
+    lines = d.explain(d.chosen)
     assert any(line.startswith(f"{L4}: chosen") for line in lines)
     assert any(
         line.startswith(f"{T4}: rejected") and "16Gi as sold (15Gi reported) < min-memory 20Gi" in line
@@ -293,7 +293,7 @@ def test_pool_whose_nodes_are_all_too_small_is_not_a_place_to_wait() -> None:
     ]
     d = run({"gpupool.io/gpu-count": "8"}, objects)
     assert chosen(d) == A100 and d.chosen is not None and not d.chosen.fits
-    assert any("no node has 8 GPUs (the largest has 4)" in line for line in d.explain())
+    assert any("no node has 8 GPUs (the largest has 4)" in line for line in d.explain(d.chosen))
     too_big = run({"gpupool.io/gpu-count": "16"}, objects)
     assert too_big.chosen is None and "no node has 16 GPUs" in too_big.denial
 
@@ -310,7 +310,9 @@ def test_a_pod_that_names_no_device_gets_a_whole_gpu_not_a_slice() -> None:
     capable "node group" of the old folded pool)."""
     d = run({"gpupool.io/gpu-class": "high"}, issue_fleet())
     assert chosen(d) == A100
-    assert any(line.startswith(f"{MIG_1G}: rejected") and "device mig not in gpu" in line for line in d.explain())
+    assert any(
+        line.startswith(f"{MIG_1G}: rejected") and "device mig not in gpu" in line for line in d.explain(d.chosen)
+    )
 
 
 def test_a_pod_that_names_no_device_is_not_given_a_shared_replica() -> None:
@@ -355,13 +357,15 @@ def test_a_multi_gpu_pod_skips_shared_pools_in_a_list() -> None:
     d = run({"gpupool.io/gpu-count": "2", "gpupool.io/device": "shared,gpu"}, issue_fleet())
     assert chosen(d) == A100
     assert any(
-        line.startswith(f"{T4_SHARED}: rejected") and "a shared replica is not a GPU" in line for line in d.explain()
+        line.startswith(f"{T4_SHARED}: rejected") and "a shared replica is not a GPU" in line
+        for line in d.explain(d.chosen)
     )
 
 
 def test_explain_says_what_a_device_is() -> None:
     """Memory is per GPU, per MIG instance or per replica, as the pool's devices are."""
-    lines = run({"gpupool.io/device": "mig,shared,gpu"}, issue_fleet()).explain()
+    d = run({"gpupool.io/device": "mig,shared,gpu"}, issue_fleet())
+    lines = d.explain(d.chosen)
     assert any(
         line.startswith(f"{MIG_1G}: chosen") and "5Gi as sold (4864Mi reported) per MIG instance" in line
         for line in lines
@@ -383,7 +387,7 @@ def test_a_nodeselector_on_a_mig_product_label_is_honoured() -> None:
     d = run(None, objects, gpus=1, resource="nvidia.com/mig-1g.10gb", node_selector=pinned)
     assert d.chosen is not None and d.chosen.pool.product == "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"
     assert any("nodeSelector nvidia.com/mig-1g.10gb.product=NVIDIA-H100-80GB-HBM3-MIG-1g.10gb excludes it" in r
-               for r in d.explain())  # fmt: skip
+               for r in d.explain(d.chosen))  # fmt: skip
 
 
 def test_min_compute_capability_needs_it_on_every_node_and_unknown_never_matches() -> None:
@@ -392,7 +396,7 @@ def test_min_compute_capability_needs_it_on_every_node_and_unknown_never_matches
     d = run({"gpupool.io/min-compute-capability": "8.0", "gpupool.io/gpu-class": "medium,high"}, issue_fleet())
     assert chosen(d) == A100
     assert any(line.startswith(f"{T4}: rejected") and "compute capability 7.5 < min-compute-capability 8.0" in line
-               for line in d.explain())  # fmt: skip
+               for line in d.explain(d.chosen))  # fmt: skip
     unknown = run({"gpupool.io/min-compute-capability": "6.0"}, [gpu_node("q", "Quadro-P2000", gpu_class="low")])
     assert unknown.chosen is None
     assert "compute capability unknown on some nodes (min-compute-capability 6.0)" in unknown.denial

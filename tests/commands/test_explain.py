@@ -34,7 +34,7 @@ ERROR_PREFIX = "gpupool explain: error:"
 # the patch and the patched Pod.
 JSON_KEYS = {
     "namespace", "name", "workload", "note", "allowed", "outcome", "code", "reason", "message", "warnings", "pool",
-    "patch", "group", "queued", "queue", "poolsConsidered", "patchedPod",
+    "patch", "group", "queued", "queue", "pods", "poolsConsidered", "patchedPod",
 }  # fmt: skip
 DEFAULT_POLICY_NOTE = (
     "gpupool explain: note: with gpupool's built-in default policy (a snapshot holds none); pass --policy FILE\n"
@@ -120,6 +120,21 @@ def test_text_output_for_a_denied_pod_gives_the_reason(capsys: pytest.CaptureFix
     status, out, _ = explain(capsys, str(PODS / "team-a-quota.yaml"), "--policy", POLICY)
     assert status == 1
     assert "gpu-quota" in out and "Patched Pod" not in out
+
+
+def test_a_pod_a_resourcequota_denies_has_no_pool_chosen(capsys: pytest.CaptureFixture[str]) -> None:
+    """The T4s would take team-a's Pod but for its ResourceQuota: that pool's line says the quota denies
+    it, and no pool is `chosen` for a Pod that goes nowhere (text and JSON alike)."""
+    status, out, _ = explain(capsys, str(PODS / "team-a-quota.yaml"), "--policy", POLICY)
+    assert status == 1
+    considered = out.split("Pools considered:\n")[1].splitlines()
+    assert considered[0] == (
+        "  nvidia/medium/Tesla-T4: denied by quota: 16Gi as sold (15Gi reported) per GPU, 3 free, at most 2 on one node"
+    )
+    assert not [line for line in considered if ": chosen" in line]
+    _, answer = explain_json(capsys, str(PODS / "team-a-quota.yaml"), "--policy", POLICY)
+    assert answer["poolsConsidered"][0].startswith("nvidia/medium/Tesla-T4: denied by quota: ")
+    assert not [line for line in answer["poolsConsidered"] if ": chosen" in line]
 
 
 # --- JSON output -------------------------------------------------------------------------------------------
@@ -501,6 +516,32 @@ def test_a_pod_whose_namespace_queues_is_said_to_be_queued_and_where_it_would_go
         "gpu.accelerator/class=high, nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB)",
     ]
     assert "allowed unchanged" not in out
+
+
+def test_a_job_whose_namespace_queues_says_how_many_of_its_pods_the_leader_would_release_now(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, queue_cluster: list[str]
+) -> None:
+    """A Job of 4 high Pods in q2, all four queued as its controller creates them: the A100s have 3 GPUs
+    free and `hi`, before them in the order, takes one, so the leader's pass would release 2 and the other
+    2 would wait for room; its first Pod's place counts the whole queue with the Job's 4 in it."""
+    template = {"metadata": {"annotations": {"gpupool.io/gpu-class": "high"}},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "pytorch"}]}}  # fmt: skip
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train", "namespace": "q2"},
+           "spec": {"parallelism": 4, "template": template}}  # fmt: skip
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job), "utf-8")
+    status, out, _ = explain(capsys, str(path), *queue_cluster)
+    assert status == 0
+    lines = out.splitlines()
+    assert lines[3].startswith(f"Queue: position 6 of 9, priority 0: would be released now to {A100} ")
+    assert lines[4] == (
+        f"Pods: 2 of the 4 would be released now (2 to {A100}); the other 2 would wait: no node of "
+        "NVIDIA-A100-SXM4-40GB has 1 free now"
+    )
+    status, answer = explain_json(capsys, str(path), *queue_cluster)
+    assert answer["pods"] == {"pods": 4, "of": 4, "fitNow": 2, "pools": {A100: 2},
+                              "rest": {"outcome": "wait", "reason": "capacity",
+                                       "message": "no node of NVIDIA-A100-SXM4-40GB has 1 free now"}}  # fmt: skip
 
 
 def test_a_queued_pod_that_would_wait_is_told_what_for(

@@ -350,3 +350,41 @@ def test_every_workload_kind_is_documented() -> None:
     text = (REPO / "docs" / "operations.md").read_text("utf-8")
     missing = [kind for _, kind in KINDS if f"`{kind}`" not in text]
     assert not missing, f"not in docs/operations.md: {missing}"
+
+
+def test_a_job_of_several_pods_says_how_many_of_them_fit_now(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A Job of 4 workers x 2 GPUs on the demo inventory, where the T4s have 3 GPUs free and at most 2 on
+    one node: its Pods admitted in turn, as the Job controller creates them, 1 fits now and the other 3
+    would wait on the T4 pool. The text says so below the decision; JSON carries the same as data."""
+    annotations = {**GPU, "gpupool.io/gpu-count": "2"}
+    job = obj("batch/v1", "Job", "train", {"parallelism": 4, "template": template(annotations)})
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job), "utf-8")
+    assert main(["explain", str(path), "--inventory", INVENTORY, "--policy", POLICY]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    t4 = "nvidia/medium/Tesla-T4"
+    assert lines[4] == (
+        f"Pods: 1 of the 4 fits now (1 on {t4}); the other 3 would be placed on pool {t4} and wait there for room"
+    )
+    _, [section] = explain(capsys, tmp_path, job)
+    assert section["pods"] == {"pods": 4, "of": 4, "fitNow": 1, "pools": {t4: 1},
+                               "rest": {"outcome": "mutated", "reason": None, "pool": t4,
+                                        "message": section["pods"]["rest"]["message"]}}  # fmt: skip
+
+
+def test_a_job_whose_pods_all_fit_and_a_single_pod_say_nothing_more(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Two Pods of 1 GPU fit on the T4s: `both fit now`; a Job of one Pod has no `Pods:` line (its
+    decision is the Pod's), nor `pods` in JSON."""
+    two = obj("batch/v1", "Job", "two", {"parallelism": 2, "template": template()})
+    one = obj("batch/v1", "Job", "one", {"parallelism": 1, "template": template()})
+    _, sections = explain(capsys, tmp_path, two, one)
+    assert sections[0]["pods"]["fitNow"] == 2 and sections[0]["pods"]["rest"] is None
+    assert sections[1]["pods"] is None
+    path = tmp_path / "two.yaml"
+    path.write_text(yaml.safe_dump(two), "utf-8")
+    assert main(["explain", str(path), "--inventory", INVENTORY, "--policy", POLICY]) == 0
+    assert "Pods: both fit now (2 on nvidia/medium/Tesla-T4)" in capsys.readouterr().out.splitlines()

@@ -128,6 +128,46 @@ class TestRelease:
         for option in ("--metrics-namespace a --metrics-namespace b", "--exclude-namespace c", "--no-ignore-label"):
             assert option in render, render
 
+    def test_the_release_names_the_image_by_its_digest_and_labels_monitoring_for_the_prometheus_release(
+        self, tmp_path: Path
+    ) -> None:
+        """make release IMAGE_DIGEST=sha256:... PROMETHEUS_RELEASE=...: the install names the image by the
+        digest (kubelet pulls exactly that image, whatever the tag points at later), and the monitoring
+        file's PodMonitor and PrometheusRule carry the `release` label kube-prometheus-stack of that Helm
+        release selects by; the dashboard's ConfigMap is found by its own label and keeps none."""
+        version, digest = webhook.__version__, "sha256:" + "0123456789abcdef" * 4
+        done = run_render("--release", version, "--image-digest", digest, "--prometheus-release", "prom",
+                          "--out-dir", tmp_path)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        install = (tmp_path / f"gpupool-{version}.yaml").read_text()
+        assert parse_objects(install, "release").container["image"] == f"ghcr.io/gpupool/gpupool-webhook@{digest}"
+        assert install.startswith(f"# gpupool {version}, image ghcr.io/gpupool/gpupool-webhook:{version} by its digest")
+        monitoring = parse_objects((tmp_path / f"gpupool-monitoring-{version}.yaml").read_text(), "monitoring")
+        labelled = {o["kind"]: (o["metadata"].get("labels") or {}).get("release") for o in monitoring.objects}
+        assert labelled == {"PodMonitor": "prom", "PrometheusRule": "prom", "ConfigMap": None}
+        dry_run = make_dry_run("release", f"VERSION={version}", f"IMAGE_DIGEST={digest}", "PROMETHEUS_RELEASE=prom")
+        (render,) = [line for line in dry_run.splitlines() if "render.py" in line]
+        assert f"--image-digest {digest} --prometheus-release prom" in render
+
+    @pytest.mark.parametrize(
+        ("args", "said"),
+        [
+            (["--image-digest", "sha256:abc"], "is not an image digest: expected sha256: and 64 hex digits"),
+            (["--prometheus-release", "my release"], "is not a label value"),
+        ],
+        ids=["short-digest", "label-with-space"],
+    )
+    def test_a_bad_digest_or_label_is_refused_naming_what_is_accepted(
+        self, tmp_path: Path, args: list[str], said: str
+    ) -> None:
+        done = run_render("--release", webhook.__version__, *args, "--out-dir", tmp_path)
+        assert done.returncode == 2 and said in done.stderr, done.stderr
+        assert not list(tmp_path.iterdir())
+
+    def test_the_release_options_are_refused_without_a_release(self) -> None:
+        done = run_render("--prometheus-release", "prom")
+        assert done.returncode == 2 and "--prometheus-release: only with --release (make release)" in done.stderr
+
     def test_the_release_of_the_base_admits_what_the_base_does(self, release: tuple[str, Path]) -> None:
         """Without options, the release's NetworkPolicy is the base's: 8443 from anywhere, 8080 from the
         monitoring namespace (where the monitoring component's Prometheus must run)."""

@@ -83,11 +83,11 @@ def test_a_pod_about_to_queue_takes_its_place_by_priority_then_age() -> None:
     enqueue([queued_pod("waiting", "q", index.policy, index, created="2026-12-01T09:00:00Z")], index, waiting)
     before = counted(index)
     same = about_to_queue(index, waiting)
-    found = preview(waiting.ordered(), index, index.policy, extra=same)
+    found = preview(waiting.ordered(), index, index.policy, extra=[same])
     assert outcomes(found) == [("waiting", 1, str(T4)), ("new", 2, "capacity")]
     assert found[1].wait is not None and "no node of" in found[1].wait.reason
     urgent = about_to_queue(index, waiting, priority=1000)
-    assert outcomes(preview(waiting.ordered(), index, index.policy, extra=urgent)) == [
+    assert outcomes(preview(waiting.ordered(), index, index.policy, extra=[urgent])) == [
         ("new", 1, str(T4)),
         ("waiting", 2, "capacity"),
     ]
@@ -101,7 +101,7 @@ def test_a_pod_about_to_queue_waits_for_the_quota_the_pods_before_it_take() -> N
         [gpu_node("t4-a", "Tesla-T4", 8)], "namespaces:\n  q: {placement: queue, classQuota: {medium: 2}}\n"
     )
     enqueue([queued_pod(f"p{i}", "q", index.policy, index) for i in range(2)], index, waiting)
-    found = preview(waiting.ordered(), index, index.policy, extra=about_to_queue(index, waiting))
+    found = preview(waiting.ordered(), index, index.policy, extra=[about_to_queue(index, waiting)])
     assert outcomes(found)[-1] == ("new", 3, "quota")
 
 
@@ -120,7 +120,7 @@ def test_a_pod_about_to_queue_never_stands_for_a_pod_of_the_same_name() -> None:
     before = counted(index)
     new = about_to_queue(index, waiting, name="job")
     assert new.key == ("q", "job" + STAND_IN)
-    (only,) = preview(waiting.ordered(), index, index.policy, extra=new)
+    (only,) = preview(waiting.ordered(), index, index.policy, extra=[new])
     assert only.release is not None and only.release.pool == T4  # the running Pod's 3 GPUs still count
     assert counted(index) == before
 
@@ -136,5 +136,5 @@ def test_the_pod_that_completes_a_gang_would_release_it_whole() -> None:
     assert found[0].wait is not None and "group sweep: 2 of 3 Pods exist" in found[0].wait.reason
     third = about_to_queue(index, waiting, annotations=ann)
     assert {
-        o.release.pool if o.release else None for o in preview(waiting.ordered(), index, index.policy, extra=third)
+        o.release.pool if o.release else None for o in preview(waiting.ordered(), index, index.policy, extra=[third])
     } == {T4}

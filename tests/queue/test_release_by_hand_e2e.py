@@ -137,3 +137,22 @@ def test_a_release_naming_another_user_is_refused(pair: Pair, alice: Alice) -> N
     own = release_naming("alice")
     assert not isinstance(own, Refused), own
     assert pair.released("q", "second")
+
+
+def test_a_pod_the_leader_released_or_that_does_not_exist_is_not_released_again(
+    pair: Pair, alice: Alice, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """q/first, released by the leader, carries no gate: alice's release says it is not queued and changes
+    nothing (no second `gpupool.io/released-by`, no Event of hers); a Pod that does not exist is not found."""
+    quota_bound(pair)
+    before = pair.pod("q", "first")
+    code, said = alice.release(capsys, "-n", "q", "first", "--ignore-quota")
+    assert code == 1
+    assert "pod/first in namespace q is not queued: it carries no gpupool.io/queue scheduling gate" in said
+    after = pair.pod("q", "first")
+    assert after["metadata"]["annotations"] == before["metadata"]["annotations"]
+    assert not [e for e in pair.sim.events("q", about="first") if "by alice" in e["message"]]
+
+    code, said = alice.release(capsys, "-n", "q", "ghost")
+    assert code == 1
+    assert said == "kubectl gpupool release: error: pod/ghost in namespace q not found\n"

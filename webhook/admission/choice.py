@@ -123,6 +123,11 @@ class Choice(NamedTuple):
     # on past those held): all that its answer read of the Pods ahead (webhook.queue.parking).
     held: tuple[tuple[PoolKey, bool], ...] = ()
 
+    def explain(self) -> tuple[str, ...]:
+        """A line per pool considered, `chosen` only for where the Pod goes: the pool a ResourceQuota
+        denies it on (the decision's own choice) says `denied by quota`."""
+        return self.decision.explain(self.chosen, "denied by quota" if self.reason == "quota" else "")
+
     @property
     def candidates(self) -> list[Candidate]:
         """The candidates in the order to try: the decision's own first (a group's pool), then by rank."""

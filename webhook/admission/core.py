@@ -78,7 +78,7 @@ def place(
         return queue_verdict(view, req, choose(req, view, index, policy, QUEUE), policy, index, shapes=shapes)
     choice = choose(req, view, index, policy, ADMIT)
     decision = choice.decision
-    reasons = decision.explain() if explain else ()
+    reasons = choice.explain() if explain else ()
     chosen = choice.chosen
     if chosen is None:
         message = hinted(choice, req, view, index, policy, shapes=shapes)
@@ -295,10 +295,10 @@ class Admitter:
 
 def reserve_for(
     index: PoolIndex, view: PodView, placement: Placement, now: float, *, echoed: bool, confirmed: bool = False
-) -> None:
+) -> int:
     """Hold what `placement` places for the Pod until the watch shows it (the mutating call's reservation,
-    or the validating call's, `confirmed` by the Pod as it will be stored)."""
-    index.reserve(
+    or the validating call's, `confirmed` by the Pod as it will be stored); the reservation's token."""
+    return index.reserve(
         Reservation(
             namespace=view.namespace,
             pool=placement.pool,

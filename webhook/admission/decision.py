@@ -76,10 +76,17 @@ class Decision(NamedTuple):
     rejections: tuple[Rejection, ...]
     denial_reason: Reason = ""
 
-    def explain(self) -> tuple[str, ...]:
+    def explain(self, chosen: Candidate | None, stopped: str = "") -> tuple[str, ...]:
+        """A line per pool considered: `chosen` for `chosen`, where the Pod goes (None: nowhere), and
+        `stopped` (when given) for the decision's own choice that something after it, a quota, stopped."""
         lines = []
         for c in self.candidates:
-            verdict = "chosen" if c == self.chosen else ("fits" if c.fits else "no capacity")
+            if c == chosen:
+                verdict = "chosen"
+            elif stopped and c == self.chosen:
+                verdict = stopped
+            else:
+                verdict = "fits" if c.fits else "no capacity"
             note = " (fallback)" if c.fallback else ""
             lines.append(
                 f"{c.pool}: {verdict}{note}: {describe_memory(c.sold_mib, c.memory_mib)} per {NOUNS[c.kind]}, "

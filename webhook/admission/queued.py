@@ -38,7 +38,7 @@ def queue_verdict(
     decision = choice.decision
     if not decision.candidates:
         message = hinted(choice, req, view, index, policy, shapes=shapes)
-        return verdict.deny(message, reasons=decision.explain(), reason=choice.reason)
+        return verdict.deny(message, reasons=choice.explain(), reason=choice.reason)
     best = choice.chosen  # the ranking's first within every hard limit: its device resource is fixed now
     if best is None:
         return verdict.deny(f"{choice.denial}; the Pod could never be released from the queue", reason=choice.reason)
@@ -59,5 +59,5 @@ def queue_verdict(
         patch=patch,
         message=f"queued for {req.pod_total} x {best.resource}",
         warnings=(waits,),
-        reasons=decision.explain(),
+        reasons=choice.explain(),
     )

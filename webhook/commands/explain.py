@@ -31,6 +31,7 @@ import jsonpatch
 import orjson
 import yaml
 
+from webhook.admission.burst import admit_in_turn
 from webhook.admission.core import evaluate
 from webhook.admission.verdict import Verdict
 from webhook.commands.common import (
@@ -42,6 +43,7 @@ from webhook.commands.common import (
 )
 from webhook.commands.manifest import PodTemplate, objects_in
 from webhook.commands.output import add_output_arguments, print_document
+from webhook.commands.podsnow import MAX_PODS, PodsNow, from_burst, from_queue
 from webhook.commands.queue import outcome_json
 from webhook.commands.workloads import MAX_TEMPLATES, pod_templates
 from webhook.domain.errors import ConfigError, yaml_problem
@@ -50,7 +52,7 @@ from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
 from webhook.pools.kubeobj import as_map
 from webhook.queue.preview import Outcome, arriving, preview
-from webhook.queue.waiting import Waiting
+from webhook.queue.waiting import Queued, Waiting
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -81,13 +83,15 @@ class QueuePlace:
 
 @dataclass(frozen=True, slots=True)
 class Section:
-    """One Pod template, the namespace it is decided in, the verdict (None: not decided here), and for a
-    Pod the verdict queues, its place in the queue."""
+    """One Pod template, the namespace it is decided in, the verdict (None: not decided here), for a
+    Pod the verdict queues, its place in the queue, and for a template of several Pods, how many of them
+    fit now."""
 
     template: PodTemplate
     namespace: str
     verdict: Verdict | None
     queue: QueuePlace | None = None
+    pods: PodsNow | None = None
 
     @property
     def denied(self) -> bool:
@@ -124,15 +128,26 @@ def section_for(template: PodTemplate, namespace: str, policy: Policy, index: Po
     if not template.decided:
         return Section(template, namespace, None)
     result = evaluate(template.pod, namespace, policy, index)
+    of = template.pods or 1
+    if result.allowed and result.placement is not None and of > 1:
+        burst = admit_in_turn(template.pod, namespace, min(of, MAX_PODS), policy, index)
+        return Section(template, namespace, result, pods=from_burst(burst, of))
     if not (result.allowed and result.queued):
         return Section(template, namespace, result)
     queued = waiting.ordered()
-    taken = index.usage.pod_keys() | {q.key for q in queued}
-    pod = arriving(_patched(template.pod, result) or template.pod, namespace, policy, datetime.now(UTC), taken)
-    if pod is None:  # admission's patch gates it and fixes its device: not reached
-        return Section(template, namespace, result)
-    mine = next(o for o in preview(queued, index, policy, extra=pod) if o.queued.key == pod.key)
-    return Section(template, namespace, result, QueuePlace(mine, len(queued) + 1))
+    taken = set(index.usage.pod_keys() | {q.key for q in queued})
+    patched, now = _patched(template.pod, result) or template.pod, datetime.now(UTC)
+    pods: list[Queued] = []
+    for _ in range(min(of, MAX_PODS)):  # the template's Pods as its controller creates them, all queued
+        pod = arriving(patched, namespace, policy, now, taken)
+        if pod is None:  # admission's patch gates it and fixes its device: not reached
+            return Section(template, namespace, result)
+        pods.append(pod)
+        taken.add(pod.key)
+    found = {o.queued.key: o for o in preview(queued, index, policy, extra=pods)}
+    place = QueuePlace(found[pods[0].key], len(queued) + len(pods))
+    many = from_queue([found[p.key] for p in pods], of) if len(pods) > 1 else None
+    return Section(template, namespace, result, place, many)
 
 
 def place_in_namespaces(
@@ -203,6 +218,8 @@ def render_text(section: Section) -> str:
         lines.append(f"Decision: {result.outcome}: pool {p.pool}, {p.gpus} x {p.resource}")
         if result.patch and (p.constraint.selector or p.constraint.expressions):
             lines.append(f"Constraints: {p.constraint.text()}")
+    if section.pods is not None:
+        lines.append(section.pods.text())
     if result.group is not None:
         g = result.group
         where = f"{g.pods} {'Pod' if g.pods == 1 else 'Pods'} on pool {g.pool}" if g.pool else "no Pod placed yet"
@@ -286,7 +303,7 @@ def section_json(section: Section) -> dict[str, Any]:
     if result is None:
         undecided: dict[str, Any] = {"allowed": None, "outcome": "undecided", "code": None, "reason": None}
         empty: dict[str, Any] = {"warnings": [], "pool": None, "patch": [], "group": None, "queued": None,
-                                 "queue": None}  # fmt: skip
+                                 "queue": None, "pods": None}  # fmt: skip
         return {**head, **undecided, "message": t.note, **empty, "poolsConsidered": [], "patchedPod": None}
     return {
         **head,
@@ -294,6 +311,7 @@ def section_json(section: Section) -> dict[str, Any]:
         "outcome": result.outcome,
         "reason": result.reason or None,
         "queue": _queue_json(section.queue),
+        "pods": section.pods.as_json() if section.pods is not None else None,
         "poolsConsidered": list(result.reasons),
         "patchedPod": _patched(t.pod, result),
     }

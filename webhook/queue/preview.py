@@ -2,11 +2,11 @@
 
 For the commands that show the queue (`gpupool queue`) and a Pod's place in it (`gpupool explain`): one
 pass of the leader's own `plan` (webhook.queue.release) over the queue as the inventory shows it, in
-release order, optionally with one more Pod in its place in that order; every release the pass decides
-is then taken back with `settle`, as the runner takes back a release it could not write, and the extra
-Pod removed, so the index is left counting what it counted before. `plan` stays the one function that
-decides; this module only asks it and keeps the answer. Pure, like `plan`: the caller holds the
-inventory's lock.
+release order, optionally with more Pods (those a manifest will create) in their places in that order;
+every release the pass decides is then taken back with `settle`, as the runner takes back a release it
+could not write, and the extra Pods removed, so the index is left counting what it counted before.
+`plan` stays the one function that decides; this module only asks it and keeps the answer. Pure, like
+`plan`: the caller holds the inventory's lock.
 """
 
 from __future__ import annotations
@@ -36,14 +36,14 @@ class Outcome(NamedTuple):
 
 
 def preview(
-    queued: Sequence[Queued], index: PoolIndex, policy: Policy, *, extra: Queued | None = None
+    queued: Sequence[Queued], index: PoolIndex, policy: Policy, *, extra: Sequence[Queued] = ()
 ) -> list[Outcome]:
-    """Every Pod of `queued` (and `extra`, as if it were queued now) in release order, with what one pass
-    of `plan` on `index` would do with it. The index is left as it was. `extra`'s key must not be one of a
-    Pod the index or the queue holds (it would stand for that Pod)."""
-    order = sorted([*queued, extra] if extra is not None else queued, key=lambda q: q.order)
-    if extra is not None:
-        index.upsert_pod(extra.info, extra.key)
+    """Every Pod of `queued` (and of `extra`, as if they were queued now) in release order, with what one
+    pass of `plan` on `index` would do with it. The index is left as it was. No key of `extra` may be one of
+    a Pod the index or the queue holds (it would stand for that Pod)."""
+    order = sorted([*queued, *extra], key=lambda q: q.order)
+    for pod in extra:
+        index.upsert_pod(pod.info, pod.key)
     try:
         # Every Pod judged in one pass: the leader's batch limit only splits its writes into passes.
         decided = plan(order, index, policy, limit=max(len(order), 1))
@@ -53,8 +53,8 @@ def preview(
             for release in reversed(decided.releases):
                 settle(index, release, None)
     finally:
-        if extra is not None:
-            index.remove_pod(extra.key)
+        for pod in extra:
+            index.remove_pod(pod.key)
     releases = {r.queued.key: r for r in decided.releases}
     waits = {w.queued.key: w for w in decided.waits}
     return [
@@ -76,11 +76,12 @@ def arriving(
     """A Pod admission queues now, as the queue will hold it once kube-apiserver has stored it: `pod` with
     admission's patch applied, in `namespace`, created `now`, with its own `spec.priority`. Its key is a
     name no Pod of `taken` has (a stand-in when its own is taken, or not generated yet), so that it can be
-    `preview`'s `extra`. None when it does not wait behind the gate or requests no GPU."""
+    `preview`'s `extra` (add it to `taken` before the next of the same name). None when it does not wait
+    behind the gate or requests no GPU."""
     obj = copy.deepcopy(dict(pod))
     meta = obj["metadata"] = dict(obj.get("metadata") or {})
     name = str(meta.get("name") or f"{meta.get('generateName', '')}<generated>")
-    if (namespace, name) in taken:
+    while (namespace, name) in taken:
         name += STAND_IN
     meta.update(namespace=namespace, name=name, creationTimestamp=now.strftime("%Y-%m-%dT%H:%M:%SZ"))
     return read_queued(obj, policy, 0.0)
