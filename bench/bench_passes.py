@@ -8,7 +8,7 @@ on the same index, the two interleaved round by round.
 The fleet: 20 Tesla-T4 nodes of 4 GPUs, all taken by running Pods, and one free NVIDIA-L4 node. Waiting:
 `large` Pods, each 2 GPUs on a T4, each a distinct shape of about 330 KiB (a required node affinity of
 6 x 256 values of 60 characters no node has), so over what a memo entry may weigh (128 KiB) and decided
-from scratch whenever decided; or `small` Pods, 10,000 distinct ordinary shapes (gpupool.io/min-memory
+from scratch whenever decided; or `small` Pods, 2,000 distinct ordinary shapes (gpupool.io/min-memory
 varies). For each count it measures, per mode:
 
 - `steady`: a pass with nothing changed (the median of 5): CPU seconds and decisions;
@@ -16,7 +16,7 @@ varies). For each count it measures, per mode:
   pass that releases it (what the victim waits for beyond the watch and the PATCH);
 - `room`: one GPU frees on one T4 node (not enough for any of them): the next pass's CPU and decisions.
 
-    .venv/bin/python bench/bench_passes.py [--large 100,200,400] [--small 10000] [--rounds 3]
+    .venv/bin/python bench/bench_passes.py [--large 100,200,400] [--small 2000] [--rounds 3]
 
 Results are printed and written to bench/results/passes-<time>.json.
 """
@@ -181,7 +181,7 @@ def measure(kind: str, count: int, parked: bool) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--large", default="100,200,400", help="counts of large distinct waiting Pods")
-    parser.add_argument("--small", default="10000", help="counts of small distinct waiting Pods")
+    parser.add_argument("--small", default="2000", help="counts of small distinct waiting Pods")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     runs = [("large", int(n)) for n in args.large.split(",") if n] + [

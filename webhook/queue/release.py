@@ -21,6 +21,8 @@ patch applied to the Pod as the index counts it (`Release.released`, webhook.adm
 (webhook.queue.runner) and `settle`s the index with what the API answered. Pure: no I/O, no clock. A
 pass is `read_batch` (the requests, from the Pods alone) then `decide_batch` (against the index), which
 is what `plan` does; the caller holds the inventory's lock for `decide_batch`, `plan` and `settle`.
+The runner's batches are read with its `Parking` (webhook.queue.parking): across passes a shape that
+could not go keeps its answer, and is decided again only once something that answer read has changed.
 """
 
 from __future__ import annotations
