@@ -117,11 +117,13 @@ class Rendering:
 
 
 def granted(role: Obj) -> set[tuple[str, str, str]]:
-    """(apiGroup, resource, verb) for every permission a ClusterRole's rules grant."""
+    """(apiGroup, resource, verb) for every permission a ClusterRole's rules grant; a rule limited to
+    some names grants `resource/name` for each (`configmaps/gpupool-queue`)."""
     out = set()
     for rule in role["rules"]:
-        assert set(rule) == {"apiGroups", "resources", "verbs"}  # no resourceNames, no nonResourceURLs
-        out |= {(g, r, v) for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+        assert set(rule) <= {"apiGroups", "resources", "verbs", "resourceNames"}  # no nonResourceURLs
+        resources = [f"{r}/{n}" for r in rule["resources"] for n in rule.get("resourceNames", [])] or rule["resources"]
+        out |= {(g, r, v) for g in rule["apiGroups"] for r in resources for v in rule["verbs"]}
     return out
 
 

@@ -1,6 +1,7 @@
 """The pools' status anyone can read, end to end: a running leader (its live inventory watching the API
 simulator, its loop, its releases) writes one GPUPool per pool with the pool's figures, follows them as
-Pods are released and bound, and deletes the object once the pool's nodes are gone."""
+Pods are released and bound, and deletes the object once the pool's nodes are gone; and each namespace
+with Pods waiting gets its ConfigMap gpupool-queue, deleted once none waits."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.builders import gpu_node, index_of, pod, policy
 from tests.conftest import wait_until
@@ -106,6 +108,14 @@ def test_each_pool_is_an_object_with_its_figures_as_pods_come_and_go(sim: KubeSi
         "nvidia/medium/NVIDIA-L4",
     )
 
+    # Namespace q's own view, readable with `view` in q: its waiting Pod, its position, what it waits for.
+    wait_until(lambda: sim.get("ConfigMap", "q", "gpupool-queue") is not None, WAIT, "q's summary")
+    summary = sim.get("ConfigMap", "q", "gpupool-queue")
+    assert summary is not None
+    (waiting,) = yaml.safe_load(summary["data"]["pods.yaml"])
+    assert (waiting["pod"], waiting["position"], waiting["waitsFor"]) == ("job", 1, "capacity")
+    assert sim.get("ConfigMap", "other", "gpupool-queue") is None
+
     sim.delete("Pod", "other", "busy")
     wait_until(lambda: not sim.get("Pod", "q", "job")["spec"].get("schedulingGates"), WAIT, "the release")  # type: ignore[index]
     wait_until(
@@ -113,6 +123,7 @@ def test_each_pool_is_an_object_with_its_figures_as_pods_come_and_go(sim: KubeSi
         WAIT,
         "the T4 pool holding the released Pod",
     )
+    wait_until(lambda: sim.get("ConfigMap", "q", "gpupool-queue") is None, WAIT, "q's summary gone: nothing waits")
 
     bound = sim.get("Pod", "q", "job")
     assert bound is not None

@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import wait_until
 from webhook.sources import poolstatus
-from webhook.sources.poolstatus import MANAGED_BY, PoolStatusWriter, Write, next_write
+from webhook.sources.poolstatus import MANAGED_BY, SUMMARY, PoolStatusWriter, Write, next_write
 from webhook.testing import KubeSim
 
 pytestmark = pytest.mark.slow  # the writer's tests serve HTTP from the simulator
@@ -174,3 +174,39 @@ class TestWriter:
             wait_until(lambda: pools(sim) == {L4: status(3)}, WAIT, "the object once the list works")
         finally:
             limited.stop()
+
+
+def summaries(sim: KubeSim) -> dict[str, Any]:
+    """Each namespace's ConfigMap gpupool-queue: its data, and whether gpupool owns it."""
+    return {
+        o["metadata"]["namespace"]: (o.get("data"), o["metadata"].get("labels") == dict([MANAGED_BY]))
+        for o in sim.objects("ConfigMap")
+        if o["metadata"]["name"] == SUMMARY
+    }
+
+
+class TestQueueSummaries:
+    def test_a_namespace_with_pods_waiting_gets_its_configmap_and_loses_it_when_none_wait(
+        self, sim: KubeSim, writer: PoolStatusWriter
+    ) -> None:
+        """Published: the namespace's ConfigMap gpupool-queue is created, labelled gpupool's, with the data;
+        new data replaces it whole (a key left out goes); no Pod waiting any more: it is deleted."""
+        writer.publish_queues({"ml": {"summary": "2 wait", "pods.yaml": "- a\n- b\n"}})
+        wait_until(
+            lambda: summaries(sim) == {"ml": ({"summary": "2 wait", "pods.yaml": "- a\n- b\n"}, True)}, WAIT, "it"
+        )
+        writer.publish_queues({"ml": {"summary": "1 waits"}})
+        wait_until(lambda: summaries(sim) == {"ml": ({"summary": "1 waits"}, True)}, WAIT, "the new data")
+        writer.publish_queues({})
+        wait_until(lambda: summaries(sim) == {}, WAIT, "the ConfigMap deleted")
+
+    def test_a_configmap_of_that_name_gpupool_does_not_own_is_left_alone(
+        self, sim: KubeSim, writer: PoolStatusWriter
+    ) -> None:
+        """A ConfigMap gpupool-queue someone else made is neither written nor deleted; the others are."""
+        sim.add({"kind": "ConfigMap", "metadata": {"name": SUMMARY, "namespace": "team"}, "data": {"mine": "yes"}})
+        writer.publish_queues({"team": {"summary": "1 waits"}, "ml": {"summary": "1 waits"}})
+        wait_until(lambda: "ml" in summaries(sim), WAIT, "the ml ConfigMap")
+        writer.publish_queues({})
+        wait_until(lambda: "ml" not in summaries(sim), WAIT, "the ml ConfigMap deleted")
+        assert summaries(sim) == {"team": ({"mine": "yes"}, False)}

@@ -289,7 +289,7 @@ class Runner:
                 self._changes_seen = index.changes
         self._tell_queued(decided.waits)
         if self._status is not None:
-            self._status.passed(decided.waits)
+            self._status.passed(decided.waits, ordered)
         released += self._send_all(decided.releases)
         if self.reshaper is not None:
             try:

@@ -1,10 +1,13 @@
-"""What the leader tells the pools' GPUPool objects (webhook.pools.statuses, written by
-webhook.sources.poolstatus): after its passes, each pool's figures from its index and the Pods of its
-queue that wait for the pool.
+"""What the leader tells the pools' GPUPool objects (webhook.pools.statuses) and each namespace's
+ConfigMap `gpupool-queue` (`namespace_summaries`), both written by webhook.sources.poolstatus: after its
+passes, each pool's figures from its index and the Pods of its queue that wait for the pool; per
+namespace, its waiting Pods, their position in the queue and what each waits for.
 
 A Pod counts for the first pool of those it waits for (`Wait.pools`: the pools whose room or quota it
 waits for, best first); a Pod that waits for no pool in particular (an invalid request, a gang still
-short of members) counts for none. The statuses are worked out at most every STATUS_SECONDS, from the
+short of members) counts for none. A namespace's summary lists at most MAX_LISTED Pods (the first in the
+queue) and says how many more wait; a namespace with no Pod waiting has none. Positions count from 1 over
+the whole queue, as `gpupool queue -A` shows it. Everything is worked out at most every STATUS_SECONDS, from the
 last pass's waits and the index as it is then, and only while this replica leads: a leader that stops
 leading `forget`s, so that it writes nothing more.
 """
@@ -13,13 +16,19 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+import yaml
+
+from webhook.domain.model import PodKey
 from webhook.pools.statuses import pool_statuses
 from webhook.queue.release import Wait
+from webhook.queue.waiting import Queued
 
 STATUS_SECONDS = 1.0
+MAX_LISTED = 50  # Pods listed in a namespace's summary; the others are counted
+REASON_MAX = 300  # characters of what a Pod waits for, in its summary
 
 
 class StatusSink(Protocol):
@@ -27,19 +36,52 @@ class StatusSink(Protocol):
 
     def publish(self, wanted: Mapping[str, dict[str, Any]]) -> None: ...
 
+    def publish_queues(self, wanted: Mapping[str, dict[str, Any]]) -> None: ...
+
     def forget(self) -> None: ...
+
+
+def namespace_summaries(
+    waits: Sequence[Wait], positions: Mapping[PodKey, int], total: int
+) -> dict[str, dict[str, str]]:
+    """Per namespace with Pods waiting, its ConfigMap's data: `summary` (how many wait, of how many in
+    all, and how many are not listed) and `pods.yaml` (the first MAX_LISTED, in queue order: pod,
+    position, waitsFor (the code), reason, and the pool it waits for first)."""
+    by_namespace: dict[str, list[tuple[int, Wait]]] = {}
+    for wait in waits:
+        key = wait.queued.key
+        by_namespace.setdefault(key[0], []).append((positions.get(key, total + 1), wait))
+    summaries = {}
+    for namespace, entries in by_namespace.items():
+        entries.sort(key=lambda e: (e[0], e[1].queued.key[1]))
+        pods = [
+            {
+                "pod": wait.queued.key[1],
+                "position": position,
+                "waitsFor": wait.code,
+                "reason": wait.reason[:REASON_MAX],
+                **({"pool": str(wait.pools[0])} if wait.pools else {}),
+            }
+            for position, wait in entries[:MAX_LISTED]
+        ]
+        summary = f"{len(entries)} Pods of this namespace wait in gpupool's queue ({total} in all)."
+        if len(entries) > MAX_LISTED:
+            summary += f" The first {MAX_LISTED} are listed; {len(entries) - MAX_LISTED} more are not."
+        summaries[namespace] = {"summary": summary, "pods.yaml": yaml.safe_dump(pods, sort_keys=False, width=10_000)}
+    return summaries
 
 
 class StatusFeed:
     def __init__(self, sink: StatusSink, clock: Callable[[], float] = time.monotonic) -> None:
         self._sink, self._clock = sink, clock
         self._waits: list[Wait] | None = None  # the last pass's, not told yet
+        self._ordered: Sequence[Queued] = ()  # the queue in release order, as the last pass had it
         self._at = float("-inf")
         self._publishing = False
 
-    def passed(self, waits: list[Wait]) -> None:
-        """A pass decided: these Pods wait (kept, not copied: a pass makes a new list)."""
-        self._waits = waits
+    def passed(self, waits: list[Wait], ordered: Sequence[Queued]) -> None:
+        """A pass decided: these Pods of the queue (`ordered`) wait (kept, not copied: a pass makes new lists)."""
+        self._waits, self._ordered = waits, ordered
 
     def look(self, leading: bool, read: Callable[[], Any]) -> None:
         """On each look of the leader's loop: publish what the last pass left, once STATUS_SECONDS have
@@ -48,7 +90,7 @@ class StatusFeed:
             if self._publishing:
                 self._sink.forget()
                 self._publishing = False
-            self._waits = None
+            self._waits, self._ordered = None, ()
             return
         waits = self._waits
         if waits is None or self._clock() - self._at < STATUS_SECONDS:
@@ -57,4 +99,6 @@ class StatusFeed:
         with read() as index:
             stats = index.capacity.pool_stats()
         self._sink.publish(pool_statuses(stats, queued))
-        self._waits, self._at, self._publishing = None, self._clock(), True
+        positions = {q.key: i for i, q in enumerate(self._ordered, 1)}
+        self._sink.publish_queues(namespace_summaries(waits, positions, len(self._ordered)))
+        self._waits, self._ordered, self._at, self._publishing = None, (), self._clock(), True
