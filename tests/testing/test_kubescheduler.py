@@ -135,6 +135,21 @@ class TestBinding:
         Scheduler(store).step(0.0)
         assert placed(store, "p") == ["t4-b"]
 
+    def test_most_allocated_scoring_packs_pods_onto_the_node_that_uses_most_of_the_scored_resource(self) -> None:
+        """NodeResourcesFit's MostAllocated strategy on the GPU resource: the Pod goes where GPUs are in
+        use already, though that node has the least cpu left; without it, to the emptier node."""
+        busy = gpu_pod("busy", gpus=3, nodeName="t4-a")
+        busy["status"]["phase"] = "Running"
+        busy["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "6"}
+        for scoring, scored, expected in (
+            ("MostAllocated", (GPU,), "t4-a"),
+            ("LeastAllocated", ("cpu", "memory"), "t4-b"),
+        ):
+            store = Store()
+            store.load([gpu_node("t4-a"), gpu_node("t4-b"), busy, gpu_pod("p")])
+            Scheduler(store, scoring=scoring, scored=scored).step(0.0)
+            assert placed(store, "p") == [expected], scoring
+
     def test_other_schedulers_pods_are_left_and_bound_pods_are_started(self) -> None:
         store = Store()
         store.load(
@@ -241,6 +256,8 @@ class TestRoom:
             Scheduler(Store(), finish_rate=-1)
         with pytest.raises(ValueError, match="run_seconds"):
             Scheduler(Store(), run_seconds=-1)
+        with pytest.raises(ValueError, match="scoring must be LeastAllocated or MostAllocated, not 'Packed'"):
+            Scheduler(Store(), scoring="Packed")
 
 
 @pytest.mark.slow

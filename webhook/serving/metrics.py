@@ -29,6 +29,7 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 import webhook
 from webhook.domain.policy import Policy
 from webhook.domain.quantity import MIB
+from webhook.mig.follow import FAILED, STUCK
 from webhook.pools.inventory import Inventory
 from webhook.pools.quotas.report import QuotaRow, quota_rows, unenforced
 from webhook.queue.waiting import Backlog
@@ -217,6 +218,8 @@ class Metrics:
             ["outcome"],
             registry=registry,
         )
+        for outcome in (FAILED, STUCK):
+            self.mig_reshapes.labels(outcome)  # from the start, so the alert's increase() sees the first one
         self.queue_leader = Gauge(
             "gpupool_queue_leader",
             "1 while this process (a replica's leader process) leads the queue (holds the Lease), else 0",

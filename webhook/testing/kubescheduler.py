@@ -7,7 +7,10 @@ the kubelets would:
   the default scheduler (`spec.schedulerName` unset or `default-scheduler`), highest `spec.priority`
   first, then oldest: to a node that passes kube-scheduler's filters (kubefit.why_unfit), among the
   first 100 feasible nodes found from a rotating start (kube-scheduler's minFeasibleNodesToFind) the
-  one with the most cpu and memory left (its default LeastAllocated score). The bind starts the Pod at
+  one with the most cpu and memory left (its default LeastAllocated score); or, with
+  `scoring="MostAllocated"` and the resources it scores (`scored`), the one with the most of those in
+  use, as NodeResourcesFit's MostAllocated strategy bin-packs (weight 1 each; resources a node lacks
+  are not scored). The bind starts the Pod at
   once: `spec.nodeName`, phase Running, the PodScheduled/Ready conditions, one write and one watch
   event. A Pod that fits nowhere waits, and is tried again when room appears (a Pod finishes or goes, a
   node changes);
@@ -137,7 +140,7 @@ class Scheduler:
     cost little however busy the cluster is.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (the store, then kube-scheduler's and the kubelet's knobs, by keyword)
         self,
         store: Store,
         *,
@@ -146,9 +149,14 @@ class Scheduler:
         finish_filter: Callable[[Obj], bool] | None = None,
         tick: float = 0.005,
         seed: int = 0,
+        scoring: str = "LeastAllocated",
+        scored: tuple[str, ...] = ("cpu", "memory"),
     ) -> None:
         if finish_rate < 0:
             raise ValueError("finish_rate must not be negative")
+        if scoring not in ("LeastAllocated", "MostAllocated"):
+            raise ValueError(f"scoring must be LeastAllocated or MostAllocated, not {scoring!r}")
+        self._most, self._scored = scoring == "MostAllocated", scored
         if run_seconds is not None and run_seconds < 0:
             raise ValueError("run_seconds must not be negative")
         self._store = store
@@ -357,7 +365,7 @@ class Scheduler:
             if view.unfit(need, name) is not None:
                 continue
             found += 1
-            score = self._least_allocated(need, name)
+            score = self._score(need, name)
             if best is None or score > best[0]:
                 best = (score, name)
             if found >= wanted:
@@ -365,13 +373,15 @@ class Scheduler:
         self._start_index = start + processed  # the next search starts where this one stopped
         return None if best is None else best[1]
 
-    def _least_allocated(self, need: PodNeed, node: str) -> float:
+    def _score(self, need: PodNeed, node: str) -> float:
+        """The share of each scored resource left once the Pod is bound (LeastAllocated), or in use
+        (MostAllocated), averaged over the scored resources the node has."""
         fit = self._view.nodes[node]
         used: Mapping[str, int] = self._view.used.get(node) or {}
         scores = []
-        for resource in ("cpu", "memory"):
+        for resource in self._scored:
             capacity = fit.allocatable.get(resource, 0)
             if capacity > 0:
-                left = capacity - used.get(resource, 0) - need.requests.get(resource, 0)
-                scores.append(max(left, 0) / capacity)
+                taken = min(used.get(resource, 0) + need.requests.get(resource, 0), capacity)
+                scores.append((taken if self._most else capacity - taken) / capacity)
         return sum(scores) / len(scores) if scores else 0.0
