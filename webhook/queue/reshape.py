@@ -32,6 +32,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from webhook.admission.recut import PRODUCT_LABEL, candidate_of, is_mig, waiting_of
 from webhook.admission.request import GpuRequest
 from webhook.domain.model import NodeInfo, PodKey
 from webhook.domain.policy import Policy
@@ -55,7 +56,6 @@ from webhook.mig.follow import (
 from webhook.mig.layouts import Layouts, Yield, gpu_count
 from webhook.mig.planner import (
     CONFIG_LABEL,
-    RESHAPE_LABEL,
     STATE_LABEL,
     Candidate,
     Change,
@@ -65,15 +65,12 @@ from webhook.mig.planner import (
 from webhook.pools.index import PoolIndex
 from webhook.queue.release import Wait
 from webhook.queue.reshape_inputs import (
-    PRODUCT_LABEL,
     annotation_path,
     ask_patch,
     busy_of,
     demand_of,
     free_of,
-    is_mig,
     not_as_planned,
-    waiting_of,
 )
 from webhook.sources.eventqueue import Event
 from webhook.sources.outcomes import Conflict, Released, ReleaseResult
@@ -294,13 +291,8 @@ class Reshaper:
 
     def _candidate(self, node: NodeInfo, layouts: Layouts, busy: set[str], changing: Mapping[str, str]) -> Candidate:
         asked = asked_of(node.annotations)
-        return Candidate(
-            name=node.name,
-            product=node.labels.get(PRODUCT_LABEL, ""),
-            gpus=gpu_count(node.labels, layouts.config, layouts.catalog),
-            opted_in=node.labels.get(RESHAPE_LABEL, "") == "true",
-            layout=node.labels.get(CONFIG_LABEL, ""),
-            state=node.labels.get(STATE_LABEL, ""),
+        return replace(
+            candidate_of(node, layouts),
             busy=node.name in busy,
             idle_since=self._busy_at.get(node.name, self._started),
             changed_at=asked.at if asked is not None else None,

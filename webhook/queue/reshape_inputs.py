@@ -7,19 +7,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from webhook.admission.recut import PRODUCT_LABEL
 from webhook.admission.request import GpuRequest
 from webhook.domain.model import NodeInfo, PodKey
-from webhook.domain.products import matches, tokens
 from webhook.mig.follow import ASKED_ANNOTATION, OUTCOME_ANNOTATION, under_way
 from webhook.mig.layouts import Layouts
-from webhook.mig.planner import CONFIG_LABEL, HANDS_OFF_STATES, RESHAPE_LABEL, STATE_LABEL, Change, Free, Waiting
+from webhook.mig.planner import CONFIG_LABEL, HANDS_OFF_STATES, RESHAPE_LABEL, STATE_LABEL, Change, Free
 from webhook.pools.index import PoolIndex
 from webhook.pools.nodes import NodeFacts
 from webhook.queue.release import Wait
 
 TERMINAL = ("Succeeded", "Failed")
-MIG_CAPABLE = "nvidia.com/mig.capable"
-PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 
 def ask_patch(obj: Mapping[str, Any], layout: str, asked: str) -> list[dict[str, Any]]:
@@ -66,17 +64,6 @@ def demand_of(waits: Iterable[Wait], requests: Mapping[PodKey, GpuRequest]) -> l
     return out
 
 
-def waiting_of(pod: str, req: GpuRequest, nodes: list[NodeInfo]) -> Waiting:
-    """The planner's view of a waiting Pod: its memory, count, and the MIG nodes its constraints allow."""
-    allowed = frozenset(
-        n.name
-        for n in nodes
-        if req.requirements.matches(n.name, n.labels)
-        and (not req.products or any(matches(q, tokens(n.labels.get(PRODUCT_LABEL, ""))) for q in req.products))
-    )
-    return Waiting(pod, req.min_memory_mib, max(req.pod_total, 1), None, allowed)
-
-
 def free_of(index: PoolIndex, nodes: list[NodeInfo], layouts: Layouts) -> Iterable[Free]:
     for node in nodes:
         model = layouts.catalog.model_of(node.labels.get(PRODUCT_LABEL, ""))
@@ -113,10 +100,6 @@ def busy_of(index: PoolIndex, nodes: list[NodeInfo]) -> set[str]:
                 if n:
                     busy |= offers.get(resource, set())
     return busy
-
-
-def is_mig(node: NodeInfo) -> bool:
-    return node.labels.get(MIG_CAPABLE) == "true" or CONFIG_LABEL in node.labels
 
 
 def _escape(key: str) -> str:
