@@ -12,7 +12,8 @@ the kubeconfig context's, else in `default`; an object whose namespace is not `-
 A Pod whose namespace queues (policy `placement: queue`) is queued at admission with its device resource
 fixed; its section then says what the queue would do with it now: one pass of the leader's own `plan`
 over the cluster's queue with this Pod added in its place in the order (created now, its own
-`spec.priority`): released now to which pool, or what it would wait for (webhook.queue.preview).
+`spec.priority`): released now to which pool, or what it would wait for (webhook.queue.preview), such as
+a MIG re-cut of which node.
 
 Exit status: 0 when every Pod would be allowed, 1 when one is denied, 2 for a bad file or argument.
 """
@@ -128,10 +129,11 @@ def section_for(template: PodTemplate, namespace: str, policy: Policy, index: Po
         return Section(template, namespace, result)
     queued = waiting.ordered()
     taken = index.usage.pod_keys() | {q.key for q in queued}
-    pod = arriving(_patched(template.pod, result) or template.pod, namespace, policy, datetime.now(UTC), taken)
+    now = datetime.now(UTC)
+    pod = arriving(_patched(template.pod, result) or template.pod, namespace, policy, now, taken)
     if pod is None:  # admission's patch gates it and fixes its device: not reached
         return Section(template, namespace, result)
-    mine = next(o for o in preview(queued, index, policy, extra=pod) if o.queued.key == pod.key)
+    mine = next(o for o in preview(queued, index, policy, extra=pod, now=now.timestamp()) if o.queued.key == pod.key)
     return Section(template, namespace, result, QueuePlace(mine, len(queued) + 1))
 
 
@@ -233,6 +235,8 @@ def _queue_lines(result: Verdict, place: QueuePlace | None, spec: Mapping[str, A
     where = f"Queue: position {o.position} of {place.waiting}, priority {o.queued.priority}"
     if o.release is not None:
         lines.append(f"{where}: would be released now to {o.release.pool} (constraints: {o.constraints})")
+    elif o.recut is not None:
+        lines.append(f"{where}: would wait for {o.recut.describe()}")
     elif o.wait is not None:
         lines.append(f"{where}: would wait: {o.wait.reason}")
     if spec.get("priorityClassName") and "priority" not in spec:

@@ -32,7 +32,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from webhook.admission.recut import PRODUCT_LABEL, candidate_of, is_mig, waiting_of
+from webhook.admission.recut import PRODUCT_LABEL, is_mig
 from webhook.admission.request import GpuRequest
 from webhook.domain.model import NodeInfo, PodKey
 from webhook.domain.policy import Policy
@@ -57,10 +57,8 @@ from webhook.mig.layouts import Layouts, Yield, gpu_count
 from webhook.mig.planner import (
     CONFIG_LABEL,
     STATE_LABEL,
-    Candidate,
     Change,
     Plan,
-    plan,
 )
 from webhook.pools.index import PoolIndex
 from webhook.queue.release import Wait
@@ -69,8 +67,8 @@ from webhook.queue.reshape_inputs import (
     ask_patch,
     busy_of,
     demand_of,
-    free_of,
     not_as_planned,
+    recut_plan,
 )
 from webhook.sources.eventqueue import Event
 from webhook.sources.outcomes import Conflict, Released, ReleaseResult
@@ -283,20 +281,17 @@ class Reshaper:
         busy = busy_of(index, nodes)
         for name in busy:
             self._busy_at[name] = now
-        candidates = [self._candidate(n, layouts, busy, changing) for n in nodes]
         self._uids = {pod: uid for pod, uid, _ in demand}
-        waiting = [waiting_of(pod, req, nodes) for pod, _, req in demand]
-        free = list(free_of(index, nodes, layouts))
-        return plan(waiting, free, candidates, layouts=layouts, settings=settings, now=now)
-
-    def _candidate(self, node: NodeInfo, layouts: Layouts, busy: set[str], changing: Mapping[str, str]) -> Candidate:
-        asked = asked_of(node.annotations)
-        return replace(
-            candidate_of(node, layouts),
-            busy=node.name in busy,
-            idle_since=self._busy_at.get(node.name, self._started),
-            changed_at=asked.at if asked is not None else None,
-            changing=changing.get(node.name, ""),
+        return recut_plan(
+            index,
+            nodes,
+            demand,
+            layouts,
+            settings,
+            busy=busy,
+            changing=changing,
+            idle_since=lambda name: self._busy_at.get(name, self._started),
+            now=now,
         )
 
     def _layouts_of(self, settings: MigReshaping, now: float) -> Layouts | None:
