@@ -129,3 +129,16 @@ def test_the_validating_call_accepts_the_pod_as_its_mutating_call_queued_it_for_
     )
     assert checked.verdict.allowed, checked.verdict.message
     assert checked.verdict.patch == ()
+
+
+def test_a_namespace_that_may_not_use_the_re_cut_pools_class_is_not_queued_for_it() -> None:
+    """The A100-80GB's instances are class high; a namespace allowed only medium never gets them."""
+    pol = policy(RESHAPING.replace("q: {placement: queue}", "q: {placement: queue, allowedClasses: [medium]}"))
+    result = evaluate(big(), "q", pol, the_fleet(pol))
+    assert not result.allowed and "re-cut" not in result.message
+
+
+def test_a_gang_is_not_queued_for_a_re_cut() -> None:
+    pol = policy(RESHAPING)
+    result = evaluate(big(**{"gpupool.io/group-size": "2"}), "q", pol, the_fleet(pol))
+    assert not result.allowed and result.reason == "no-match" and "re-cut" not in result.message

@@ -67,7 +67,7 @@ def candidate_of(node: NodeInfo, layouts: Layouts) -> Candidate:
 def recut_for(req: GpuRequest, index: PoolIndex, policy: Policy, *, opted_in: bool = True) -> Recut | None:
     """The re-cut that could serve the Pod (webhook.mig.hint), on an opted-in node, or with `opted_in`
     False on any MIG node; None when the policy has no `migReshaping`, the index has no valid mig-parted
-    config, the Pod takes no MIG instance, or is the first of a gang (a gang is not planned for)."""
+    config, the Pod takes no MIG instance, or is one of a gang (a gang is not planned for)."""
     layouts = index.mig.layouts
     if policy.mig_reshaping is None or layouts is None or "mig" not in req.devices or req.group.size:
         return None

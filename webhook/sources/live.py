@@ -129,6 +129,11 @@ class LiveInventory(LockedIndex):
         deadline = self._clock() + timeout
         return all(r.synced.wait(max(deadline - self._clock(), 0)) for r in self.reflectors.values())
 
+    def wait_mig_config(self, timeout: float) -> bool:
+        """Wait up to `timeout` for the first list of mig-parted's ConfigMap (True at once without
+        `migReshaping`): a command shows re-cuts only once it has it; the server never waits for it."""
+        return self.mig_reflector is None or self.mig_reflector.synced.wait(timeout)
+
     def close(self, timeout: float = 5.0) -> None:
         """Stop every watch: all are shut down at once, then their threads are given up to `timeout`
         together to end (they end as soon as their watch is shut; only a list page being read keeps one)."""
