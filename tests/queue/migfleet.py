@@ -176,12 +176,14 @@ class Leader:
         return [e.reason for e in self.events.recorded if e.pod == name]
 
 
-def start(sim: KubeSim, tmp_path: Path, client: object, text: str = POLICY) -> Leader:
+def start(sim: KubeSim, tmp_path: Path, client: object, text: str = POLICY, *, plan_seconds: float = 0.0) -> Leader:
     pol = policy(text)
     index = PoolIndex(pol)
     waiting = Waiting(pol)
     clock = Clock()
     events, metrics = Events(), Counted()
-    reshaper = Reshaper(NodeLabeler(client), ConfigMapText(client), events, metrics, wall=clock, plan_seconds=0.0)
+    reshaper = Reshaper(
+        NodeLabeler(client), ConfigMapText(client), events, metrics, wall=clock, plan_seconds=plan_seconds
+    )
     runner = Runner(Inventory(index), waiting, Leading(), PodReleaser(client), events=events, reshaper=reshaper)  # type: ignore[arg-type]
     return Leader(sim, pol, index, waiting, runner, reshaper, events, metrics, clock)

@@ -161,3 +161,41 @@ def test_without_mig_reshaping_in_the_policy_no_node_is_touched(sim: KubeSim, tm
         leader.pass_()
     assert all(ASKED not in leader.annotations(n) for n in ("gpu-busy", "gpu-idle", "gpu-out"))
     assert leader.metrics.outcomes == [] and sim.write_requests("patch", "nodes") == 0
+
+
+def test_a_change_that_took_longer_than_idle_seconds_is_not_re_cut_again_when_it_ends(
+    sim: KubeSim, tmp_path: Path
+) -> None:
+    """mig-manager takes minutes, more than idleSeconds: the step that sees the change done (its outcome
+    not written yet, so its instances not yet counted free) does not re-cut the node for the Pods that
+    waited for it; the next pass releases them there."""
+    mig = sim.mig_manager(OPERATOR_DEFAULT, delay=0.2)
+    with api_client(sim, tmp_path) as client:
+        leader = start(sim, tmp_path, client)
+        leader.clock.now += 61
+        leader.pass_()
+        eventually(lambda: mig.history == [("gpu-idle", "all-3g.40gb", "success")], what="the change done")
+        eventually(lambda: "nvidia.com/mig-3g.40gb.count" in leader.labels("gpu-idle"), what="GFD's new labels")
+        leader.clock.now += 180  # the change took three minutes
+        leader.pass_()
+        leader.pass_()
+        assert leader.labels("gpu-idle")["nvidia.com/mig.config"] == "all-3g.40gb"
+        assert all(leader.released(f"big-{k}") for k in range(4))
+    assert leader.metrics.outcomes == ["asked", "done"]
+
+
+def test_demand_that_arrives_between_two_plans_keeps_the_leader_passing_until_it_is_planned(
+    sim: KubeSim, tmp_path: Path
+) -> None:
+    """The planner runs at most every PLAN_SECONDS; Pods that come to wait in a pass it skips keep the
+    passes going (the runner's loop stops passing over an unchanged index once nothing is active)."""
+    waiting = [sim.delete("Pod", "q", f"big-{k}") for k in range(4)]
+    with api_client(sim, tmp_path) as client:
+        leader = start(sim, tmp_path, client, plan_seconds=2.0)
+        leader.pass_()
+        assert not leader.reshaper.active  # nothing waits
+        for obj in waiting:
+            sim.add(obj)
+        leader.clock.now += 1  # within PLAN_SECONDS of the last plan
+        leader.pass_()
+        assert leader.reshaper.active

@@ -172,15 +172,23 @@ class Reshaper:
             self.waits_for, self.active = {}, False
             return
         now = self._wall()
+        demand = demand_of(waits, requests)
         if now - self._planned_at < self._plan_seconds:
+            # Not planned now: MIG demand that came meanwhile keeps the passes going until it is.
+            self.active = self.active or bool(demand)
             return
         self._planned_at = now
         layouts = self._layouts_of(settings, now)
-        demand = demand_of(waits, requests)
         with inventory.read() as index:
             self.fence(index)
             mig_nodes = [n for n in index.capacity.gpu_nodes() if is_mig(n)]
             ended, changing = self._follow(mig_nodes, layouts, settings, now)
+            # A change that ended in this step still counts as under way until its outcome is written (the
+            # node serves again only then): one done will offer its layout, so Pods wait for it rather than
+            # have it re-cut again; one that did not end done is left alone.
+            changing.update((e.node.name, e.asked.layout) for e in ended if e.outcome == DONE)
+            left = {e.node.name for e in ended if e.outcome != DONE}
+            mig_nodes = [n for n in mig_nodes if n.name not in left]
             result = Plan()
             if layouts is not None and (demand or changing):
                 result = self._plan(
