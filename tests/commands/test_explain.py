@@ -589,7 +589,7 @@ def test_the_queue_outcome_is_in_json_and_yaml(
     assert (answer["queued"], answer["pool"]) == ("nvidia.com/gpu", None)
     assert answer["queue"] == {
         "position": 6, "waiting": 6, "priority": 0, "outcome": "wait", "pool": None, "constraints": None,
-        "code": "behind", "reason": "behind Pods of higher priority or older that wait for NVIDIA-L4",
+        "code": "behind", "reason": "behind Pods of higher priority or older that wait for NVIDIA-L4", "recut": None,
         "waitsFor": "behind Pods of higher priority or older that wait for NVIDIA-L4",
     }  # fmt: skip
     _, out, _ = explain(capsys, pod_file, *queue_cluster, "-n", "q", "-o", "yaml")

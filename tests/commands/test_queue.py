@@ -109,7 +109,7 @@ def test_json_and_yaml_carry_the_same_as_data(capsys: pytest.CaptureFixture[str]
         "namespace": "q2", "name": "hi", "position": 3, "priority": 0, "resource": "nvidia.com/gpu",
         "devices": 1, "group": None, "outcome": "release", "pool": A100,
         "constraints": "gpu.accelerator/class=high, nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB",
-        "code": None, "reason": None, "waitsFor": FITS_NOW,
+        "code": None, "reason": None, "recut": None, "waitsFor": FITS_NOW,
     }  # fmt: skip
     answer = yaml.safe_load(queue(capsys, *snapshot, "-A", "-o", "yaml")[1])
     assert [(p["name"], p["outcome"], p["code"], p["reason"]) for p in answer["pods"]] == [

@@ -5,18 +5,32 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import kubernetes
 
+from tests.builders import policy
 from tests.mig.configs import A100_80, OPERATOR_DEFAULT
+from tests.queue.fakes import Events, Inventory, Leading
 from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
 from webhook.pools.kubeobj import node_from_obj, pod_from_obj
+from webhook.queue.reshape import Reshaper
+from webhook.queue.runner import Runner
+from webhook.queue.waiting import PODS, Waiting
+from webhook.sources.writes import ConfigMapText, NodeLabeler, PodReleaser
 from webhook.testing import KubeSim
 
 GATE = "gpupool.io/queue"
+POLICY = """
+namespaces:
+  q: {placement: queue}
+migReshaping:
+  idleSeconds: 60
+  timeoutSeconds: 300
+"""
 
 
 def a100(name: str, *, opted_in: bool = True, gpus: int = 2, layout: str = "all-1g.10gb") -> dict[str, Any]:
@@ -107,3 +121,69 @@ def api_client(sim: KubeSim, tmp_path: Path) -> Iterator[Any]:
     path = sim.write_kubeconfig(tmp_path / "kubeconfig")
     with kubernetes.config.new_client_from_config(config_file=str(path)) as client:
         yield client
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Counted:
+    def __init__(self) -> None:
+        self.outcomes: list[str] = []
+
+    def mig_reshaped(self, outcome: str) -> None:
+        self.outcomes.append(outcome)
+
+
+@dataclass
+class Leader:
+    sim: KubeSim
+    policy: Policy
+    index: PoolIndex
+    waiting: Waiting
+    runner: Runner
+    reshaper: Reshaper
+    events: Events
+    metrics: Counted
+    clock: Clock
+
+    def pass_(self) -> None:
+        """One pass of the leader, its watch caught up first."""
+        sync(self.sim, self.index, self.policy)
+        for obj in self.sim.objects("Pod"):
+            self.waiting.apply(PODS, "MODIFIED", obj)
+        self.runner.run_pass()
+
+    def labels(self, node: str) -> dict[str, str]:
+        obj = self.sim.get("Node", None, node)
+        assert obj is not None
+        return dict(obj["metadata"].get("labels", {}))
+
+    def annotations(self, node: str) -> dict[str, str]:
+        obj = self.sim.get("Node", None, node)
+        assert obj is not None
+        return dict(obj["metadata"].get("annotations") or {})
+
+    def released(self, name: str) -> bool:
+        obj = self.sim.get("Pod", "q", name)
+        return obj is not None and not obj["spec"].get("schedulingGates")
+
+    def reasons(self, name: str) -> list[str]:
+        return [e.reason for e in self.events.recorded if e.pod == name]
+
+
+def start(sim: KubeSim, tmp_path: Path, client: object, text: str = POLICY, *, plan_seconds: float = 0.0) -> Leader:
+    pol = policy(text)
+    index = PoolIndex(pol)
+    waiting = Waiting(pol)
+    clock = Clock()
+    events, metrics = Events(), Counted()
+    reshaper = Reshaper(
+        NodeLabeler(client), ConfigMapText(client), events, metrics, wall=clock, plan_seconds=plan_seconds
+    )
+    runner = Runner(Inventory(index), waiting, Leading(), PodReleaser(client), events=events, reshaper=reshaper)  # type: ignore[arg-type]
+    return Leader(sim, pol, index, waiting, runner, reshaper, events, metrics, clock)

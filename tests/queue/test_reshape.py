@@ -7,99 +7,21 @@ failed or stuck change is left alone and told; a conflict is planned again."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.builders import eventually, policy
+from tests.builders import eventually
 from tests.mig.configs import OPERATOR_DEFAULT
-from tests.queue.fakes import Events, Inventory, Leading
-from tests.queue.migfleet import a100, api_client, config_map, running, sync, waiting_pod
-from webhook.domain.policy import Policy
-from webhook.pools.index import PoolIndex
+from tests.queue.migfleet import a100, api_client, config_map, running, start, sync, waiting_pod
 from webhook.pools.nodes import NodeFacts
-from webhook.queue.reshape import Reshaper
-from webhook.queue.runner import Runner
-from webhook.queue.waiting import PODS, Waiting
-from webhook.sources.writes import ConfigMapText, NodeLabeler, PodReleaser
+from webhook.queue.waiting import PODS
 from webhook.testing import KubeSim
 
 pytestmark = pytest.mark.slow
 
-POLICY = """
-namespaces:
-  q: {placement: queue}
-migReshaping:
-  idleSeconds: 60
-  timeoutSeconds: 300
-"""
 ASKED = "gpupool.io/mig-reshape-asked"
 OUTCOME = "gpupool.io/mig-reshape-outcome"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class Counted:
-    def __init__(self) -> None:
-        self.outcomes: list[str] = []
-
-    def mig_reshaped(self, outcome: str) -> None:
-        self.outcomes.append(outcome)
-
-
-@dataclass
-class Leader:
-    sim: KubeSim
-    policy: Policy
-    index: PoolIndex
-    waiting: Waiting
-    runner: Runner
-    reshaper: Reshaper
-    events: Events
-    metrics: Counted
-    clock: Clock
-
-    def pass_(self) -> None:
-        """One pass of the leader, its watch caught up first."""
-        sync(self.sim, self.index, self.policy)
-        for obj in self.sim.objects("Pod"):
-            self.waiting.apply(PODS, "MODIFIED", obj)
-        self.runner.run_pass()
-
-    def labels(self, node: str) -> dict[str, str]:
-        obj = self.sim.get("Node", None, node)
-        assert obj is not None
-        return dict(obj["metadata"].get("labels", {}))
-
-    def annotations(self, node: str) -> dict[str, str]:
-        obj = self.sim.get("Node", None, node)
-        assert obj is not None
-        return dict(obj["metadata"].get("annotations") or {})
-
-    def released(self, name: str) -> bool:
-        obj = self.sim.get("Pod", "q", name)
-        return obj is not None and not obj["spec"].get("schedulingGates")
-
-    def reasons(self, name: str) -> list[str]:
-        return [e.reason for e in self.events.recorded if e.pod == name]
-
-
-def start(sim: KubeSim, tmp_path: Path, client: object, text: str = POLICY) -> Leader:
-    pol = policy(text)
-    index = PoolIndex(pol)
-    waiting = Waiting(pol)
-    clock = Clock()
-    events, metrics = Events(), Counted()
-    reshaper = Reshaper(NodeLabeler(client), ConfigMapText(client), events, metrics, wall=clock, plan_seconds=0.0)
-    runner = Runner(Inventory(index), waiting, Leading(), PodReleaser(client), events=events, reshaper=reshaper)  # type: ignore[arg-type]
-    return Leader(sim, pol, index, waiting, runner, reshaper, events, metrics, clock)
 
 
 @pytest.fixture
@@ -239,3 +161,41 @@ def test_without_mig_reshaping_in_the_policy_no_node_is_touched(sim: KubeSim, tm
         leader.pass_()
     assert all(ASKED not in leader.annotations(n) for n in ("gpu-busy", "gpu-idle", "gpu-out"))
     assert leader.metrics.outcomes == [] and sim.write_requests("patch", "nodes") == 0
+
+
+def test_a_change_that_took_longer_than_idle_seconds_is_not_re_cut_again_when_it_ends(
+    sim: KubeSim, tmp_path: Path
+) -> None:
+    """mig-manager takes minutes, more than idleSeconds: the step that sees the change done (its outcome
+    not written yet, so its instances not yet counted free) does not re-cut the node for the Pods that
+    waited for it; the next pass releases them there."""
+    mig = sim.mig_manager(OPERATOR_DEFAULT, delay=0.2)
+    with api_client(sim, tmp_path) as client:
+        leader = start(sim, tmp_path, client)
+        leader.clock.now += 61
+        leader.pass_()
+        eventually(lambda: mig.history == [("gpu-idle", "all-3g.40gb", "success")], what="the change done")
+        eventually(lambda: "nvidia.com/mig-3g.40gb.count" in leader.labels("gpu-idle"), what="GFD's new labels")
+        leader.clock.now += 180  # the change took three minutes
+        leader.pass_()
+        leader.pass_()
+        assert leader.labels("gpu-idle")["nvidia.com/mig.config"] == "all-3g.40gb"
+        assert all(leader.released(f"big-{k}") for k in range(4))
+    assert leader.metrics.outcomes == ["asked", "done"]
+
+
+def test_demand_that_arrives_between_two_plans_keeps_the_leader_passing_until_it_is_planned(
+    sim: KubeSim, tmp_path: Path
+) -> None:
+    """The planner runs at most every PLAN_SECONDS; Pods that come to wait in a pass it skips keep the
+    passes going (the runner's loop stops passing over an unchanged index once nothing is active)."""
+    waiting = [sim.delete("Pod", "q", f"big-{k}") for k in range(4)]
+    with api_client(sim, tmp_path) as client:
+        leader = start(sim, tmp_path, client, plan_seconds=2.0)
+        leader.pass_()
+        assert not leader.reshaper.active  # nothing waits
+        for obj in waiting:
+            sim.add(obj)
+        leader.clock.now += 1  # within PLAN_SECONDS of the last plan
+        leader.pass_()
+        assert leader.reshaper.active

@@ -27,6 +27,7 @@ from webhook.admission.patch import PatchSpec, build_patch
 from webhook.admission.pod import PodError, PodView, read_ephemeral_containers
 from webhook.admission.prepared import Prepared, prepare
 from webhook.admission.queued import queue_verdict
+from webhook.admission.recut import recut_note
 from webhook.admission.request import GpuRequest, visible_devices_problem
 from webhook.admission.verdict import GroupNote, Placement, Verdict
 from webhook.admission.versions import PREVIOUS_SECONDS, PREVIOUS_VERSIONS, stamped
@@ -82,6 +83,8 @@ def place(
     chosen = choice.chosen
     if chosen is None:
         message = hinted(choice, req, view, index, policy, shapes=shapes)
+        note = recut_note(req, index, policy) if not decision.candidates else ""
+        message = f"{message}. {note}" if note else message
         return verdict.deny(message, reasons=reasons, reason=choice.reason, group=choice.group)
     placement = Placement(
         pool=chosen.pool,

@@ -11,6 +11,9 @@ The answer adds the limit on the device resource (fixed now: Kubernetes allows n
 later; the resource of the best pool the Pod could ever use) and the scheduling gate `gpupool.io/queue`,
 and nothing that pins a pool. A queued Pod holds nothing: no reservation, no capacity, no quota, until it
 is released (webhook.pools.claims).
+
+A Pod no current MIG layout can serve, but one gpupool may choose on an opted-in node could (policy
+`migReshaping`, webhook.admission.recut), is queued for that re-cut, with the resource it will offer.
 """
 
 from __future__ import annotations
@@ -21,12 +24,15 @@ from webhook.admission.gang import gang_problem
 from webhook.admission.hints import hinted
 from webhook.admission.patch import queue_patch
 from webhook.admission.pod import PodView
+from webhook.admission.recut import recut_for, recut_note, recut_pool, recut_words
 from webhook.admission.request import GpuRequest
 from webhook.admission.verdict import Reason, Verdict
 from webhook.domain.devices import NOUNS
 from webhook.domain.policy import Policy
+from webhook.mig.hint import Recut
 from webhook.pools.index import PoolIndex
 from webhook.pools.memo import NO_MEMO, Memo
+from webhook.pools.quotas.checks import hard_limit_problem
 
 
 def queue_verdict(
@@ -37,7 +43,12 @@ def queue_verdict(
     told the annotation value that would queue it, if one would (webhook.admission.hints)."""
     decision = choice.decision
     if not decision.candidates:
+        recut = recut_for(req, index, policy)
+        if recut is not None:
+            return _waits_for_recut(view, req, recut, index, policy, reasons=decision.explain())
         message = hinted(choice, req, view, index, policy, shapes=shapes)
+        note = recut_note(req, index, policy)
+        message = f"{message}. {note}" if note else message
         return verdict.deny(message, reasons=choice.explain(), reason=choice.reason)
     best = choice.chosen  # the ranking's first within every hard limit: its device resource is fixed now
     if best is None:
@@ -60,4 +71,28 @@ def queue_verdict(
         message=f"queued for {req.pod_total} x {best.resource}",
         warnings=(waits,),
         reasons=choice.explain(),
+    )
+
+
+def _waits_for_recut(
+    view: PodView, req: GpuRequest, recut: Recut, index: PoolIndex, policy: Policy, *, reasons: tuple[str, ...]
+) -> Verdict:
+    """A Pod no current layout can serve, queued for the MIG re-cut that could (webhook.admission.recut):
+    its device resource is the one the re-cut will offer, within the hard limits of the pool it will be
+    in; the queue's leader plans the re-cut (webhook.queue.reshape) and releases the Pod into it."""
+    pool, resource = recut_pool(req, recut, index, policy)
+    problem, reason = hard_limit_problem(req, pool, index, policy, resource=resource, memory_mib=recut.memory_mib)
+    if problem:
+        return verdict.deny(f"{problem}; the Pod could never be released from the queue", reason=reason)
+    patch = queue_patch(view.shape, req.container_index, resource, req.count)
+    waits = (
+        f"gpupool: queued (see kubectl gpupool queue -n {req.namespace}): waits for a MIG re-cut to "
+        f"{recut.layout} ({resource}), such as of node {recut.node}"
+    )
+    return verdict.queue(
+        resource=resource,
+        patch=patch,
+        message=f"queued for {req.pod_total} x {resource}, which a MIG re-cut of {recut.node} to {recut.layout} offers",
+        warnings=(waits,),
+        reasons=(*reasons, f"no current layout serves it; {recut_words(recut)} would"),
     )

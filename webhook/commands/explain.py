@@ -12,7 +12,8 @@ the kubeconfig context's, else in `default`; an object whose namespace is not `-
 A Pod whose namespace queues (policy `placement: queue`) is queued at admission with its device resource
 fixed; its section then says what the queue would do with it now: one pass of the leader's own `plan`
 over the cluster's queue with this Pod added in its place in the order (created now, its own
-`spec.priority`): released now to which pool, or what it would wait for (webhook.queue.preview).
+`spec.priority`): released now to which pool, or what it would wait for (webhook.queue.preview), such as
+a MIG re-cut of which node.
 
 Exit status: 0 when every Pod would be allowed, 1 when one is denied, 2 for a bad file or argument.
 """
@@ -144,7 +145,7 @@ def section_for(template: PodTemplate, namespace: str, policy: Policy, index: Po
             return Section(template, namespace, result)
         pods.append(pod)
         taken.add(pod.key)
-    found = {o.queued.key: o for o in preview(queued, index, policy, extra=pods)}
+    found = {o.queued.key: o for o in preview(queued, index, policy, extra=pods, now=now.timestamp())}
     place = QueuePlace(found[pods[0].key], len(queued) + len(pods))
     many = from_queue([found[p.key] for p in pods], of) if len(pods) > 1 else None
     return Section(template, namespace, result, place, many)
@@ -250,6 +251,8 @@ def _queue_lines(result: Verdict, place: QueuePlace | None, spec: Mapping[str, A
     where = f"Queue: position {o.position} of {place.waiting}, priority {o.queued.priority}"
     if o.release is not None:
         lines.append(f"{where}: would be released now to {o.release.pool} (constraints: {o.constraints})")
+    elif o.recut is not None:
+        lines.append(f"{where}: would wait for {o.recut.describe()}")
     elif o.wait is not None:
         lines.append(f"{where}: would wait: {o.wait.reason}")
     if spec.get("priorityClassName") and "priority" not in spec:

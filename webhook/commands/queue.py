@@ -5,7 +5,8 @@ cluster, the queued Pods its list shows; in a snapshot, the Pods that carry the 
 with its position in the whole queue's release order (`spec.priority` descending, then creation time),
 how long it has waited (since its creation, in kubectl's age format), and what it waits for: the Wait
 reason of one pass of the leader's own `plan` run on this command's own view of the cluster
-(webhook.queue.preview), so the list says what the leader would decide now. A Pod that fits now waits
+(webhook.queue.preview), so the list says what the leader would decide now; for a Pod that waits for a MIG
+re-cut (policy `migReshaping`), of which node, to which layout, and whether it is under way. A Pod that fits now waits
 only for the leader's next pass. Namespaces as `kubectl get pods`: `-n`, else the kubeconfig
 context's, else `default`; `-A` for all of them (the positions are in the whole queue either way).
 """
@@ -13,6 +14,7 @@ context's, else `default`; `-A` for all of them (the positions are in the whole 
 from __future__ import annotations
 
 import argparse
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     policy, inventory, waiting = open_with_queue(args)
     try:
         with inventory.read() as index:
-            outcomes = preview(waiting.ordered(), index, policy)
+            outcomes = preview(waiting.ordered(), index, policy, now=time.time())
     finally:
         inventory.close()
     now = datetime.now(UTC)
@@ -76,14 +78,16 @@ def entry(outcome: Outcome, now: datetime) -> Entry:
 
 def outcome_json(outcome: Outcome) -> Entry:
     """What one pass would do with the Pod now: `release` to a pool (with the constraints its release
-    adds) or `wait`, with the Wait's code and reason; `waitsFor` is what the FOR column says."""
-    release, wait = outcome.release, outcome.wait
+    adds) or `wait`, with the Wait's code and reason, and for a Pod that waits for a MIG re-cut, which
+    (`recut`: node, layout, whether under way); `waitsFor` is what the FOR column says."""
+    release, wait, recut = outcome.release, outcome.wait, outcome.recut
     if release is not None:
         return {"outcome": "release", "pool": str(release.pool), "constraints": outcome.constraints,
-                "code": None, "reason": None, "waitsFor": FITS_NOW}  # fmt: skip
+                "code": None, "reason": None, "recut": None, "waitsFor": FITS_NOW}  # fmt: skip
     code, reason = (wait.code, wait.reason) if wait is not None else (None, None)
-    return {"outcome": "wait", "pool": None, "constraints": None, "code": code, "reason": reason,
-            "waitsFor": reason or "-"}  # fmt: skip
+    shown = {"node": recut.node, "layout": recut.layout, "underWay": recut.under_way} if recut is not None else None
+    return {"outcome": "wait", "pool": None, "constraints": None, "code": code, "reason": reason, "recut": shown,
+            "waitsFor": recut.describe() if recut is not None else reason or "-"}  # fmt: skip
 
 
 def notes(entries: list[Entry], namespace: str | None, policy: Policy, args: argparse.Namespace) -> list[str]:

@@ -51,6 +51,8 @@ class Waiting:
     count: int = 1
     models: frozenset[str] | None = None  # GPU models (webhook.mig.geometry names) it may use
     nodes: frozenset[str] | None = None
+    # The one MIG profile it may get ("" any): the device resource admission fixed (nvidia.com/mig-3g.40gb).
+    profile: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,6 +252,8 @@ def _take(pod: Waiting, slots_by_node: dict[str, list[_Slot]], model_of_node: Ma
         if pod.models is not None and model_of_node.get(node, "") not in pod.models:
             continue
         for slot in slots:
+            if pod.profile and slot.profile != pod.profile:
+                continue
             if slot.count >= pod.count and meets_memory(pod.memory_mib, sold_mib(slot.profile), slot.memory_mib):
                 key = (slot.memory_mib, node, slot)
                 if best is None or key[:2] < best[:2]:
@@ -262,5 +266,5 @@ def _take(pod: Waiting, slots_by_node: dict[str, list[_Slot]], model_of_node: Ma
 
 def _need(model: GpuModel, pod: Waiting) -> int:
     """The GPU memory the Pod is served on `model`: its smallest fitting profile's, times its count."""
-    profile = model.smallest_fitting(pod.memory_mib)
+    profile = model.profiles.get(pod.profile) if pod.profile else model.smallest_fitting(pod.memory_mib)
     return (profile.memory_mib if profile else pod.memory_mib) * pod.count

@@ -14,8 +14,8 @@ needed, then every pool whose nodes or holds changed is packed once.
 
 Callers read the parts through read-only views (webhook.pools.views): `index.capacity` (pools, nodes,
 free devices), `index.usage` (what the namespaces and workload groups hold) and `index.quotas` (the
-ResourceQuotas); every write (nodes, Pods, quotas, reservations) goes through the index itself, since
-each ends in `_settle`.
+ResourceQuotas), and `index.mig` (mig-parted's config, webhook.pools.migconfig); every write (nodes,
+Pods, quotas, reservations) goes through the index itself, since each ends in `_settle`.
 
 The snapshot file and the live watch cache both feed it node, Pod and quota changes; the decision only
 reads it. What it shows depends only on the objects it holds, never on the order they came in: a Pod
@@ -30,12 +30,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import replace
+from typing import Any
 
 from webhook.domain.model import NodeInfo, PodInfo, PodKey, PoolKey, QuotaInfo
 from webhook.domain.policy import Defaults, Policy
 from webhook.pools.capacity import Capacity, PoolStats
 from webhook.pools.constraints import Inseparable
 from webhook.pools.ledger import Ledger
+from webhook.pools.migconfig import MigLayouts
 from webhook.pools.pool import Group, Pool
 from webhook.pools.quotas.store import QuotaStore
 from webhook.pools.reservations import Reservation
@@ -81,6 +83,8 @@ class PoolIndex:
         self.capacity: CapacityView = self._capacity
         self.usage: UsageView = self._ledger
         self.quotas: QuotaView = self._quotas
+        # mig-parted's config, with the layouts gpupool may choose (policy migReshaping), as last seen.
+        self.mig = MigLayouts(policy.mig_reshaping)
         # Changes made so far: the queue's leader passes over an unchanged index only when woken
         # (webhook.queue.runner); a change no watch event announces (a reservation expired) still counts.
         self.changes = 0
@@ -115,6 +119,11 @@ class PoolIndex:
             if nodes:
                 self._ledger.refit(nodes, pools)
         self._capacity.pack()
+
+    def see_mig_config(self, obj: dict[str, Any] | None) -> None:
+        """mig-parted's ConfigMap as it is now (None: deleted), one change when what it yields changed."""
+        if self.mig.see(obj):
+            self.changes += 1
 
     # --- nodes ---------------------------------------------------------------------------------------
 

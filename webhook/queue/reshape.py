@@ -32,6 +32,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from webhook.admission.recut import PRODUCT_LABEL, is_mig
 from webhook.admission.request import GpuRequest
 from webhook.domain.model import NodeInfo, PodKey
 from webhook.domain.policy import Policy
@@ -55,25 +56,19 @@ from webhook.mig.follow import (
 from webhook.mig.layouts import Layouts, Yield, gpu_count
 from webhook.mig.planner import (
     CONFIG_LABEL,
-    RESHAPE_LABEL,
     STATE_LABEL,
-    Candidate,
     Change,
     Plan,
-    plan,
 )
 from webhook.pools.index import PoolIndex
 from webhook.queue.release import Wait
 from webhook.queue.reshape_inputs import (
-    PRODUCT_LABEL,
     annotation_path,
     ask_patch,
     busy_of,
     demand_of,
-    free_of,
-    is_mig,
     not_as_planned,
-    waiting_of,
+    recut_plan,
 )
 from webhook.sources.eventqueue import Event
 from webhook.sources.outcomes import Conflict, Released, ReleaseResult
@@ -177,15 +172,23 @@ class Reshaper:
             self.waits_for, self.active = {}, False
             return
         now = self._wall()
+        demand = demand_of(waits, requests)
         if now - self._planned_at < self._plan_seconds:
+            # Not planned now: MIG demand that came meanwhile keeps the passes going until it is.
+            self.active = self.active or bool(demand)
             return
         self._planned_at = now
         layouts = self._layouts_of(settings, now)
-        demand = demand_of(waits, requests)
         with inventory.read() as index:
             self.fence(index)
             mig_nodes = [n for n in index.capacity.gpu_nodes() if is_mig(n)]
             ended, changing = self._follow(mig_nodes, layouts, settings, now)
+            # A change that ended in this step still counts as under way until its outcome is written (the
+            # node serves again only then): one done will offer its layout, so Pods wait for it rather than
+            # have it re-cut again; one that did not end done is left alone.
+            changing.update((e.node.name, e.asked.layout) for e in ended if e.outcome == DONE)
+            left = {e.node.name for e in ended if e.outcome != DONE}
+            mig_nodes = [n for n in mig_nodes if n.name not in left]
             result = Plan()
             if layouts is not None and (demand or changing):
                 result = self._plan(
@@ -286,25 +289,17 @@ class Reshaper:
         busy = busy_of(index, nodes)
         for name in busy:
             self._busy_at[name] = now
-        candidates = [self._candidate(n, layouts, busy, changing) for n in nodes]
         self._uids = {pod: uid for pod, uid, _ in demand}
-        waiting = [waiting_of(pod, req, nodes) for pod, _, req in demand]
-        free = list(free_of(index, nodes, layouts))
-        return plan(waiting, free, candidates, layouts=layouts, settings=settings, now=now)
-
-    def _candidate(self, node: NodeInfo, layouts: Layouts, busy: set[str], changing: Mapping[str, str]) -> Candidate:
-        asked = asked_of(node.annotations)
-        return Candidate(
-            name=node.name,
-            product=node.labels.get(PRODUCT_LABEL, ""),
-            gpus=gpu_count(node.labels, layouts.config, layouts.catalog),
-            opted_in=node.labels.get(RESHAPE_LABEL, "") == "true",
-            layout=node.labels.get(CONFIG_LABEL, ""),
-            state=node.labels.get(STATE_LABEL, ""),
-            busy=node.name in busy,
-            idle_since=self._busy_at.get(node.name, self._started),
-            changed_at=asked.at if asked is not None else None,
-            changing=changing.get(node.name, ""),
+        return recut_plan(
+            index,
+            nodes,
+            demand,
+            layouts,
+            settings,
+            busy=busy,
+            changing=changing,
+            idle_since=lambda name: self._busy_at.get(name, self._started),
+            now=now,
         )
 
     def _layouts_of(self, settings: MigReshaping, now: float) -> Layouts | None:

@@ -4,22 +4,22 @@ are busy), and the PATCH that asks mig-manager for a layout. Pure: no I/O, no cl
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
+from webhook.admission.recut import PRODUCT_LABEL, candidate_of, waiting_of
 from webhook.admission.request import GpuRequest
 from webhook.domain.model import NodeInfo, PodKey
-from webhook.domain.products import matches, tokens
-from webhook.mig.follow import ASKED_ANNOTATION, OUTCOME_ANNOTATION, under_way
+from webhook.domain.policy_model import MigReshaping
+from webhook.mig.follow import ASKED_ANNOTATION, OUTCOME_ANNOTATION, asked_of, under_way
 from webhook.mig.layouts import Layouts
-from webhook.mig.planner import CONFIG_LABEL, HANDS_OFF_STATES, RESHAPE_LABEL, STATE_LABEL, Change, Free, Waiting
+from webhook.mig.planner import CONFIG_LABEL, HANDS_OFF_STATES, RESHAPE_LABEL, STATE_LABEL, Change, Free, Plan, plan
 from webhook.pools.index import PoolIndex
 from webhook.pools.nodes import NodeFacts
 from webhook.queue.release import Wait
 
 TERMINAL = ("Succeeded", "Failed")
-MIG_CAPABLE = "nvidia.com/mig.capable"
-PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 
 def ask_patch(obj: Mapping[str, Any], layout: str, asked: str) -> list[dict[str, Any]]:
@@ -66,15 +66,33 @@ def demand_of(waits: Iterable[Wait], requests: Mapping[PodKey, GpuRequest]) -> l
     return out
 
 
-def waiting_of(pod: str, req: GpuRequest, nodes: list[NodeInfo]) -> Waiting:
-    """The planner's view of a waiting Pod: its memory, count, and the MIG nodes its constraints allow."""
-    allowed = frozenset(
-        n.name
+def recut_plan(  # noqa: PLR0913 (the planner's inputs, by keyword)
+    index: PoolIndex,
+    nodes: list[NodeInfo],
+    demand: list[tuple[str, str, GpuRequest]],
+    layouts: Layouts,
+    settings: MigReshaping,
+    *,
+    busy: set[str],
+    changing: Mapping[str, str],
+    idle_since: Callable[[str], float | None],
+    now: float,
+) -> Plan:
+    """The planner (webhook.mig.planner) on the index: the waiting Pods, the free instances and the MIG
+    nodes (`busy` ones, those `changing` to a layout, each idle since `idle_since(name)`), for the leader
+    (webhook.queue.reshape) and for what the queue's views say a Pod waits for (webhook.queue.preview)."""
+    candidates = [
+        replace(
+            candidate_of(n, layouts),
+            busy=n.name in busy,
+            idle_since=idle_since(n.name),
+            changed_at=asked.at if (asked := asked_of(n.annotations)) is not None else None,
+            changing=changing.get(n.name, ""),
+        )
         for n in nodes
-        if req.requirements.matches(n.name, n.labels)
-        and (not req.products or any(matches(q, tokens(n.labels.get(PRODUCT_LABEL, ""))) for q in req.products))
-    )
-    return Waiting(pod, req.min_memory_mib, max(req.pod_total, 1), None, allowed)
+    ]
+    waiting = [waiting_of(pod, req, nodes) for pod, _, req in demand]
+    return plan(waiting, list(free_of(index, nodes, layouts)), candidates, layouts=layouts, settings=settings, now=now)
 
 
 def free_of(index: PoolIndex, nodes: list[NodeInfo], layouts: Layouts) -> Iterable[Free]:
@@ -113,10 +131,6 @@ def busy_of(index: PoolIndex, nodes: list[NodeInfo]) -> set[str]:
                 if n:
                     busy |= offers.get(resource, set())
     return busy
-
-
-def is_mig(node: NodeInfo) -> bool:
-    return node.labels.get(MIG_CAPABLE) == "true" or CONFIG_LABEL in node.labels
 
 
 def _escape(key: str) -> str:

@@ -33,6 +33,7 @@ log = logging.getLogger("gpupool.inventory")
 
 Obj = Mapping[str, Any]
 NODES, PODS, QUOTAS = "nodes", "pods", "resourcequotas"
+CONFIGMAPS = "configmaps"  # mig-parted's one ConfigMap, followed only with the policy's migReshaping
 
 
 class Observer(Protocol):
@@ -75,6 +76,9 @@ class LiveInventory(LockedIndex):
             PODS: Reflector(PODS, core_v1.list_pod_for_all_namespaces, self, config, clock),
             QUOTAS: Reflector(QUOTAS, core_v1.list_resource_quota_for_all_namespaces, self, config, clock),
         }
+        # mig-parted's ConfigMap, for admission's MIG re-cut answers (webhook.admission.recut): a watch of
+        # its own, outside readiness and staleness, since without it admission only says less.
+        self.mig_reflector = None if policy.mig_reshaping is None else self._mig_reflector(policy, core_v1)
 
     @classmethod
     def connect(
@@ -98,6 +102,15 @@ class LiveInventory(LockedIndex):
         """Have `observer` follow every object from now on (add it before `start`)."""
         self._observers.append(observer)
 
+    def _mig_reflector(self, policy: Policy, core_v1: Any) -> Reflector:
+        assert policy.mig_reshaping is not None
+        namespace, name = policy.mig_reshaping.config_map
+
+        def list_call(**kwargs: Any) -> Any:
+            return core_v1.list_namespaced_config_map(namespace, field_selector=f"metadata.name={name}", **kwargs)
+
+        return Reflector(CONFIGMAPS, list_call, self, self._config, self._clock)
+
     def pod_version(self) -> str:
         """The resourceVersion the Pod watch has reached (from its last event or bookmark)."""
         return self.reflectors[PODS].resource_version
@@ -105,21 +118,29 @@ class LiveInventory(LockedIndex):
     # --- lifecycle -----------------------------------------------------------------------------------
 
     def start(self) -> LiveInventory:
-        for reflector in self.reflectors.values():
+        for reflector in self._all_reflectors():
             reflector.start()
         return self
+
+    def _all_reflectors(self) -> list[Reflector]:
+        return [*self.reflectors.values(), *([self.mig_reflector] if self.mig_reflector is not None else [])]
 
     def wait_ready(self, timeout: float) -> bool:
         deadline = self._clock() + timeout
         return all(r.synced.wait(max(deadline - self._clock(), 0)) for r in self.reflectors.values())
 
+    def wait_mig_config(self, timeout: float) -> bool:
+        """Wait up to `timeout` for the first list of mig-parted's ConfigMap (True at once without
+        `migReshaping`): a command shows re-cuts only once it has it; the server never waits for it."""
+        return self.mig_reflector is None or self.mig_reflector.synced.wait(timeout)
+
     def close(self, timeout: float = 5.0) -> None:
         """Stop every watch: all are shut down at once, then their threads are given up to `timeout`
         together to end (they end as soon as their watch is shut; only a list page being read keeps one)."""
-        for reflector in self.reflectors.values():
+        for reflector in self._all_reflectors():
             reflector.halt()
         deadline = self._clock() + timeout
-        for reflector in self.reflectors.values():
+        for reflector in self._all_reflectors():
             reflector.join(max(deadline - self._clock(), 0))
 
     # --- Inventory -----------------------------------------------------------------------------------
@@ -211,7 +232,21 @@ class LiveInventory(LockedIndex):
                 index.usage.pod_keys,  # a new set already
             ),
             QUOTAS: _Kind(quota, self._upsert_quotas, self._remove_quotas, index.quotas.keys),
+            CONFIGMAPS: _Kind(_mig_config, self._upsert_mig_config, self._remove_mig_config, self._mig_config_held),
         }
+
+    def _upsert_mig_config(self, page: list[tuple[Any, Any]]) -> None:
+        for key, value in page:
+            if value is not None and self._index.mig.names(*key):
+                self._index.see_mig_config(value)
+
+    def _remove_mig_config(self, keys: Iterable[Any]) -> None:
+        if any(self._index.mig.names(*key) for key in keys):
+            self._index.see_mig_config(None)
+
+    def _mig_config_held(self) -> set[Any]:
+        settings = self._index.mig.settings
+        return {settings.config_map} if settings is not None and self._index.mig.present else set()
 
     def _upsert_quotas(self, page: list[tuple[Any, Any]]) -> None:
         for key, value in page:
@@ -237,6 +272,11 @@ class _Kind(NamedTuple):
     upsert: Callable[[list[tuple[Any, Any]]], None]  # (key, projection) pairs, as one change
     remove: Callable[[Iterable[Any]], None]  # keys gone
     held: Callable[[], set[Any]]  # the keys the index holds
+
+
+def _mig_config(obj: Obj) -> tuple[Any, Any]:
+    """mig-parted's ConfigMap as the index reads it: the raw object (its text is parsed there, once per text)."""
+    return _namespaced(obj), dict(obj)
 
 
 def _namespaced(obj: Obj) -> tuple[str, str]:

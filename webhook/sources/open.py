@@ -13,6 +13,8 @@ from webhook.pools.inventory import Inventory
 from webhook.sources.live import InventoryConnectError, LiveInventory, Observer
 from webhook.sources.snapshot import SnapshotInventory
 
+MIG_CONFIG_WAIT = 5.0  # seconds a command waits for mig-parted's ConfigMap after the first list
+
 
 def open_inventory(  # noqa: PLR0913 (every command's inventory-source flags, by keyword)
     policy: Policy,
@@ -49,6 +51,9 @@ def open_inventory(  # noqa: PLR0913 (every command's inventory-source flags, by
             f"could not list nodes, pods and resourcequotas within {sync_timeout:.0f} s "
             "(check the API server address and RBAC: get/list/watch on the three resources)"
         )
+    # mig-parted's ConfigMap (policy migReshaping) for what the commands say of MIG re-cuts: without it
+    # (not there, or not readable) they say nothing of re-cuts, so it is waited for briefly, never required.
+    live.wait_mig_config(min(sync_timeout, MIG_CONFIG_WAIT))
     return live
 
 

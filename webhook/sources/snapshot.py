@@ -22,7 +22,8 @@ from webhook.pools.kubeobj import node_from_obj, pod_from_obj, quota_from_obj
 if TYPE_CHECKING:
     from webhook.sources.live import Observer
 
-_KINDS = ("Node", "Pod", "ResourceQuota")
+# ConfigMap: mig-parted's, which the policy's migReshaping names (webhook.pools.migconfig); any other is skipped.
+_KINDS = ("Node", "Pod", "ResourceQuota", "ConfigMap")
 # The kinds as the live inventory names them to its observers (webhook.sources.live).
 _RESOURCES = {"Node": "nodes", "Pod": "pods", "ResourceQuota": "resourcequotas"}
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: 10x faster
@@ -60,7 +61,7 @@ def parse_objects(text: str | bytes, source: str) -> list[Mapping[str, Any]]:
             raise InventoryFileError(f"{source}: item {i} is not a Kubernetes object (no kind)")
         if obj["kind"] not in _KINDS:
             raise InventoryFileError(
-                f"{source}: item {i} is a {obj['kind']}; expected only Node, Pod and ResourceQuota "
+                f"{source}: item {i} is a {obj['kind']}; expected only Node, Pod and ResourceQuota (and ConfigMap) "
                 "(kubectl get nodes,pods,resourcequotas -A -o yaml)"
             )
         meta = obj.get("metadata")
@@ -90,6 +91,10 @@ def build_index(objects: Sequence[Mapping[str, Any]], policy: Policy, source: st
             index.upsert_quota(
                 quota_from_obj(obj, resources, policy.partition_prefixes), meta.get("namespace", ""), meta["name"]
             )
+        elif kind == "ConfigMap":
+            meta = obj["metadata"]
+            if index.mig.names(meta.get("namespace", ""), meta["name"]):
+                index.see_mig_config(dict(obj))
         else:
             continue
         kinds[kind] += 1
