@@ -45,7 +45,7 @@ def queue_verdict(
     if not decision.candidates:
         recut = recut_for(req, index, policy)
         if recut is not None:
-            return _waits_for_recut(view, req, recut, index, policy, reasons=decision.explain())
+            return _waits_for_recut(view, req, recut, index, policy, reasons=choice.explain())
         message = hinted(choice, req, view, index, policy, shapes=shapes)
         note = recut_note(req, index, policy)
         message = f"{message}. {note}" if note else message
