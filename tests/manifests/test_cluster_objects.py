@@ -111,12 +111,12 @@ class TestRbac:
     def test_reads_nodes_pods_and_quotas_and_writes_only_what_the_queue_needs(self, rendering: Rendering) -> None:
         """Cluster-wide: get, list and watch on nodes, pods and resourcequotas; patch of pods (the queue's
         release), create of events (telling the Pod), the pools' GPUPool objects (list, create and delete
-        them, patch their status) and the namespaces' queue summaries (list and create ConfigMaps, patch
-        and delete only those named gpupool-queue). In its own namespace only: the Lease."""
+        them, patch their status) and the namespaces' queue summaries (create ConfigMaps; list, patch and
+        delete only those named gpupool-queue). In its own namespace only: the Lease."""
         reads = {("", r, v) for r in ("nodes", "pods", "resourcequotas") for v in ("get", "list", "watch")}
         pools = {("gpupool.io", "gpupools", v) for v in ("list", "create", "delete")}
-        summaries = {("", "configmaps", "list"), ("", "configmaps", "create")}
-        summaries |= {("", "configmaps/gpupool-queue", v) for v in ("patch", "delete")}
+        summaries = {("", "configmaps", "create")}
+        summaries |= {("", "configmaps/gpupool-queue", v) for v in ("list", "patch", "delete")}
         assert granted(rendering.named("ClusterRole", WEBHOOK_ROLE)) == reads | pools | summaries | {
             ("", "pods", "patch"),
             ("", "events", "create"),

@@ -149,10 +149,11 @@ class TestComponent:
         assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == SERVICE
 
     def test_only_the_named_config_map_may_be_read(self, renderings: dict[str, list[Obj]]) -> None:
-        """The ConfigMap grant names mig-parted's default config, and reads nothing else: no other
-        ConfigMap, no list, no watch."""
+        """The ConfigMap grant names mig-parted's default config (get, and the replicas' list and watch
+        that select it by name), and reads nothing else: no other ConfigMap, no list or watch of all."""
         objects = renderings["component"]
-        assert granted(objects, Request("get", "", "configmaps", "gpu-operator", "default-mig-parted-config"))
+        for verb in ("get", "list", "watch"):
+            assert granted(objects, Request(verb, "", "configmaps", "gpu-operator", "default-mig-parted-config"))
         for other in (
             Request("get", "", "configmaps", "gpu-operator", "other"),
             Request("list", "", "configmaps", "gpu-operator", None),
