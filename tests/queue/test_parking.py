@@ -299,3 +299,25 @@ def test_equal_shapes_share_a_digest_and_different_ones_do_not() -> None:
     assert digests[0] == digests[1]
     assert len(set(digests)) == 3
     assert all(len(d) == 16 for d in digests)
+
+
+def test_a_request_much_heavier_than_its_shape_is_not_kept_but_its_answer_stays_parked() -> None:
+    """Pods of 1,024 long tolerations (their request builds its own index of them, as heavy as the shape)
+    and Pods of a large node affinity (whose request shares the shape's terms): only the latter's
+    requests are kept, and neither shape is decided again while nothing changes."""
+    pol = policy(QUEUE)
+    index = index_of(fleet(), pol)
+    waiting = Waiting(pol)
+    objs = []
+    for k in range(3):
+        tolerations = [
+            {"key": f"example.com/t{k}-{i:04d}-".ljust(200, "x"), "operator": "Equal", "value": "v" * 63}
+            for i in range(1023)
+        ]
+        objs.append(queued_pod(f"tol{k}", "q", pol, index, gpus=2, tolerations=[GPU_TOLERATION, *tolerations]))
+        objs.append(large(queued_pod(f"aff{k}", "q", pol, index, gpus=2, tolerations=[GPU_TOLERATION]), f"a{k}"))
+    enqueue(objs, index, waiting)
+    parking = Parking()
+    assert a_pass(waiting, index, pol, parking).decisions == 6
+    assert parking.requests == 3
+    assert a_pass(waiting, index, pol, parking).decisions == 0
