@@ -163,6 +163,21 @@ def test_room_on_one_pool_decides_again_only_the_shapes_that_wait_for_it(decisio
     assert decided.releases == []
 
 
+def test_a_running_pods_update_that_frees_nothing_decides_nothing(decisions: Decisions) -> None:
+    """The watch shows a running Pod again (a status update: the same GPUs on the same node): no pool's
+    room changed, so no shape is decided again."""
+    pol = policy(QUEUE)
+    index = index_of(fleet(), pol)
+    waiting = Waiting(pol)
+    waiting_pods(pol, index, waiting, 20)
+    parking = Parking()
+    a_pass(waiting, index, pol, parking)
+    decisions.take()
+    index.upsert_pod(pod_from_obj(running("busy-t4", "t4-a", 4), pol.gpu_resources, pol.partition_prefixes))
+    assert a_pass(waiting, index, pol, parking).decisions == 0
+    assert decisions.take() == []
+
+
 def test_room_enough_releases_the_oldest_pod_that_waits_for_it() -> None:
     """The T4 node frees whole: the oldest T4 Pod goes (then the next, as room allows); every L4 Pod
     stays parked."""
@@ -238,6 +253,8 @@ def changes(index: PoolIndex, waiting: Waiting, pol: Policy) -> Iterator[str]:
     """A run of changes of every kind a parked answer reads: room, nodes, labels, quotas, Pods coming."""
     info = lambda obj: pod_from_obj(obj, pol.gpu_resources, pol.partition_prefixes)  # noqa: E731
     node = lambda obj: node_from_obj(obj, pol.gpu_resources, pol.partition_prefixes)  # noqa: E731
+    index.upsert_pod(info(running("busy-t4", "t4-a", 4)))
+    yield "a running Pod is shown again, the same"
     index.upsert_pod(info(running("busy-t4", "t4-a", 3)))
     yield "a T4 GPU frees"
     index.upsert_pod(info(running("busy-l4", "l4-a", 1)))
