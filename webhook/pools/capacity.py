@@ -278,8 +278,8 @@ class Capacity:
         return self._memo.get(key, compute, size)
 
     def room_changes(self, key: PoolKey) -> int:
-        """How often the free devices or holds of pool `key` changed (0 for a pool never seen): equal
-        counts, equal room."""
+        """How often what a decision reads of pool `key`'s free devices changed (0 for a pool never seen):
+        equal counts, equal room."""
         return self._room.get(key, 0)
 
     def node(self, name: str) -> NodeInfo | None:
