@@ -163,6 +163,21 @@ def test_room_on_one_pool_decides_again_only_the_shapes_that_wait_for_it(decisio
     assert decided.releases == []
 
 
+def test_a_running_pods_update_that_frees_nothing_decides_nothing(decisions: Decisions) -> None:
+    """The watch shows a running Pod again (a status update: the same GPUs on the same node): no pool's
+    room changed, so no shape is decided again."""
+    pol = policy(QUEUE)
+    index = index_of(fleet(), pol)
+    waiting = Waiting(pol)
+    waiting_pods(pol, index, waiting, 20)
+    parking = Parking()
+    a_pass(waiting, index, pol, parking)
+    decisions.take()
+    index.upsert_pod(pod_from_obj(running("busy-t4", "t4-a", 4), pol.gpu_resources, pol.partition_prefixes))
+    assert a_pass(waiting, index, pol, parking).decisions == 0
+    assert decisions.take() == []
+
+
 def test_room_enough_releases_the_oldest_pod_that_waits_for_it() -> None:
     """The T4 node frees whole: the oldest T4 Pod goes (then the next, as room allows); every L4 Pod
     stays parked."""
@@ -238,6 +253,8 @@ def changes(index: PoolIndex, waiting: Waiting, pol: Policy) -> Iterator[str]:
     """A run of changes of every kind a parked answer reads: room, nodes, labels, quotas, Pods coming."""
     info = lambda obj: pod_from_obj(obj, pol.gpu_resources, pol.partition_prefixes)  # noqa: E731
     node = lambda obj: node_from_obj(obj, pol.gpu_resources, pol.partition_prefixes)  # noqa: E731
+    index.upsert_pod(info(running("busy-t4", "t4-a", 4)))
+    yield "a running Pod is shown again, the same"
     index.upsert_pod(info(running("busy-t4", "t4-a", 3)))
     yield "a T4 GPU frees"
     index.upsert_pod(info(running("busy-l4", "l4-a", 1)))
@@ -299,3 +316,25 @@ def test_equal_shapes_share_a_digest_and_different_ones_do_not() -> None:
     assert digests[0] == digests[1]
     assert len(set(digests)) == 3
     assert all(len(d) == 16 for d in digests)
+
+
+def test_a_request_much_heavier_than_its_shape_is_not_kept_but_its_answer_stays_parked() -> None:
+    """Pods of 1,024 long tolerations (their request builds its own index of them, as heavy as the shape)
+    and Pods of a large node affinity (whose request shares the shape's terms): only the latter's
+    requests are kept, and neither shape is decided again while nothing changes."""
+    pol = policy(QUEUE)
+    index = index_of(fleet(), pol)
+    waiting = Waiting(pol)
+    objs = []
+    for k in range(3):
+        tolerations = [
+            {"key": f"example.com/t{k}-{i:04d}-".ljust(200, "x"), "operator": "Equal", "value": "v" * 63}
+            for i in range(1023)
+        ]
+        objs.append(queued_pod(f"tol{k}", "q", pol, index, gpus=2, tolerations=[GPU_TOLERATION, *tolerations]))
+        objs.append(large(queued_pod(f"aff{k}", "q", pol, index, gpus=2, tolerations=[GPU_TOLERATION]), f"a{k}"))
+    enqueue(objs, index, waiting)
+    parking = Parking()
+    assert a_pass(waiting, index, pol, parking).decisions == 6
+    assert parking.requests == 3
+    assert a_pass(waiting, index, pol, parking).decisions == 0

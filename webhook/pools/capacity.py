@@ -73,9 +73,12 @@ class Capacity:
         self._memo = Memo()  # derived from the node structure; dropped when it changes
         # Change counters, for the queue to tell what changed since it decided a shape (webhook.queue.parking):
         # `structure` counts the changes of the node structure (every drop of the memo), `_room` each pool's
-        # changes of its free devices or holds.
+        # changes of its free devices, told by comparing what a decision reads of them (`_room_of`) at the
+        # end of each change to what it was (a Pod's status update, taken out and put back, changes none).
         self.structure = 0
         self._room: dict[PoolKey, int] = {}
+        self._room_seen: dict[PoolKey, tuple[tuple[int, tuple[tuple[int, int], ...]], ...]] = {}
+        self._room_touched: set[PoolKey] = set()  # pools whose free devices may have changed in this change
 
     # --- nodes ---------------------------------------------------------------------------------------
 
@@ -191,7 +194,7 @@ class Capacity:
         self.structure += 1
 
     def _set_own_free(self, pool: Pool, group: Group, name: str, free: int | None) -> None:
-        self._room[pool.key] = self._room.get(pool.key, 0) + 1
+        self._room_touched.add(pool.key)
         unheld = not pool.holds and pool.key not in self._unpacked
         group.set_own_free(name, free, unheld)
         if not unheld:
@@ -240,11 +243,18 @@ class Capacity:
     def pack(self) -> None:
         """Pack the holds of every pool whose nodes or holds changed."""
         for key in self._unpacked:
-            self._room[key] = self._room.get(key, 0) + 1
             pool = self._pools.get(key)
             if pool is not None:
                 pack(pool)
+        self._room_touched |= self._unpacked
         self._unpacked.clear()
+        for key in self._room_touched:
+            pool = self._pools.get(key)
+            room = _room_of(pool) if pool is not None else ()
+            if self._room_seen.get(key) != room:
+                self._room_seen[key] = room
+                self._room[key] = self._room.get(key, 0) + 1
+        self._room_touched.clear()
 
     # --- reading -------------------------------------------------------------------------------------
 
@@ -269,8 +279,8 @@ class Capacity:
         return self._memo.get(key, compute, size)
 
     def room_changes(self, key: PoolKey) -> int:
-        """How often the free devices or holds of pool `key` changed (0 for a pool never seen): equal
-        counts, equal room."""
+        """How often what a decision reads of pool `key`'s free devices changed (0 for a pool never seen):
+        equal counts, equal room."""
         return self._room.get(key, 0)
 
     def node(self, name: str) -> NodeInfo | None:
@@ -398,6 +408,12 @@ class Capacity:
                 )
             )
         return stats
+
+
+def _room_of(pool: Pool) -> tuple[tuple[int, tuple[tuple[int, int], ...]], ...]:
+    """What a decision reads of a pool's free devices: per group (in order), its free total and how many
+    nodes have each free count once the holds are placed."""
+    return tuple((g.free_total, tuple(sorted(g.buckets.items()))) for g in pool.ordered())
 
 
 def _requirable(node: NodeInfo) -> tuple[object, ...]:

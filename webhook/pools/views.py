@@ -84,7 +84,7 @@ class CapacityView(Protocol):
         ...
 
     def room_changes(self, key: PoolKey) -> int:
-        """How often the free devices or holds of pool `key` changed: equal counts, equal room."""
+        """How often what a decision reads of pool `key`'s free devices changed: equal counts, equal room."""
         ...
 
     def memo(self, key: Hashable, compute: Callable[[], T], size: Callable[[T], int] | None = None) -> T:

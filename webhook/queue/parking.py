@@ -22,9 +22,10 @@ without deciding: the shape stays parked, and leaves to the Pods behind it what 
 (`Ahead.leave`), as the decision would have. Any of them changed, it is decided again. A Pod of a
 workload group (where its siblings are is identity, read from the ledger) or of a gang is never parked.
 
-Bounded: one entry per distinct shape among the waiting Pods (its 16-byte digest, its request, which
-shares the values of the shape its Pods hold, and a few counters), dropped with its last Pod
-(`keep_only`, every pass). Not thread-safe: the leader's loop alone uses it.
+Bounded: one entry per distinct shape among the waiting Pods (its 16-byte digest, a few counters, and
+its request when that adds at most REQUEST_BYTES beyond the shape its Pods hold anyway: the request
+shares the shape's node-affinity terms, but builds its own index of a Pod's tolerations), dropped with
+its last Pod (`keep_only`, every pass). Not thread-safe: the leader's loop alone uses it.
 """
 
 from __future__ import annotations
@@ -38,9 +39,13 @@ from webhook.admission.verdict import Verdict
 from webhook.domain.model import PoolKey
 from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
-from webhook.pools.memo import NO_MEMO, Memo
+from webhook.pools.memo import ENTRY_SHARE, MEMO_BYTES, NO_MEMO, Memo, held_bytes
 from webhook.pools.quotas.checks import has_pool_quotas
 from webhook.queue.waiting import Queued
+
+# A shape's request is kept only if it adds at most this beyond the shape (the memo's bound on an entry,
+# webhook.pools.memo): else it is read again whenever a pass reads the batch (its answer is still parked).
+REQUEST_BYTES = MEMO_BYTES // ENTRY_SHARE
 
 
 class _Stamp(NamedTuple):
@@ -90,8 +95,15 @@ class Parking:
             return read_request(q, policy, shapes)
         req = self._requests.get(q.digest)
         if req is None:
-            req = self._requests[q.digest] = read_request(q, policy, shapes)
+            req = read_request(q, policy, shapes)
+            if _beyond(q, req) <= REQUEST_BYTES:
+                self._requests[q.digest] = req
         return req
+
+    @property
+    def requests(self) -> int:
+        """The requests kept now (one per shape, those within REQUEST_BYTES of it)."""
+        return len(self._requests)
 
     def parked(self, q: Queued, req: GpuRequest, index: PoolIndex, policy: Policy, ahead: Ahead) -> _Parked | None:
         """The answer the decision would give the Pod now, if its shape is parked and nothing its last
@@ -128,6 +140,13 @@ class Parking:
         for table in (self._requests, self._parked):
             for gone in [d for d in table if d not in digests]:
                 del table[gone]
+
+
+def _beyond(q: Queued, req: GpuRequest | Verdict) -> int:
+    """What keeping the request costs beyond the shape its Pods hold anyway (the request shares most of
+    its values: a node affinity's terms; a toleration index it builds anew). Worked out once per shape."""
+    shape = held_bytes(q.view.shape)
+    return held_bytes((q.view.shape, req), shape + REQUEST_BYTES) - shape  # stops once past the bound
 
 
 def _stamp(pools: tuple[PoolKey, ...], namespace: str | None, index: PoolIndex) -> _Stamp:
