@@ -14,6 +14,7 @@ import selectors
 from typing import Any
 
 from webhook.serving.connection import SERVING, Connection
+from webhook.serving.selecting import rewatch
 
 BUFFER_BUDGET = 64 * 1024 * 1024  # bytes of requests not yet answered, per worker
 
@@ -44,15 +45,7 @@ class Clients:
 
     def watch(self, conn: Connection, mask: int) -> None:
         """Wait for the events in `mask` on the connection (0: for none)."""
-        if mask == conn.mask:
-            return
-        if not conn.mask:
-            self.poller.register(conn.sock, mask, conn)
-        elif not mask:
-            self.poller.unregister(conn.sock)
-        else:
-            self.poller.modify(conn.sock, mask, conn)
-        conn.mask = mask
+        conn.mask = rewatch(self.poller, conn.sock, conn, conn.mask, mask)
 
     def evictable(self) -> bool:
         """A connection could be closed to make room for a new one."""

@@ -52,6 +52,7 @@ import orjson
 
 from webhook.serving.health_calls import Caller
 from webhook.serving.health_http import SERVES, UNREADABLE, Answer, Conn, Request, error
+from webhook.serving.selecting import rewatch
 
 log = logging.getLogger("gpupool.health")
 
@@ -383,16 +384,7 @@ class HealthServer:
         self._close(conn)
 
     def _watch(self, conn: Conn, events: int) -> None:
-        selector = self._selector_of()
-        if events == conn.events:
-            return
-        if not conn.events:
-            selector.register(conn.sock, events, conn)
-        elif not events:
-            selector.unregister(conn.sock)
-        else:
-            selector.modify(conn.sock, events, conn)
-        conn.events = events
+        conn.events = rewatch(self._selector_of(), conn.sock, conn, conn.events, events)
 
     def _close(self, conn: Conn) -> None:
         if conn.closed:
