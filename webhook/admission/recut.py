@@ -124,6 +124,8 @@ def recut_note(req: GpuRequest, index: PoolIndex, policy: Policy) -> str:
         needs.append(f"the node labelled {RESHAPE_LABEL}=true")
     if policy.placement(req.namespace) != "queue":
         needs.append(f"namespace {req.namespace} queueing its Pods (placement: queue)")
+    if not needs:  # it would be queued for it (webhook.admission.queued), unless a hard limit stops it there
+        return ""
     return f"A MIG re-cut would serve it: {recut_words(recut)}, which gpupool makes only with " + " and ".join(needs)
 
 
