@@ -33,6 +33,9 @@ IGNORE_LABEL ?= true
 # SINGLE_NODE=true: both replicas may run on one node, for single-node test clusters only
 # (manifests/components/single-node); otherwise two replicas never share a node.
 SINGLE_NODE ?= false
+# MIG_RESHAPING=true: the opt-in RBAC for the policy's migReshaping, patch on nodes and get, list, watch on mig-parted's
+# ConfigMap (manifests/components/mig-reshaping, docs/mig.md); otherwise gpupool never writes a node.
+MIG_RESHAPING ?= false
 # Two certificates that never touch each other: the one installed in the cluster (certs/, made and renewed
 # by `make manifests`/`make deploy`) carries only the Service's names, plus CERT_HOSTS if you need more;
 # `make run`'s own (certs/dev/, `make certs`) is for localhost. Sharing one directory, each run would
@@ -118,9 +121,10 @@ ACCESS_OPTIONS = $(addprefix --control-plane-cidr ,$(CONTROL_PLANE_CIDRS)) \
 match-conditions: $(STAMP) ## write the default policy's GPU resources into both webhook configurations' matchConditions (after its vendors change)
 	PYTHONPATH=. $(BIN)/python tools/match_conditions.py
 
-manifests: $(STAMP) ## render deployable YAML into build/gpupool-<overlay>.yaml (OVERLAY=self-signed|cert-manager FAILURE_POLICY=Fail|Ignore IMAGE=ref CLIENT_CA=file CONTROL_PLANE_CIDRS="cidr ..." METRICS_NAMESPACES="ns ..." HEALTH_CIDRS="cidr ..." EXCLUDE_NAMESPACES="ns ..." IGNORE_LABEL=false SINGLE_NODE=true)
+manifests: $(STAMP) ## render deployable YAML into build/gpupool-<overlay>.yaml (OVERLAY=self-signed|cert-manager FAILURE_POLICY=Fail|Ignore IMAGE=ref CLIENT_CA=file CONTROL_PLANE_CIDRS="cidr ..." METRICS_NAMESPACES="ns ..." HEALTH_CIDRS="cidr ..." EXCLUDE_NAMESPACES="ns ..." IGNORE_LABEL=false SINGLE_NODE=true MIG_RESHAPING=true)
 	$(BIN)/python manifests/render.py --overlay $(OVERLAY) --failure-policy $(FAILURE_POLICY) $(if $(IMAGE),--image $(IMAGE)) $(addprefix --host ,$(CERT_HOSTS)) \
 		$(if $(CLIENT_CA),--client-ca $(CLIENT_CA)) $(ACCESS_OPTIONS) $(if $(filter true,$(SINGLE_NODE)),--single-node) \
+		$(if $(filter true,$(MIG_RESHAPING)),--mig-reshaping) \
 		--out $(MANIFEST)
 
 # The kubectl context deploy and undeploy act on, said first; without one they stop (kubectl would
@@ -150,12 +154,12 @@ undeploy: ## remove gpupool from the current kubectl context (says which; stops 
 	"$${kubectl[@]}" delete validatingwebhookconfiguration gpupool-webhook --ignore-not-found; \
 	"$${kubectl[@]}" delete mutatingwebhookconfiguration gpupool-webhook --ignore-not-found; \
 	"$${kubectl[@]}" delete namespace gpupool-system --ignore-not-found; \
-	"$${kubectl[@]}" delete clusterrolebinding,clusterrole gpupool-webhook --ignore-not-found; \
+	"$${kubectl[@]}" delete clusterrolebinding,clusterrole gpupool-webhook gpupool-mig-reshaping --ignore-not-found; \
 	"$${kubectl[@]}" delete clusterrole gpupool-view --ignore-not-found; \
 	"$${kubectl[@]}" delete customresourcedefinition gpupools.gpupool.io --ignore-not-found
 
 # What a release decides itself: given on the command line, refused rather than silently dropped.
-RELEASE_FIXED = $(strip $(foreach v,OVERLAY FAILURE_POLICY IMAGE CLIENT_CA SINGLE_NODE,$(if $(filter command line,$(origin $(v))),$(v))))
+RELEASE_FIXED = $(strip $(foreach v,OVERLAY FAILURE_POLICY IMAGE CLIENT_CA SINGLE_NODE MIG_RESHAPING,$(if $(filter command line,$(origin $(v))),$(v))))
 release: ## write a release into dist/: gpupool-VERSION.yaml for kubectl apply -f (image tag VERSION, or IMAGE_DIGEST), gpupool-monitoring-VERSION.yaml (label release: PROMETHEUS_RELEASE), SHA256SUMS (VERSION=x.y.z; METRICS_NAMESPACES, CONTROL_PLANE_CIDRS, HEALTH_CIDRS, EXCLUDE_NAMESPACES, IGNORE_LABEL as for manifests)
 	@test -n "$(VERSION)" || { echo "make release: give the version, e.g. make release VERSION=0.1.0" >&2; exit 2; }
 	@test -z "$(RELEASE_FIXED)" || { echo "make release: a release is the cert-manager overlay, failurePolicy Fail, the image tagged VERSION and no file of this machine; $(RELEASE_FIXED) cannot be given" >&2; exit 2; }

@@ -2,7 +2,7 @@
 
 `make manifests OVERLAY=self-signed|cert-manager [FAILURE_POLICY=Ignore] [IMAGE=ref] [CLIENT_CA=file]
 [CONTROL_PLANE_CIDRS="cidr ..."] [METRICS_NAMESPACES="ns ..."] [HEALTH_CIDRS="cidr ..."]
-[EXCLUDE_NAMESPACES="ns ..."] [IGNORE_LABEL=false] [SINGLE_NODE=true]` runs this:
+[EXCLUDE_NAMESPACES="ns ..."] [IGNORE_LABEL=false] [SINGLE_NODE=true] [MIG_RESHAPING=true]` runs this:
 
 1. self-signed only: `gpupool certs` creates or renews the CA and the serving certificate in certs/
    (it keeps a valid CA, so the caBundle stays stable; the serving certificate is renewed once 30 days or
@@ -11,10 +11,10 @@
 2. manifests/ is copied to a scratch directory, and for self-signed ca.crt, tls.crt and tls.key go
    into the copy's overlay directory: kustomize reads files only from inside a kustomization's root,
    and rendering from a copy leaves no keys in the source tree.
-3. A scratch kustomization stacks the overlay, the failure-policy-ignore and single-node components if
-   asked for, an image override if given, the client-ca component with a ConfigMap made from --client-ca, and the
-   webhook-port-from-control-plane component with the --control-plane-cidr addresses, a patch of the
-   NetworkPolicy's health-port rule for --metrics-namespace and --health-cidr, and a patch of both
+3. A scratch kustomization stacks the overlay, the failure-policy-ignore, single-node and mig-reshaping
+   components if asked for, an image override if given, the client-ca component with a ConfigMap made from
+   --client-ca, and the webhook-port-from-control-plane component with the --control-plane-cidr addresses,
+   a patch of the NetworkPolicy's health-port rule for --metrics-namespace and --health-cidr, and a patch of both
    webhooks' namespaceSelector (mutating and validating) for --exclude-namespace and --no-ignore-label;
    `kubectl kustomize` renders it.
 4. The output is checked for the one thing that breaks silently (a webhook without a CA source) and
@@ -27,7 +27,7 @@ version, or with --image-digest the image by digest), the monitoring component o
 package, pyproject.toml or the CHANGELOG do not name. The NetworkPolicy's and the namespace opt-out's
 options apply to it as to `make manifests` (CONTROL_PLANE_CIDRS, METRICS_NAMESPACES, HEALTH_CIDRS,
 EXCLUDE_NAMESPACES, IGNORE_LABEL), so a release can be made for one cluster; what the release fixes itself
-(overlay, failure policy, image, a client CA file, single-node) it refuses.
+(overlay, failure policy, image, a client CA file, single-node, mig-reshaping) it refuses.
 
 Standard library only, so it runs before anything else is installed; `gpupool certs` runs with the
 same interpreter (`python -m webhook certs`). This file is the command line; the steps are in
@@ -64,6 +64,7 @@ RELEASE_REFUSES = {
     "--host": "host",
     "--client-ca": "client_ca",
     "--single-node": "single_node",
+    "--mig-reshaping": "mig_reshaping",
 }
 
 
@@ -181,6 +182,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="for single-node test clusters: both replicas may run on one node (components/single-node); "
         "never on a cluster with real GPU workloads",
     )
+    parser.add_argument(
+        "--mig-reshaping",
+        action="store_true",
+        help="let the queue's leader label MIG nodes and read mig-parted's ConfigMap (components/mig-reshaping), "
+        "for the policy's migReshaping (docs/mig.md)",
+    )
     parser.add_argument("--kubectl", default="kubectl", metavar="PATH")
     parser.add_argument(
         "--release",
@@ -219,7 +226,7 @@ def access_of(args: argparse.Namespace) -> Access:
     )
 
 
-def described(access: Access, *, client_ca: bool, single_node: bool) -> str:
+def described(access: Access, *, client_ca: bool, single_node: bool, mig_reshaping: bool = False) -> str:
     """What the install does beyond the overlay's defaults, for the `wrote` line (empty: nothing)."""
     extras = ", client certificates required" if client_ca else ""
     if access.control_plane_cidrs:
@@ -233,6 +240,8 @@ def described(access: Access, *, client_ca: bool, single_node: bool) -> str:
         extras += f", {IGNORE_LABEL} not honoured"
     if single_node:
         extras += ", both replicas may share a node (single-node test cluster)"
+    if mig_reshaping:
+        extras += ", may label MIG nodes (mig-reshaping)"
     return extras
 
 
@@ -278,8 +287,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 access=access,
                 client_ca=args.client_ca,
                 single_node=args.single_node,
+                mig_reshaping=args.mig_reshaping,
             )
-            extras = described(access, client_ca=args.client_ca is not None, single_node=args.single_node)
+            extras = described(
+                access,
+                client_ca=args.client_ca is not None,
+                single_node=args.single_node,
+                mig_reshaping=args.mig_reshaping,
+            )
             wrote = f"wrote {out} ({overlay}, failurePolicy {failure_policy}{extras})"
     except RenderError as exc:
         print(f"render.py: error: {exc}", file=sys.stderr)

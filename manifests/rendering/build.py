@@ -112,6 +112,7 @@ def render(  # noqa: PLR0913 (the render command's flags, one keyword each)
     access: Access,
     client_ca: Path | None = None,
     single_node: bool = False,
+    mig_reshaping: bool = False,
 ) -> None:
     """Write the install for `overlay` to `out` (mode 0600), creating or renewing the self-signed certificates."""
     require_kubectl(kubectl)
@@ -120,7 +121,13 @@ def render(  # noqa: PLR0913 (the render command's flags, one keyword each)
         for line in ensure_certs(certs_dir, hosts):
             print(line)  # the admin sees a new CA (a new caBundle) or a renewal happen
     kustomization = stacked_kustomization(
-        overlay, failure_policy, image, access, client_ca=client_ca_pem is not None, single_node=single_node
+        overlay,
+        failure_policy,
+        image,
+        access,
+        client_ca=client_ca_pem is not None,
+        single_node=single_node,
+        mig_reshaping=mig_reshaping,
     )
     files = {} if client_ca_pem is None else {CLIENT_CA_FILE: client_ca_pem}
     with tempfile.TemporaryDirectory(prefix="gpupool-render-") as tmp:

@@ -132,7 +132,7 @@ def _components(names: Iterable[str]) -> list[str]:
     return [f"  - ../manifests/components/{name}" for name in names]
 
 
-def stacked_kustomization(
+def stacked_kustomization(  # noqa: PLR0913 (the render command's choices, the components by keyword)
     overlay: str,
     failure_policy: str,
     image: str | None,
@@ -140,6 +140,7 @@ def stacked_kustomization(
     *,
     client_ca: bool = False,
     single_node: bool = False,
+    mig_reshaping: bool = False,
 ) -> str:
     """A kustomization, placed next to the copy of manifests/, that renders `overlay` as asked.
 
@@ -150,6 +151,7 @@ def stacked_kustomization(
     wanted = {
         "failure-policy-ignore": failure_policy == "Ignore",
         "single-node": single_node,
+        "mig-reshaping": mig_reshaping,
         "client-ca": client_ca,
         "webhook-port-from-control-plane": bool(access.control_plane_cidrs),
     }

@@ -20,7 +20,17 @@ import yaml
 
 from tests.builders import eventually, policy
 from tests.manifests.rbac import Request, allowed, request_of
-from tests.manifests.rendered import KUBECTL, MANIFESTS, NAMESPACE, SCHEMA_VERSIONS, SERVICE, Obj, kustomize
+from tests.manifests.rendered import (
+    KUBECTL,
+    MANIFESTS,
+    NAMESPACE,
+    SCHEMA_VERSIONS,
+    SERVICE,
+    Obj,
+    kustomize,
+    make_dry_run,
+    run_render,
+)
 from tests.mig.configs import OPERATOR_DEFAULT
 from tests.queue.fakes import Inventory, Leading
 from tests.queue.migfleet import a100, config_map, sync, waiting_pod
@@ -178,6 +188,27 @@ class TestComponent:
         objects = render(tmp_path, component=True, extra="\n".join(block) + "\n")
         assert granted(objects, Request("get", "", "configmaps", "gpu-operator", "custom-mig-config"))
         assert granted(objects, Request("get", "", "configmaps", "gpu-operator", "default-mig-parted-config"))
+
+
+class TestMakeManifests:
+    def test_mig_reshaping_true_renders_the_component(self, renderings: dict[str, list[Obj]], tmp_path: Path) -> None:
+        """`make manifests MIG_RESHAPING=true` (render.py --mig-reshaping) installs what the component
+        adds to the overlay, and says so; without it, what the overlay alone installs."""
+        for flag, expected in ((["--mig-reshaping"], "component"), ([], "base")):
+            out = tmp_path / f"{expected}.yaml"
+            done = run_render("--overlay", "cert-manager", *flag, "--certs-dir", tmp_path / "certs", "--out", out)
+            assert done.returncode == 0, done.stderr
+            assert ("may label MIG nodes" in done.stdout) == bool(flag)
+            objects = [d for d in yaml.safe_load_all(out.read_text()) if d]
+            assert objects == renderings[expected]
+
+    def test_the_makefile_passes_it_on(self) -> None:
+        assert "--mig-reshaping" in make_dry_run("manifests", "OVERLAY=cert-manager", "MIG_RESHAPING=true")
+        assert "--mig-reshaping" not in make_dry_run("manifests", "OVERLAY=cert-manager")
+
+    def test_make_undeploy_deletes_its_cluster_role_and_binding(self) -> None:
+        """The namespace's deletion leaves cluster-scoped objects behind: undeploy names them."""
+        assert "clusterrolebinding,clusterrole gpupool-webhook gpupool-mig-reshaping" in make_dry_run("undeploy")
 
 
 @pytest.mark.slow

@@ -177,8 +177,9 @@ class TestRelease:
 
     @pytest.mark.parametrize(
         "given",
-        [["--image", "registry.example/gpupool:1"], ["--single-node"], ["--overlay", "self-signed"],
-         ["--failure-policy", "Ignore"], ["--client-ca", "ca.crt"], ["--host", "localhost"]],
+        [["--image", "registry.example/gpupool:1"], ["--single-node"], ["--mig-reshaping"],
+         ["--overlay", "self-signed"], ["--failure-policy", "Ignore"], ["--client-ca", "ca.crt"],
+         ["--host", "localhost"]],
         ids=lambda g: g[0],
     )  # fmt: skip
     def test_what_a_release_decides_itself_is_refused(self, tmp_path: Path, given: list[str]) -> None:
@@ -191,7 +192,15 @@ class TestRelease:
     def test_make_release_refuses_them_too(self) -> None:
         """Given to make on the command line, they stop it before anything is rendered."""
         done = subprocess.run(
-            ["make", "-s", "release", f"VERSION={webhook.__version__}", "IMAGE=x", "SINGLE_NODE=true"],
+            [
+                "make",
+                "-s",
+                "release",
+                f"VERSION={webhook.__version__}",
+                "IMAGE=x",
+                "SINGLE_NODE=true",
+                "MIG_RESHAPING=true",
+            ],
             cwd=REPO,
             capture_output=True,
             text=True,
@@ -199,7 +208,7 @@ class TestRelease:
             check=False,
         )
         assert done.returncode == 2
-        assert "IMAGE SINGLE_NODE cannot be given" in done.stderr
+        assert "IMAGE SINGLE_NODE MIG_RESHAPING cannot be given" in done.stderr
 
     def test_the_checksums_are_of_the_files(self, release: tuple[str, Path]) -> None:
         version, out = release
