@@ -65,15 +65,13 @@ class Ahead:
         """Does a Pod ahead wait for room in `pool`, or for a quota a release there would take from?"""
         return pool in self.pools or bool(quota_keys(req.namespace, (pool,), index, policy) & self.quotas)
 
-    def take(self, req: GpuRequest, choice: Choice, index: PoolIndex, policy: Policy) -> None:
-        """Leave to the Pod of `choice`, which waits, what it waits for."""
-        if choice.wait == "quota":
-            self.quotas |= quota_keys(req.namespace, choice.waits_for, index, policy)
-        elif choice.wait == "capacity":
-            self.pools.update(choice.waits_for)
+    def take_quotas(self, req: GpuRequest, choice: Choice, index: PoolIndex, policy: Policy) -> None:
+        """Leave to the Pod of `choice`, which waits for a quota, the quotas it waits for."""
+        self.quotas |= quota_keys(req.namespace, choice.waits_for, index, policy)
 
     def take_room(self, pools: Iterable[PoolKey]) -> None:
-        """Leave the room in `pools` to a Pod (a gang) that waits for it."""
+        """Leave the room in `pools` to a Pod or a gang that waits for it (which room, and when:
+        webhook.queue.backfill)."""
         self.pools.update(pools)
 
 

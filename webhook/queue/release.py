@@ -9,11 +9,13 @@ would take now, by the one decision in RELEASE mode (webhook.admission.choice), 
 - **Every quota, exactly.** Class and GPU-memory quotas and ResourceQuotas in the forms gpupool counts
   itself are checked against what the namespace holds now, released Pods not bound yet included. The
   `requests.` form is not checked again: Kubernetes charged the Pod to it at creation, gated or not.
-- **No jumping ahead.** A Pod that cannot go yet leaves the pools it wants (for capacity) or the quotas
-  it waits for to the Pods before it: a later Pod does not take them, but may go elsewhere (another pool,
-  another namespace). A workload group with `gpupool.io/group-size: N` is a gang: it goes only when N
-  members exist and all its waiting members fit at once, then all together; what it holds meanwhile,
-  when it is parked and how a partly released one is completed: webhook.queue.gangs.
+- **No jumping ahead, backfill with a bounded wait.** A Pod that waits for a quota leaves that quota to
+  the Pods before it: a later Pod does not take from it, but may go elsewhere (another pool, another
+  namespace). A Pod that waits for room leaves the room it cannot use now to the later Pods (backfill),
+  until it has waited long; then it holds the pool closest to fitting it (webhook.queue.backfill).
+- **Gangs.** A workload group with `gpupool.io/group-size: N` is a gang: it goes only when N members
+  exist and all its waiting members fit at once, then all together; what it holds meanwhile, when it is
+  parked and how a partly released one is completed: webhook.queue.gangs.
 
 Each release decided is applied to the index at once, as the Pod will look once released: the release's
 patch applied to the Pod as the index counts it (`Release.released`, webhook.admission.pieces
@@ -40,7 +42,7 @@ from webhook.domain.model import PodInfo, PodKey, PoolKey
 from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
 from webhook.pools.memo import NO_MEMO, Memo
-from webhook.queue import gangs
+from webhook.queue import backfill, gangs
 from webhook.queue.waiting import Queued
 
 
@@ -135,8 +137,8 @@ def decide_batch(
         Whatever changed meanwhile, the pass stays exact: each Pod is looked up in the index when its turn
         comes (a Pod released or deleted meanwhile is passed over), every decision reads the index as it is
         then, and what earlier Pods wait for stays theirs for the rest of the pass. `now` is the queue's clock
-    (webhook.queue.waiting: `Queued.since`), for how long a gang has waited (webhook.queue.gangs); None
-    (a preview) counts no gang as having waited long."""
+    (webhook.queue.waiting: `Queued.since`), for how long a Pod or gang has waited (webhook.queue.backfill);
+    None (a preview) counts none as having waited long."""
     ahead = Ahead()  # what the Pods decided before wait for stays theirs
     releases: list[Release] = []
     waits = list(batch.invalid)
@@ -168,22 +170,32 @@ def decide_batch(
         if earlier is not None:
             waits.append(Wait(q, earlier.code, earlier.reason))
             continue
-        one = _one(q, req, index, policy, ahead)
+        one, theirs = _one(q, req, index, policy, ahead, now)
         if isinstance(one, Release):
             releases.append(one)
         else:
             waits.append(one)
             if not q.view.group:  # siblings decide by their group's pools: not one shape's answer
-                shape_waits[id(q.view.shape)] = one
+                shape_waits[id(q.view.shape)] = theirs or one
     return Plan(releases, waits)
 
 
-def _one(q: Queued, req: GpuRequest, index: PoolIndex, policy: Policy, ahead: Ahead) -> Release | Wait:
+def _one(
+    q: Queued, req: GpuRequest, index: PoolIndex, policy: Policy, ahead: Ahead, now: float | None
+) -> tuple[Release | Wait, Wait | None]:
+    """The Pod released, or why it waits; and when it holds a pool, what the later Pods of its shape wait
+    with (for room, not holding it: it is held for this one)."""
     choice = choose(req, q.view, index, policy, ahead.mode)
     if choice.chosen is not None:
-        return _apply(q, req, choice.chosen, index)
-    ahead.take(req, choice, index, policy)
-    return Wait(q, choice.wait or "capacity", choice.denial)
+        return _apply(q, req, choice.chosen, index), None
+    wait = Wait(q, choice.wait or "capacity", choice.denial)
+    if choice.wait == "quota":
+        ahead.take_quotas(req, choice, index, policy)
+    held = backfill.pool_to_hold(choice, devices=req.pod_total, since=q.since, now=now, policy=policy, held=ahead.pools)
+    if held is None:
+        return wait, None  # the room it cannot use now is the later Pods' meanwhile
+    ahead.take_room((held,))
+    return wait._replace(reason=f"{choice.denial}; pool {held} is held for it"), wait
 
 
 def _gang(
@@ -225,7 +237,7 @@ def _gang(
             return done
         for release in reversed(done):  # not all of them fit together: none goes
             settle(index, release, None)
-    held = gangs.room_to_hold(ordered, members, at_home, now)
+    held = gangs.room_to_hold(ordered, members, at_home, now, policy)
     if held is not None:
         ahead.take_room((held,))
     if at_home is not None:
