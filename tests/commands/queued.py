@@ -38,7 +38,7 @@ def cluster(now: datetime | None = None) -> list[dict[str, Any]]:
     """Every T4 busy, one L4 free, the A100s free; namespace q3 holds the one high GPU its classQuota
     allows. Queued, in release order: `big` (q, priority 10, 4 medium GPUs: no node has them),
     `over` (q3, high: over its class quota), `hi` (q2, high: fits now on the A100s), `fits` and `behind`
-    (q, 1 medium GPU each: the L4 is free, but `big` before them waits for the medium pools)."""
+    (q, 1 medium GPU each: `fits` takes the free L4, which `big` cannot use now; `behind` finds none left)."""
     now = now or datetime.now(UTC)
     pol = policy(POLICY)
     nodes = [

@@ -547,14 +547,13 @@ def test_a_job_whose_namespace_queues_says_how_many_of_its_pods_the_leader_would
 def test_a_queued_pod_that_would_wait_is_told_what_for(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, queue_cluster: list[str]
 ) -> None:
-    """A medium Pod in q: the one free L4 is left to `big`, before it in the order, so it would wait
-    behind it; with spec.priority above big's it would come first and take that L4; one of class high
-    in q3 would wait for its class quota."""
+    """A medium Pod in q: `fits`, before it in the order, takes the one free L4 (which `big` cannot use
+    now), so it would wait for room; with spec.priority above big's it would come first and take that L4;
+    one of class high in q3 would wait for its class quota."""
     medium = {"gpupool.io/gpu-class": "medium"}
     _, out, _ = explain(capsys, queued_manifest(tmp_path, "later", medium), *queue_cluster, "-n", "q")
     assert out.splitlines()[2] == (
-        "Queue: position 6 of 6, priority 0: would wait: behind Pods of higher priority or older that wait for "
-        "NVIDIA-L4"
+        "Queue: position 6 of 6, priority 0: would wait: no node of NVIDIA-L4, Tesla-T4 has 1 free now"
     )
     urgent = queued_manifest(tmp_path, "urgent", medium, priority=100)
     _, out, _ = explain(capsys, urgent, *queue_cluster, "-n", "q")
@@ -589,8 +588,8 @@ def test_the_queue_outcome_is_in_json_and_yaml(
     assert (answer["queued"], answer["pool"]) == ("nvidia.com/gpu", None)
     assert answer["queue"] == {
         "position": 6, "waiting": 6, "priority": 0, "outcome": "wait", "pool": None, "constraints": None,
-        "code": "behind", "reason": "behind Pods of higher priority or older that wait for NVIDIA-L4", "recut": None,
-        "waitsFor": "behind Pods of higher priority or older that wait for NVIDIA-L4",
+        "code": "capacity", "reason": "no node of NVIDIA-L4, Tesla-T4 has 1 free now", "recut": None,
+        "waitsFor": "no node of NVIDIA-L4, Tesla-T4 has 1 free now",
     }  # fmt: skip
     _, out, _ = explain(capsys, pod_file, *queue_cluster, "-n", "q", "-o", "yaml")
     assert yaml.safe_load(out) == answer

@@ -22,17 +22,17 @@ from webhook.testing.kubesim import KubeSim
 
 BIG = "no node of NVIDIA-L4, Tesla-T4 has 4 free now"
 OVER = "class quota high in namespace q3 exceeded: used 1 + requested 1 > hard 1"
-BEHIND = "behind Pods of higher priority or older that wait for NVIDIA-L4"
+ROOM = "no node of NVIDIA-L4, Tesla-T4 has 1 free now"
 FITS_NOW = "the leader: it fits now"
 # NAMESPACE NAME POSITION WAITING FOR, in the whole queue's order: priority first, then age.
 ROWS = [
     ["q", "big", "1", AGES["big"][1], BIG],
     ["q3", "over", "2", AGES["over"][1], OVER],
     ["q2", "hi", "3", AGES["hi"][1], FITS_NOW],
-    ["q", "fits", "4", AGES["fits"][1], BEHIND],
-    ["q", "behind", "5", AGES["behind"][1], BEHIND],
+    ["q", "fits", "4", AGES["fits"][1], FITS_NOW],
+    ["q", "behind", "5", AGES["behind"][1], ROOM],
 ]
-SNAPSHOT_NOTE = "gpupool queue: note: 1 of these Pods fits now: the queue's leader would release it at its next pass\n"
+SNAPSHOT_NOTE = "gpupool queue: note: 2 of these Pods fit now: the queue's leader would release them at its next pass\n"
 
 
 def columns(out: str) -> list[list[str]]:
@@ -56,8 +56,9 @@ def test_every_queued_pod_with_its_place_its_wait_and_what_it_waits_for(
     capsys: pytest.CaptureFixture[str], snapshot: list[str]
 ) -> None:
     """-A: the snapshot's gated Pods in release order; each waits for what the leader's pass says: no
-    node with room in its pools, its namespace's class quota, nothing but the leader (it fits now), or
-    the Pods before it that want the same room. The one that fits is said on stderr."""
+    node with room in its pools (`big`, whose room `fits` may use meanwhile, and `behind`, once `fits` took
+    the last L4), its namespace's class quota, or nothing but the leader (it fits now). The ones that fit
+    are said on stderr."""
     status, out, err = queue(capsys, *snapshot, "-A")
     assert (status, err) == (0, SNAPSHOT_NOTE)
     table = columns(out)
@@ -71,7 +72,10 @@ def test_one_namespace_keeps_the_positions_of_the_whole_queue(
     """-n q lists q's Pods only, at their places in the whole queue; without -n, the kubeconfig
     context's namespace (here one with no queued Pods)."""
     status, out, err = queue(capsys, *snapshot, "-n", "q", "--no-headers")
-    assert (status, err) == (0, "")
+    assert (status, err) == (
+        0,
+        SNAPSHOT_NOTE.replace("2 of these Pods fit", "1 of these Pods fits").replace("them", "it"),
+    )
     assert columns(out) == [ROWS[0], ROWS[3], ROWS[4]]
     kc = str(kubeconfig(tmp_path / "kc"))
     assert queue(capsys, *snapshot, "--kubeconfig", kc, "--context", "b")[1:] == (
@@ -90,8 +94,8 @@ def test_wide_adds_the_priority_the_device_and_what_the_pass_would_do_now(
         ["10", "nvidia.com/gpu", "4", "would wait (capacity)"],
         ["0", "nvidia.com/gpu", "1", "would wait (quota)"],
         ["0", "nvidia.com/gpu", "1", f"would be released to {A100}"],
-        ["0", "nvidia.com/gpu", "1", "would wait (behind)"],
-        ["0", "nvidia.com/gpu", "1", "would wait (behind)"],
+        ["0", "nvidia.com/gpu", "1", "would be released to nvidia/medium/NVIDIA-L4"],
+        ["0", "nvidia.com/gpu", "1", "would wait (capacity)"],
     ]
 
 
@@ -116,8 +120,8 @@ def test_json_and_yaml_carry_the_same_as_data(capsys: pytest.CaptureFixture[str]
         ("big", "wait", "capacity", BIG),
         ("over", "wait", "quota", OVER),
         ("hi", "release", None, None),
-        ("fits", "wait", "behind", BEHIND),
-        ("behind", "wait", "behind", BEHIND),
+        ("fits", "release", None, None),
+        ("behind", "wait", "capacity", ROOM),
     ]
 
 
@@ -186,8 +190,8 @@ def test_the_plugin_lists_the_live_queue_with_the_installed_policy(
         "kubectl gpupool queue: note: with the installed policy: ConfigMap gpupool-system/gpupool-policy "
         "(key policy.yaml), which Deployment gpupool-system/gpupool-webhook follows: its Pods take up a change "
         "of it within about 2 minutes, without a restart",
-        "kubectl gpupool queue: note: 1 of these Pods fits now: the queue's leader releases it at its next pass; "
-        "if it is still listed a few seconds from now, no gpupool replica may be leading "
+        "kubectl gpupool queue: note: 2 of these Pods fit now: the queue's leader releases them at its next pass; "
+        "if they are still listed a few seconds from now, no gpupool replica may be leading "
         "(kubectl -n gpupool-system get lease gpupool)",
     ]
 

@@ -147,6 +147,18 @@ def test_reservations_of_forged_reviews_are_short_lived_and_bounded_by_default()
     assert (changed.reservation_settle_seconds, changed.max_reservations_per_namespace) == (12.0, 2000)
 
 
+def test_the_queues_bounded_wait_is_five_minutes_by_default_and_can_be_set() -> None:
+    """`defaults.queueHoldAfterSeconds`: 300 s in the shipped policy; a positive number of seconds when set."""
+    assert load_policy(None).defaults.queue_hold_after_seconds == 300.0
+    assert load_policy_text("defaults: {queueHoldAfterSeconds: 30}").defaults.queue_hold_after_seconds == 30.0
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "soon", "true"])
+def test_a_bounded_wait_that_is_not_a_positive_number_of_seconds_is_refused_naming_the_field(value: str) -> None:
+    with pytest.raises(PolicyError, match=r"defaults\.queueHoldAfterSeconds: expected a positive number of seconds"):
+        load_policy_text(f"defaults: {{queueHoldAfterSeconds: {value}}}")
+
+
 @pytest.mark.parametrize(
     ("resource", "vendor", "kinds"),
     [

@@ -10,7 +10,6 @@ from tests.builders import gpu_node, index_of, policy
 from tests.queue.helpers import L4, T4, busy, enqueue, queued_pod
 from webhook.pools.index import PoolIndex
 from webhook.pools.kubeobj import pod_from_obj
-from webhook.queue.gangs import RESERVE_AFTER_SECONDS
 from webhook.queue.release import Plan, plan, settle
 from webhook.queue.waiting import Waiting
 
@@ -51,12 +50,12 @@ def test_a_gang_that_cannot_go_now_leaves_the_room_it_cannot_use_to_the_pods_beh
 
 
 def test_a_gang_that_has_waited_long_holds_the_pool_closest_to_fitting_it() -> None:
-    """The bounded wait: past RESERVE_AFTER_SECONDS the gang holds its pool, and the later Pod waits
+    """The bounded wait: past defaults.queueHoldAfterSeconds the gang holds its pool, and the later Pod waits
     behind it; the gang is told so."""
     pol = policy(QUEUE)
     index, waiting = index_of(two_busy_t4s(), pol), Waiting(pol, clock=lambda: START)
     enqueue([*members(2, 2, 4, pol, index), small("small", index, pol)], index, waiting)
-    decided = plan(waiting.ordered(), index, pol, now=START + RESERVE_AFTER_SECONDS)
+    decided = plan(waiting.ordered(), index, pol, now=START + pol.defaults.queue_hold_after_seconds)
     released, waits = outcome(decided)
     assert released == {} and waits == {"g-0": "capacity", "g-1": "capacity", "small": "behind"}
     assert f"pool {T4} is held for it" in decided.waits[0].reason
@@ -71,7 +70,7 @@ def test_a_gang_over_a_quota_lowered_after_admission_is_parked_naming_the_quota_
     pol = policy("namespaces:\n  q: {placement: queue, classQuota: {medium: 4}}\n  q2: {placement: queue}\n")
     index, waiting = index_of(objects, pol), Waiting(pol, clock=lambda: START)
     enqueue(pods, index, waiting)
-    decided = plan(waiting.ordered(), index, pol, now=START + 2 * RESERVE_AFTER_SECONDS)
+    decided = plan(waiting.ordered(), index, pol, now=START + 2 * pol.defaults.queue_hold_after_seconds)
     released, waits = outcome(decided)
     assert released == {"small": T4}
     assert set(waits.values()) == {"parked"}
@@ -86,7 +85,7 @@ def test_a_gang_whose_nodes_went_away_is_parked_naming_the_room() -> None:
     pods = members(2, 2, 4, pol, index_of(both, pol))
     index, waiting = index_of([both[0], busy("t4-0", 1)], pol), Waiting(pol, clock=lambda: START)
     enqueue([*pods, small("small", index, pol)], index, waiting)
-    decided = plan(waiting.ordered(), index, pol, now=START + 2 * RESERVE_AFTER_SECONDS)
+    decided = plan(waiting.ordered(), index, pol, now=START + 2 * pol.defaults.queue_hold_after_seconds)
     released, waits = outcome(decided)
     assert released == {"small": T4} and waits == {"g-0": "parked", "g-1": "parked"}
     assert "could ever hold" in decided.waits[0].reason

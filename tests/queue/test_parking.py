@@ -24,7 +24,7 @@ from webhook.pools.kubeobj import node_from_obj, pod_from_obj
 from webhook.pools.memo import ENTRY_SHARE, MEMO_BYTES
 from webhook.queue import release as release_module
 from webhook.queue.parking import Parking
-from webhook.queue.release import Plan, decide_batch, read_batch
+from webhook.queue.release import Plan, decide_batch, read_batch, settle
 from webhook.queue.runner import Runner
 from webhook.queue.waiting import PODS, Waiting
 
@@ -103,8 +103,18 @@ class Decisions:
         return taken
 
 
-def a_pass(waiting: Waiting, index: PoolIndex, pol: Policy, parking: Parking | None) -> Plan:
-    return decide_batch(read_batch(waiting.ordered(), pol, parking=parking), index, pol)
+START = 1000.0  # the queue's clock when the Pods were first seen waiting
+
+
+def a_pass(waiting: Waiting, index: PoolIndex, pol: Policy, parking: Parking | None, now: float | None = None) -> Plan:
+    return decide_batch(read_batch(waiting.ordered(), pol, parking=parking), index, pol, now=now)
+
+
+def undone(decided: Plan, index: PoolIndex) -> Plan:
+    """The pass's releases taken back from the index, as the runner takes back a release it could not write."""
+    for release in reversed(decided.releases):
+        settle(index, release, None)
+    return decided
 
 
 def answers(decided: Plan) -> tuple[list[tuple[PodKey, PoolKey]], list[tuple[PodKey, str, str]]]:
@@ -193,23 +203,37 @@ def test_room_enough_releases_the_oldest_pod_that_waits_for_it() -> None:
     assert decided.decisions == 10  # the 10 T4 shapes; the 10 L4 shapes stayed parked
 
 
-def test_a_parked_pod_keeps_what_it_waits_for_from_a_later_pod_of_another_shape() -> None:
-    """A parked 4-GPU Pod waits for the T4 node (2 free); a later 1-GPU Pod that would fit there stays
-    behind it, exactly as when every shape is decided again."""
+def test_a_parked_pod_leaves_its_room_until_its_bound_then_holds_it_against_a_later_pod() -> None:
+    """A parked 4-GPU Pod waits for the T4 node (2 free). Before its bound a later 1-GPU Pod of another
+    shape is released into the room it cannot use (backfill); once the big Pod has waited
+    queueHoldAfterSeconds, the parked answer is not taken as it was (the Pod may hold a pool now): it is
+    decided again and holds the T4s, and the next 1-GPU Pod waits behind it; exactly as when every shape
+    is decided again."""
     pol = policy(QUEUE)
     index = index_of([gpu_node("t4-a", "Tesla-T4", 4), running("busy", "t4-a", 2)], pol)
-    waiting = Waiting(pol)
+    waiting = Waiting(pol, clock=lambda: START)
     big = large(queued_pod("big", "q", pol, index, gpus=4, tolerations=[GPU_TOLERATION]), "big")
     enqueue([big], index, waiting)
     parking = Parking()
-    assert a_pass(waiting, index, pol, parking).waits[0].code == "capacity"
+    assert a_pass(waiting, index, pol, parking, now=START).waits[0].code == "capacity"
     small = queued_pod("small", "q2", pol, index, gpus=1, created="2026-12-01T11:00:00Z", tolerations=[GPU_TOLERATION])
     enqueue([small], index, waiting)
-    decided = a_pass(waiting, index, pol, parking)
-    assert decided.releases == []
-    assert [(w.queued.key, w.code) for w in decided.waits] == [(("q", "big"), "capacity"), (("q2", "small"), "behind")]
+    early = START + pol.defaults.queue_hold_after_seconds - 1
+    decided = a_pass(waiting, index, pol, parking, now=early)
+    assert [r.queued.key for r in decided.releases] == [("q2", "small")]
     assert decided.decisions == 1  # the small one; the big one stayed parked
-    assert answers(decided) == answers(a_pass(waiting, index, pol, None))
+    assert answers(decided) == answers(
+        a_pass(waiting, index, pol, None, now=early) if undone(decided, index) else decided
+    )
+    a_pass(waiting, index, pol, parking, now=early)  # released again: the pass the rest of the test follows
+    later = queued_pod("later", "q2", pol, index, gpus=1, created="2026-12-01T11:01:00Z", tolerations=[GPU_TOLERATION])
+    enqueue([later], index, waiting)
+    late = START + pol.defaults.queue_hold_after_seconds
+    expected = answers(a_pass(waiting, index, pol, None, now=late))
+    decided = a_pass(waiting, index, pol, parking, now=late)
+    assert decided.releases == []
+    assert [(w.queued.key, w.code) for w in decided.waits] == [(("q", "big"), "capacity"), (("q2", "later"), "behind")]
+    assert answers(decided) == expected
 
 
 def test_a_quota_that_frees_decides_the_namespace_again_and_releases() -> None:

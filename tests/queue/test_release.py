@@ -47,9 +47,9 @@ def test_higher_priority_first_then_older() -> None:
     assert released(index, waiting) == {"new-high": T4}
 
 
-def test_a_pod_that_cannot_go_does_not_block_a_later_one_that_wants_other_room() -> None:
-    """A 4-GPU medium Pod waits (2 T4s free); a later 1-GPU Pod for the same pools waits behind it, but a
-    later high Pod goes to the A100s."""
+def test_a_pod_that_cannot_go_does_not_block_later_ones() -> None:
+    """A 4-GPU medium Pod waits (2 T4s free); a later 1-GPU Pod goes into the T4 room it cannot use now
+    (webhook.queue.backfill), and a later high Pod goes to the A100s."""
     index, waiting = setup(fleet(t4_busy=2))
     enqueue(
         [
@@ -75,8 +75,8 @@ def test_a_pod_that_cannot_go_does_not_block_a_later_one_that_wants_other_room()
         waiting,
     )
     decided = plan(waiting.ordered(), index, index.policy)
-    assert {r.queued.key[1]: r.pool for r in decided.releases} == {"high": A100}
-    assert {w.queued.key[1]: w.code for w in decided.waits} == {"big": "capacity", "small": "behind"}
+    assert {r.queued.key[1]: r.pool for r in decided.releases} == {"small": T4, "high": A100}
+    assert {w.queued.key[1]: w.code for w in decided.waits} == {"big": "capacity"}
 
 
 @pytest.mark.parametrize(

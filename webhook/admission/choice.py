@@ -66,22 +66,22 @@ class Ahead:
         return pool in self.pools or bool(quota_keys(req.namespace, (pool,), index, policy) & self.quotas)
 
     def take(self, req: GpuRequest, choice: Choice, index: PoolIndex, policy: Policy) -> None:
-        """Leave to the Pod of `choice`, which waits, what it waits for."""
+        """Leave to the Pod of `choice`, which waits, what it waits for that later Pods must not take."""
         self.leave(req, choice.wait, choice.waits_for, index, policy)
 
     def leave(
         self, req: GpuRequest, wait: str | None, waits_for: tuple[PoolKey, ...], index: PoolIndex, policy: Policy
     ) -> None:
-        """Leave to a Pod that waits for `wait` (a Choice's: quota or capacity) what it waits for: the
-        quotas a release to `waits_for` would take from, or their room. (`take`, for a wait remembered from
-        an earlier pass: webhook.queue.parking.)"""
+        """Leave to a Pod that waits for `wait` (a Choice's) what later Pods must not take: for a quota, the
+        quotas a release to `waits_for` would take from. The room a Pod waits for is the later Pods' to use
+        meanwhile (backfill), unless it holds a pool (`take_room`, webhook.queue.backfill). (`take`, for a
+        wait remembered from an earlier pass: webhook.queue.parking.)"""
         if wait == "quota":
             self.quotas |= quota_keys(req.namespace, waits_for, index, policy)
-        elif wait == "capacity":
-            self.pools.update(waits_for)
 
     def take_room(self, pools: Iterable[PoolKey]) -> None:
-        """Leave the room in `pools` to a Pod (a gang) that waits for it."""
+        """Leave the room in `pools` to a Pod or a gang that waits for it (which room, and when:
+        webhook.queue.backfill)."""
         self.pools.update(pools)
 
 

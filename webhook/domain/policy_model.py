@@ -144,6 +144,9 @@ class Defaults:
     reservation_seconds: float = 60.0
     reservation_settle_seconds: float = 5.0  # with a current watch, a reservation's Pod shows up by then
     max_reservations_per_namespace: int = 500  # past it, the namespace's oldest reservation is dropped
+    # A queued Pod or gang that cannot fit leaves its room to later Pods (backfill) until it has waited this
+    # long; then it holds the pool closest to fitting it (webhook.queue.backfill)
+    queue_hold_after_seconds: float = 300.0
     check_visible_devices: bool = True  # refuse NVIDIA_VISIBLE_DEVICES in containers without a GPU resource
     # Enforce ResourceQuotas that limit a GPU as `nvidia.com/gpu` or `limits.nvidia.com/gpu` (forms Kubernetes
     # stores but never enforces for extended resources), counting the namespace's Pods itself.

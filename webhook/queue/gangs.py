@@ -10,9 +10,10 @@ a gang that cannot go now (one function per rule):
   code `parked` and the reason naming the quota or the room, and holds nothing: no pool, no quota.
 - **Waiting for room** (`room_to_hold`): a gang that could go but not now leaves the room it cannot use
   yet to the Pods behind it; they are released into it. That could starve the gang for ever behind a
-  stream of small Pods, so once its oldest member has waited RESERVE_AFTER_SECONDS in this leader's
-  queue, the gang holds the pool closest to fitting it (most members fit there now): no later Pod is
-  released into that pool until the gang goes, and as Pods there finish the room adds up.
+  stream of small Pods, so once its oldest member has waited `defaults.queueHoldAfterSeconds` in this
+  leader's queue, the gang holds the pool closest to fitting it (most members fit there now): no later Pod
+  is released into that pool until the gang goes, and as Pods there finish the room adds up. The same rule
+  as a single Pod's (webhook.queue.backfill).
 - **Repaired** (`home`): a gang with members released already (a leader stopped part way through its
   releases, e.g. SIGKILLed after two of four PATCHes) goes on where it is: its other members go only to
   the pool of their siblings, and that pool is held for them at once, whatever their wait, so the gang
@@ -26,14 +27,12 @@ from __future__ import annotations
 from webhook.admission.choice import QUEUE, choose
 from webhook.admission.decision import Candidate
 from webhook.admission.gang import gang_problem
-from webhook.admission.groups import pods_at_once
 from webhook.admission.request import GpuRequest
 from webhook.domain.model import PoolKey
 from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
+from webhook.queue.backfill import closest, waited_long
 from webhook.queue.waiting import Queued
-
-RESERVE_AFTER_SECONDS = 300.0  # a gang that waited this long holds the pool closest to fitting it
 
 
 def parked(members: list[tuple[Queued, GpuRequest]], index: PoolIndex, policy: Policy) -> str:
@@ -53,14 +52,17 @@ def home(pools: dict[PoolKey, int]) -> PoolKey | None:
 
 
 def room_to_hold(
-    ordered: list[Candidate], members: list[tuple[Queued, GpuRequest]], at_home: PoolKey | None, now: float | None
+    ordered: list[Candidate],
+    members: list[tuple[Queued, GpuRequest]],
+    at_home: PoolKey | None,
+    now: float | None,
+    policy: Policy,
 ) -> PoolKey | None:
     """The pool the gang, which cannot go now, holds against the Pods behind it: its released siblings'
-    pool, else once it has waited RESERVE_AFTER_SECONDS (at `now`, the queue's clock; None: never) the
-    pool closest to fitting it; None when it holds nothing yet."""
+    pool, else once its oldest member has waited long (at `now`, the queue's clock; None: never) the pool
+    closest to fitting it (webhook.queue.backfill); None when it holds nothing yet."""
     if at_home is not None:
         return at_home
-    if now is None or not ordered or now - min(q.since for q, _ in members) < RESERVE_AFTER_SECONDS:
+    if not waited_long(min(q.since for q, _ in members), now, policy):
         return None
-    devices = members[0][1].pod_total
-    return max(ordered, key=lambda c: pods_at_once(c, devices)).pool
+    return closest(ordered, members[0][1].pod_total)

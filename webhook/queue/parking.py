@@ -15,11 +15,13 @@ the request read from it and, once a decision left it waiting, that answer with 
   quota: the namespace has class or GPU-memory quotas, or the Pod waits for a quota or behind others;
 - the Pods ahead of it in the pass (`Choice.held`): whether they held each candidate with room it looked
   at (a Pod that waits for capacity had none: its answer does not depend on the Pods ahead);
+- whether the Pod has waited long (webhook.queue.backfill): once it has, it may hold a pool;
 - the policy and the index themselves: a change of either forgets every answer.
 
 While all of these are as they were, the decision would give the same answer, so the pass takes it
 without deciding: the shape stays parked, and leaves to the Pods behind it what it waits for
-(`Ahead.leave`), as the decision would have. Any of them changed, it is decided again. A Pod of a
+(the same rule as for a decided answer, webhook.queue.release: its quotas, or the pool it holds once it
+has waited long), as the decision would have. Any of them changed, it is decided again. A Pod of a
 workload group (where its siblings are is identity, read from the ledger) or of a gang is never parked.
 
 Bounded: one entry per distinct shape among the waiting Pods (its 16-byte digest, a few counters, and
@@ -41,6 +43,7 @@ from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
 from webhook.pools.memo import ENTRY_SHARE, MEMO_BYTES, NO_MEMO, Memo, held_bytes
 from webhook.pools.quotas.checks import has_pool_quotas
+from webhook.queue.backfill import waited_long
 from webhook.queue.waiting import Queued
 
 # A shape's request is kept only if it adds at most this beyond the shape (the memo's bound on an entry,
@@ -56,10 +59,18 @@ class _Stamp(NamedTuple):
     namespace: int  # -1 when it read no quota
 
 
-class _Parked(NamedTuple):
+class WaitAnswer(NamedTuple):
+    """What a decision answered a Pod that waits, all a pass needs of it (webhook.queue.release)."""
+
     wait: str  # Choice.wait: capacity, quota or behind
     denial: str
     waits_for: tuple[PoolKey, ...]
+    long: bool  # had the Pod decided waited long (webhook.queue.backfill.waited_long)?
+    closest: PoolKey | None  # then the pool it holds unless a Pod before it does (backfill.closest_waited)
+
+
+class _Parked(NamedTuple):
+    answer: WaitAnswer
     pools: tuple[PoolKey, ...]  # its candidates: the pools whose room it read
     held: tuple[tuple[PoolKey, bool], ...]  # Choice.held
     namespace: str | None  # the namespace whose usage and quotas it read; None when none
@@ -105,9 +116,12 @@ class Parking:
         """The requests kept now (one per shape, those within REQUEST_BYTES of it)."""
         return len(self._requests)
 
-    def parked(self, q: Queued, req: GpuRequest, index: PoolIndex, policy: Policy, ahead: Ahead) -> _Parked | None:
+    def parked(
+        self, q: Queued, req: GpuRequest, index: PoolIndex, policy: Policy, ahead: Ahead, now: float | None
+    ) -> WaitAnswer | None:
         """The answer the decision would give the Pod now, if its shape is parked and nothing its last
-        answer read has changed; what it waits for is then left to it in `ahead`. None: decide it."""
+        answer read has changed, the Pods ahead and whether this Pod has waited long (at `now`, the queue's
+        clock) included; the caller leaves to it what it waits for (webhook.queue.release). None: decide it."""
         if index is not self._index or policy is not self._policy:
             self._index, self._policy = index, policy
             self._parked.clear()
@@ -117,12 +131,21 @@ class Parking:
             return None
         if any(ahead.holds(req, pool, index, policy) != held for pool, held in entry.held):
             return None
-        ahead.leave(req, entry.wait, entry.waits_for, index, policy)
-        return entry
+        if waited_long(q.since, now, policy) != entry.answer.long:  # its bound passed: it may hold a pool now
+            return None
+        return entry.answer
 
-    def park(self, q: Queued, req: GpuRequest, choice: Choice, index: PoolIndex, policy: Policy) -> None:
-        """Keep the answer of a decision that left the Pod waiting, with what it read (taken now: call it
-        right after the decision)."""
+    def park(
+        self,
+        q: Queued,
+        req: GpuRequest,
+        choice: Choice,
+        index: PoolIndex,
+        policy: Policy,
+        answer: WaitAnswer,
+    ) -> None:
+        """Keep `answer`, that of a decision (`choice`) that left the Pod waiting, with what it read (taken
+        now: call it right after the decision)."""
         if not q.digest or q.view.group or choice.wait is None:
             return
         if index is not self._index or policy is not self._policy:
@@ -131,9 +154,7 @@ class Parking:
         reads_quota = choice.wait != "capacity" or has_pool_quotas(req.namespace, policy)
         namespace = req.namespace if reads_quota else None
         pools = tuple(c.pool for c in choice.decision.candidates)
-        self._parked[q.digest] = _Parked(
-            choice.wait, choice.denial, choice.waits_for, pools, choice.held, namespace, _stamp(pools, namespace, index)
-        )
+        self._parked[q.digest] = _Parked(answer, pools, choice.held, namespace, _stamp(pools, namespace, index))
 
     def keep_only(self, digests: set[bytes]) -> None:
         """Forget the shapes no Pod of `digests` (those waiting now) has."""

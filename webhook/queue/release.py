@@ -9,11 +9,13 @@ would take now, by the one decision in RELEASE mode (webhook.admission.choice), 
 - **Every quota, exactly.** Class and GPU-memory quotas and ResourceQuotas in the forms gpupool counts
   itself are checked against what the namespace holds now, released Pods not bound yet included. The
   `requests.` form is not checked again: Kubernetes charged the Pod to it at creation, gated or not.
-- **No jumping ahead.** A Pod that cannot go yet leaves the pools it wants (for capacity) or the quotas
-  it waits for to the Pods before it: a later Pod does not take them, but may go elsewhere (another pool,
-  another namespace). A workload group with `gpupool.io/group-size: N` is a gang: it goes only when N
-  members exist and all its waiting members fit at once, then all together; what it holds meanwhile,
-  when it is parked and how a partly released one is completed: webhook.queue.gangs.
+- **No jumping ahead, backfill with a bounded wait.** A Pod that waits for a quota leaves that quota to
+  the Pods before it: a later Pod does not take from it, but may go elsewhere (another pool, another
+  namespace). A Pod that waits for room leaves the room it cannot use now to the later Pods (backfill),
+  until it has waited long; then it holds the pool closest to fitting it (webhook.queue.backfill).
+- **Gangs.** A workload group with `gpupool.io/group-size: N` is a gang: it goes only when N members
+  exist and all its waiting members fit at once, then all together; what it holds meanwhile, when it is
+  parked and how a partly released one is completed: webhook.queue.gangs.
 
 Each release decided is applied to the index at once, as the Pod will look once released: the release's
 patch applied to the Pod as the index counts it (`Release.released`, webhook.admission.pieces
@@ -28,6 +30,7 @@ could not go keeps its answer, and is decided again only once something that ans
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from webhook.admission.choice import RELEASE, Ahead, choose, release_to
@@ -41,8 +44,8 @@ from webhook.domain.model import PodInfo, PodKey, PoolKey
 from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
 from webhook.pools.memo import NO_MEMO, Memo
-from webhook.queue import gangs
-from webhook.queue.parking import Parking, read_request
+from webhook.queue import backfill, gangs
+from webhook.queue.parking import Parking, WaitAnswer, read_request
 from webhook.queue.waiting import Queued
 
 
@@ -141,12 +144,13 @@ def decide_batch(
         Whatever changed meanwhile, the pass stays exact: each Pod is looked up in the index when its turn
         comes (a Pod released or deleted meanwhile is passed over), every decision reads the index as it is
         then, and what earlier Pods wait for stays theirs for the rest of the pass. `now` is the queue's clock
-    (webhook.queue.waiting: `Queued.since`), for how long a gang has waited (webhook.queue.gangs); None
-    (a preview) counts no gang as having waited long. With the batch's `parking` (the runner's, kept
+    (webhook.queue.waiting: `Queued.since`), for how long a Pod or gang has waited (webhook.queue.backfill);
+    None (a preview) counts none as having waited long. With the batch's `parking` (the runner's, kept
     across passes), a shape that could not go is not decided again while nothing its answer read has changed
     (webhook.queue.parking): the answer is the one the decision would give."""
     ahead = Ahead()  # what the Pods decided before wait for stays theirs
     parking = batch.parking
+    this = _Pass(index, policy, ahead, now, parking)
     releases: list[Release] = []
     waits = list(batch.invalid)
     judged_gangs: set[tuple[str, str]] = set()
@@ -179,31 +183,61 @@ def decide_batch(
         if earlier is not None:
             waits.append(earlier._replace(queued=q))
             continue
-        parked = parking.parked(q, req, index, policy, ahead) if parking is not None else None
+        parked = parking.parked(q, req, index, policy, ahead, now) if parking is not None else None
+        one: Release | Wait
         if parked is not None:
-            one: Release | Wait = Wait(q, parked.wait, parked.denial)
+            one, theirs = _waits(q, req, parked, this)
         else:
             decisions += 1
-            one = _one(q, req, index, policy, ahead, parking)
+            one, theirs = _one(q, req, this)
         if isinstance(one, Release):
             releases.append(one)
         else:
             waits.append(one)
             if not q.view.group:  # siblings decide by their group's pools: not one shape's answer
-                shape_waits[id(q.view.shape)] = one
+                shape_waits[id(q.view.shape)] = theirs or one
     return Plan(releases, waits, decisions)
 
 
-def _one(
-    q: Queued, req: GpuRequest, index: PoolIndex, policy: Policy, ahead: Ahead, parking: Parking | None
-) -> Release | Wait:
-    choice = choose(req, q.view, index, policy, ahead.mode)
+@dataclass(frozen=True, slots=True)
+class _Pass:
+    """What every decision of one pass reads: the index, the policy, what the Pods before wait for, the
+    queue's clock (None: a preview) and the runner's parked answers (None: none kept)."""
+
+    index: PoolIndex
+    policy: Policy
+    ahead: Ahead
+    now: float | None
+    parking: Parking | None
+
+
+def _one(q: Queued, req: GpuRequest, this: _Pass) -> tuple[Release | Wait, Wait | None]:
+    """The Pod released, or why it waits; and when it holds a pool, what the later Pods of its shape wait
+    with (for room, not holding it: it is held for this one)."""
+    choice = choose(req, q.view, this.index, this.policy, this.ahead.mode)
     if choice.chosen is not None:
-        return _apply(q, req, choice.chosen, index)
-    ahead.take(req, choice, index, policy)
-    if parking is not None:
-        parking.park(q, req, choice, index, policy)
-    return Wait(q, choice.wait or "capacity", choice.denial, choice.waits_for)
+        return _apply(q, req, choice.chosen, this.index), None
+    long = backfill.waited_long(q.since, this.now, this.policy)
+    closest = backfill.closest_waited(choice, req.pod_total) if long else None
+    answer = WaitAnswer(choice.wait or "capacity", choice.denial, choice.waits_for, long, closest)
+    if this.parking is not None:
+        this.parking.park(q, req, choice, this.index, this.policy, answer)
+    return _waits(q, req, answer, this)
+
+
+def _waits(q: Queued, req: GpuRequest, answer: WaitAnswer, this: _Pass) -> tuple[Wait, Wait | None]:
+    """What a Pod that waits (decided now, or parked: the same rule for both) leaves to the Pods behind it:
+    the quotas it waits for; the pool closest to fitting it once it has waited long, unless a Pod before it
+    holds that pool already; else nothing (backfill: webhook.queue.backfill). With what the later Pods of
+    its shape wait with when it holds a pool."""
+    this.ahead.leave(req, answer.wait, answer.waits_for, this.index, this.policy)
+    one = Wait(q, answer.wait, answer.denial, answer.waits_for)
+    closest = answer.closest
+    held = None if closest is None or closest in this.ahead.pools else closest
+    if held is None:
+        return one, None  # the room it cannot use now is the later Pods' meanwhile
+    this.ahead.take_room((held,))
+    return one._replace(reason=f"{answer.denial}; pool {held} is held for it"), one
 
 
 def _gang(
@@ -245,7 +279,7 @@ def _gang(
             return done
         for release in reversed(done):  # not all of them fit together: none goes
             settle(index, release, None)
-    held = gangs.room_to_hold(ordered, members, at_home, now)
+    held = gangs.room_to_hold(ordered, members, at_home, now, policy)
     if held is not None:
         ahead.take_room((held,))
     if at_home is not None:
