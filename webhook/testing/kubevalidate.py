@@ -1,10 +1,11 @@
 """kube-apiserver's validation of the writes the simulator serves: the rules a client can trip over.
 
 From pkg/apis/core/validation (ValidatePodCreate, ValidatePodUpdate and the parts of ValidatePodSpec
-that concern placement), apimachinery's ValidateObjectMeta(Update), pkg/apis/coordination/validation
-and the Event rules. Each function returns the field errors kube-apiserver would, in its order, with its
-field paths and details; an empty list means the write is valid. Objects are JSON as decoded and
-checked by webhook.testing.kubedecode, so every field read here has the type the Go struct gives it.
+that concern placement) and apimachinery's ValidateObjectMeta(Update); Leases' and Events' rules, and
+which rules each kind runs, are in webhook.testing.kubekinds. Each function returns the field errors
+kube-apiserver would, in its order, with its field paths and details; an empty list means the write is
+valid. Objects are JSON as decoded and checked by webhook.testing.kubedecode, so every field read here
+has the type the Go struct gives it.
 
 For a Pod update (KEP-3521 scheduling gates and KEP-3838 mutable scheduling directives, GA in 1.30):
 containers may not be added or removed; images may change; activeDeadlineSeconds may be set or lowered;
@@ -51,7 +52,8 @@ _EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 
 
-def _dict(value: Any) -> Obj:
+def as_dict(value: Any) -> Obj:
+    """A JSON object's member read as an object (absent or null: empty)."""
     return value if isinstance(value, dict) else {}
 
 
@@ -101,8 +103,8 @@ def validate_meta_update(new: Obj, old: Obj) -> list[FieldError]:
 
 def validate_pod_create(pod: Obj) -> list[FieldError]:
     """ValidatePodCreate: the Pod's metadata and spec, no ephemeral containers, no node for a gated Pod."""
-    spec = _dict(pod.get("spec"))
-    errors = validate_meta(_dict(pod.get("metadata")), namespaced=True) + _pod_spec(spec)
+    spec = as_dict(pod.get("spec"))
+    errors = validate_meta(as_dict(pod.get("metadata")), namespaced=True) + _pod_spec(spec)
     if spec.get("ephemeralContainers"):
         errors.append(forbidden("spec.ephemeralContainers", "cannot be set on create"))
     if spec.get("nodeName") and spec.get("schedulingGates"):
@@ -112,11 +114,11 @@ def validate_pod_create(pod: Obj) -> list[FieldError]:
 
 def validate_pod_update(new: Obj, old: Obj) -> list[FieldError]:
     """ValidatePodUpdate, rule for rule (see the module's docstring)."""
-    new_meta, old_meta = _dict(new.get("metadata")), _dict(old.get("metadata"))
-    spec, old_spec = _dict(new.get("spec")), _dict(old.get("spec"))
+    new_meta, old_meta = as_dict(new.get("metadata")), as_dict(old.get("metadata"))
+    spec, old_spec = as_dict(new.get("spec")), as_dict(old.get("spec"))
     # As kube-apiserver does, the new metadata is validated both as an update and as metadata.
     errors = validate_meta_update(new_meta, old_meta) + validate_meta(new_meta, namespaced=True) + _pod_spec(spec)
-    errors += _mirror_annotation(_dict(new_meta.get("annotations")), _dict(old_meta.get("annotations")))
+    errors += _mirror_annotation(as_dict(new_meta.get("annotations")), as_dict(old_meta.get("annotations")))
     for field in ("containers", "initContainers"):
         problems, stop = _container_updates(spec.get(field), old_spec.get(field), f"spec.{field}")
         errors += problems
@@ -146,7 +148,7 @@ def validate_pod_update(new: Obj, old: Obj) -> list[FieldError]:
 def _pod_spec(spec: Obj) -> list[FieldError]:
     """The placement part of ValidatePodSpec: nodeSelector, affinity, tolerations, gates, deadline."""
     errors = validate_labels(spec.get("nodeSelector"), "spec.nodeSelector")
-    errors += _node_affinity(_dict(_dict(spec.get("affinity")).get("nodeAffinity")), "spec.affinity.nodeAffinity")
+    errors += _node_affinity(as_dict(as_dict(spec.get("affinity")).get("nodeAffinity")), "spec.affinity.nodeAffinity")
     deadline = spec.get("activeDeadlineSeconds")
     if deadline is not None and not 1 <= deadline <= MAX_INT32:
         errors.append(invalid("spec.activeDeadlineSeconds", deadline, f"must be between 1 and {MAX_INT32}, inclusive"))
@@ -209,7 +211,9 @@ def _node_affinity(affinity: Obj, path: str) -> list[FieldError]:
         weight = preferred.get("weight") or 0
         if not 1 <= weight <= 100:
             errors.append(invalid(f"{at}.weight", weight, "must be in the range 1-100"))
-        errors += _node_selector_term(_dict(preferred.get("preference")), f"{at}.preference", allow_invalid_values=True)
+        errors += _node_selector_term(
+            as_dict(preferred.get("preference")), f"{at}.preference", allow_invalid_values=True
+        )
     return errors
 
 
@@ -347,7 +351,7 @@ def _gated_mutations(munged: Obj, old: Obj) -> list[FieldError]:
     """For a Pod whose old spec has gates: nodeSelector keys may be added, required node affinity set or
     extended; both are then taken from the old spec for the final comparison (in `munged`, in place)."""
     errors: list[FieldError] = []
-    selector, old_selector = _dict(munged.get("nodeSelector")), _dict(old.get("nodeSelector"))
+    selector, old_selector = as_dict(munged.get("nodeSelector")), as_dict(old.get("nodeSelector"))
     if semantic(selector) != semantic(old_selector):
         if any(k not in selector or selector[k] != v for k, v in old_selector.items()):
             errors.append(
@@ -359,10 +363,10 @@ def _gated_mutations(munged: Obj, old: Obj) -> list[FieldError]:
             )
         _take(munged, old, "nodeSelector")
     affinity, old_affinity = munged.get("affinity"), old.get("affinity")
-    new_na, old_na = _dict(affinity).get("nodeAffinity"), _dict(old_affinity).get("nodeAffinity")
+    new_na, old_na = as_dict(affinity).get("nodeAffinity"), as_dict(old_affinity).get("nodeAffinity")
     if semantic(new_na) != semantic(old_na):
-        errors += _node_affinity_mutation(_dict(new_na), _dict(old_na))
-        new_affinity = dict(_dict(affinity))
+        errors += _node_affinity_mutation(as_dict(new_na), as_dict(old_na))
+        new_affinity = dict(as_dict(affinity))
         if old_na is None:
             new_affinity.pop("nodeAffinity", None)
         else:
@@ -390,7 +394,7 @@ def _node_affinity_mutation(new: Obj, old: Obj) -> list[FieldError]:
     if not isinstance(old_required, dict):
         return []
     old_terms = [t for _, t in objects_in(old_required.get("nodeSelectorTerms"))]
-    new_required = _dict(new.get("requiredDuringSchedulingIgnoredDuringExecution"))
+    new_required = as_dict(new.get("requiredDuringSchedulingIgnoredDuringExecution"))
     new_terms = [t for _, t in objects_in(new_required.get("nodeSelectorTerms"))]
     path = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
     if old_terms and len(old_terms) != len(new_terms):
@@ -431,76 +435,3 @@ def _diff(old: Any, new: Any, path: str) -> list[str]:
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 200 else text[:197] + "..."
-
-
-# -- Leases and Events ---------------------------------------------------------------------------
-
-
-def validate_lease_spec(spec: Obj) -> list[FieldError]:
-    """ValidateLeaseSpec."""
-    errors: list[FieldError] = []
-    duration, transitions = spec.get("leaseDurationSeconds"), spec.get("leaseTransitions")
-    if duration is not None and duration <= 0:
-        errors.append(invalid("spec.leaseDurationSeconds", duration, "must be greater than 0"))
-    if transitions is not None and transitions < 0:
-        errors.append(invalid("spec.leaseTransitions", transitions, "must be greater than or equal to 0"))
-    strategy = spec.get("strategy")
-    if strategy is not None:
-        if "/" not in strategy and strategy != "OldestEmulationVersion":
-            errors.append(not_supported("spec.strategy.strategy", strategy, ("OldestEmulationVersion",)))
-        elif "/" in strategy:
-            errors += [invalid("spec.strategy.strategy", strategy, msg) for msg in qualified_name_problems(strategy)]
-    if spec.get("preferredHolder") and not strategy:
-        errors.append(forbidden("spec.preferredHolder", "may only be specified if `strategy` is defined"))
-    return errors
-
-
-def validate_event(event: Obj, *, strict: bool) -> list[FieldError]:
-    """ValidateEventCreate: the legacy rules for every Event; `strict` (events.k8s.io/v1) adds
-    ValidateObjectMeta and the rules of the new API (eventTime, type, no deprecated fields)."""
-    meta = _dict(event.get("metadata"))
-    namespace = meta.get("namespace") or ""
-    involved = _dict(event.get("involvedObject"))
-    errors: list[FieldError] = []
-    involved_namespace = involved.get("namespace") or ""
-    mismatch = invalid("involvedObject.namespace", involved_namespace, "does not match event.namespace")
-    if not event.get("eventTime"):
-        # An old-style Event: its namespace is its object's (an object without one: "" or default).
-        allowed = ("", "default") if not involved_namespace else (involved_namespace,)
-        if namespace not in allowed:
-            errors.append(mismatch)
-    else:
-        if not involved_namespace and namespace not in ("default", "kube-system"):
-            errors.append(mismatch)
-        controller = event.get("reportingComponent") or ""
-        if not controller:
-            errors.append(required("reportingController"))
-        errors += [invalid("reportingController", controller, msg) for msg in qualified_name_problems(controller)]
-        for field, limit in (("reportingInstance", 128), ("action", 128), ("reason", 128)):
-            text = event.get(field) or ""
-            if not text:
-                errors.append(required(field))
-            if len(text) > limit:
-                errors.append(invalid(field, "", f"can have at most {limit} characters"))
-        if len(event.get("message") or "") > 1024:
-            errors.append(invalid("message", "", "can have at most 1024 characters"))
-    errors += [invalid("namespace", namespace, msg) for msg in dns1123_subdomain_problems(namespace)]
-    if not strict:
-        return errors
-    errors += validate_meta(meta, namespaced=True)
-    series = event.get("series")
-    if isinstance(series, dict):
-        if (series.get("count") or 0) < 2:
-            errors.append(invalid("series.count", "", "should be at least 2"))
-        if not series.get("lastObservedTime"):
-            errors.append(required("series.lastObservedTime"))
-    if not event.get("eventTime"):
-        errors.append(required("eventTime"))
-    if event.get("type") not in ("Normal", "Warning"):
-        errors.append(invalid("type", "", f"has invalid value: {event.get('type') or ''}"))
-    for field, core in (("firstTimestamp", "firstTimestamp"), ("lastTimestamp", "lastTimestamp"), ("count", "count")):
-        if event.get(core):
-            errors.append(invalid(field, "", "needs to be unset"))
-    if any(_dict(event.get("source")).get(k) for k in ("component", "host")):
-        errors.append(invalid("source", "", "needs to be unset"))
-    return errors

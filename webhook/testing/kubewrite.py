@@ -5,7 +5,7 @@ the read of the current object to the write of the new one (as etcd's compare-an
 atomic): decode (400 for a body the Go types cannot hold), namespace and name agree with the URL (400),
 the `resourceVersion` precondition (409 Conflict when it is not the current one; a Lease, which allows
 no unconditional update, gets 422 without one), defaulting and admission (webhook.testing.kubepods),
-validation (webhook.testing.kubevalidate, 422 Invalid), then the write: a new resourceVersion and one
+validation (webhook.testing.kubekinds and kubevalidate, 422 Invalid), then the write: a new resourceVersion and one
 watch event. An update that changes nothing is not written, as etcd3's store skips it. `dryRun=All`
 runs every step but the write.
 
@@ -29,19 +29,12 @@ from webhook.testing import kubepatch
 from webhook.testing.kubeadmission import ADMIN, UserInfo
 from webhook.testing.kubedecode import normalize_micro_times, shape_problem
 from webhook.testing.kubefield import FieldError, forbidden, invalid, not_supported, too_long
+from webhook.testing.kubekinds import create_errors, update_errors
 from webhook.testing.kubepods import prepare_create, prepare_update
 from webhook.testing.kubeproto import ApiError, already_exists, conflict, not_found
 from webhook.testing.kubeproto import invalid as invalid_error
 from webhook.testing.kuberesources import JSON_PATCH, MERGE_PATCH, PATCH_TYPES, STATUS_SUBRESOURCE, Resource, Target
 from webhook.testing.kubestore import Store
-from webhook.testing.kubevalidate import (
-    validate_event,
-    validate_lease_spec,
-    validate_meta,
-    validate_meta_update,
-    validate_pod_create,
-    validate_pod_update,
-)
 
 Obj = dict[str, Any]
 Admission = Callable[..., None]  # (new, old, user, *, dry_run): webhook.testing.kubeadmission.ValidatingWebhook
@@ -184,7 +177,7 @@ class Writer:
             prepare_create(obj)
         elif kind in _STATUS_DROPPED_ON_CREATE:
             obj.pop("status", None)
-        errors = _create_errors(res, obj)
+        errors = create_errors(res, obj)
         if errors:
             raise invalid_error(kind, res.group, meta["name"], errors)
         obj["kind"], obj["apiVersion"] = kind, res.kind.api_version
@@ -260,7 +253,7 @@ class Writer:
             prepare_update(new, current)
         elif kind in STATUS_SUBRESOURCE:
             _take_status(new, current)
-        errors = _update_errors(res, new, current)
+        errors = update_errors(res, new, current)
         if errors:
             raise invalid_error(kind, res.group, name, errors)
         new["kind"], new["apiVersion"] = kind, res.kind.api_version
@@ -466,19 +459,6 @@ def _take_status(new: Obj, current: Obj) -> None:
         new.pop("status", None)
 
 
-# -- validation by kind -------------------------------------------------------------------------------
-
-
-def _create_errors(res: Resource, obj: Obj) -> list[FieldError]:
-    kind, meta = res.kind.kind, obj["metadata"]
-    rules: dict[str, Callable[[], list[FieldError]]] = {
-        "Pod": lambda: validate_pod_create(obj),
-        "Lease": lambda: validate_meta(meta, namespaced=True) + validate_lease_spec(obj.get("spec") or {}),
-        "Event": lambda: validate_event(obj, strict=res.to_view is not None),
-    }
-    return rules.get(kind, lambda: validate_meta(meta, namespaced=res.kind.namespaced))()
-
-
 def _now() -> str:
     """The deletion's time, as metav1.Time writes it (RFC 3339, seconds)."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -492,13 +472,3 @@ def _finalized(current: Obj, new: Obj) -> bool:
         and old_meta.get("deletionGracePeriodSeconds") == 0
         and not meta.get("finalizers")
     )
-
-
-def _update_errors(res: Resource, new: Obj, old: Obj) -> list[FieldError]:
-    kind, meta, old_meta = res.kind.kind, new["metadata"], old["metadata"]
-    rules: dict[str, Callable[[], list[FieldError]]] = {
-        "Pod": lambda: validate_pod_update(new, old),
-        "Lease": lambda: validate_meta_update(meta, old_meta) + validate_lease_spec(new.get("spec") or {}),
-        "Event": lambda: validate_event(new, strict=False) + validate_meta_update(meta, old_meta),
-    }
-    return rules.get(kind, lambda: validate_meta_update(meta, old_meta))()
