@@ -45,7 +45,7 @@ import statistics
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -64,6 +64,7 @@ from webhook.mig.geometry import Catalog  # noqa: E402
 from webhook.mig.planner import CONFIG_LABEL  # noqa: E402
 from webhook.pools.index import PoolIndex  # noqa: E402
 from webhook.pools.kubeobj import node_from_obj, pod_from_obj  # noqa: E402
+from webhook.queue.ports import NoMetrics  # noqa: E402
 from webhook.queue.reshape import Reshaper  # noqa: E402
 from webhook.queue.runner import Runner  # noqa: E402
 from webhook.queue.waiting import PODS, Waiting  # noqa: E402
@@ -208,20 +209,11 @@ class Told:
         self.reasons[event.reason] += 1
 
 
-@dataclass
-class Counted:
-    """webhook.queue.runner.QueueMetrics, keeping only the re-cuts' outcomes."""
+class Counted(NoMetrics):
+    """webhook.queue.ports.QueueMetrics, keeping only the re-cuts' outcomes."""
 
-    reshapes: Counter[str] = field(default_factory=Counter)
-
-    def queue_waiting(self, backlog: Any) -> None:
-        return None
-
-    def queue_released(self, outcome: str, wait_seconds: float | None) -> None:
-        return None
-
-    def queue_leading(self, leading: bool) -> None:
-        return None
+    def __init__(self) -> None:
+        self.reshapes: Counter[str] = Counter()
 
     def mig_reshaped(self, outcome: str) -> None:
         self.reshapes[outcome] += 1
@@ -266,9 +258,10 @@ def simulate(pods: list[Arrival], *, reshape: bool, recut_seconds: float, scorin
     api, told, counted = StoreApi(store), Told(), Counted()
     nodes = StoreNodes(api, store, clock)
     reshaper = Reshaper(nodes, ConfigText(), told, counted, wall=clock.wall)
+    leading: Any = Leading()  # an Elector as far as the Runner asks (leading(), always)
     runner = Runner(
-        Inventory(index), waiting, Leading(), api, events=told, metrics=counted, clock=clock, reshaper=reshaper
-    )  # type: ignore[arg-type]
+        Inventory(index), waiting, leading, api, events=told, metrics=counted, clock=clock, reshaper=reshaper
+    )
     ran: dict[str, Ran] = {}
     released: dict[str, float] = {}
     created: dict[str, float] = {a.name: a.arrives for a in pods}
