@@ -11,6 +11,7 @@ import jsonpatch
 from tests.builders import gpu_node, pod
 from tests.queue.helpers import A100, GPU_TOLERATION, L4, QUEUE, T4, enqueue, fleet, queued_pod, setup
 from webhook.admission.core import evaluate
+from webhook.pools.charges import Charge
 from webhook.pools.index import PoolIndex
 from webhook.pools.quotas.report import quota_rows
 from webhook.queue.preview import STAND_IN, arriving, preview
@@ -73,6 +74,21 @@ def test_a_release_says_the_constraints_it_adds() -> None:
     (only,) = preview(waiting.ordered(), index, index.policy)
     assert only.release is not None and only.release.pool == T4
     assert only.constraints == "gpu.accelerator/class=medium, nvidia.com/gpu.product=Tesla-T4"
+
+
+def test_a_charge_holds_its_room_for_the_preview_only_while_it_counts() -> None:
+    """The last free T4 charged to a Pod naming node t4-a that the index does not hold: the preview's pass
+    counts it as the leader's does, so the queued Pod waits for capacity; the charge is taken back after
+    (the index counts what it did), and one that has expired counts no more."""
+    index, waiting = setup(fleet(t4_busy=3))
+    enqueue([queued_pod("job", "q", index.policy, index)], index, waiting)
+    before = counted(index)
+    charges = [Charge("other", "charged", "t4-a", (("nvidia.com/gpu", 1),), expires=1000.0)]
+    found = preview(waiting.ordered(), index, index.policy, now=999.0, charges=charges, made=5.0)
+    assert outcomes(found) == [("job", 1, "capacity")]
+    assert counted(index) == before
+    found = preview(waiting.ordered(), index, index.policy, now=1000.0, charges=charges, made=5.0)
+    assert outcomes(found) == [("job", 1, str(T4))]
 
 
 def test_a_pod_about_to_queue_takes_its_place_by_priority_then_age() -> None:

@@ -14,8 +14,10 @@ from collections.abc import Sequence
 
 from webhook.commands.output import say
 from webhook.domain.policy import Policy, PolicyError, load_policy, load_policy_text
+from webhook.pools.charges import Charge, ChargeError
 from webhook.pools.inventory import Inventory
 from webhook.queue.waiting import Waiting
+from webhook.sources.charge_store import CHARGES_LEASE, LeaseCharges
 from webhook.sources.installed import WEBHOOK_DEPLOYMENT, read_installed_policy
 from webhook.sources.live import InventoryConnectError, Observer, api_client, context_namespace
 from webhook.sources.open import open_inventory
@@ -95,6 +97,27 @@ def open_with_queue(args: argparse.Namespace) -> tuple[Policy, Inventory, Waitin
     policy = policy_from_args(args)
     waiting = Waiting(policy)
     return policy, _open(args, policy, (waiting,)), waiting
+
+
+def read_charges(args: argparse.Namespace) -> list[Charge]:
+    """The charges of Pods that name their node (webhook.pools.charges), read once from the live cluster's
+    Lease `gpupool-charges` in the webhook's namespace (`--webhook`), for the commands that show what the
+    queue's leader would do (`queue`, `explain`): its pass counts them. None in a snapshot, which holds no
+    Lease. The commands run as the user: a Lease they cannot read (forbidden, no answer) is said in one
+    warning on stderr, and the answers are given without it."""
+    if args.inventory is not None:
+        return []
+    namespace = args.webhook.partition("/")[0]
+    try:
+        return LeaseCharges(api_client(args.kubeconfig, args.context), namespace).read()[0]
+    except ChargeError as exc:
+        say(
+            args,
+            "warning",
+            f"{exc}: the queue is shown without the charges of Pods that name their node, which the leader "
+            f"counts (kubectl -n {namespace} get lease {CHARGES_LEASE} needs get on Leases there)",
+        )
+        return []
 
 
 def _open(args: argparse.Namespace, policy: Policy, observers: Sequence[Observer] = ()) -> Inventory:

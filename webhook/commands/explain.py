@@ -13,7 +13,8 @@ A Pod whose namespace queues (policy `placement: queue`) is queued at admission 
 fixed; its section then says what the queue would do with it now: one pass of the leader's own `plan`
 over the cluster's queue with this Pod added in its place in the order (created now, its own
 `spec.priority`): released now to which pool, or what it would wait for (webhook.queue.preview), such as
-a MIG re-cut of which node.
+a MIG re-cut of which node. On a live cluster the pass counts the charges of Pods that name their node,
+as the leader's does (webhook.pools.charges).
 
 Exit status: 0 when every Pod would be allowed, 1 when one is denied, 2 for a bad file or argument.
 """
@@ -22,7 +23,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,6 +43,7 @@ from webhook.commands.common import (
     namespace_of,
     namespace_type,
     open_with_queue,
+    read_charges,
 )
 from webhook.commands.manifest import PodTemplate, objects_in
 from webhook.commands.output import add_output_arguments, print_document
@@ -50,6 +53,7 @@ from webhook.commands.workloads import MAX_TEMPLATES, pod_templates
 from webhook.domain.errors import ConfigError, yaml_problem
 from webhook.domain.model import QUEUE_GATE
 from webhook.domain.policy import Policy
+from webhook.pools.charges import Charge
 from webhook.pools.index import PoolIndex
 from webhook.pools.kubeobj import as_map
 from webhook.queue.preview import Outcome, arriving, preview
@@ -109,8 +113,9 @@ def run(args: argparse.Namespace) -> int:
     placed = place_in_namespaces(templates, args, lambda: namespace_of(args))
     policy, inventory, waiting = open_with_queue(args)
     try:
+        charges = read_charges(args)  # once for every template, before the lock, as the leader's pass reads them
         with inventory.read() as index:
-            sections = [section_for(t, ns, policy, index, waiting) for t, ns in placed]
+            sections = [section_for(t, ns, policy, index, waiting, charges) for t, ns in placed]
     finally:
         inventory.close()
     if args.output == "text":
@@ -123,9 +128,17 @@ def run(args: argparse.Namespace) -> int:
     return 1 if any(s.denied for s in sections) else 0
 
 
-def section_for(template: PodTemplate, namespace: str, policy: Policy, index: PoolIndex, waiting: Waiting) -> Section:
+def section_for(
+    template: PodTemplate,
+    namespace: str,
+    policy: Policy,
+    index: PoolIndex,
+    waiting: Waiting,
+    charges: Sequence[Charge] = (),
+) -> Section:
     """The template's section: its verdict, and for a Pod the verdict queues, what the queue would do with
-    it now. The index is left as it was, for the next template."""
+    it now, counting `charges` (of Pods that name their node) as the leader does. The index is left as it
+    was, for the next template."""
     if not template.decided:
         return Section(template, namespace, None)
     result = evaluate(template.pod, namespace, policy, index)
@@ -145,7 +158,10 @@ def section_for(template: PodTemplate, namespace: str, policy: Policy, index: Po
             return Section(template, namespace, result)
         pods.append(pod)
         taken.add(pod.key)
-    found = {o.queued.key: o for o in preview(queued, index, policy, extra=pods, now=now.timestamp())}
+    found = {
+        o.queued.key: o
+        for o in preview(queued, index, policy, extra=pods, now=now.timestamp(), charges=charges, made=time.monotonic())
+    }
     place = QueuePlace(found[pods[0].key], len(queued) + len(pods))
     many = from_queue([found[p.key] for p in pods], of) if len(pods) > 1 else None
     return Section(template, namespace, result, place, many)

@@ -5,7 +5,8 @@ cluster, the queued Pods its list shows; in a snapshot, the Pods that carry the 
 with its position in the whole queue's release order (`spec.priority` descending, then creation time),
 how long it has waited (since its creation, in kubectl's age format), and what it waits for: the Wait
 reason of one pass of the leader's own `plan` run on this command's own view of the cluster
-(webhook.queue.preview), so the list says what the leader would decide now; for a Pod that waits for a MIG
+(webhook.queue.preview), so the list says what the leader would decide now (on a live cluster, counting
+the charges of Pods that name their node, as the leader's pass does); for a Pod that waits for a MIG
 re-cut (policy `migReshaping`), of which node, to which layout, and whether it is under way. A Pod that fits now waits
 only for the leader's next pass. Namespaces as `kubectl get pods`: `-n`, else the kubeconfig
 context's, else `default`; `-A` for all of them (the positions are in the whole queue either way).
@@ -18,7 +19,13 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from webhook.commands.common import add_namespace_arguments, add_source_arguments, namespace_of, open_with_queue
+from webhook.commands.common import (
+    add_namespace_arguments,
+    add_source_arguments,
+    namespace_of,
+    open_with_queue,
+    read_charges,
+)
 from webhook.commands.output import Column, add_output_arguments, age, print_listing, say
 from webhook.domain.policy import Policy
 from webhook.queue.preview import Outcome, preview
@@ -37,8 +44,11 @@ def run(args: argparse.Namespace) -> int:
     namespace = None if args.all_namespaces else namespace_of(args)
     policy, inventory, waiting = open_with_queue(args)
     try:
+        charges = read_charges(args)  # read once, before the lock, as the leader's pass reads them
         with inventory.read() as index:
-            outcomes = preview(waiting.ordered(), index, policy, now=time.time())
+            outcomes = preview(
+                waiting.ordered(), index, policy, now=time.time(), charges=charges, made=time.monotonic()
+            )
     finally:
         inventory.close()
     now = datetime.now(UTC)

@@ -7,14 +7,16 @@ every release the pass decides is then taken back with `settle`, as the runner t
 could not write, and the extra Pods removed, so the index is left counting what it counted before.
 `plan` stays the one function that decides; this module only asks it and keeps the answer. With
 `migReshaping`, the leader's MIG planner is asked likewise which node's re-cut each Pod that waits for
-capacity waits for (`recut_waits`). Pure, like
-`plan`: the caller holds the inventory's lock.
+capacity waits for (`recut_waits`). The charges of Pods that name their node (webhook.pools.charges)
+count as the leader's pass counts them, by the same rule (`pending`): a Pod the leader would hold back
+for a charged Pod's quota or room is shown waiting for it. Pure, like `plan`: the caller holds the
+inventory's lock and reads the charges.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -23,6 +25,7 @@ from webhook.admission.request import GpuRequest
 from webhook.domain.model import PodKey
 from webhook.domain.policy import Policy
 from webhook.mig.follow import asked_of, under_way
+from webhook.pools.charges import Charge, pending
 from webhook.pools.index import Inseparable, PoolIndex
 from webhook.queue.release import Release, Wait, decide_batch, read_batch, settle
 from webhook.queue.reshape_inputs import busy_of, demand_of, recut_plan
@@ -56,31 +59,36 @@ class Outcome(NamedTuple):
     recut: RecutWait | None = None  # a Pod that waits for capacity: the MIG re-cut it waits for, if any
 
 
-def preview(
+def preview(  # noqa: PLR0913 (the pass's inputs beyond the queue and the index, by keyword)
     queued: Sequence[Queued],
     index: PoolIndex,
     policy: Policy,
     *,
     extra: Sequence[Queued] = (),
     now: float = INF,
+    charges: Iterable[Charge] = (),
+    made: float = 0.0,
 ) -> list[Outcome]:
     """Every Pod of `queued` (and of `extra`, as if they were queued now) in release order, with what one
     pass of `plan` on `index` would do with it, and the MIG re-cut a Pod waits for (`now`, the wall clock,
-    for how long ago gpupool changed a node; by default every change is old enough). The index is left as
-    it was. No key of `extra` may be one of a Pod the index or the queue holds (it would stand for that Pod)."""
+    for how long ago gpupool changed a node; by default every change is old enough). `charges`: those of
+    Pods that name their node, counted as the leader counts them (`pending`) while they have not expired at
+    `now`; `made`: the index's clock. The index is left as it was. No key of `extra` may be one of a Pod the
+    index or the queue holds (it would stand for that Pod)."""
     order = sorted([*queued, *extra], key=lambda q: q.order)
     for pod in extra:
         index.upsert_pod(pod.info, pod.key)
     try:
         # Every Pod judged in one pass: the leader's batch limit only splits its writes into passes.
         batch = read_batch(order, policy)
-        decided = decide_batch(batch, index, policy, limit=max(len(order), 1))
-        try:
-            constraints = {r.queued.key: _constraints(index, r) for r in decided.releases}
-            recuts = recut_waits(index, policy, {q.key: req for q, req in batch.pods}, decided.waits, now)
-        finally:
-            for release in reversed(decided.releases):
-                settle(index, release, None)
+        with pending(index, charges, now, made):
+            decided = decide_batch(batch, index, policy, limit=max(len(order), 1))
+            try:
+                constraints = {r.queued.key: _constraints(index, r) for r in decided.releases}
+                recuts = recut_waits(index, policy, {q.key: req for q, req in batch.pods}, decided.waits, now)
+            finally:
+                for release in reversed(decided.releases):
+                    settle(index, release, None)
     finally:
         for pod in extra:
             index.remove_pod(pod.key)
