@@ -107,6 +107,8 @@ def test_a_hung_leader_process_is_killed_and_restarted_and_counted_as_hung(repli
     kills it and starts another, which leads and releases; the restart is counted with reason hung."""
     port = health_port(replica)
     before = leader_detail(replica)
+    time.sleep(HUNG_SECONDS + 2)  # idle, its loop still goes round (every second): it is not hung
+    assert leader_detail(replica)["pid"] == before["pid"]
     assert metric(port, 'gpupool_queue_leader_restarts_total{reason="hung"}') == 0.0
     os.kill(before["pid"], signal.SIGSTOP)
     stopped_at = time.monotonic()
