@@ -1,7 +1,7 @@
 """End to end: `gpupool serve` on the API simulator runs the queue's leader in a process of its own beside
 the admission workers (webhook.serving.leaderproc): the Lease is held as POD_NAME by that process, which
 releases, and never by an admission worker; a killed leader process is restarted and the queue carries
-on under a new term; SIGTERM hands the Lease back."""
+on under a new term; a hung one (SIGSTOP) is killed and restarted; SIGTERM hands the Lease back."""
 
 from __future__ import annotations
 
@@ -24,11 +24,13 @@ pytestmark = pytest.mark.slow
 
 POLICY = "namespaces:\n  team-q: {placement: queue}\n"
 WAIT = 40.0
+HUNG_SECONDS = 3.0  # GPUPOOL_LEADER_HUNG_SECONDS for the replica (60 s by default)
 
 
 @pytest.fixture
 def replica(tmp_path: Path, cert_dir: Path) -> Iterator[Cluster]:
-    """One replica, `replica-a`, with one admission worker, ready and leading."""
+    """One replica, `replica-a`, with one admission worker, ready and leading; a leader process whose
+    loop has not gone round for HUNG_SECONDS is hung."""
     policy = tmp_path / "policy.yaml"
     policy.write_text(POLICY, "utf-8")
     with KubeSim(bookmark_interval=0.2) as sim:
@@ -36,7 +38,9 @@ def replica(tmp_path: Path, cert_dir: Path) -> Iterator[Cluster]:
         kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
         port, health = free_port(), free_port()
         argv = serve_argv(cert_dir, port, health, "--kubeconfig", str(kubeconfig), "--policy", str(policy))
-        env = server_env(POD_NAME="replica-a", POD_NAMESPACE="gpupool-system")
+        env = server_env(
+            POD_NAME="replica-a", POD_NAMESPACE="gpupool-system", GPUPOOL_LEADER_HUNG_SECONDS=str(HUNG_SECONDS)
+        )
         server = ServerProcess(argv, tmp_path / "server.log", env, health).start()
         client = ApiServerClient(port, cert_dir / "ca.crt")
         try:
@@ -96,6 +100,36 @@ def test_the_leader_is_a_process_of_its_own_beside_the_workers(replica: Cluster)
     wait_until(lambda: metric(port, f'gpupool_queue_leader{{pid="{leader["pid"]}"}}') == 1.0, 15, "the metric")
     for pid in workers:
         assert metric(port, f'gpupool_queue_leader{{pid="{pid}"}}') in (None, 0.0)
+
+
+def test_a_hung_leader_process_is_killed_and_restarted_and_counted_as_hung(replica: Cluster) -> None:
+    """SIGSTOP the leader process (alive, but its loop goes round no more): within the bound the master
+    kills it and starts another, which leads and releases; the restart is counted with reason hung."""
+    port = health_port(replica)
+    before = leader_detail(replica)
+    time.sleep(HUNG_SECONDS + 2)  # idle, its loop still goes round (every second): it is not hung
+    assert leader_detail(replica)["pid"] == before["pid"]
+    assert metric(port, 'gpupool_queue_leader_restarts_total{reason="hung"}') == 0.0
+    os.kill(before["pid"], signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    try:
+        wait_until(lambda: not running(before["pid"]), HUNG_SECONDS + 10, "the hung leader process killed")
+    finally:
+        if running(before["pid"]):
+            os.kill(before["pid"], signal.SIGCONT)
+    took = time.monotonic() - stopped_at
+    assert HUNG_SECONDS - 1 <= took <= HUNG_SECONDS + 5, f"killed {took:.1f} s after it hung"
+
+    def restarted() -> bool:
+        now = leader_detail(replica)
+        return bool(now["running"] and now["pid"] != before["pid"] and now["restarts"] == before["restarts"] + 1)
+
+    wait_until(restarted, WAIT, "a new leader process")
+    assert metric(port, 'gpupool_queue_leader_restarts_total{reason="hung"}') == 1.0
+    assert metric(port, 'gpupool_queue_leader_restarts_total{reason="died"}') == 0.0
+    replica.create("after-hang", "team-q")
+    wait_until(lambda: replica.released("team-q", "after-hang"), WAIT, "a release by the new leader process")
+    assert released_by(replica, "after-hang").startswith("replica-a/")
 
 
 def test_a_killed_leader_process_is_restarted_and_the_queue_carries_on(replica: Cluster) -> None:

@@ -99,6 +99,7 @@ class Runner:
         charges: ChargeStore | None = None,
         wall: Callable[[], float] = time.time,
         status: StatusSink | None = None,
+        heartbeat: Callable[[], None] = lambda: None,
     ) -> None:
         """`policy` gives the policy a pass on the runner's inventory decides by: the inventory's own by
         default; the server's is the one admission uses now, which a change of namespace rules makes
@@ -106,7 +107,10 @@ class Runner:
         pass's releases (webhook.queue.reshape), when the policy has `migReshaping`. `charges`: the charges of
         Pods that name their node (webhook.pools.charges; None: no API holds any), read by every pass with
         Pods to decide and counted as admission counts them; `wall`: the clock they expire by. `status`: where
-        the pools' GPUPool statuses go while leading (webhook.queue.status)."""
+        the pools' GPUPool statuses go while leading (webhook.queue.status). `heartbeat`: called each time
+        the loop goes round (at least every TICK_SECONDS while it is not stuck; the leader process's
+        supervisor kills a process whose loop stopped beating, webhook.serving.leaderproc)."""
+        self._heartbeat = heartbeat
         self.inventory, self.waiting, self.elector = inventory, waiting, elector
         self.reshaper = reshaper
         self._charges, self._wall = charges, wall
@@ -177,6 +181,7 @@ class Runner:
     def run(self) -> None:
         try:
             while not self._stop.is_set():
+                self._heartbeat()
                 woke = self.waiting.wake.wait(ANSWER_SECONDS if self._sending else TICK_SECONDS)
                 if self._stop.is_set():
                     return

@@ -16,7 +16,14 @@ forks its workers: a restarted leader reads no file before it runs), and watches
 - SIGTERM (or SIGINT, SIGQUIT) to the master reaches the leader at once, before the workers are drained, so
   it stops releasing and hands the Lease back while the workers finish; the master waits for it to exit;
 - it dies with the master: it checks every second that its parent is still the master that forked it,
-  and stops (handing the Lease back) when not.
+  and stops (handing the Lease back) when not;
+- a leader process that is alive but hung (its loop stuck: a deadlock, a call that never returns, SIGSTOP)
+  is killed (SIGKILL) and restarted as a dead one is: its loop beats a heartbeat each iteration (at least
+  every second, `Heartbeat`, a timestamp in memory the master shares), and one older than `hung_seconds`
+  (60 s by default, well above a pass's worst case) is hung. A killed one hands nothing over: its Lease
+  expires, and the fence refuses its late writes (webhook.admission.fence).
+
+Each restart is counted by why (`restarted("died" | "hung")`; gpupool_queue_leader_restarts_total).
 
 Its metrics land in the same prometheus_client multiprocess directory as the workers', under its own pid,
 so the master's /metrics shows them (gpupool_queue_leader among them); a dead one's live gauges are
@@ -27,19 +34,23 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import mmap
 import os
 import signal
+import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NoReturn
+
+from webhook.domain.errors import ConfigError
 
 log = logging.getLogger("gpupool.leaderproc")
 
 # What the leader process runs: start everything, return what stops it (called once, on SIGTERM or when
-# the master is gone).
-LeaderBody = Callable[[], Callable[[], None]]
+# the master is gone). Its argument is the heartbeat its loop calls each iteration (`Heartbeat.beat`).
+LeaderBody = Callable[[Callable[[], None]], Callable[[], None]]
 
 POLL_SECONDS = 0.2  # how often the master looks whether the leader process is still there
 PARENT_SECONDS = 1.0  # how often the leader process looks whether the master is still there
@@ -47,6 +58,9 @@ FIRST_BACKOFF = 1.0
 MAX_BACKOFF = 30.0
 HEALTHY_SECONDS = 60.0  # a leader process that ran this long resets the back-off
 STOP_SECONDS = 25.0  # SIGTERM to exit: its pass ends, its writes are answered, the Lease is handed back
+HUNG_SECONDS = 60.0  # a leader process whose loop has not beaten this long is hung: killed and restarted
+HUNG_ENV = "GPUPOOL_LEADER_HUNG_SECONDS"  # sets that bound (tests shorten it)
+DIED, HUNG = "died", "hung"  # why a leader process was restarted
 # The master's own signals, which the leader process must not handle as the master does.
 _RESET = (
     signal.SIGHUP,
@@ -70,22 +84,64 @@ class LeaderStatus:
     restarts: int
 
 
+def hung_seconds(environ: Mapping[str, str]) -> float:
+    """The bound after which a leader process without a heartbeat is hung: GPUPOOL_LEADER_HUNG_SECONDS, a
+    number of seconds of at least 2 (the loop beats every second), else HUNG_SECONDS."""
+    given = environ.get(HUNG_ENV, "").strip()
+    if not given:
+        return HUNG_SECONDS
+    try:
+        seconds = float(given)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds >= 2.0 or seconds == float("inf"):  # at least twice the loop's beat
+        raise ConfigError(f"{HUNG_ENV}={given!r}: give a number of seconds of at least 2 (default {HUNG_SECONDS:.0f})")
+    return seconds
+
+
+class Heartbeat:
+    """When the leader process's loop last went round: a monotonic timestamp (CLOCK_MONOTONIC, one clock
+    for every process of the machine) in an anonymous shared mapping, made by the master before it forks,
+    written by the child, read by the master without a system call."""
+
+    _FORMAT = "d"
+
+    def __init__(self) -> None:
+        self._map = mmap.mmap(-1, struct.calcsize(self._FORMAT))  # MAP_SHARED: the child's writes are seen
+        self.beat()
+
+    def beat(self) -> None:
+        self._map[:] = struct.pack(self._FORMAT, time.monotonic())
+
+    def age(self) -> float:
+        """Seconds since the last beat."""
+        (last,) = struct.unpack(self._FORMAT, self._map[:])
+        return float(time.monotonic() - last)
+
+
 class LeaderSupervisor:
     """The leader process, from the master: `start` forks it, a thread restarts it when it dies, `stop`
     ends it. `before_child` runs in the child first (closing what the master's sockets it inherited);
-    `exited(pid)` in the master once a leader process is gone (its live metrics dropped)."""
+    `exited(pid)` in the master once a leader process is gone (its live metrics dropped); `restarted(why)`
+    in the master at each restart (`DIED` or `HUNG`: killed after `hung_seconds` without a heartbeat)."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (a constructor: its callbacks and bounds, by keyword)
         self,
         body: LeaderBody,
         *,
         before_child: Callable[[], None] = lambda: None,
         exited: Callable[[int], None] = lambda pid: None,
+        restarted: Callable[[str], None] = lambda why: None,
         first_backoff: float = FIRST_BACKOFF,
         max_backoff: float = MAX_BACKOFF,
+        hung_seconds: float = HUNG_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._body, self._before, self._exited = body, before_child, exited
+        self._body, self._before, self._exited, self._restarted = body, before_child, exited, restarted
+        self._hung = hung_seconds
+        self._heartbeat = Heartbeat()
+        self._killed = 0  # the leader process last killed as hung
+        self._why = DIED  # why the next one is started
         self._first, self._max, self._clock = first_backoff, max_backoff, clock
         self._master = os.getpid()
         self._lock = threading.Lock()
@@ -137,8 +193,10 @@ class LeaderSupervisor:
         restart_at: float | None = None
         while not self._stopping.wait(POLL_SECONDS):
             with self._lock:
+                self._kill_if_hung()
                 if self._pid and not self._alive():
                     ran = self._clock() - self._started_at
+                    self._why = HUNG if self._pid == self._killed else DIED
                     log.error("the leader process (pid %d) exited after %.1f s; restarting it", self._pid, ran)
                     self._gone(self._pid)
                     self._backoff = self._first if ran >= HEALTHY_SECONDS else self._backoff
@@ -147,7 +205,26 @@ class LeaderSupervisor:
                 if not self._pid and restart_at is not None and self._clock() >= restart_at:
                     restart_at = None
                     self._restarts += 1
+                    self._restarted(self._why)
                     self._spawn()
+
+    def _kill_if_hung(self) -> None:
+        """Under the lock: SIGKILL the current leader process if its loop has not beaten for `hung_seconds`
+        (once; the next poll finds it gone and restarts it as a dead one)."""
+        if self._pid in (0, self._killed) or not self._alive():
+            return
+        age = self._heartbeat.age()
+        if age < self._hung:
+            return
+        log.error(
+            "the leader process (pid %d) is hung: its loop has not gone round for %.1f s (the bound is %.1f s); "
+            "killing it (SIGKILL)",
+            self._pid,
+            age,
+            self._hung,
+        )
+        self._killed = self._pid
+        _signal(self._pid, signal.SIGKILL)
 
     def _alive(self) -> bool:
         """Under the lock: whether the current leader process runs. Once seen gone it stays gone (its pid
@@ -168,14 +245,15 @@ class LeaderSupervisor:
         """Fork the leader process (under the lock; the stopping flag checked once more)."""
         if self._stopping.is_set():
             return
+        self._heartbeat.beat()  # a new process is given its whole bound from its start
         pid = os.fork()
         if pid == 0:
-            _child(self._body, self._before, self._master)
+            _child(self._body, self._before, self._master, self._heartbeat)
         self._pid, self._started_at = pid, self._clock()
         log.info("leader process started (pid %d)", pid)
 
 
-def _child(body: LeaderBody, before: Callable[[], None], master: int) -> NoReturn:
+def _child(body: LeaderBody, before: Callable[[], None], master: int, heartbeat: Heartbeat) -> NoReturn:
     """The leader process's whole life, in the forked child: it never returns into the master's stack."""
     code = 1
     try:
@@ -185,7 +263,7 @@ def _child(body: LeaderBody, before: Callable[[], None], master: int) -> NoRetur
         for sig in _STOPS:
             signal.signal(sig, lambda signum, frame: stopping.set())
         before()
-        stop = body()
+        stop = body(heartbeat.beat)
         try:
             while not stopping.wait(PARENT_SECONDS):
                 if os.getppid() != master:

@@ -83,8 +83,15 @@ class LeaderQueue:
     """The queue of the leader process, on whichever live inventory its Admitter uses (an Admitter that
     admits nothing: the one binding of policy and inventory, rebound as the policy file changes)."""
 
-    def __init__(self, settings: QueueSettings, metrics: QueueMetrics, admitter: Admitter) -> None:
+    def __init__(
+        self,
+        settings: QueueSettings,
+        metrics: QueueMetrics,
+        admitter: Admitter,
+        heartbeat: Callable[[], None] = lambda: None,
+    ) -> None:
         self._settings, self._metrics, self._admitter = settings, metrics, admitter
+        self._heartbeat = heartbeat  # the runner's loop beats it (webhook.serving.leaderproc)
         self._lock = threading.Lock()
         self._runner: Runner | None = None
         self._events: EventRecorder | None = None
@@ -134,6 +141,7 @@ class LeaderQueue:
                 # Pods that name their node, charged by the validating calls (webhook.admission.charging).
                 charges=LeaseCharges(api, self._settings.namespace),
                 status=self._statuses,
+                heartbeat=self._heartbeat,
             )
             # Not before its inventory has synced: a restarted worker must not hold the Lease while it lists.
             elector.ready = lambda: runner.inventory.ready
@@ -170,13 +178,13 @@ def leader_body(
     the queue attached before the first list, the watches, the gauges (its inventory's readiness and age,
     as a worker's), and the --policy file followed."""
 
-    def start() -> Callable[[], None]:
+    def start(heartbeat: Callable[[], None]) -> Callable[[], None]:
         # prometheus_client after PROMETHEUS_MULTIPROC_DIR is set (webhook.serving.server).
         from webhook.serving.metrics import GaugeRefresher, Metrics  # noqa: PLC0415
 
         metrics = Metrics.private()
         admitter = Admitter(policy, inventory)
-        queue = LeaderQueue(settings, metrics, admitter)
+        queue = LeaderQueue(settings, metrics, admitter, heartbeat)
         queue.attach(inventory, policy)
         inventory.start()
         queue.use(inventory)

@@ -59,7 +59,7 @@ from webhook.serving.gunicorn_app import (
     prime_tls_context,
 )
 from webhook.serving.health import HealthServer, MetricsText, Readiness
-from webhook.serving.leaderproc import LeaderBody, LeaderSupervisor
+from webhook.serving.leaderproc import LeaderBody, LeaderSupervisor, hung_seconds
 from webhook.serving.logs import logging_config
 from webhook.serving.policyfile import PolicyFile, PolicyReloader, PolicyVersion
 from webhook.serving.queueing import LeaseFence, QueueSettings, leader_body
@@ -233,6 +233,7 @@ def serve(
     Tests and the benchmark pass their own `load_app`, so they run on exactly these settings.
     """
     master_pid = os.getpid()
+    hung = hung_seconds(os.environ)
     owned_dir = _prepare_multiproc_dir()
     multiproc_dir = os.environ[MULTIPROC_ENV]
     try:
@@ -284,6 +285,8 @@ def serve(
                     leader,
                     before_child=lambda: _let_go_of_listeners(arbiter, health),
                     exited=lambda pid: metrics.forget_process(pid, multiproc_dir),
+                    restarted=metrics.leader_restarts(),
+                    hung_seconds=hung,
                 ).start()
                 supervisor_box.append(supervisor)
                 _stop_first_on_signals(supervisor)
