@@ -160,7 +160,7 @@ undeploy: ## remove gpupool from the current kubectl context (says which; stops 
 
 # What a release decides itself: given on the command line, refused rather than silently dropped.
 RELEASE_FIXED = $(strip $(foreach v,OVERLAY FAILURE_POLICY IMAGE CLIENT_CA SINGLE_NODE MIG_RESHAPING,$(if $(filter command line,$(origin $(v))),$(v))))
-release: ## write a release into dist/: gpupool-VERSION.yaml for kubectl apply -f (image tag VERSION, or IMAGE_DIGEST), gpupool-monitoring-VERSION.yaml (label release: PROMETHEUS_RELEASE), SHA256SUMS (VERSION=x.y.z; METRICS_NAMESPACES, CONTROL_PLANE_CIDRS, HEALTH_CIDRS, EXCLUDE_NAMESPACES, IGNORE_LABEL as for manifests)
+release: ## write a release into dist/: gpupool-VERSION.yaml for kubectl apply -f (image tag VERSION, or IMAGE_DIGEST), gpupool-monitoring-VERSION.yaml (label release: PROMETHEUS_RELEASE), gpupool-mig-reshaping-VERSION.yaml (opt-in), SHA256SUMS (VERSION=x.y.z; METRICS_NAMESPACES, CONTROL_PLANE_CIDRS, HEALTH_CIDRS, EXCLUDE_NAMESPACES, IGNORE_LABEL as for manifests)
 	@test -n "$(VERSION)" || { echo "make release: give the version, e.g. make release VERSION=0.1.0" >&2; exit 2; }
 	@test -z "$(RELEASE_FIXED)" || { echo "make release: a release is the cert-manager overlay, failurePolicy Fail, the image tagged VERSION and no file of this machine; $(RELEASE_FIXED) cannot be given" >&2; exit 2; }
 	$(PYTHON) manifests/render.py --release $(VERSION) $(ACCESS_OPTIONS) $(if $(IMAGE_DIGEST),--image-digest $(IMAGE_DIGEST)) --prometheus-release $(PROMETHEUS_RELEASE) --out-dir dist

@@ -23,7 +23,8 @@
 `make release VERSION=x.y.z` (`--release x.y.z`) writes what a release ships instead, into dist/: one file
 for `kubectl apply -f` (the cert-manager overlay, failurePolicy Fail, the image tag pinned to the
 version, or with --image-digest the image by digest), the monitoring component on its own (labelled
-`release: <--prometheus-release>` for kube-prometheus-stack), and their SHA-256 sums. It refuses a version that the
+`release: <--prometheus-release>` for kube-prometheus-stack), the mig-reshaping component on its own
+(opt-in RBAC for MIG re-cutting), and their SHA-256 sums. It refuses a version that the
 package, pyproject.toml or the CHANGELOG do not name. The NetworkPolicy's and the namespace opt-out's
 options apply to it as to `make manifests` (CONTROL_PLANE_CIDRS, METRICS_NAMESPACES, HEALTH_CIDRS,
 EXCLUDE_NAMESPACES, IGNORE_LABEL), so a release can be made for one cluster; what the release fixes itself
@@ -193,8 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--release",
         metavar="VERSION",
         help="write the release's files into --out-dir instead: the cert-manager install with the image tag "
-        "VERSION, the monitoring component, SHA256SUMS; takes the options of the NetworkPolicy and of the "
-        "namespaces left out, and refuses the others",
+        "VERSION, the monitoring component, the mig-reshaping component, SHA256SUMS; takes the options of the "
+        "NetworkPolicy and of the namespaces left out, and refuses the others",
     )
     parser.add_argument("--out-dir", metavar="DIR", type=Path, default=REPO / "dist", help="for --release")
     parser.add_argument(

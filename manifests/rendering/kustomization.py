@@ -181,10 +181,15 @@ def stacked_kustomization(  # noqa: PLR0913 (the render command's choices, the c
     return "\n".join(lines) + "\n"
 
 
+def component_kustomization(name: str) -> str:
+    """A kustomization that renders the component `name` alone, for a release file of its own."""
+    return "\n".join([*_HEADER, "components:", *_components([name])]) + "\n"
+
+
 def monitoring_kustomization(prometheus_release: str = PROMETHEUS_RELEASE) -> str:
     """A kustomization that renders the monitoring component alone (it ships apart from the install), its
     PodMonitor and PrometheusRule labelled `release: <prometheus_release>`."""
-    lines = [*_HEADER, "components:", *_components(["monitoring"])]
+    lines = component_kustomization("monitoring").splitlines()
     if prometheus_release != PROMETHEUS_RELEASE:
         ops = _op("test", "/metadata/labels/release", PROMETHEUS_RELEASE)
         ops += _op("replace", "/metadata/labels/release", json.dumps(prometheus_release))

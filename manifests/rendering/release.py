@@ -1,4 +1,5 @@
-"""What `make release VERSION=x.y.z` writes: the install for `kubectl apply -f`, the monitoring file, their sums."""
+"""What `make release VERSION=x.y.z` writes: the install for `kubectl apply -f`, the monitoring file, the
+opt-in MIG re-cutting RBAC file, their sums."""
 
 from __future__ import annotations
 
@@ -9,7 +10,14 @@ from pathlib import Path
 
 from .build import REPO, kustomize, render_overlay, require_kubectl
 from .errors import RenderError
-from .kustomization import IMAGE_NAME, PROMETHEUS_RELEASE, Access, monitoring_kustomization, stacked_kustomization
+from .kustomization import (
+    IMAGE_NAME,
+    PROMETHEUS_RELEASE,
+    Access,
+    component_kustomization,
+    monitoring_kustomization,
+    stacked_kustomization,
+)
 
 # A release needs no file from the machine that made it: cert-manager issues the certificates in the cluster.
 RELEASE_OVERLAY = "cert-manager"
@@ -63,6 +71,7 @@ def release(  # noqa: PLR0913 (the release's choices, each by keyword)
     tag = f"https://github.com/gpupool/gpupool/blob/v{version}/docs/"
     install = out_dir / f"gpupool-{version}.yaml"
     monitoring = out_dir / f"gpupool-monitoring-{version}.yaml"
+    mig = out_dir / f"gpupool-mig-reshaping-{version}.yaml"
     out_dir.mkdir(parents=True, exist_ok=True)
     image = f"{IMAGE_NAME}@{image_digest}" if image_digest else f"{IMAGE_NAME}:{version}"
     kustomization = stacked_kustomization(RELEASE_OVERLAY, "Fail", image, access)
@@ -70,12 +79,15 @@ def release(  # noqa: PLR0913 (the release's choices, each by keyword)
         scratch = Path(tmp)
         rendered = render_overlay(kubectl, scratch, RELEASE_OVERLAY, kustomization, certs_dir=scratch, files={})
         alerts = kustomize(kubectl, scratch / "monitoring", monitoring_kustomization(prometheus_release))
+        mig_rbac = kustomize(kubectl, scratch / "mig-reshaping", component_kustomization("mig-reshaping"))
     if RUNBOOKS not in alerts:
         raise RenderError(f"the alerts' runbook_url no longer starts with {RUNBOOKS}")
     pinned = f", image {IMAGE_NAME}:{version} by its digest" if image_digest else ""
     header = f"# gpupool {version}{pinned}: {{}}\n"
     install.write_text(header.format("kubectl apply -f (docs/install.md, Installing a release)") + rendered)
     monitoring.write_text(header.format("monitoring for the Prometheus Operator") + alerts.replace(RUNBOOKS, tag))
+    mig.write_text(header.format("opt-in RBAC for MIG re-cutting (docs/mig.md), after the install") + mig_rbac)
     sums = out_dir / "SHA256SUMS"
-    sums.write_text("".join(f"{hashlib.sha256(f.read_bytes()).hexdigest()}  {f.name}\n" for f in (install, monitoring)))
-    return [install, monitoring, sums]
+    files = (install, monitoring, mig)
+    sums.write_text("".join(f"{hashlib.sha256(f.read_bytes()).hexdigest()}  {f.name}\n" for f in files))
+    return [*files, sums]

@@ -96,6 +96,31 @@ class TestRelease:
                 for r in g["rules"] if "alert" in r]  # fmt: skip
         assert urls and all(u.startswith(f"https://github.com/gpupool/gpupool/blob/v{version}/docs/") for u in urls)
 
+    def test_the_mig_reshaping_file_grants_the_installs_service_account_what_re_cutting_needs(
+        self, release: tuple[str, Path]
+    ) -> None:
+        """gpupool-mig-reshaping-<version>.yaml is the opt-in mig-reshaping component alone: `patch` on nodes
+        and the reads of mig-parted's ConfigMap by name, bound to the ServiceAccount the install runs the
+        leader as; the install itself grants no node patch (re-cutting stays opt-in)."""
+        version, out = release
+        text = (out / f"gpupool-mig-reshaping-{version}.yaml").read_text()
+        assert text.startswith(f"# gpupool {version}: opt-in RBAC for MIG re-cutting")
+        mig = parse_objects(text, "mig-reshaping")
+        assert sorted(o["kind"] for o in mig.objects) == ["ClusterRole", "ClusterRoleBinding"]
+        for obj in mig.objects:
+            kubernetes_validate.validate(obj, SCHEMA_VERSIONS[-1], strict=True)
+        rules = mig.one("ClusterRole")["rules"]
+        assert {"resources": ["nodes"], "verbs": ["patch"], "apiGroups": [""]} in rules
+        assert any(r["resources"] == ["configmaps"] and r.get("resourceNames") == ["default-mig-parted-config"]
+                   for r in rules)  # fmt: skip
+        install = parse_objects((out / f"gpupool-{version}.yaml").read_text(), "release")
+        (account,) = install.all("ServiceAccount")
+        (subject,) = mig.one("ClusterRoleBinding")["subjects"]
+        assert (subject["name"], subject["namespace"]) == (account["metadata"]["name"], NAMESPACE)
+        assert account["metadata"]["namespace"] == NAMESPACE
+        assert not [r for role in install.all("ClusterRole") for r in role["rules"]
+                    if "nodes" in r["resources"] and "patch" in r["verbs"]]  # fmt: skip
+
     def test_the_release_takes_the_networkpolicy_and_namespace_options(self, tmp_path: Path) -> None:
         """A release made for one cluster (make release METRICS_NAMESPACES=... CONTROL_PLANE_CIDRS=...
         EXCLUDE_NAMESPACES=... IGNORE_LABEL=false) carries those choices, as make manifests does, and is
@@ -213,7 +238,11 @@ class TestRelease:
     def test_the_checksums_are_of_the_files(self, release: tuple[str, Path]) -> None:
         version, out = release
         sums = dict(reversed(line.split("  ")) for line in (out / "SHA256SUMS").read_text().splitlines())
-        assert set(sums) == {f"gpupool-{version}.yaml", f"gpupool-monitoring-{version}.yaml"}
+        assert set(sums) == {
+            f"gpupool-{version}.yaml",
+            f"gpupool-monitoring-{version}.yaml",
+            f"gpupool-mig-reshaping-{version}.yaml",
+        }
         for name, digest in sums.items():
             assert hashlib.sha256((out / name).read_bytes()).hexdigest() == digest
 

@@ -199,3 +199,64 @@ def test_demand_that_arrives_between_two_plans_keeps_the_leader_passing_until_it
         leader.clock.now += 1  # within PLAN_SECONDS of the last plan
         leader.pass_()
         assert leader.reshaper.active
+
+
+def test_a_change_stuck_while_the_state_says_success_is_not_asked_again_until_an_admin_relabels(
+    sim: KubeSim, tmp_path: Path
+) -> None:
+    """mig-manager never acts on the label (not running on the node): the state stays `success`, the
+    change is written stuck after timeoutSeconds. Asking again would time out again (mig-manager acts only
+    on a change of the value), so the node is left alone however long the Pods wait; once an admin labels
+    another layout, it is a candidate again and the leader re-cuts it."""
+    with api_client(sim, tmp_path) as client:
+        leader = start(sim, tmp_path, client)
+        leader.clock.now += 61
+        leader.pass_()
+        asked = leader.annotations("gpu-idle")[ASKED]
+        leader.clock.now += 301
+        leader.pass_()
+        assert leader.annotations("gpu-idle")[OUTCOME].startswith("stuck@")
+        for _ in range(3):
+            leader.clock.now += 3600
+            leader.pass_()
+        assert leader.metrics.outcomes == ["asked", "stuck"]
+        assert leader.annotations("gpu-idle")[ASKED] == asked
+        assert "gpu-idle" not in leader.reshaper.waits_for.values()
+        node = sim.get("Node", None, "gpu-idle")
+        assert node is not None
+        node["metadata"]["labels"]["nvidia.com/mig.config"] = "all-1g.10gb"  # the admin, after fixing the cause
+        sim.modify(node)
+        leader.clock.now += 61
+        leader.pass_()
+    assert leader.metrics.outcomes == ["asked", "stuck", "asked"]
+    assert leader.labels("gpu-idle")["nvidia.com/mig.config"] == "all-3g.40gb"
+    assert OUTCOME not in leader.annotations("gpu-idle")
+
+
+def test_a_change_written_stuck_that_the_node_shows_done_later_is_done(sim: KubeSim, tmp_path: Path) -> None:
+    """mig-manager and GFD finish after timeoutSeconds: the change was written stuck, and once the node
+    shows the layout asked with `success` it is written done, told (MigReshaped) and counted done; the
+    Pods are released into it and the node is not asked again."""
+    mig = sim.mig_manager(OPERATOR_DEFAULT, delay=0.5)
+    with api_client(sim, tmp_path) as client:
+        leader = start(sim, tmp_path, client)
+        leader.clock.now += 61
+        leader.pass_()
+        leader.clock.now += 301  # before mig-manager acted: the leader's clock is not the stand-in's
+        leader.pass_()
+        assert leader.annotations("gpu-idle")[OUTCOME].startswith("stuck@")
+        eventually(lambda: mig.history == [("gpu-idle", "all-3g.40gb", "success")], what="the change done")
+        eventually(lambda: "nvidia.com/mig-3g.40gb.count" in leader.labels("gpu-idle"), what="GFD's new labels")
+        leader.pass_()
+        assert leader.annotations("gpu-idle")[OUTCOME].startswith("done@")
+        assert "MigReshaped" in leader.reasons("gpu-idle")
+
+        def released() -> bool:
+            leader.pass_()
+            return all(leader.released(f"big-{k}") for k in range(4))
+
+        eventually(released, what="the four Pods released into the re-cut node")
+        leader.clock.now += 3600
+        leader.pass_()
+    assert leader.metrics.outcomes == ["asked", "stuck", "done"]
+    assert mig.history == [("gpu-idle", "all-3g.40gb", "success")] and mig.violations == []

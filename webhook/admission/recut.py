@@ -19,6 +19,7 @@ from webhook.domain.devices import partition_product
 from webhook.domain.model import NodeInfo, PoolKey
 from webhook.domain.policy import Policy
 from webhook.domain.products import matches, tokens
+from webhook.mig.follow import stuck_hold
 from webhook.mig.hint import Recut, recut_could_serve
 from webhook.mig.layouts import Layouts, gpu_count
 from webhook.mig.planner import CONFIG_LABEL, RESHAPE_LABEL, STATE_LABEL, Candidate, Waiting
@@ -61,6 +62,7 @@ def candidate_of(node: NodeInfo, layouts: Layouts) -> Candidate:
         layout=node.labels.get(CONFIG_LABEL, ""),
         state=node.labels.get(STATE_LABEL, ""),
         busy=False,
+        held=stuck_hold(node.annotations, node.labels, node.allocatable, layouts),
     )
 
 

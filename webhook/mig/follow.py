@@ -13,6 +13,12 @@ What gpupool asked for lives on the node, so that a new leader after failover ca
 `gpupool.io/mig-reshape-outcome: "<outcome>@<time>"` once the change ended (done, failed, stuck,
 superseded). A node whose asked change has no outcome yet is being re-cut (`under_way`): no Pod is
 released to it (webhook.pools.nodes counts it not usable), whatever its labels say meanwhile.
+
+A change written `stuck` holds the node (`stuck_hold`): gpupool asks nothing more of it while its label
+still names the layout asked for, since mig-manager acts only on a change of the value and asking again
+would time out again. The hold ends when the node shows that layout with `success` after all
+(`done_late`: mig-manager or GFD were slower than `timeoutSeconds`; the leader then writes `done`), or
+when someone labels another layout (an admin who fixed the cause).
 """
 
 from __future__ import annotations
@@ -21,10 +27,12 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import NamedTuple
 
-from webhook.mig.layouts import Yield
+from webhook.mig.layouts import Layouts, Yield, gpu_count
+from webhook.mig.planner import CONFIG_LABEL, STATE_LABEL
 
 IN_FLIGHT, DONE, FAILED, STUCK, SUPERSEDED = "in-flight", "done", "failed", "stuck", "superseded"
 STRATEGY_LABEL = "nvidia.com/mig.strategy"
+PRODUCT_LABEL = "nvidia.com/gpu.product"
 MIG_PREFIX = "nvidia.com/mig-"
 ANNOTATIONS = "gpupool.io/mig-reshape-"  # the prefix of gpupool's own annotations on a node
 ASKED_ANNOTATION = "gpupool.io/mig-reshape-asked"
@@ -66,6 +74,49 @@ def under_way(annotations: Mapping[str, str]) -> bool:
     return asked_of(annotations) is not None and OUTCOME_ANNOTATION not in annotations
 
 
+def recorded(annotations: Mapping[str, str]) -> str:
+    """The outcome written for gpupool's last change of the node ("" when none is)."""
+    found = read_asked(annotations.get(OUTCOME_ANNOTATION, ""))
+    return found.layout if found is not None else ""
+
+
+def shows_named(layout: str, labels: Mapping[str, str], allocatable: Mapping[str, int], layouts: Layouts) -> bool:
+    """Do the node's labels and allocatable show the named `layout`, as it yields on the node's GPUs?"""
+    gpus = gpu_count(labels, layouts.config, layouts.catalog)
+    coming = layouts.on(labels.get(PRODUCT_LABEL, ""), gpus).get(layout)
+    return isinstance(coming, Yield) and shows(coming, labels, allocatable)
+
+
+def done_late(
+    annotations: Mapping[str, str], labels: Mapping[str, str], allocatable: Mapping[str, int], layouts: Layouts
+) -> bool:
+    """Was the node's last change written `stuck`, and does it now show the layout asked, with `success`?"""
+    asked = asked_of(annotations)
+    return (
+        asked is not None
+        and recorded(annotations) == STUCK
+        and labels.get(CONFIG_LABEL, "") == asked.layout
+        and labels.get(STATE_LABEL, "") == "success"
+        and shows_named(asked.layout, labels, allocatable, layouts)
+    )
+
+
+def stuck_hold(
+    annotations: Mapping[str, str], labels: Mapping[str, str], allocatable: Mapping[str, int], layouts: Layouts
+) -> str:
+    """Why gpupool leaves the node alone after its change was written `stuck` ("" when it does not): its
+    label still names the layout asked for, which the node does not show (see the module's docstring)."""
+    asked = asked_of(annotations)
+    if asked is None or recorded(annotations) != STUCK or labels.get(CONFIG_LABEL, "") != asked.layout:
+        return ""
+    if done_late(annotations, labels, allocatable, layouts):
+        return ""
+    return (
+        f"its change to {asked.layout} was stuck: gpupool asks nothing more of it until it shows that layout "
+        f"or an admin labels another {CONFIG_LABEL}"
+    )
+
+
 def status(
     asked: Asked,
     *,
@@ -93,7 +144,7 @@ def shows(layout: Yield, labels: Mapping[str, str], allocatable: Mapping[str, in
     label, with allocatable `nvidia.com/gpu` the instances."""
     wanted = {p.label_name: n for p, n in layout.instances}
     if labels.get(STRATEGY_LABEL) == "single":
-        product = labels.get("nvidia.com/gpu.product", "")
+        product = labels.get(PRODUCT_LABEL, "")
         if len(wanted) != 1:
             return False
         ((profile, count),) = wanted.items()

@@ -3,9 +3,9 @@
 (webhook.admission.recut).
 
 Only what could ever be: the node need not be idle now (the Pod would wait for it), but it must not be
-`failed`, and the layout must fit the Pod's memory and count on one node, on a GPU model, a node and a
-profile the Pod may use. A node the admin did not opt in is considered only when asked (`opted_in=False`),
-for a denial that says what opting in would do.
+`failed` nor held by a change written `stuck` (both wait for an admin), and the layout must fit the Pod's
+memory and count on one node, on a GPU model, a node and a profile the Pod may use. A node the admin did
+not opt in is considered only when asked (`opted_in=False`), for a denial that says what opting in would do.
 """
 
 from __future__ import annotations
@@ -41,7 +41,9 @@ def recut_could_serve(
     (node, profile) says whether the Pod may use that profile's instances there (its classes)."""
     best: tuple[tuple[bool, bool, int, str, str], Recut] | None = None
     for c in nodes:
-        if (opted_in and not c.opted_in) or c.state == "failed" or (pod.nodes is not None and c.name not in pod.nodes):
+        if (opted_in and not c.opted_in) or c.state == "failed" or c.held:
+            continue
+        if pod.nodes is not None and c.name not in pod.nodes:
             continue
         for name, chosen in layouts.usable(c.product, c.gpus).items():
             if pod.models is not None and chosen.model.name not in pod.models:

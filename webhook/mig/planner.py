@@ -13,11 +13,12 @@ the same rules:
    a node that: the admin labelled `gpupool.io/mig-reshape=true`; runs no GPU Pod and has none released
    to it; has had none for `idle_seconds`; whose last change gpupool asked for is `idle_seconds` old or
    more; whose `nvidia.com/mig.config.state` is not `pending`, `rebooting` or `failed` (a failed node
-   waits for an admin); whose GPU model and count gpupool knows. Each round takes the (node, layout)
-   that serves the most waiting GPU memory (a Pod counts the memory of the smallest profile that fits
-   it on that model), then the most Pods, then wastes the least (the layout's memory left idle), then
-   by name; and stops when no change serves anyone. Greedy by what each change adds, so few nodes
-   serve the most memory.
+   waits for an admin); whose last change, written `stuck`, does not hold it (webhook.mig.follow:
+   its label still names the layout asked, which it does not show); whose GPU model and count gpupool
+   knows. Each round takes the (node, layout) that serves the most waiting GPU memory (a Pod counts the
+   memory of the smallest profile that fits it on that model), then the most Pods, then wastes the least
+   (the layout's memory left idle), then by name; and stops when no change serves anyone. Greedy by what
+   each change adds, so few nodes serve the most memory.
 
 The output says, for each change, the node, its layout now and the one chosen, and which Pods it is
 for; and for each waiting Pod whether free instances serve it or it waits for the re-cut of a node.
@@ -80,6 +81,7 @@ class Candidate:
     idle_since: float | None = None  # when it last stopped being busy; None: not since anyone looked
     changed_at: float | None = None  # when gpupool last asked for a change of it; None: never
     changing: str = ""  # the layout a change gpupool asked for will leave, while it is under way
+    held: str = ""  # why its last change, written stuck, holds it (webhook.mig.follow.stuck_hold); "" when not
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +194,8 @@ def _why_not(c: Candidate, model: GpuModel | None, claimed: set[str], s: MigResh
         return f"its change to {c.changing} is under way"
     if c.state in HANDS_OFF_STATES:
         return f"{STATE_LABEL}={c.state}" + (": an admin must clear it" if c.state == "failed" else "")
+    if c.held:
+        return c.held
     if c.busy:
         return "a Pod uses its GPUs, or was released to it"
     if c.name in claimed:

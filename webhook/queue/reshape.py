@@ -8,7 +8,10 @@ deciding its releases, at most every PLAN_SECONDS:
    counts it not usable); ended (done, failed, stuck, superseded), the outcome is written on the node
    (`gpupool.io/mig-reshape-outcome`), which lets the node serve again (the queue releases into the new
    layout's pools), an Event is posted on the node and, when it did not end done, on the Pods that waited
-   for it, and `gpupool_mig_reshapes_total{outcome}` counts it.
+   for it, and `gpupool_mig_reshapes_total{outcome}` counts it. A change written stuck that the node
+   shows done since (mig-manager or GFD slower than `timeoutSeconds`) is written done then, told and
+   counted; until then, or until someone labels another layout, the planner leaves the node alone
+   (webhook.mig.follow.stuck_hold).
 2. **Plan** (webhook.mig.planner) on the Pods that wait for capacity and accept MIG instances, the free
    instances and the MIG nodes, as the index shows them after this pass's releases.
 3. **Fence, then ask.** For each change, the node is first counted as being re-cut in the index (the
@@ -32,7 +35,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from webhook.admission.recut import PRODUCT_LABEL, is_mig
+from webhook.admission.recut import is_mig
 from webhook.admission.request import GpuRequest
 from webhook.domain.model import NodeInfo, PodKey
 from webhook.domain.policy import Policy
@@ -49,11 +52,13 @@ from webhook.mig.follow import (
     Asked,
     asked_of,
     asked_text,
-    shows,
+    done_late,
+    recorded,
+    shows_named,
     status,
     under_way,
 )
-from webhook.mig.layouts import Layouts, Yield, gpu_count
+from webhook.mig.layouts import Layouts
 from webhook.mig.planner import (
     CONFIG_LABEL,
     STATE_LABEL,
@@ -135,7 +140,7 @@ class Reshaper:
         self._planned_at = float("-inf")
         self._fenced: dict[str, NodeInfo] = {}  # node -> what the index counts until the watch shows the write
         self._before: dict[str, NodeInfo] = {}  # node -> as the index held it before its fence
-        self._ended: dict[str, Asked] = {}  # outcomes written, until the watch shows them
+        self._ended: dict[str, tuple[Asked, str]] = {}  # (change, outcome) written, until the watch shows it
         self._for: dict[str, tuple[tuple[str, str], ...]] = {}  # node -> (Pod, uid) its change was for (this leader's)
         self._busy_at: dict[str, float] = {}  # node -> when this leader last saw a Pod hold its GPUs
         self._read: tuple[float, tuple[str, str], str] | None = None  # when, which ConfigMap, its text
@@ -221,16 +226,19 @@ class Reshaper:
         changing: dict[str, str] = {}
         for node in nodes:
             asked = asked_of(node.annotations)
+            written = self._ended.get(node.name)
+            if written is not None and written[0] == asked and written[1] != recorded(node.annotations):
+                continue  # written already: the watch will show it
             if asked is None or OUTCOME_ANNOTATION in node.annotations:
                 self._ended.pop(node.name, None)
+                if (
+                    asked is not None
+                    and layouts is not None
+                    and done_late(node.annotations, node.labels, node.allocatable, layouts)
+                ):
+                    ended.append(_Ended(node, DONE, asked))  # written stuck, done since: it is done after all
                 continue
-            if self._ended.get(node.name) == asked:
-                continue  # written already: the watch will show it
-            shown = False
-            if layouts is not None:
-                gpus = gpu_count(node.labels, layouts.config, layouts.catalog)
-                coming = layouts.on(node.labels.get(PRODUCT_LABEL, ""), gpus).get(asked.layout)
-                shown = isinstance(coming, Yield) and shows(coming, node.labels, node.allocatable)
+            shown = layouts is not None and shows_named(asked.layout, node.labels, node.allocatable, layouts)
             outcome = status(
                 asked,
                 label=node.labels.get(CONFIG_LABEL, ""),
@@ -253,7 +261,7 @@ class Reshaper:
         if not isinstance(result, Released):
             log.warning("could not write the outcome %s of the re-cut of %s: %s", e.outcome, name, result)
             return
-        self._ended[name] = e.asked
+        self._ended[name] = (e.asked, e.outcome)
         self._metrics.mig_reshaped(e.outcome)
         pods = self._for.pop(name, ())
         layout = e.asked.layout
