@@ -13,7 +13,7 @@ import pytest
 
 from tests.builders import eventually
 from tests.mig.configs import OPERATOR_DEFAULT
-from tests.queue.migfleet import a100, api_client, config_map, running, start, sync, waiting_pod
+from tests.queue.migfleet import api_client, fleet_sim, start, sync, waiting_pod
 from webhook.pools.nodes import NodeFacts
 from webhook.queue.waiting import PODS
 from webhook.testing import KubeSim
@@ -26,13 +26,7 @@ OUTCOME = "gpupool.io/mig-reshape-outcome"
 
 @pytest.fixture
 def sim() -> Iterator[KubeSim]:
-    with KubeSim(bookmark_interval=0.2) as running_sim:
-        running_sim.add(config_map())
-        for node in (a100("gpu-busy"), a100("gpu-idle"), a100("gpu-out", opted_in=False)):
-            running_sim.add(node)
-        running_sim.add(running("trainer", "gpu-busy"))
-        for k in range(4):
-            running_sim.add(waiting_pod(f"big-{k}"))
+    with fleet_sim(*(waiting_pod(f"big-{k}") for k in range(4))) as running_sim:
         yield running_sim
 
 
