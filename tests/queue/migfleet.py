@@ -9,8 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import kubernetes
-
 from tests.builders import policy
 from tests.mig.configs import A100_80, OPERATOR_DEFAULT
 from tests.queue.fakes import Events, Inventory, Leading
@@ -148,13 +146,6 @@ def sync(sim: KubeSim, index: PoolIndex, policy: Policy) -> None:
     index.upsert_nodes(node_from_obj(n, policy.gpu_resources, policy.partition_prefixes) for n in sim.objects("Node"))
     for obj in sim.objects("Pod"):
         index.upsert_pod(pod_from_obj(obj, policy.gpu_resources, policy.partition_prefixes))
-
-
-@contextmanager
-def api_client(sim: KubeSim, tmp_path: Path) -> Iterator[Any]:
-    path = sim.write_kubeconfig(tmp_path / "kubeconfig")
-    with kubernetes.config.new_client_from_config(config_file=str(path)) as client:
-        yield client
 
 
 class Clock:

@@ -13,7 +13,8 @@ import pytest
 
 from tests.builders import eventually, policy
 from tests.mig.configs import OPERATOR_DEFAULT
-from tests.queue.migfleet import POLICY, api_client, big, fleet_sim, start, sync
+from tests.queue.migfleet import POLICY, big, fleet_sim, start, sync
+from tests.testing.kubeclient import kube_client
 from webhook.admission.core import evaluate
 from webhook.pools.index import PoolIndex
 from webhook.testing import KubeSim
@@ -51,7 +52,7 @@ def test_four_35gi_pods_are_queued_at_admission_and_released_into_the_node_the_l
         stored = jsonpatch.apply_patch(obj, list(result.patch))
         stored["metadata"].update(uid=f"uid-big-{k}", creationTimestamp=f"2026-12-01T10:00:0{k}Z")
         sim.add(stored)
-    with api_client(sim, tmp_path) as client:
+    with kube_client(sim, tmp_path) as client:
         leader = start(sim, tmp_path, client)
         leader.pass_()
         leader.clock.now += 61
