@@ -7,10 +7,16 @@ from webhook.sources.snapshot import SnapshotInventory
 
 
 class CurrentInventory(SnapshotInventory):
-    """A snapshot whose Pod watch has been current since time 0, so reservations settle (as live ones do)."""
+    """A snapshot whose Pod watch has been current since time 0, so reservations settle (as live ones do);
+    `age` is how many seconds ago it last heard from the API (a test sets it to make it stale)."""
+
+    age = 0.0
 
     def current_since(self) -> float | None:
         return 0.0
+
+    def age_seconds(self) -> float:
+        return self.age
 
 
 class Clock:

@@ -14,6 +14,7 @@ from tests.admission.clocked import Clock, CurrentInventory
 from tests.builders import fleet, index_of, pod, policy
 from webhook.admission.core import Admitter
 from webhook.admission.validation import Charges, Trusted, Validator
+from webhook.domain.policy import Policy
 from webhook.pools.charges import Charge, counting, from_json, unseen
 
 POLICY = policy("namespaces: {q: {placement: queue, classQuota: {medium: 2}}}")
@@ -54,9 +55,9 @@ class Wall:
 class Replica:
     """One replica: its Admitter and Validator on an inventory of its own, charging in `store`."""
 
-    def __init__(self, store: ApiCharges, wall: Wall) -> None:
-        self.inventory = CurrentInventory(index_of(fleet(), POLICY), "test")
-        self.admitter = Admitter(POLICY, self.inventory, clock=Clock(), charges=True)
+    def __init__(self, store: ApiCharges, wall: Wall, pol: Policy = POLICY) -> None:
+        self.inventory = CurrentInventory(index_of(fleet(), pol), "test")
+        self.admitter = Admitter(pol, self.inventory, clock=Clock(), charges=True)
         trusted = Trusted.of("gpupool-system", "gpupool-webhook")
         self.validator = Validator(self.admitter, trusted, charges=Charges(store, wall))
 
@@ -143,6 +144,18 @@ def test_a_dry_run_is_decided_against_the_charges_and_writes_none() -> None:
     checked = b.validator.validate_create(b.mutate(bound("dry1")), namespace="q", dry_run=True)
     assert (checked.verdict.allowed, checked.verdict.reason) == (False, "class-quota")
     assert store.read() == charged
+
+
+def test_under_on_stale_deny_a_stale_inventory_refuses_and_charges_nothing() -> None:
+    """A Pod naming its node in a namespace that queues follows onStale as a placed Pod does: while the
+    inventory is stale, its validating call is refused (503, reason stale) and no charge is written."""
+    store, wall = ApiCharges(), Wall()
+    a = Replica(store, wall, policy("defaults: {onStale: deny}\nnamespaces: {q: {placement: queue}}"))
+    stored = a.mutate(bound("p0"))
+    a.inventory.age = 600.0
+    checked = a.validator.validate_create(stored, namespace="q").verdict
+    assert (checked.allowed, checked.code, checked.reason) == (False, 503, "stale")
+    assert store.read() == ([], "")
 
 
 class TestUnseen:

@@ -10,7 +10,7 @@ import jsonpatch
 
 from tests.admission.clocked import Clock, CurrentInventory
 from tests.builders import policy
-from tests.queue.migfleet import a100, config_map, running
+from tests.queue.migfleet import a100, config_map, three_a100s, trainer
 from webhook.admission.core import Admitter, evaluate
 from webhook.admission.validation import Trusted, Validator
 from webhook.domain.policy import Policy
@@ -27,14 +27,14 @@ migReshaping: {idleSeconds: 60}
 def fleet(pol: Policy, *nodes: dict[str, Any], config: bool = True) -> PoolIndex:
     index = PoolIndex(pol)
     index.upsert_nodes(node_from_obj(n, pol.gpu_resources, pol.partition_prefixes) for n in nodes)
-    index.upsert_pod(pod_from_obj(running("trainer", "gpu-busy"), pol.gpu_resources, pol.partition_prefixes))
+    index.upsert_pod(pod_from_obj(trainer(), pol.gpu_resources, pol.partition_prefixes))
     if config:
         index.see_mig_config(config_map())
     return index
 
 
 def the_fleet(pol: Policy, **kw: Any) -> PoolIndex:
-    return fleet(pol, a100("gpu-busy"), a100("gpu-idle"), a100("gpu-out", opted_in=False), **kw)
+    return fleet(pol, *three_a100s(), **kw)
 
 
 def big(namespace: str = "q", memory: str = "35Gi", **annotations: str) -> dict[str, Any]:

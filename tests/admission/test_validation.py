@@ -314,14 +314,9 @@ def test_a_pod_that_names_its_node_is_checked_there_and_its_reservation_confirme
 def test_under_on_stale_deny_a_stale_inventory_refuses_and_drops() -> None:
     """The validating call follows onStale as the mutating call does: refused (503) while stale, with the
     reservation dropped."""
-
-    class Stale(CurrentInventory):
-        def age_seconds(self) -> float:
-            return 600.0
-
     replica = Replica(quota_fleet(), policy("defaults: {onStale: deny}"))
     stored = replica.mutate(medium())
-    replica.inventory.__class__ = Stale
+    replica.inventory.age = 600.0
     checked = replica.validator.validate_create(stored, namespace="ml")
     assert (checked.verdict.allowed, checked.verdict.code, checked.reservation) == (False, 503, "dropped")
 

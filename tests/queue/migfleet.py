@@ -9,8 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import kubernetes
-
 from tests.builders import policy
 from tests.mig.configs import A100_80, OPERATOR_DEFAULT
 from tests.queue.fakes import Events, Inventory, Leading
@@ -65,6 +63,40 @@ def a100(name: str, *, opted_in: bool = True, gpus: int = 2, layout: str = "all-
     }
 
 
+def three_a100s() -> list[dict[str, Any]]:
+    """The fleet of the re-cut tests: gpu-busy (a trainer runs there), gpu-idle, and gpu-out (not opted in)."""
+    return [a100("gpu-busy"), a100("gpu-idle"), a100("gpu-out", opted_in=False)]
+
+
+def trainer() -> dict[str, Any]:
+    """The Pod that keeps gpu-busy busy: one 1g.10gb instance."""
+    return running("trainer", "gpu-busy")
+
+
+@contextmanager
+def fleet_sim(*pods: dict[str, Any]) -> Iterator[KubeSim]:
+    """A running simulator holding mig-parted's ConfigMap, the three A100s, the trainer and `pods`."""
+    with KubeSim(bookmark_interval=0.2) as sim:
+        sim.add(config_map())
+        for obj in (*three_a100s(), trainer(), *pods):
+            sim.add(obj)
+        yield sim
+
+
+def big(name: str, namespace: str = "q") -> dict[str, Any]:
+    """A Pod as its author writes it: 35 GiB of MIG memory, no device resource."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "annotations": {"gpupool.io/device": "mig", "gpupool.io/min-memory": "35Gi"},
+        },
+        "spec": {"containers": [{"name": "c", "image": "cuda"}]},
+    }
+
+
 def config_map(text: str = OPERATOR_DEFAULT) -> dict[str, Any]:
     return {
         "kind": "ConfigMap",
@@ -114,13 +146,6 @@ def sync(sim: KubeSim, index: PoolIndex, policy: Policy) -> None:
     index.upsert_nodes(node_from_obj(n, policy.gpu_resources, policy.partition_prefixes) for n in sim.objects("Node"))
     for obj in sim.objects("Pod"):
         index.upsert_pod(pod_from_obj(obj, policy.gpu_resources, policy.partition_prefixes))
-
-
-@contextmanager
-def api_client(sim: KubeSim, tmp_path: Path) -> Iterator[Any]:
-    path = sim.write_kubeconfig(tmp_path / "kubeconfig")
-    with kubernetes.config.new_client_from_config(config_file=str(path)) as client:
-        yield client
 
 
 class Clock:

@@ -69,7 +69,7 @@ def waiting_pods(pol: Policy, index: PoolIndex, waiting: Waiting, count: int, *,
     objs = []
     for k in range(count):
         product = ("t4", "l4")[k % 2]
-        obj = queued_pod(
+        obj = gpu_pod(
             f"p{k:03d}",
             "q",
             pol,
@@ -77,11 +77,30 @@ def waiting_pods(pol: Policy, index: PoolIndex, waiting: Waiting, count: int, *,
             annotations={"gpupool.io/gpu-class": "medium", "gpupool.io/gpu-product": PRODUCTS[product]},
             created=f"2026-12-01T10:{k // 60:02d}:{k % 60:02d}Z",
             gpus=gpus,
-            tolerations=[GPU_TOLERATION],
         )
         objs.append(large(obj, f"{product}{k}"))
     enqueue(objs, index, waiting)
     return objs
+
+
+def queued(count: int) -> tuple[Policy, PoolIndex, Waiting, Parking]:
+    """Under QUEUE, on `fleet()`: `count` waiting Pods (`waiting_pods`), and an empty parking."""
+    pol = policy(QUEUE)
+    index = index_of(fleet(), pol)
+    waiting = Waiting(pol)
+    waiting_pods(pol, index, waiting, count)
+    return pol, index, waiting, Parking()
+
+
+def gpu_pod(name: str, namespace: str, pol: Policy, index: PoolIndex, **kw: Any) -> dict[str, Any]:
+    """A queued GPU Pod that tolerates the GPU nodes' taint."""
+    tolerations = [GPU_TOLERATION, *kw.pop("tolerations", [])]
+    return queued_pod(name, namespace, pol, index, tolerations=tolerations, **kw)
+
+
+def show(index: PoolIndex, pol: Policy, obj: dict[str, Any]) -> None:
+    """The watch shows a Pod (new, or again)."""
+    index.upsert_pod(pod_from_obj(obj, pol.gpu_resources, pol.partition_prefixes))
 
 
 class Decisions:
@@ -135,18 +154,14 @@ def test_the_test_pods_are_over_what_a_memo_entry_may_weigh() -> None:
     parking)."""
     pol = policy(QUEUE)
     index = index_of(fleet(), pol)
-    obj = large(queued_pod("big", "q", pol, index, gpus=2, tolerations=[GPU_TOLERATION]), "seed")
+    obj = large(gpu_pod("big", "q", pol, index, gpus=2), "seed")
     assert shape_bytes(read_pod(obj).shape) > MEMO_BYTES // ENTRY_SHARE
 
 
 def test_with_nothing_changed_a_pass_over_200_large_distinct_shapes_decides_none(decisions: Decisions) -> None:
     """200 large distinct Pods wait for room; the first pass decides each once, the next (nothing
     changed) decides none, and answers the same."""
-    pol = policy(QUEUE)
-    index = index_of(fleet(), pol)
-    waiting = Waiting(pol)
-    waiting_pods(pol, index, waiting, 200)
-    parking = Parking()
+    pol, index, waiting, parking = queued(200)
     first = a_pass(waiting, index, pol, parking)
     assert len(decisions.take()) == first.decisions == 200
     again = a_pass(waiting, index, pol, parking)
@@ -158,14 +173,10 @@ def test_with_nothing_changed_a_pass_over_200_large_distinct_shapes_decides_none
 def test_room_on_one_pool_decides_again_only_the_shapes_that_wait_for_it(decisions: Decisions) -> None:
     """A GPU frees on the T4 node (not enough for a 2-GPU Pod): the next pass decides again the 100
     shapes that wait for T4s, and none of the 100 that wait for L4s."""
-    pol = policy(QUEUE)
-    index = index_of(fleet(), pol)
-    waiting = Waiting(pol)
-    waiting_pods(pol, index, waiting, 200)
-    parking = Parking()
+    pol, index, waiting, parking = queued(200)
     a_pass(waiting, index, pol, parking)
     decisions.take()
-    index.upsert_pod(pod_from_obj(running("busy-t4", "t4-a", 3), pol.gpu_resources, pol.partition_prefixes))
+    show(index, pol, running("busy-t4", "t4-a", 3))
     decided = a_pass(waiting, index, pol, parking)
     again = decisions.take()
     assert len(again) == decided.decisions == 100
@@ -176,14 +187,10 @@ def test_room_on_one_pool_decides_again_only_the_shapes_that_wait_for_it(decisio
 def test_a_running_pods_update_that_frees_nothing_decides_nothing(decisions: Decisions) -> None:
     """The watch shows a running Pod again (a status update: the same GPUs on the same node): no pool's
     room changed, so no shape is decided again."""
-    pol = policy(QUEUE)
-    index = index_of(fleet(), pol)
-    waiting = Waiting(pol)
-    waiting_pods(pol, index, waiting, 20)
-    parking = Parking()
+    pol, index, waiting, parking = queued(20)
     a_pass(waiting, index, pol, parking)
     decisions.take()
-    index.upsert_pod(pod_from_obj(running("busy-t4", "t4-a", 4), pol.gpu_resources, pol.partition_prefixes))
+    show(index, pol, running("busy-t4", "t4-a", 4))
     assert a_pass(waiting, index, pol, parking).decisions == 0
     assert decisions.take() == []
 
@@ -191,11 +198,7 @@ def test_a_running_pods_update_that_frees_nothing_decides_nothing(decisions: Dec
 def test_room_enough_releases_the_oldest_pod_that_waits_for_it() -> None:
     """The T4 node frees whole: the oldest T4 Pod goes (then the next, as room allows); every L4 Pod
     stays parked."""
-    pol = policy(QUEUE)
-    index = index_of(fleet(), pol)
-    waiting = Waiting(pol)
-    waiting_pods(pol, index, waiting, 20)
-    parking = Parking()
+    pol, index, waiting, parking = queued(20)
     a_pass(waiting, index, pol, parking)
     index.remove_pod(("other", "busy-t4"))
     decided = a_pass(waiting, index, pol, parking)
@@ -212,11 +215,11 @@ def test_a_parked_pod_leaves_its_room_until_its_bound_then_holds_it_against_a_la
     pol = policy(QUEUE)
     index = index_of([gpu_node("t4-a", "Tesla-T4", 4), running("busy", "t4-a", 2)], pol)
     waiting = Waiting(pol, clock=lambda: START)
-    big = large(queued_pod("big", "q", pol, index, gpus=4, tolerations=[GPU_TOLERATION]), "big")
+    big = large(gpu_pod("big", "q", pol, index, gpus=4), "big")
     enqueue([big], index, waiting)
     parking = Parking()
     assert a_pass(waiting, index, pol, parking, now=START).waits[0].code == "capacity"
-    small = queued_pod("small", "q2", pol, index, gpus=1, created="2026-12-01T11:00:00Z", tolerations=[GPU_TOLERATION])
+    small = gpu_pod("small", "q2", pol, index, gpus=1, created="2026-12-01T11:00:00Z")
     enqueue([small], index, waiting)
     early = START + pol.defaults.queue_hold_after_seconds - 1
     decided = a_pass(waiting, index, pol, parking, now=early)
@@ -226,7 +229,7 @@ def test_a_parked_pod_leaves_its_room_until_its_bound_then_holds_it_against_a_la
         a_pass(waiting, index, pol, None, now=early) if undone(decided, index) else decided
     )
     a_pass(waiting, index, pol, parking, now=early)  # released again: the pass the rest of the test follows
-    later = queued_pod("later", "q2", pol, index, gpus=1, created="2026-12-01T11:01:00Z", tolerations=[GPU_TOLERATION])
+    later = gpu_pod("later", "q2", pol, index, gpus=1, created="2026-12-01T11:01:00Z")
     enqueue([later], index, waiting)
     late = START + pol.defaults.queue_hold_after_seconds
     expected = answers(a_pass(waiting, index, pol, None, now=late))
@@ -244,9 +247,7 @@ def test_a_quota_that_frees_decides_the_namespace_again_and_releases() -> None:
     waiting = Waiting(pol)
     objs = [
         large(
-            queued_pod(
-                f"w{k}", "q", pol, index, gpus=1, created=f"2026-12-01T10:00:0{k}Z", tolerations=[GPU_TOLERATION]
-            ),
+            gpu_pod(f"w{k}", "q", pol, index, gpus=1, created=f"2026-12-01T10:00:0{k}Z"),
             f"w{k}",
         )
         for k in range(3)
@@ -263,11 +264,7 @@ def test_a_quota_that_frees_decides_the_namespace_again_and_releases() -> None:
 
 
 def test_a_new_policy_decides_every_shape_again() -> None:
-    pol = policy(QUEUE)
-    index = index_of(fleet(), pol)
-    waiting = Waiting(pol)
-    waiting_pods(pol, index, waiting, 6)
-    parking = Parking()
+    pol, index, waiting, parking = queued(6)
     a_pass(waiting, index, pol, parking)
     assert a_pass(waiting, index, pol, parking).decisions == 0
     assert a_pass(waiting, index, policy(QUEUE), parking).decisions == 6
@@ -275,19 +272,18 @@ def test_a_new_policy_decides_every_shape_again() -> None:
 
 def changes(index: PoolIndex, waiting: Waiting, pol: Policy) -> Iterator[str]:
     """A run of changes of every kind a parked answer reads: room, nodes, labels, quotas, Pods coming."""
-    info = lambda obj: pod_from_obj(obj, pol.gpu_resources, pol.partition_prefixes)  # noqa: E731
     node = lambda obj: node_from_obj(obj, pol.gpu_resources, pol.partition_prefixes)  # noqa: E731
-    index.upsert_pod(info(running("busy-t4", "t4-a", 4)))
+    show(index, pol, running("busy-t4", "t4-a", 4))
     yield "a running Pod is shown again, the same"
-    index.upsert_pod(info(running("busy-t4", "t4-a", 3)))
+    show(index, pol, running("busy-t4", "t4-a", 3))
     yield "a T4 GPU frees"
-    index.upsert_pod(info(running("busy-l4", "l4-a", 1)))
+    show(index, pol, running("busy-l4", "l4-a", 1))
     yield "three L4 GPUs free"
     index.upsert_node(node(gpu_node("l4-b", "NVIDIA-L4", 8, memory_mib=23034)))
     yield "a larger L4 node joins"
-    index.upsert_pod(info(running("fill-l4b", "l4-b", 8)))
+    show(index, pol, running("fill-l4b", "l4-b", 8))
     yield "it fills"
-    later = queued_pod("late", "q2", pol, index, gpus=1, created="2026-12-01T12:00:00Z", tolerations=[GPU_TOLERATION])
+    later = gpu_pod("late", "q2", pol, index, gpus=1, created="2026-12-01T12:00:00Z")
     enqueue([later], index, waiting)
     yield "a small Pod of another namespace queues"
     index.remove_pod(("other", "busy-t4"))
@@ -299,22 +295,13 @@ def changes(index: PoolIndex, waiting: Waiting, pol: Policy) -> Iterator[str]:
 def test_parked_answers_are_the_answers_of_deciding_every_shape_again() -> None:
     """After each change, a pass with parking answers what a pass deciding every shape answers (both
     over the same index; each pass's releases taken back before the other's)."""
-    pol = policy(QUEUE)
-    index = index_of(fleet(), pol)
-    waiting = Waiting(pol)
-    waiting_pods(pol, index, waiting, 12)
-    parking = Parking()
+    pol, index, waiting, parking = queued(12)
     for what in chain(["nothing yet"], changes(index, waiting, pol)):  # each change made after the last pass
         with_parking = a_pass(waiting, index, pol, parking)
-        undo(index, with_parking)
+        undone(with_parking, index)
         fresh = a_pass(waiting, index, pol, None)
-        undo(index, fresh)
+        undone(fresh, index)
         assert answers(with_parking) == answers(fresh), what
-
-
-def undo(index: PoolIndex, decided: Plan) -> None:
-    for r in decided.releases:
-        release_module.settle(index, r, None)
 
 
 def test_the_runner_decides_nothing_in_a_pass_over_an_unchanged_queue() -> None:
@@ -332,9 +319,9 @@ def test_the_runner_decides_nothing_in_a_pass_over_an_unchanged_queue() -> None:
 def test_equal_shapes_share_a_digest_and_different_ones_do_not() -> None:
     pol = policy(QUEUE)
     index = index_of(fleet(), pol)
-    a = queued_pod("a", "q", pol, index, gpus=1, tolerations=[GPU_TOLERATION])
-    b = queued_pod("b", "q", pol, index, gpus=1, tolerations=[GPU_TOLERATION])
-    c = queued_pod("c", "q", pol, index, gpus=2, tolerations=[GPU_TOLERATION])
+    a = gpu_pod("a", "q", pol, index, gpus=1)
+    b = gpu_pod("b", "q", pol, index, gpus=1)
+    c = gpu_pod("c", "q", pol, index, gpus=2)
     digests = [shape_digest(read_pod(o).shape) for o in (a, b, c, large(copy.deepcopy(a), "x"))]
     assert read_pod(a).shape == read_pod(b).shape
     assert digests[0] == digests[1]
@@ -355,8 +342,8 @@ def test_a_request_much_heavier_than_its_shape_is_not_kept_but_its_answer_stays_
             {"key": f"example.com/t{k}-{i:04d}-".ljust(200, "x"), "operator": "Equal", "value": "v" * 63}
             for i in range(1023)
         ]
-        objs.append(queued_pod(f"tol{k}", "q", pol, index, gpus=2, tolerations=[GPU_TOLERATION, *tolerations]))
-        objs.append(large(queued_pod(f"aff{k}", "q", pol, index, gpus=2, tolerations=[GPU_TOLERATION]), f"a{k}"))
+        objs.append(gpu_pod(f"tol{k}", "q", pol, index, gpus=2, tolerations=tolerations))
+        objs.append(large(gpu_pod(f"aff{k}", "q", pol, index, gpus=2), f"a{k}"))
     enqueue(objs, index, waiting)
     parking = Parking()
     assert a_pass(waiting, index, pol, parking).decisions == 6

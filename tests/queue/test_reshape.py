@@ -13,7 +13,8 @@ import pytest
 
 from tests.builders import eventually
 from tests.mig.configs import OPERATOR_DEFAULT
-from tests.queue.migfleet import a100, api_client, config_map, running, start, sync, waiting_pod
+from tests.queue.migfleet import fleet_sim, start, sync, waiting_pod
+from tests.testing.kubeclient import kube_client
 from webhook.pools.nodes import NodeFacts
 from webhook.queue.waiting import PODS
 from webhook.testing import KubeSim
@@ -26,13 +27,7 @@ OUTCOME = "gpupool.io/mig-reshape-outcome"
 
 @pytest.fixture
 def sim() -> Iterator[KubeSim]:
-    with KubeSim(bookmark_interval=0.2) as running_sim:
-        running_sim.add(config_map())
-        for node in (a100("gpu-busy"), a100("gpu-idle"), a100("gpu-out", opted_in=False)):
-            running_sim.add(node)
-        running_sim.add(running("trainer", "gpu-busy"))
-        for k in range(4):
-            running_sim.add(waiting_pod(f"big-{k}"))
+    with fleet_sim(*(waiting_pod(f"big-{k}") for k in range(4))) as running_sim:
         yield running_sim
 
 
@@ -41,7 +36,7 @@ def test_the_idle_opted_in_node_is_re_cut_and_the_four_pods_are_released_into_it
     for four 35 GiB Pods); nothing is released while the layout changes; once GFD shows the new layout
     the outcome is written, the node told, and all four Pods released; gpu-busy and gpu-out untouched."""
     mig = sim.mig_manager(OPERATOR_DEFAULT, delay=0.5)
-    with api_client(sim, tmp_path) as client:
+    with kube_client(sim, tmp_path) as client:
         leader = start(sim, tmp_path, client)
         leader.pass_()
         assert leader.labels("gpu-idle")["nvidia.com/mig.config"] == "all-1g.10gb"  # idle for 0 s, not 60
@@ -74,7 +69,7 @@ def test_nothing_is_released_to_a_node_while_its_change_is_under_way(sim: KubeSi
     """Between the label's write and GFD's new labels, the index counts the re-cut node as not usable:
     its old instances are not counted as room (mig-manager here has not acted on the label yet, so the node
     still offers them: only gpupool's own record of the change keeps Pods off it)."""
-    with api_client(sim, tmp_path) as client:
+    with kube_client(sim, tmp_path) as client:
         leader = start(sim, tmp_path, client)
         leader.clock.now += 61
         leader.pass_()
@@ -94,7 +89,7 @@ def test_a_failed_change_is_left_alone_told_and_counted(sim: KubeSim, tmp_path: 
     """mig-manager ends `failed`: the outcome is written, a Warning Event goes to the node and to each
     Pod that waited for it, the metric counts it, and the node is never asked again."""
     sim.mig_manager(OPERATOR_DEFAULT, delay=0.2, fail=["gpu-idle"])
-    with api_client(sim, tmp_path) as client:
+    with kube_client(sim, tmp_path) as client:
         leader = start(sim, tmp_path, client)
         leader.clock.now += 61
         leader.pass_()
@@ -114,7 +109,7 @@ def test_a_change_still_pending_after_timeout_seconds_is_given_up_on(sim: KubeSi
     """`pending` forever (older mig-manager releases): after timeoutSeconds the change is counted stuck,
     told, and the node is not asked again."""
     sim.mig_manager(OPERATOR_DEFAULT, delay=0.2, stuck=["gpu-idle"])
-    with api_client(sim, tmp_path) as client:
+    with kube_client(sim, tmp_path) as client:
         leader = start(sim, tmp_path, client)
         leader.clock.now += 61
         leader.pass_()
@@ -133,7 +128,7 @@ def test_a_change_still_pending_after_timeout_seconds_is_given_up_on(sim: KubeSi
 def test_a_node_changed_before_the_write_is_not_labelled_and_is_planned_again(sim: KubeSim, tmp_path: Path) -> None:
     """The node's label changes between the plan and the write (an admin): the write is not made, the
     fence is undone, the metric counts a conflict."""
-    with api_client(sim, tmp_path) as client:
+    with kube_client(sim, tmp_path) as client:
         leader = start(sim, tmp_path, client)
         leader.clock.now += 61
         sync(sim, leader.index, leader.policy)
@@ -154,7 +149,7 @@ def test_a_node_changed_before_the_write_is_not_labelled_and_is_planned_again(si
 
 def test_without_mig_reshaping_in_the_policy_no_node_is_touched(sim: KubeSim, tmp_path: Path) -> None:
     """The policy has no `migReshaping`: however long the Pods wait, no node is read or written."""
-    with api_client(sim, tmp_path) as client:
+    with kube_client(sim, tmp_path) as client:
         leader = start(sim, tmp_path, client, "namespaces:\n  q: {placement: queue}\n")
         leader.clock.now += 3600
         leader.pass_()
@@ -170,7 +165,7 @@ def test_a_change_that_took_longer_than_idle_seconds_is_not_re_cut_again_when_it
     not written yet, so its instances not yet counted free) does not re-cut the node for the Pods that
     waited for it; the next pass releases them there."""
     mig = sim.mig_manager(OPERATOR_DEFAULT, delay=0.2)
-    with api_client(sim, tmp_path) as client:
+    with kube_client(sim, tmp_path) as client:
         leader = start(sim, tmp_path, client)
         leader.clock.now += 61
         leader.pass_()
@@ -190,7 +185,7 @@ def test_demand_that_arrives_between_two_plans_keeps_the_leader_passing_until_it
     """The planner runs at most every PLAN_SECONDS; Pods that come to wait in a pass it skips keep the
     passes going (the runner's loop stops passing over an unchanged index once nothing is active)."""
     waiting = [sim.delete("Pod", "q", f"big-{k}") for k in range(4)]
-    with api_client(sim, tmp_path) as client:
+    with kube_client(sim, tmp_path) as client:
         leader = start(sim, tmp_path, client, plan_seconds=2.0)
         leader.pass_()
         assert not leader.reshaper.active  # nothing waits

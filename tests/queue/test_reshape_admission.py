@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import jsonpatch
 import pytest
 
 from tests.builders import eventually, policy
 from tests.mig.configs import OPERATOR_DEFAULT
-from tests.queue.migfleet import POLICY, a100, api_client, config_map, running, start, sync
+from tests.queue.migfleet import POLICY, big, fleet_sim, start, sync
+from tests.testing.kubeclient import kube_client
 from webhook.admission.core import evaluate
 from webhook.pools.index import PoolIndex
 from webhook.testing import KubeSim
@@ -24,27 +24,9 @@ pytestmark = pytest.mark.slow
 POOL_3G = "nvidia/high/NVIDIA-A100-SXM4-80GB-MIG-3g.40gb/nvidia.com/mig-3g.40gb"
 
 
-def big(name: str, namespace: str = "q") -> dict[str, Any]:
-    """A Pod as its author writes it: 35 GiB of MIG memory, no device resource."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "annotations": {"gpupool.io/device": "mig", "gpupool.io/min-memory": "35Gi"},
-        },
-        "spec": {"containers": [{"name": "c", "image": "cuda"}]},
-    }
-
-
 @pytest.fixture
 def sim() -> Iterator[KubeSim]:
-    with KubeSim(bookmark_interval=0.2) as running_sim:
-        running_sim.add(config_map())
-        for node in (a100("gpu-busy"), a100("gpu-idle"), a100("gpu-out", opted_in=False)):
-            running_sim.add(node)
-        running_sim.add(running("trainer", "gpu-busy"))
+    with fleet_sim() as running_sim:
         yield running_sim
 
 
@@ -70,7 +52,7 @@ def test_four_35gi_pods_are_queued_at_admission_and_released_into_the_node_the_l
         stored = jsonpatch.apply_patch(obj, list(result.patch))
         stored["metadata"].update(uid=f"uid-big-{k}", creationTimestamp=f"2026-12-01T10:00:0{k}Z")
         sim.add(stored)
-    with api_client(sim, tmp_path) as client:
+    with kube_client(sim, tmp_path) as client:
         leader = start(sim, tmp_path, client)
         leader.pass_()
         leader.clock.now += 61

@@ -7,14 +7,13 @@ re-cuts the idle opted-in node, and the four run there."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.conftest import wait_until
 from tests.mig.configs import OPERATOR_DEFAULT
 from tests.queue.e2e import WAIT, admit, two_replicas
-from tests.queue.migfleet import a100, config_map, running
+from tests.queue.migfleet import big, config_map, three_a100s, trainer
 
 pytestmark = pytest.mark.slow
 
@@ -26,25 +25,12 @@ migReshaping: {idleSeconds: 1, timeoutSeconds: 300}
 """
 
 
-def big(name: str, namespace: str = "q") -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "annotations": {"gpupool.io/device": "mig", "gpupool.io/min-memory": "35Gi"},
-        },
-        "spec": {"containers": [{"name": "c", "image": "cuda"}]},
-    }
-
-
 def test_four_pods_created_through_the_webhook_run_on_the_node_gpupool_re_cut(tmp_path: Path, cert_dir: Path) -> None:
     policy = tmp_path / "policy.yaml"
     policy.write_text(POLICY, "utf-8")
-    objects = [a100("gpu-busy"), a100("gpu-idle"), a100("gpu-out", opted_in=False), config_map()]
+    objects = [*three_a100s(), config_map()]
     with two_replicas(tmp_path, cert_dir, policy, objects) as cluster:
-        cluster.sim.add(running("trainer", "gpu-busy"))
+        cluster.sim.add(trainer())  # after the start: in the initial objects it times out
         mig = cluster.sim.mig_manager(OPERATOR_DEFAULT, delay=0.5)
         refused = admit(cluster.sim, cluster.clients[0], big("now-0", "now"))
         assert refused is None

@@ -1,10 +1,12 @@
-"""Reading the API simulator through the real `kubernetes` client: a watch returned once it is open, a
-list as raw JSON, and the namespace/name of listed objects (tests/testing/test_kubesim_*.py).
+"""Reading the API simulator through the real `kubernetes` client: a client on the kubeconfig the simulator
+writes, a watch returned once it is open, a list as raw JSON, and the namespace/name of listed objects.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import kubernetes
@@ -12,6 +14,14 @@ import orjson
 
 from tests.conftest import SIM_TIMEOUT as TIMEOUT
 from webhook.testing import KubeSim
+
+
+@contextmanager
+def kube_client(sim: KubeSim, tmp_path: Path) -> Iterator[kubernetes.client.ApiClient]:
+    """The real client, configured by the kubeconfig `sim` writes into `tmp_path`, closed on exit."""
+    path = sim.write_kubeconfig(tmp_path / "kubeconfig")
+    with kubernetes.config.new_client_from_config(config_file=str(path)) as client:
+        yield client
 
 
 def open_watch(sim: KubeSim, call: Any, request_timeout: Any = TIMEOUT) -> Iterator[dict[str, Any]]:

@@ -7,8 +7,6 @@ the object leaves the status alone, and an update needs the resourceVersion it r
 from __future__ import annotations
 
 import http.client
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import kubernetes
@@ -18,24 +16,10 @@ import pytest
 from tests.conftest import SIM_TIMEOUT as TIMEOUT
 from webhook.testing import KubeSim
 
-pytestmark = pytest.mark.slow  # every test here serves HTTP from the simulator
+pytestmark = [pytest.mark.slow, pytest.mark.empty_cluster]  # every test serves HTTP from an empty simulator
 
 GROUP, VERSION, PLURAL = "gpupool.io", "v1alpha1", "gpupools"
 Obj = dict[str, Any]
-
-
-@pytest.fixture
-def sim() -> Iterator[KubeSim]:
-    with KubeSim(bookmark_interval=0.2) as running:
-        yield running
-        assert running.handler_errors == []
-
-
-@pytest.fixture
-def custom(sim: KubeSim, tmp_path: Path) -> Iterator[kubernetes.client.CustomObjectsApi]:
-    path = sim.write_kubeconfig(tmp_path / "kubeconfig")
-    with kubernetes.config.new_client_from_config(config_file=str(path)) as api_client:
-        yield kubernetes.client.CustomObjectsApi(api_client)
 
 
 def pool(name: str = "nvidia-medium-l4", **status: Any) -> Obj:

@@ -23,24 +23,10 @@ from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 from tests.conftest import SIM_TIMEOUT as TIMEOUT
 from webhook.testing import KubeSim
 
-pytestmark = pytest.mark.slow  # every test here serves HTTP from the simulator
+pytestmark = [pytest.mark.slow, pytest.mark.empty_cluster]  # every test serves HTTP from an empty simulator
 
 NS = "gpupool-system"
 MICRO_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
-
-
-@pytest.fixture
-def sim() -> Iterator[KubeSim]:
-    with KubeSim(bookmark_interval=0.2) as running:
-        yield running
-        assert running.handler_errors == []
-
-
-@pytest.fixture
-def client(sim: KubeSim, tmp_path: Path) -> Iterator[kubernetes.client.ApiClient]:
-    path = sim.write_kubeconfig(tmp_path / "kubeconfig")
-    with kubernetes.config.new_client_from_config(config_file=str(path)) as api_client:
-        yield api_client
 
 
 def lease(holder: str, when: datetime | None = None) -> kubernetes.client.V1Lease:

@@ -3,8 +3,6 @@ mig-manager would: pending, the operator's components paused, GFD's labels rewri
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import kubernetes
@@ -14,6 +12,8 @@ from tests.builders import eventually
 from tests.mig.configs import A100_80, OPERATOR_DEFAULT
 from webhook.testing import KubeSim
 from webhook.testing.kubemig import PAUSED, MigManager
+
+pytestmark = pytest.mark.empty_cluster
 
 
 def a100(name: str, gpus: int = 2, strategy: str = "mixed") -> dict[str, Any]:
@@ -65,13 +65,6 @@ def gpu_pod(name: str, node: str = "", resource: str = "nvidia.com/mig-1g.10gb")
         "spec": spec,
         "status": {"phase": "Running" if node else "Pending"},
     }
-
-
-@pytest.fixture
-def sim() -> Iterator[KubeSim]:
-    with KubeSim(bookmark_interval=0.2) as running:
-        yield running
-        assert running.handler_errors == []
 
 
 def relabel(sim: KubeSim, name: str, layout: str) -> None:
@@ -189,17 +182,16 @@ def test_a_pod_on_the_gpus_while_the_layout_changes_is_a_violation_and_fails_the
     assert labels(sim, "gpu-1")["nvidia.com/mig.config.state"] == "failed"  # mig-parted fails on GPUs in use
 
 
-def test_it_runs_against_the_real_client_and_the_scheduler_stand_in(sim: KubeSim, tmp_path: Path) -> None:
+def test_it_runs_against_the_real_client_and_the_scheduler_stand_in(
+    sim: KubeSim, api: kubernetes.client.CoreV1Api
+) -> None:
     """Through the API, as gpupool's leader will: a strategic-merge PATCH of the label; the scheduler
     binds a Pod asking for the new profile only once the node offers it, so no violation."""
     sim.add(a100("gpu-1"))
     mig = sim.mig_manager(OPERATOR_DEFAULT, delay=0.5)
     scheduler = sim.scheduler()
-    path = sim.write_kubeconfig(tmp_path / "kubeconfig")
-    with kubernetes.config.new_client_from_config(config_file=str(path)) as client:
-        api = kubernetes.client.CoreV1Api(api_client=client)
-        api.patch_node("gpu-1", {"metadata": {"labels": {"nvidia.com/mig.config": "all-3g.40gb"}}})
-        sim.add(gpu_pod("wants-3g", resource="nvidia.com/mig-3g.40gb"))
-        eventually(lambda: labels(sim, "gpu-1")["nvidia.com/mig.config.state"] == "success", what="re-cut")
-        eventually(lambda: sim.get("Pod", "team-a", "wants-3g")["spec"].get("nodeName") == "gpu-1", what="bind")  # type: ignore[index]
+    api.patch_node("gpu-1", {"metadata": {"labels": {"nvidia.com/mig.config": "all-3g.40gb"}}})
+    sim.add(gpu_pod("wants-3g", resource="nvidia.com/mig-3g.40gb"))
+    eventually(lambda: labels(sim, "gpu-1")["nvidia.com/mig.config.state"] == "success", what="re-cut")
+    eventually(lambda: sim.get("Pod", "team-a", "wants-3g")["spec"].get("nodeName") == "gpu-1", what="bind")  # type: ignore[index]
     assert mig.violations == [] and mig.errors == [] and scheduler.errors == []

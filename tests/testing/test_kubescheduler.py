@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import kubernetes
@@ -262,35 +261,33 @@ class TestRoom:
 
 @pytest.mark.slow
 class TestThroughKubeSim:
-    def test_a_queued_pod_released_by_a_patch_is_bound_and_watchers_see_it(self, tmp_path: Path) -> None:
-        with KubeSim(bookmark_interval=0.2) as sim:
-            sim.add(gpu_node("t4-a"))
-            scheduler = sim.scheduler()
-            with pytest.raises(RuntimeError, match="already"):
-                sim.scheduler()
-            path = sim.write_kubeconfig(tmp_path / "kubeconfig")
-            with kubernetes.config.new_client_from_config(config_file=str(path)) as client:
-                api = kubernetes.client.CoreV1Api(client)
-                body = gpu_pod("q", schedulingGates=[{"name": "gpupool.io/queue"}])
-                del body["metadata"]["creationTimestamp"]
-                created = api.create_namespaced_pod("team-a", body, _request_timeout=TIMEOUT)
-                time.sleep(0.2)  # a few rounds: the gated Pod stays unbound
-                assert api.read_namespaced_pod("q", "team-a", _request_timeout=TIMEOUT).spec.node_name is None
-                stream = kubernetes.watch.Watch().stream(
-                    api.list_namespaced_pod,
-                    "team-a",
-                    resource_version=created.metadata.resource_version,
-                    timeout_seconds=TIMEOUT,
-                )
-                patch = {"spec": {"schedulingGates": [{"name": "gpupool.io/queue", "$patch": "delete"}]}}
-                api.patch_namespaced_pod("q", "team-a", patch, _request_timeout=TIMEOUT)
-                events = [next(stream), next(stream)]
-                assert [(e["type"], e["object"].spec.node_name, e["object"].status.phase) for e in events] == [
-                    ("MODIFIED", None, "Pending"),
-                    ("MODIFIED", "t4-a", "Running"),
-                ]
-            assert scheduler.errors == [] and sim.handler_errors == []
-        assert scheduler.stats()["bind"] == 1
+    @pytest.mark.empty_cluster
+    def test_a_queued_pod_released_by_a_patch_is_bound_and_watchers_see_it(
+        self, sim: KubeSim, api: kubernetes.client.CoreV1Api
+    ) -> None:
+        sim.add(gpu_node("t4-a"))
+        scheduler = sim.scheduler()
+        with pytest.raises(RuntimeError, match="already"):
+            sim.scheduler()
+        body = gpu_pod("q", schedulingGates=[{"name": "gpupool.io/queue"}])
+        del body["metadata"]["creationTimestamp"]
+        created = api.create_namespaced_pod("team-a", body, _request_timeout=TIMEOUT)
+        time.sleep(0.2)  # a few rounds: the gated Pod stays unbound
+        assert api.read_namespaced_pod("q", "team-a", _request_timeout=TIMEOUT).spec.node_name is None
+        stream = kubernetes.watch.Watch().stream(
+            api.list_namespaced_pod,
+            "team-a",
+            resource_version=created.metadata.resource_version,
+            timeout_seconds=TIMEOUT,
+        )
+        patch = {"spec": {"schedulingGates": [{"name": "gpupool.io/queue", "$patch": "delete"}]}}
+        api.patch_namespaced_pod("q", "team-a", patch, _request_timeout=TIMEOUT)
+        events = [next(stream), next(stream)]
+        assert [(e["type"], e["object"].spec.node_name, e["object"].status.phase) for e in events] == [
+            ("MODIFIED", None, "Pending"),
+            ("MODIFIED", "t4-a", "Running"),
+        ]
+        assert scheduler.errors == [] and scheduler.stats()["bind"] == 1
 
     def test_the_churn_leaves_binding_to_the_scheduler(self) -> None:
         with KubeSim() as sim:

@@ -11,7 +11,6 @@ refusal.
 from __future__ import annotations
 
 import http.client
-from collections.abc import Iterator
 from typing import Any
 
 import kubernetes
@@ -21,19 +20,11 @@ import pytest
 from tests.conftest import SIM_TIMEOUT as TIMEOUT
 from webhook.testing import KubeSim
 
-pytestmark = pytest.mark.slow  # every test here serves HTTP from the simulator
+pytestmark = [pytest.mark.slow, pytest.mark.empty_cluster]  # every test serves HTTP from an empty simulator
 
 NS, GATE = "team-a", "gpupool.io/queue"
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 Obj = dict[str, Any]
-
-
-@pytest.fixture
-def sim() -> Iterator[KubeSim]:
-    """An empty cluster, in place of tests/testing/conftest.py's synthetic one (its `api` talks to this)."""
-    with KubeSim(bookmark_interval=0.2) as running:
-        yield running
-        assert running.handler_errors == []
 
 
 def pod_body(name: str, *, gates: tuple[str, ...] = (GATE,), **spec: Any) -> Obj:

@@ -5,7 +5,6 @@ real `kubernetes` client as gpupool and a tenant's controller drive it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import kubernetes
@@ -15,18 +14,10 @@ import pytest
 from tests.conftest import SIM_TIMEOUT as TIMEOUT
 from webhook.testing import KubeSim
 
-pytestmark = pytest.mark.slow  # every test here serves HTTP from the simulator
+pytestmark = [pytest.mark.slow, pytest.mark.empty_cluster]  # every test serves HTTP from an empty simulator
 
 NS, KEEP = "team-a", "example.com/keep"
 Obj = dict[str, Any]
-
-
-@pytest.fixture
-def sim() -> Iterator[KubeSim]:
-    """An empty cluster, in place of tests/testing/conftest.py's synthetic one (its `api` talks to this)."""
-    with KubeSim(bookmark_interval=0.2) as running:
-        yield running
-        assert running.handler_errors == []
 
 
 def kept(api: kubernetes.client.CoreV1Api, name: str, finalizers: tuple[str, ...] = (KEEP,)) -> Obj:

@@ -251,11 +251,8 @@ class Admitter:
             echoed = echo and index.take_echo(
                 view.namespace, view.name, view.generate_name, pool=req.pool_pin, node=node, gpus=devices
             )
-            result = place(prepared, policy, index, explain=False, shapes=shapes)
+            result = refused_if_stale(place(prepared, policy, index, explain=False, shapes=shapes), stale, policy)
             placement = result.placement
-            if placement is not None and stale and policy.defaults.on_stale == "deny":
-                placement = None
-                result = stale_denial(stale)
             # Every placed Pod counts until the watch shows it, pre-patched and bound ones too (only its
             # own re-invocation, recognised above, is not counted twice).
             charged = self.charges and is_charged(prepared, policy)  # its charge is its reservation
@@ -360,6 +357,14 @@ def loading_denial() -> Verdict:
         code=verdict.CODE_UNAVAILABLE,
         reason="loading",
     )
+
+
+def refused_if_stale(result: Verdict, stale: float, policy: Policy) -> Verdict:
+    """`result` under policy onStale: a placement made from an inventory `stale` seconds old (0: fresh) is
+    refused under `deny` (`stale_denial`); anything else is left as it is."""
+    if result.placement is not None and stale and policy.defaults.on_stale == "deny":
+        return stale_denial(stale)
+    return result
 
 
 def stale_denial(stale: float) -> Verdict:

@@ -59,7 +59,7 @@ from typing import Any, NamedTuple
 from webhook.admission import verdict
 from webhook.admission.audit import audited
 from webhook.admission.charging import charge, is_charged
-from webhook.admission.core import Admitter, Binding, loading_denial, place, reserve_for, stale_denial
+from webhook.admission.core import Admitter, Binding, loading_denial, place, refused_if_stale, reserve_for
 from webhook.admission.fence import RELEASED_BY, Fence, judge_manual, parse_manual
 from webhook.admission.pieces import (
     NEW_TERM,
@@ -81,7 +81,8 @@ from webhook.domain.model import PREFIX, QUEUE_GATE
 from webhook.domain.policy import Policy
 from webhook.domain.quantity import shown
 from webhook.pools.charges import Charge, ChargeStore, pending
-from webhook.pools.memo import NO_MEMO
+from webhook.pools.index import PoolIndex
+from webhook.pools.memo import NO_MEMO, Memo
 
 MAX_LISTED = 6  # changes or missing pieces a message names before it says how many more
 MAX_VALUE_CHARS = 80  # of a value quoted in a message (a Pod's own strings can be long)
@@ -144,6 +145,13 @@ class Checked(NamedTuple):
 
 
 # --- CREATE -------------------------------------------------------------------------------------------
+
+
+def placed_as_stored(prepared: Prepared, policy: Policy, index: PoolIndex, shapes: Memo, stale: float) -> Verdict:
+    """The validating call's verdict for a prepared Pod: placed by `policy` from the index now, checked as it
+    will be stored (`as_stored`), and refused under onStale: deny when the inventory is `stale` seconds old."""
+    result = as_stored(place(prepared, policy, index, explain=False, shapes=shapes), prepared.pod)
+    return refused_if_stale(result, stale, policy)
 
 
 def as_stored(result: Verdict, view: PodView) -> Verdict:
@@ -348,10 +356,8 @@ class Validator:
             taken = not dry_run and index.take_admitted(
                 view.namespace, view.name, view.generate_name, pool=req.pool_pin, node=node
             )
-            result = as_stored(place(prepared, policy, index, explain=False, shapes=shapes), view)
+            result = placed_as_stored(prepared, policy, index, shapes, stale)
             placement = result.placement
-            if placement is not None and stale and policy.defaults.on_stale == "deny":
-                result, placement = stale_denial(stale), None
             if placement is not None and not dry_run:
                 # No re-invocation follows a validating call: echoed.
                 reserve_for(index, view, placement, now, echoed=True, confirmed=True)
@@ -377,9 +383,7 @@ class Validator:
                 now = self._admitter.now()
                 index.expire(now, inventory.current_since())
                 with pending(index, read, wall, now, itself=(view.namespace, view.name)) as counted:
-                    result = as_stored(place(prepared, policy, index, explain=False, shapes=shapes), view)
-            if result.placement is not None and stale and policy.defaults.on_stale == "deny":
-                result = stale_denial(stale)
+                    result = placed_as_stored(prepared, policy, index, shapes, stale)
             return result, counted
 
         ttl = policy.defaults.reservation_seconds
