@@ -203,7 +203,7 @@ def test_a_change_stuck_while_the_state_says_success_is_not_asked_again_until_an
     change is written stuck after timeoutSeconds. Asking again would time out again (mig-manager acts only
     on a change of the value), so the node is left alone however long the Pods wait; once an admin labels
     another layout, it is a candidate again and the leader re-cuts it."""
-    with api_client(sim, tmp_path) as client:
+    with kube_client(sim, tmp_path) as client:
         leader = start(sim, tmp_path, client)
         leader.clock.now += 61
         leader.pass_()
@@ -233,7 +233,7 @@ def test_a_change_written_stuck_that_the_node_shows_done_later_is_done(sim: Kube
     shows the layout asked with `success` it is written done, told (MigReshaped) and counted done; the
     Pods are released into it and the node is not asked again."""
     mig = sim.mig_manager(OPERATOR_DEFAULT, delay=0.5)
-    with api_client(sim, tmp_path) as client:
+    with kube_client(sim, tmp_path) as client:
         leader = start(sim, tmp_path, client)
         leader.clock.now += 61
         leader.pass_()
