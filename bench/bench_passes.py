@@ -6,8 +6,9 @@ pass deciding every shape again every pass (no parking: what the queue did befor
 on the same index, the two interleaved round by round.
 
 The fleet: 20 Tesla-T4 nodes of 4 GPUs, all taken by running Pods, and one free NVIDIA-L4 node. Waiting:
-`large` Pods, each 2 GPUs on a T4, each a distinct shape of about 330 KiB (a required node affinity of
-6 x 256 values of 60 characters no node has), so over what a memo entry may weigh (128 KiB) and decided
+`large` Pods, each 2 GPUs on a T4, each a distinct shape (a required node affinity of 10 x 256 values
+of 60 characters no node has: 6 x 256 before long value lists were kept as one text, webhook.domain.packed,
+about 155 KiB held), so over what a memo entry may weigh (128 KiB) and decided
 from scratch whenever decided; or `small` Pods, 2,000 distinct ordinary shapes (gpupool.io/min-memory
 varies). For each count it measures, per mode:
 
@@ -112,10 +113,10 @@ def queued(obj: dict[str, Any], policy: Policy, index: PoolIndex, k: int) -> dic
 
 
 def large(obj: dict[str, Any], seed: int) -> dict[str, Any]:
-    values = [f"s{seed}-{k:04d}-".ljust(60, "x") for k in range(6 * 256)]
+    values = [f"s{seed}-{k:04d}-".ljust(60, "x") for k in range(10 * 256)]
     expressions = [
         {"key": f"example.com/rack-{e}", "operator": "NotIn", "values": values[e * 256 : (e + 1) * 256]}
-        for e in range(6)
+        for e in range(10)
     ]
     required = {"nodeSelectorTerms": [{"matchExpressions": expressions}]}
     obj["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}

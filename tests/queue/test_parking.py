@@ -35,12 +35,12 @@ PRODUCTS = {"t4": "Tesla-T4", "l4": "NVIDIA-L4"}
 
 
 def large(obj: dict[str, Any], seed: str) -> dict[str, Any]:
-    """The Pod with a required node affinity of 6 x 256 distinct values no node has (so it reaches every
-    node): a shape far over what a memo entry may weigh, distinct per `seed`."""
-    values = [f"{seed}-{k:04d}-".ljust(60, "x") for k in range(6 * 256)]
+    """The Pod with a required node affinity of 10 x 256 distinct values no node has (so it reaches every
+    node): a shape over what a memo entry may weigh (its values kept as one text each), distinct per `seed`."""
+    values = [f"{seed}-{k:04d}-".ljust(60, "x") for k in range(10 * 256)]
     expressions = [
         {"key": f"example.com/rack-{e}", "operator": "NotIn", "values": values[e * 256 : (e + 1) * 256]}
-        for e in range(6)
+        for e in range(10)
     ]
     obj["spec"]["affinity"] = {
         "nodeAffinity": {

@@ -17,8 +17,10 @@ release appends.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
+
+from webhook.domain.packed import packed
 
 Entries = tuple[tuple[str, str], ...]
 
@@ -34,7 +36,7 @@ class Requirement(NamedTuple):
 
     key: str
     operator: str
-    values: tuple[str, ...] = ()
+    values: Sequence[str] = ()  # a tuple, or a long list as one PackedValues shared by equal lists (packed)
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         """Does a node with these labels satisfy it? `NotIn` and `DoesNotExist` hold where the label is
@@ -287,4 +289,4 @@ def _requirement(item: object, path: str, *, fields: bool) -> Requirement:
         raise AffinityError(f"{path}.values: {operator} takes no values")
     if operator in (GT, LT) and (len(values) != 1 or parse_int64(values[0]) is None):
         raise AffinityError(f"{path}.values: {operator} takes exactly one whole number")
-    return Requirement(key, str(operator), tuple(values))
+    return Requirement(key, str(operator), packed(tuple(values)))

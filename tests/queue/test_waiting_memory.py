@@ -1,0 +1,107 @@
+"""What a replica keeps of each Pod it follows is bounded by what gpupool needs of it, not by what the Pod
+sent: large Pods within gpupool's input limits, through the real path (the live inventory's sink, the
+queue observing it, a pass reading the waiting Pods' requests with parking), measured with tracemalloc
+once the raw objects are gone (docs/queue.md, "What the queue keeps of a Pod")."""
+
+from __future__ import annotations
+
+import gc
+import json
+import tracemalloc
+from typing import Any
+
+import pytest
+
+from tests.builders import policy
+from webhook.domain.model import POOL_ANNOTATION, QUEUE_GATE
+from webhook.queue.parking import Parking
+from webhook.queue.release import read_batch
+from webhook.queue.waiting import Waiting
+from webhook.sources.live import LiveInventory
+
+KIB = 1024
+POD_BOUND = 64 * KIB  # beside one copy of its long value lists (docs/queue.md)
+REQUIREMENTS, VALUES = 64, 256  # one term at gpupool's limits of requirements and values
+POLICY = policy("namespaces:\n  q: {placement: queue}\n")
+
+
+class _UnusedApi:
+    """A CoreV1Api stand-in: the reflectors are never started, the sink is fed by hand."""
+
+    def _never(self, **kwargs: Any) -> Any:
+        raise AssertionError("the reflectors of this inventory are not started")
+
+    list_node = list_pod_for_all_namespaces = list_resource_quota_for_all_namespaces = _never
+
+
+def large_pod(n: int, *, queued: bool, distinct: bool) -> str:
+    """A one-GPU Pod with one required term of 64 requirements of 256 values (about 309 KiB of JSON),
+    as the watch sends it; with `distinct`, every value holds the Pod's number."""
+    tag = f"{n:05d}" if distinct else "00000"
+    expressions = [
+        {"key": f"topology.example.com/rack-{i:02d}", "operator": "In",
+         "values": [f"r{tag}-{i:02d}-{j:03d}-zz" for j in range(VALUES)]}
+        for i in range(REQUIREMENTS)
+    ]  # fmt: skip
+    spec: dict[str, Any] = {
+        "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": expressions}]}}},
+    }  # fmt: skip
+    annotations = {"gpupool.io/gpu-class": "medium"}
+    if queued:
+        spec["schedulingGates"] = [{"name": QUEUE_GATE}]
+    else:
+        annotations[POOL_ANNOTATION] = "medium"
+    meta = {
+        "name": f"p-{n:05d}",
+        "namespace": "q" if queued else "ml",
+        "uid": f"uid-{n}",
+        "resourceVersion": str(100 + n),
+        "creationTimestamp": "2026-12-01T10:00:00Z",
+        "annotations": annotations,
+    }
+    return json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": {}})
+
+
+def kept_per_pod(texts: list[str]) -> tuple[float, LiveInventory, Waiting]:
+    """The bytes still held per Pod once every Pod went through the watch (each decoded apart, as the watch
+    decodes it) and a pass read the waiting ones' requests with parking."""
+    live, waiting, parking = LiveInventory(POLICY, _UnusedApi()), Waiting(POLICY), Parking()
+    live.observe(waiting)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for text in texts:
+            live.apply("pods", "ADDED", json.loads(text))
+        batch = read_batch(waiting.ordered(), POLICY, parking=parking)
+        assert len(batch.pods) == len(waiting)
+        del batch
+        gc.collect()
+        after = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    return (after - before) / len(texts), live, waiting
+
+
+@pytest.mark.parametrize("queued", [pytest.param(True, id="queued"), pytest.param(False, id="now-on-no-node")])
+def test_pods_of_one_large_shape_keep_a_small_constant_each(queued: bool) -> None:
+    """50 Pods of one workload, each with the 309 KiB affinity decoded apart: each keeps at most 64 KiB
+    (before: 1.3 MiB queued, 1.2 MiB placed on no node yet), queued or placed and on no node yet."""
+    texts = [large_pod(n, queued=queued, distinct=False) for n in range(50)]
+    per_pod, live, waiting = kept_per_pod(texts)
+    with live.read() as index:
+        assert len(index.usage.pod_keys()) == 50  # every one followed
+    assert len(waiting) == (50 if queued else 0)
+    assert per_pod <= POD_BOUND, f"{per_pod / KIB:.1f} KiB kept per Pod"
+
+
+def test_distinct_large_pods_keep_about_their_values_once() -> None:
+    """20 queued Pods whose every value differs: each keeps its values' characters once, plus at most
+    64 KiB (before: 1.46 MiB, 4.7 times the JSON it sent), however many copies gpupool reads of it."""
+    texts = [large_pod(n, queued=True, distinct=True) for n in range(20)]
+    values = REQUIREMENTS * VALUES * (len("r00000-00-000-zz") + 1)
+    per_pod, _, waiting = kept_per_pod(texts)
+    assert len(waiting) == 20
+    assert per_pod <= values + POD_BOUND, f"{per_pod / KIB:.1f} KiB kept per Pod; its values {values / KIB:.1f} KiB"
