@@ -19,10 +19,15 @@ the request read from it and, once a decision left it waiting, that answer with 
 - the policy and the index themselves: a change of either forgets every answer.
 
 While all of these are as they were, the decision would give the same answer, so the pass takes it
-without deciding: the shape stays parked, and leaves to the Pods behind it what it waits for
-(the same rule as for a decided answer, webhook.queue.release: its quotas, or the pool it holds once it
-has waited long), as the decision would have. Any of them changed, it is decided again. A Pod of a
-workload group (where its siblings are is identity, read from the ledger) or of a gang is never parked.
+without deciding. The shapes are indexed by the counters they read (a pool's room, a namespace's usage
+and quotas): `look` compares each of those counters once, and only when the index changed at all
+(`index.changes`), and wakes the shapes of those that moved; a new structure forgets every answer. So a
+pass visits a parked shape only once something woke it (or its bound passed): the others cost a lookup,
+not a read of the index. Taken, the answer is as a decision's: the shape stays parked, and leaves to
+the Pods behind it what it waits for (the same rule as for a decided answer, webhook.queue.release: its
+quotas, or the pool it holds once it has waited long), as the decision would have. Any of them changed,
+it is decided again. A Pod of a workload group (where its siblings are is identity, read from the
+ledger) or of a gang is never parked.
 
 Bounded: one entry per distinct shape among the waiting Pods (its 16-byte digest, a few counters, and
 its request when that adds at most REQUEST_BYTES beyond the shape its Pods hold anyway: the request
@@ -32,7 +37,7 @@ its last Pod (`keep_only`, every pass). Not thread-safe: the leader's loop alone
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from webhook.admission.choice import Ahead, Choice
 from webhook.admission.prepared import prepare_view
@@ -50,13 +55,7 @@ from webhook.queue.waiting import Queued
 # webhook.pools.memo): else it is read again whenever a pass reads the batch (its answer is still parked).
 REQUEST_BYTES = MEMO_BYTES // ENTRY_SHARE
 
-
-class _Stamp(NamedTuple):
-    """What an answer read of the index, as change counters: equal stamps, equal answers."""
-
-    structure: int
-    rooms: tuple[int, ...]  # per pool of the entry's `pools`
-    namespace: int  # -1 when it read no quota
+K = TypeVar("K", PoolKey, str)
 
 
 class WaitAnswer(NamedTuple):
@@ -74,7 +73,6 @@ class _Parked(NamedTuple):
     pools: tuple[PoolKey, ...]  # its candidates: the pools whose room it read
     held: tuple[tuple[PoolKey, bool], ...]  # Choice.held
     namespace: str | None  # the namespace whose usage and quotas it read; None when none
-    stamp: _Stamp
 
 
 def read_request(q: Queued, policy: Policy, shapes: Memo = NO_MEMO) -> GpuRequest | Verdict:
@@ -91,6 +89,47 @@ class Parking:
         self._index: PoolIndex | None = None
         self._requests: dict[bytes, GpuRequest | Verdict] = {}
         self._parked: dict[bytes, _Parked] = {}
+        # The parked shapes by what they read (a pool's room, a namespace's usage and quotas), and the
+        # counters as last compared: a pass visits only the shapes a counter that moved woke (`_woken`).
+        self._by_room: dict[PoolKey, set[bytes]] = {}
+        self._by_namespace: dict[str, set[bytes]] = {}
+        self._room_seen: dict[PoolKey, int] = {}
+        self._namespace_seen: dict[str, int] = {}
+        self._structure_seen = -1
+        self._changes_seen = -1  # index.changes when the counters were compared: unmoved, none moved
+        self._woken: set[bytes] = set()
+
+    def _forget(self, index: PoolIndex | None, policy: Policy | None) -> None:
+        """Every parked answer, for a new index or policy."""
+        self._index, self._policy = index, policy
+        for table in (self._parked, self._by_room, self._by_namespace, self._room_seen, self._namespace_seen):
+            table.clear()
+        self._woken.clear()
+        self._structure_seen = self._changes_seen = -1
+
+    def look(self, index: PoolIndex, policy: Policy) -> None:
+        """Wake the parked shapes whose counters moved since they were last compared: a pass calls it when
+        it starts and after anything that may have changed the index (a release, a gang tried, a pause);
+        it reads the counters only when the index changed (`index.changes`), and then one per pool and
+        namespace a parked shape reads, never per shape."""
+        if index is not self._index or policy is not self._policy:
+            self._forget(index, policy)
+        if index.changes == self._changes_seen:
+            return
+        self._changes_seen = index.changes
+        capacity = index.capacity
+        if capacity.structure != self._structure_seen:
+            self._forget(index, policy)
+            self._structure_seen, self._changes_seen = capacity.structure, index.changes
+            return
+        for pool, seen in self._room_seen.items():
+            if capacity.room_changes(pool) != seen:
+                self._woken |= self._by_room.get(pool, set())
+        for namespace, seen in self._namespace_seen.items():
+            if index.namespace_changes(namespace) != seen:
+                self._woken |= self._by_namespace.get(namespace, set())
+        self._room_seen = {pool: capacity.room_changes(pool) for pool in self._room_seen}
+        self._namespace_seen = {ns: index.namespace_changes(ns) for ns in self._namespace_seen}
 
     def __len__(self) -> int:
         """The shapes parked now."""
@@ -99,9 +138,8 @@ class Parking:
     def request(self, q: Queued, policy: Policy, shapes: Memo = NO_MEMO) -> GpuRequest | Verdict:
         """The Pod's request (`read_request`), read once per shape and policy."""
         if policy is not self._policy:
-            self._policy, self._index = policy, None
+            self._forget(None, policy)
             self._requests.clear()
-            self._parked.clear()
         if not q.digest:
             return read_request(q, policy, shapes)
         req = self._requests.get(q.digest)
@@ -123,11 +161,10 @@ class Parking:
         answer read has changed, the Pods ahead and whether this Pod has waited long (at `now`, the queue's
         clock) included; the caller leaves to it what it waits for (webhook.queue.release). None: decide it."""
         if index is not self._index or policy is not self._policy:
-            self._index, self._policy = index, policy
-            self._parked.clear()
+            self._forget(index, policy)
             return None
         entry = self._parked.get(q.digest) if q.digest and not q.view.group else None
-        if entry is None or entry.stamp != _stamp(entry.pools, entry.namespace, index):
+        if entry is None or q.digest in self._woken:
             return None
         if any(ahead.holds(req, pool, index, policy) != held for pool, held in entry.held):
             return None
@@ -149,18 +186,40 @@ class Parking:
         if not q.digest or q.view.group or choice.wait is None:
             return
         if index is not self._index or policy is not self._policy:
-            self._index, self._policy = index, policy
-            self._parked.clear()
+            self._forget(index, policy)
+        self.look(index, policy)  # the counters as they are now: this answer read them so
         reads_quota = choice.wait != "capacity" or has_pool_quotas(req.namespace, policy)
         namespace = req.namespace if reads_quota else None
         pools = tuple(c.pool for c in choice.decision.candidates)
-        self._parked[q.digest] = _Parked(answer, pools, choice.held, namespace, _stamp(pools, namespace, index))
+        self._unpark(q.digest)
+        self._parked[q.digest] = _Parked(answer, pools, choice.held, namespace)
+        capacity = index.capacity
+        for pool in pools:
+            self._by_room.setdefault(pool, set()).add(q.digest)
+            self._room_seen.setdefault(pool, capacity.room_changes(pool))
+        if namespace is not None:
+            self._by_namespace.setdefault(namespace, set()).add(q.digest)
+            self._namespace_seen.setdefault(namespace, index.namespace_changes(namespace))
+        self._structure_seen = capacity.structure
+
+    def _unpark(self, digest: bytes) -> None:
+        """Forget a shape's parked answer and what it was indexed by."""
+        self._woken.discard(digest)
+        entry = self._parked.pop(digest, None)
+        if entry is None:
+            return
+        for pool in entry.pools:
+            _drop(self._by_room, self._room_seen, pool, digest)
+        if entry.namespace is not None:
+            _drop(self._by_namespace, self._namespace_seen, entry.namespace, digest)
 
     def keep_only(self, digests: set[bytes]) -> None:
         """Forget the shapes no Pod of `digests` (those waiting now) has."""
-        for table in (self._requests, self._parked):
-            for gone in [d for d in table if d not in digests]:
-                del table[gone]
+        for gone in [d for d in self._requests if d not in digests]:
+            del self._requests[gone]
+        for gone in [d for d in self._parked if d not in digests]:
+            self._unpark(gone)
+        self._woken &= digests
 
 
 def _beyond(q: Queued, req: GpuRequest | Verdict) -> int:
@@ -170,10 +229,12 @@ def _beyond(q: Queued, req: GpuRequest | Verdict) -> int:
     return held_bytes((q.view.shape, req), shape + REQUEST_BYTES) - shape  # stops once past the bound
 
 
-def _stamp(pools: tuple[PoolKey, ...], namespace: str | None, index: PoolIndex) -> _Stamp:
-    capacity = index.capacity
-    return _Stamp(
-        capacity.structure,
-        tuple(capacity.room_changes(pool) for pool in pools),
-        index.namespace_changes(namespace) if namespace is not None else -1,
-    )
+def _drop(by: dict[K, set[bytes]], seen: dict[K, int], key: K, digest: bytes) -> None:
+    """`digest` no longer reads `key`; the key's counter is no longer compared once no shape reads it."""
+    shapes = by.get(key)
+    if shapes is None:
+        return
+    shapes.discard(digest)
+    if not shapes:
+        del by[key]
+        seen.pop(key, None)

@@ -73,6 +73,9 @@ class Plan(NamedTuple):
     releases: list[Release]
     waits: list[Wait]
     decisions: int = 0  # shapes, Pods and gangs decided (the rest were parked, or shared a shape's answer)
+    # shapes, Pods and gangs the pass looked at in the index: those decided, and the parked shapes whose
+    # counters it read (webhook.queue.parking); a parked shape nothing woke is not visited
+    visits: int = 0
 
 
 PAUSE_EVERY = 16  # Pods decided between two calls of decide_batch's `pause`
@@ -150,6 +153,8 @@ def decide_batch(
     (webhook.queue.parking): the answer is the one the decision would give."""
     ahead = Ahead()  # what the Pods decided before wait for stays theirs
     parking = batch.parking
+    look = _stay if parking is None else lambda: parking.look(index, policy)  # wake what changes woke
+    look()
     this = _Pass(index, policy, ahead, now, parking)
     releases: list[Release] = []
     waits = list(batch.invalid)
@@ -164,6 +169,7 @@ def decide_batch(
             break
         if not i % PAUSE_EVERY:
             pause()
+            look()
         if not index.usage.is_queued(q.key):
             continue  # released already (by this leader's last pass, or another): the watch catches up
         if req.group.size and q.view.group:
@@ -178,6 +184,7 @@ def decide_batch(
                 waits.extend(outcome._replace(queued=m) for m, _ in members)
             else:
                 releases.extend(outcome)
+            look()
             continue
         earlier = None if q.view.group else shape_waits.get(id(q.view.shape))
         if earlier is not None:
@@ -192,11 +199,12 @@ def decide_batch(
             one, theirs = _one(q, req, this)
         if isinstance(one, Release):
             releases.append(one)
+            look()
         else:
             waits.append(one)
             if not q.view.group:  # siblings decide by their group's pools: not one shape's answer
                 shape_waits[id(q.view.shape)] = theirs or one
-    return Plan(releases, waits, decisions)
+    return Plan(releases, waits, decisions, visits=decisions)  # a parked shape nothing woke costs no visit
 
 
 @dataclass(frozen=True, slots=True)
