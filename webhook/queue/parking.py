@@ -26,8 +26,10 @@ pass visits a parked shape only once something woke it (or its bound passed): th
 not a read of the index. Taken, the answer is as a decision's: the shape stays parked, and leaves to
 the Pods behind it what it waits for (the same rule as for a decided answer, webhook.queue.release: its
 quotas, or the pool it holds once it has waited long), as the decision would have. Any of them changed,
-it is decided again. A Pod of a workload group (where its siblings are is identity, read from the
-ledger) or of a gang is never parked.
+it is decided again. A gang that could not go is parked by its (namespace, group), with its waiting
+members, the room of the pools it read, its namespace (its released members are in what the namespace
+holds), the pools the Pods ahead held and whether its oldest member waited long (`gang`, `park_gang`).
+A Pod of a workload group that is not a gang (where its siblings are is identity) is never parked.
 
 Bounded: one entry per distinct shape among the waiting Pods (its 16-byte digest, a few counters, and
 its request when that adds at most REQUEST_BYTES beyond the shape its Pods hold anyway: the request
@@ -37,13 +39,14 @@ its last Pod (`keep_only`, every pass). Not thread-safe: the leader's loop alone
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import NamedTuple, TypeVar
 
 from webhook.admission.choice import Ahead, Choice
 from webhook.admission.prepared import prepare_view
 from webhook.admission.request import GpuRequest
 from webhook.admission.verdict import Verdict
-from webhook.domain.model import PoolKey
+from webhook.domain.model import PodKey, PoolKey
 from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
 from webhook.pools.memo import ENTRY_SHARE, MEMO_BYTES, NO_MEMO, Memo, held_bytes
@@ -55,7 +58,7 @@ from webhook.queue.waiting import Queued
 # webhook.pools.memo): else it is read again whenever a pass reads the batch (its answer is still parked).
 REQUEST_BYTES = MEMO_BYTES // ENTRY_SHARE
 
-K = TypeVar("K", PoolKey, str)
+K = TypeVar("K", PoolKey, str)  # what a counter of the index is kept by: a pool, a namespace
 
 
 class WaitAnswer(NamedTuple):
@@ -73,6 +76,25 @@ class _Parked(NamedTuple):
     pools: tuple[PoolKey, ...]  # its candidates: the pools whose room it read
     held: tuple[tuple[PoolKey, bool], ...]  # Choice.held
     namespace: str | None  # the namespace whose usage and quotas it read; None when none
+
+
+class GangWait(NamedTuple):
+    """What a gang that cannot go now was answered (webhook.queue.release: its Wait's fields), and the
+    pool it holds against the Pods behind it meanwhile (None: none)."""
+
+    code: str
+    reason: str
+    pools: tuple[PoolKey, ...]
+    held: PoolKey | None
+    read: tuple[PoolKey, ...] = ()  # the pools whose room the answer read
+
+
+class _ParkedGang(NamedTuple):
+    answer: GangWait
+    members: tuple[PodKey, ...]  # its waiting members when decided: one arriving or leaving wakes it
+    ahead: frozenset[PoolKey]  # those of them the Pods ahead held
+    long: bool  # had its oldest member waited long (webhook.queue.gangs.room_to_hold)?
+    namespace: str  # the gang's: what its namespace holds and its quotas are read
 
 
 def read_request(q: Queued, policy: Policy, shapes: Memo = NO_MEMO) -> GpuRequest | Verdict:
@@ -98,11 +120,13 @@ class Parking:
         self._structure_seen = -1
         self._changes_seen = -1  # index.changes when the counters were compared: unmoved, none moved
         self._woken: set[bytes] = set()
+        self._gangs: dict[bytes, _ParkedGang] = {}  # by `_token`, indexed with the shapes
 
     def _forget(self, index: PoolIndex | None, policy: Policy | None) -> None:
         """Every parked answer, for a new index or policy."""
         self._index, self._policy = index, policy
-        for table in (self._parked, self._by_room, self._by_namespace, self._room_seen, self._namespace_seen):
+        tables = (self._parked, self._gangs, self._by_room, self._by_namespace, self._room_seen, self._namespace_seen)
+        for table in tables:
             table.clear()
         self._woken.clear()
         self._structure_seen = self._changes_seen = -1
@@ -193,14 +217,73 @@ class Parking:
         pools = tuple(c.pool for c in choice.decision.candidates)
         self._unpark(q.digest)
         self._parked[q.digest] = _Parked(answer, pools, choice.held, namespace)
+        self._index_by(q.digest, pools, namespace, index)
+
+    def _index_by(self, token: bytes, pools: tuple[PoolKey, ...], namespace: str | None, index: PoolIndex) -> None:
+        """Index a parked answer (`token`: a shape's digest or a gang's) by the counters it read."""
         capacity = index.capacity
         for pool in pools:
-            self._by_room.setdefault(pool, set()).add(q.digest)
+            self._by_room.setdefault(pool, set()).add(token)
             self._room_seen.setdefault(pool, capacity.room_changes(pool))
         if namespace is not None:
-            self._by_namespace.setdefault(namespace, set()).add(q.digest)
+            self._by_namespace.setdefault(namespace, set()).add(token)
             self._namespace_seen.setdefault(namespace, index.namespace_changes(namespace))
         self._structure_seen = capacity.structure
+
+    def gang(self, members: list[Queued], ahead: Ahead, now: float | None, policy: Policy) -> GangWait | None:
+        """The answer a gang (its waiting `members`, in order) that could not go was given, if nothing it
+        read has changed since: its waiting members, the room of its pools, its namespace's usage and
+        quotas (where its released members are included), which of its pools the Pods ahead hold, and
+        whether its oldest member has waited long (at `now`). None: decide it. (After `look`, as a shape.)"""
+        token = _token(members[0])
+        entry = self._gangs.get(token)
+        if entry is None or token in self._woken or policy is not self._policy:
+            return None
+        if tuple(q.key for q in members) != entry.members:
+            return None
+        if frozenset(p for p in entry.answer.read if p in ahead.pools) != entry.ahead:
+            return None
+        if waited_long(min(q.since for q in members), now, policy) != entry.long:
+            return None
+        return entry.answer
+
+    def park_gang(
+        self,
+        members: list[Queued],
+        answer: GangWait,
+        ahead: Collection[PoolKey],
+        now: float | None,
+        index: PoolIndex,
+        policy: Policy,
+    ) -> None:
+        """Keep the answer of a gang (its waiting `members`) that cannot go now, with what it read, taken
+        now (call it right after the decision), and `ahead`, the pools the Pods ahead held before it was
+        decided (Ahead.pools then)."""
+        if index is not self._index or policy is not self._policy:
+            self._forget(index, policy)
+        self.look(index, policy)
+        token = _token(members[0])
+        self._unpark_gang(token)
+        long = waited_long(min(q.since for q in members), now, policy)
+        held = frozenset(p for p in answer.read if p in ahead)
+        namespace = members[0].key[0]
+        self._gangs[token] = _ParkedGang(answer, tuple(q.key for q in members), held, long, namespace)
+        self._index_by(token, answer.read, namespace, index)
+
+    def keep_gangs(self, keys: set[tuple[str, str]]) -> None:
+        """Forget the gangs not among `keys` (those a whole pass judged)."""
+        tokens = {_key_token(k) for k in keys}
+        for gone in [t for t in self._gangs if t not in tokens]:
+            self._unpark_gang(gone)
+
+    def _unpark_gang(self, token: bytes) -> None:
+        self._woken.discard(token)
+        entry = self._gangs.pop(token, None)
+        if entry is None:
+            return
+        for pool in entry.answer.read:
+            _drop(self._by_room, self._room_seen, pool, token)
+        _drop(self._by_namespace, self._namespace_seen, entry.namespace, token)
 
     def _unpark(self, digest: bytes) -> None:
         """Forget a shape's parked answer and what it was indexed by."""
@@ -219,7 +302,7 @@ class Parking:
             del self._requests[gone]
         for gone in [d for d in self._parked if d not in digests]:
             self._unpark(gone)
-        self._woken &= digests
+        self._woken &= digests | set(self._gangs)
 
 
 def _beyond(q: Queued, req: GpuRequest | Verdict) -> int:
@@ -227,6 +310,21 @@ def _beyond(q: Queued, req: GpuRequest | Verdict) -> int:
     its values: a node affinity's terms; a toleration index it builds anew). Worked out once per shape."""
     shape = held_bytes(q.view.shape)
     return held_bytes((q.view.shape, req), shape + REQUEST_BYTES) - shape  # stops once past the bound
+
+
+_GANG = b"gang\0"
+
+
+def _token(member: Queued) -> bytes:
+    """The key in the index of parked answers of the gang of `member`."""
+    return _key_token((member.key[0], member.view.group))
+
+
+def _key_token(key: tuple[str, str]) -> bytes:
+    """A gang's (namespace, group) as a key in the index of parked answers: never 16 bytes long, so never
+    a shape's digest."""
+    token = _GANG + key[0].encode() + b"\0" + key[1].encode()
+    return token + b"\0" if len(token) == 16 else token
 
 
 def _drop(by: dict[K, set[bytes]], seen: dict[K, int], key: K, digest: bytes) -> None:
