@@ -5,11 +5,21 @@ wakes its shape). Work is counted in the visits the pass returns, never timed.""
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
+import pytest
+
 from tests.builders import gpu_node, index_of, policy
+from tests.queue.fakes import Events, Inventory, Leading, SlowApi
 from tests.queue.helpers import GPU_TOLERATION, enqueue, queued_pod
 from tests.queue.test_parking import QUEUE, START, T4, a_pass, answers, fleet, large, running, waiting_pods
+from tests.queue.test_runner import wait_for
 from webhook.pools.kubeobj import pod_from_obj
+from webhook.queue import release as release_module
+from webhook.queue import runner as runner_module
 from webhook.queue.parking import Parking
+from webhook.queue.runner import Runner
 from webhook.queue.waiting import Waiting
 
 
@@ -106,3 +116,41 @@ def test_a_woken_shape_does_not_take_the_quota_an_unvisited_earlier_one_waits_fo
     assert decided.visits == 1
     assert [(w.queued.key[1], w.code) for w in decided.waits] == [("old", "quota"), ("young", "behind")]
     assert answers(decided) == answers(a_pass(waiting, index, pol, None))
+
+
+def test_the_loop_makes_a_pass_when_a_parked_pods_bound_passes_though_nothing_changed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A 4-GPU Pod waits, parked, for the T4 node (2 free). Nothing changes, so the loop's ticks make no
+    pass; once it has waited queueHoldAfterSeconds (the queue's clock), the next tick makes one, and the Pod
+    holds the T4s from then on."""
+    monkeypatch.setattr(runner_module, "TICK_SECONDS", 0.02)
+    passes: list[release_module.Plan] = []
+    decide_batch = runner_module.decide_batch
+
+    def counted(*args: Any, **kwargs: Any) -> release_module.Plan:
+        passes.append(decide_batch(*args, **kwargs))
+        return passes[-1]
+
+    monkeypatch.setattr(runner_module, "decide_batch", counted)
+    pol = policy(QUEUE)
+    index = index_of([gpu_node("t4-a", "Tesla-T4", 4), running("busy", "t4-a", 2)], pol)
+    clock = [START]
+    waiting = Waiting(pol, clock=lambda: clock[0])
+    big = queued_pod("big", "q", pol, index, gpus=4, tolerations=[GPU_TOLERATION])
+    inventory = Inventory(index)
+    runner = Runner(inventory, waiting, Leading(), SlowApi({}, 1), events=Events())
+    with inventory.read():
+        enqueue([big], index, waiting)
+    runner.start()
+    try:
+        assert wait_for(lambda: len(passes) >= 1)
+        time.sleep(0.3)  # some 15 ticks
+        assert len(passes) == 1 and "held for it" not in passes[0].waits[0].reason
+        clock[0] = START + pol.defaults.queue_hold_after_seconds
+        assert wait_for(lambda: len(passes) >= 2), "no pass when the bound passed"
+        assert passes[1].waits[0].reason.endswith(f"pool {T4} is held for it")
+        time.sleep(0.3)
+        assert len(passes) == 2  # and none after: the bound is judged
+    finally:
+        runner.stop()

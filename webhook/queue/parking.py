@@ -39,6 +39,7 @@ its last Pod (`keep_only`, every pass). Not thread-safe: the leader's loop alone
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Collection
 from typing import NamedTuple, TypeVar
 
@@ -121,6 +122,12 @@ class Parking:
         self._changes_seen = -1  # index.changes when the counters were compared: unmoved, none moved
         self._woken: set[bytes] = set()
         self._gangs: dict[bytes, _ParkedGang] = {}  # by `_token`, indexed with the shapes
+        # When parked answers that have not waited long will have (their bound: webhook.queue.backfill),
+        # as a heap of (time, token), and per token the wait it was pushed for (older entries are stale);
+        # with the queue's clock of the last whole pass, which judged every bound up to then.
+        self._bounds: list[tuple[float, bytes]] = []
+        self._bound_since: dict[bytes, float] = {}
+        self._passed_at = float("-inf")
 
     def _forget(self, index: PoolIndex | None, policy: Policy | None) -> None:
         """Every parked answer, for a new index or policy."""
@@ -129,6 +136,8 @@ class Parking:
         for table in tables:
             table.clear()
         self._woken.clear()
+        self._bounds.clear()
+        self._bound_since.clear()
         self._structure_seen = self._changes_seen = -1
 
     def look(self, index: PoolIndex, policy: Policy) -> None:
@@ -194,6 +203,8 @@ class Parking:
             return None
         if waited_long(q.since, now, policy) != entry.answer.long:  # its bound passed: it may hold a pool now
             return None
+        if not entry.answer.long:
+            self._time(q.digest, q.since, policy)  # this Pod's bound (the shape's first Pod may be another now)
         return entry.answer
 
     def park(
@@ -218,6 +229,8 @@ class Parking:
         self._unpark(q.digest)
         self._parked[q.digest] = _Parked(answer, pools, choice.held, namespace)
         self._index_by(q.digest, pools, namespace, index)
+        if not answer.long:
+            self._time(q.digest, q.since, policy)
 
     def _index_by(self, token: bytes, pools: tuple[PoolKey, ...], namespace: str | None, index: PoolIndex) -> None:
         """Index a parked answer (`token`: a shape's digest or a gang's) by the counters it read."""
@@ -243,8 +256,11 @@ class Parking:
             return None
         if frozenset(p for p in entry.answer.read if p in ahead.pools) != entry.ahead:
             return None
-        if waited_long(min(q.since for q in members), now, policy) != entry.long:
+        since = min(q.since for q in members)
+        if waited_long(since, now, policy) != entry.long:
             return None
+        if not entry.long:
+            self._time(token, since, policy)
         return entry.answer
 
     def park_gang(
@@ -264,11 +280,38 @@ class Parking:
         self.look(index, policy)
         token = _token(members[0])
         self._unpark_gang(token)
-        long = waited_long(min(q.since for q in members), now, policy)
+        since = min(q.since for q in members)
+        long = waited_long(since, now, policy)
+        if not long:
+            self._time(token, since, policy)
         held = frozenset(p for p in answer.read if p in ahead)
         namespace = members[0].key[0]
         self._gangs[token] = _ParkedGang(answer, tuple(q.key for q in members), held, long, namespace)
         self._index_by(token, answer.read, namespace, index)
+
+    def _time(self, token: bytes, since: float, policy: Policy) -> None:
+        """A parked answer for a wait that began at `since` (the queue's clock) changes at its bound."""
+        if self._bound_since.get(token) != since:
+            self._bound_since[token] = since
+            heapq.heappush(self._bounds, (since + policy.defaults.queue_hold_after_seconds, token))
+
+    def passed(self, now: float | None) -> None:
+        """A pass went over every waiting Pod at `now` (the queue's clock): it judged every bound up to then."""
+        if now is not None:
+            self._passed_at = now
+
+    def wake_at(self) -> float | None:
+        """When the next parked answer's bound passes (the queue's clock), after the last whole pass: a pass
+        is due then even if nothing changed (the Pod, or gang, may hold a pool from then on). None: none."""
+        bounds, hold = self._bounds, self._policy.defaults.queue_hold_after_seconds if self._policy else 0.0
+        while bounds:
+            at, token = bounds[0]
+            since = self._bound_since.get(token)
+            parked = token in self._parked or token in self._gangs
+            if at > self._passed_at and parked and since is not None and since + hold == at:
+                return at
+            heapq.heappop(bounds)
+        return None
 
     def keep_gangs(self, keys: set[tuple[str, str]]) -> None:
         """Forget the gangs not among `keys` (those a whole pass judged)."""
@@ -278,6 +321,7 @@ class Parking:
 
     def _unpark_gang(self, token: bytes) -> None:
         self._woken.discard(token)
+        self._bound_since.pop(token, None)
         entry = self._gangs.pop(token, None)
         if entry is None:
             return
@@ -288,6 +332,7 @@ class Parking:
     def _unpark(self, digest: bytes) -> None:
         """Forget a shape's parked answer and what it was indexed by."""
         self._woken.discard(digest)
+        self._bound_since.pop(digest, None)
         entry = self._parked.pop(digest, None)
         if entry is None:
             return

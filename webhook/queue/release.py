@@ -215,8 +215,9 @@ def decide_batch(
             waits.append(one)
             if not q.view.group:  # siblings decide by their group's pools: not one shape's answer
                 shape_waits[id(q.view.shape)] = theirs or one
-    if parking is not None and len(releases) < limit:  # every gang was judged: those not judged are gone
+    if parking is not None and len(releases) < limit:  # a whole pass: the gangs not judged are gone
         parking.keep_gangs(judged_gangs)
+        parking.passed(now)
     return Plan(releases, waits, decisions, visits=decisions)  # a parked shape nothing woke costs no visit
 
 

@@ -240,6 +240,9 @@ class Runner:
             return False  # a refused Pod's backoff ran out: it is tried again
         if self.reshaper is not None and self.reshaper.active:
             return False  # Pods wait for a re-cut, or one is under way: idle and timeout clocks run
+        bound = self._parking.wake_at()
+        if bound is not None and self.waiting.now() >= bound:
+            return False  # a parked Pod or gang has waited long: it may hold a pool now (webhook.queue.backfill)
         with self.inventory.read() as index:
             return index.changes == self._changes_seen
 
