@@ -6,7 +6,7 @@ and what the pass answers is what deciding it again would answer."""
 from __future__ import annotations
 
 from tests.builders import gpu_node, index_of, policy
-from tests.queue.helpers import T4, busy, enqueue
+from tests.queue.helpers import T4, busy, enqueue, queued_pod
 from tests.queue.test_gangs import QUEUE, START, members, outcome, small, two_busy_t4s
 from webhook.pools.index import PoolIndex
 from webhook.pools.kubeobj import pod_from_obj
@@ -110,4 +110,42 @@ def test_a_parked_gang_is_answered_as_deciding_it_again_would_after_each_change(
         now = START + k * pol.defaults.queue_hold_after_seconds / 2
         with_parking = undone(a_pass(waiting, index, pol, parking, now), index)
         fresh = undone(a_pass(waiting, index, pol, None, now), index)
+        assert answers(with_parking) == answers(fresh), k
+
+
+def group_pod(name: str, group: str, gpus: int, pol: object, index: PoolIndex, created: str) -> dict[str, object]:
+    ann = {"gpupool.io/gpu-class": "medium", "gpupool.io/group": group}
+    return queued_pod(name, "q", pol, index, annotations=ann, gpus=gpus, created=created)  # type: ignore[arg-type]
+
+
+def test_pods_of_a_workload_group_stay_parked_and_are_answered_as_deciding_them_again() -> None:
+    """Three 4-GPU Pods of group svc and one of group etl (one shape) wait for room: the next pass visits
+    none of them (they were decided every pass); after each change (a sibling running on a pool, room
+    freeing) a pass with parking answers what one without it answers."""
+    pol = policy(QUEUE)
+    fleet = [*two_busy_t4s(), gpu_node("l4-a", "NVIDIA-L4", 8, memory_mib=23034), busy("l4-a", 8)]
+    index, waiting = index_of(fleet, pol), Waiting(pol, clock=lambda: START)
+    pods = [group_pod(f"svc-{k}", "svc", 4, pol, index, f"2026-12-01T09:00:0{k}Z") for k in range(3)]
+    enqueue([*pods, group_pod("etl-0", "etl", 4, pol, index, "2026-12-01T09:00:09Z")], index, waiting)
+    parking = Parking()
+    first = a_pass(waiting, index, pol, parking, START + 1)
+    assert first.releases == [] and {w.code for w in first.waits} == {"capacity"}
+    steady = a_pass(waiting, index, pol, parking, START + 2)
+    assert steady.visits == 0 and answers(steady) == answers(first)
+    info = lambda obj: pod_from_obj(obj, pol.gpu_resources, pol.partition_prefixes)  # noqa: E731
+    sibling = queued_pod("svc-run", "q", pol, index, annotations={"gpupool.io/group": "svc"}, gpus=1)
+    sibling["spec"]["nodeName"] = "l4-a"
+    sibling["spec"].pop("schedulingGates", None)
+    sibling["metadata"]["annotations"]["gpupool.io/pool"] = "nvidia/medium/NVIDIA-L4"
+    sibling["status"] = {"phase": "Running"}
+    steps = [
+        lambda: index.upsert_pod(info(busy("l4-a", 4))),
+        lambda: index.upsert_pod(info(sibling)),
+        lambda: None,
+        lambda: index.remove_pod(("other", "busy-t4-0")),
+    ]
+    for k, step in enumerate(steps):
+        step()
+        with_parking = undone(a_pass(waiting, index, pol, parking, START + 3 + k), index)
+        fresh = undone(a_pass(waiting, index, pol, None, START + 3 + k), index)
         assert answers(with_parking) == answers(fresh), k

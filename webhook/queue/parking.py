@@ -29,7 +29,8 @@ quotas, or the pool it holds once it has waited long), as the decision would hav
 it is decided again. A gang that could not go is parked by its (namespace, group), with its waiting
 members, the room of the pools it read, its namespace (its released members are in what the namespace
 holds), the pools the Pods ahead held and whether its oldest member waited long (`gang`, `park_gang`).
-A Pod of a workload group that is not a gang (where its siblings are is identity) is never parked.
+A Pod of a workload group that is not a gang is parked by its shape and its group (where its siblings
+are is identity, and in what the namespace holds, which its answer then always reads).
 
 Bounded: one entry per distinct shape among the waiting Pods (its 16-byte digest, a few counters, and
 its request when that adds at most REQUEST_BYTES beyond the shape its Pods hold anyway: the request
@@ -196,15 +197,16 @@ class Parking:
         if index is not self._index or policy is not self._policy:
             self._forget(index, policy)
             return None
-        entry = self._parked.get(q.digest) if q.digest and not q.view.group else None
-        if entry is None or q.digest in self._woken:
+        token = _shape_token(q)
+        entry = self._parked.get(token) if q.digest else None
+        if entry is None or token in self._woken:
             return None
         if any(ahead.holds(req, pool, index, policy) != held for pool, held in entry.held):
             return None
         if waited_long(q.since, now, policy) != entry.answer.long:  # its bound passed: it may hold a pool now
             return None
         if not entry.answer.long:
-            self._time(q.digest, q.since, policy)  # this Pod's bound (the shape's first Pod may be another now)
+            self._time(token, q.since, policy)  # this Pod's bound (the shape's first Pod may be another now)
         return entry.answer
 
     def park(
@@ -218,19 +220,21 @@ class Parking:
     ) -> None:
         """Keep `answer`, that of a decision (`choice`) that left the Pod waiting, with what it read (taken
         now: call it right after the decision)."""
-        if not q.digest or q.view.group or choice.wait is None:
+        if not q.digest or choice.wait is None:
             return
         if index is not self._index or policy is not self._policy:
             self._forget(index, policy)
         self.look(index, policy)  # the counters as they are now: this answer read them so
-        reads_quota = choice.wait != "capacity" or has_pool_quotas(req.namespace, policy)
-        namespace = req.namespace if reads_quota else None
+        # A group's Pod reads where its siblings are, which is in what its namespace holds.
+        reads_namespace = choice.wait != "capacity" or has_pool_quotas(req.namespace, policy) or bool(q.view.group)
+        namespace = req.namespace if reads_namespace else None
         pools = tuple(c.pool for c in choice.decision.candidates)
-        self._unpark(q.digest)
-        self._parked[q.digest] = _Parked(answer, pools, choice.held, namespace)
-        self._index_by(q.digest, pools, namespace, index)
+        token = _shape_token(q)
+        self._unpark(token)
+        self._parked[token] = _Parked(answer, pools, choice.held, namespace)
+        self._index_by(token, pools, namespace, index)
         if not answer.long:
-            self._time(q.digest, q.since, policy)
+            self._time(token, q.since, policy)
 
     def _index_by(self, token: bytes, pools: tuple[PoolKey, ...], namespace: str | None, index: PoolIndex) -> None:
         """Index a parked answer (`token`: a shape's digest or a gang's) by the counters it read."""
@@ -345,9 +349,9 @@ class Parking:
         """Forget the shapes no Pod of `digests` (those waiting now) has."""
         for gone in [d for d in self._requests if d not in digests]:
             del self._requests[gone]
-        for gone in [d for d in self._parked if d not in digests]:
+        for gone in [t for t in self._parked if t[: len(DIGEST)] not in digests]:  # a group's: its shape's
             self._unpark(gone)
-        self._woken &= digests | set(self._gangs)
+        self._woken = {t for t in self._woken if t[: len(DIGEST)] in digests or t in self._gangs}
 
 
 def _beyond(q: Queued, req: GpuRequest | Verdict) -> int:
@@ -358,6 +362,15 @@ def _beyond(q: Queued, req: GpuRequest | Verdict) -> int:
 
 
 _GANG = b"gang\0"
+DIGEST = bytes(16)  # a shape's digest is 16 bytes (webhook.admission.pod.shape_digest)
+
+
+def _shape_token(q: Queued) -> bytes:
+    """The key of the Pod's parked answer: its shape's digest; for a Pod of a workload group, the digest
+    and the group (where its siblings are is part of the answer), which begins with the digest."""
+    if not q.view.group:
+        return q.digest
+    return q.digest + b"\0group\0" + q.key[0].encode() + b"\0" + q.view.group.encode()
 
 
 def _token(member: Queued) -> bytes:
