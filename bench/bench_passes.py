@@ -17,7 +17,14 @@ varies). For each count it measures, per mode:
   pass that releases it (what the victim waits for beyond the watch and the PATCH);
 - `room`: one GPU frees on one T4 node (not enough for any of them): the next pass's CPU and decisions.
 
-    .venv/bin/python bench/bench_passes.py [--large 100,200,400] [--small 2000] [--rounds 3]
+And `queued` Pods (10,000 and 100,000 by default), each a distinct ordinary shape (a toleration of its
+own), where deciding every shape again is out of reach (about 0.3 ms a shape): there the baseline is the
+parking of `--walk-rev` (by default the commit before the parked shapes were indexed by counter), which
+takes a parked answer only after reading its counters, per shape and per pass (`walk`), against the
+index by counter (`after`); both count the pass's visits (decisions, and parked answers read).
+
+    .venv/bin/python bench/bench_passes.py [--large 100,200,400] [--small 2000] [--queued 10000,100000]
+        [--rounds 3] [--walk-rev 355b0ea]
 
 Results are printed and written to bench/results/passes-<time>.json.
 """
@@ -29,8 +36,10 @@ import copy
 import json
 import platform
 import statistics
+import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +61,7 @@ RESULTS = REPO / "bench" / "results"
 POLICY = "namespaces:\n  q: {placement: queue}\n  q2: {placement: queue}\n"
 TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 T4_NODES = 20
+WALK_REV = "355b0ea"  # the parking before its index by counter (issue 27, finding 4)
 
 
 def node(name: str, product: str, memory_mib: int) -> dict[str, Any]:
@@ -128,8 +138,16 @@ def setting(kind: str, count: int) -> tuple[Policy, PoolIndex, Waiting]:
     nodes = [node(f"t4-{i:02d}", "Tesla-T4", 15360) for i in range(T4_NODES)] + [node("l4-a", "NVIDIA-L4", 23034)]
     index = build_index(nodes + [busy(f"t4-{i:02d}", 4) for i in range(T4_NODES)], policy)
     waiting = Waiting(policy)
+    template = queued(gpu_pod("template", "q", 2, {"gpupool.io/gpu-product": "Tesla-T4"}), policy, index, 0)
     for k in range(count):
-        if kind == "large":
+        if kind == "queued":  # admitted as the template was; a toleration of its own makes it a shape of its own
+            obj = copy.deepcopy(template)
+            obj["metadata"] |= {"name": f"p{k:06d}", "uid": f"uid-q-p{k:06d}"}
+            obj["metadata"]["creationTimestamp"] = (
+                f"2026-12-01T{10 + k // 3600 % 14:02d}:{k // 60 % 60:02d}:{k % 60:02d}Z"
+            )
+            obj["spec"]["tolerations"].append({"key": f"example.com/q{k}", "operator": "Exists"})
+        elif kind == "large":
             annotations = {"gpupool.io/gpu-class": "medium", "gpupool.io/gpu-product": "Tesla-T4"}
             obj = large(queued(gpu_pod(f"p{k:05d}", "q", 2, annotations), policy, index, k), k)
         else:
@@ -141,17 +159,46 @@ def setting(kind: str, count: int) -> tuple[Policy, PoolIndex, Waiting]:
 
 
 def a_pass(policy: Policy, index: PoolIndex, waiting: Waiting, parking: Parking | None) -> tuple[Plan, float, float]:
-    """One pass as the runner makes it (its requests read, then decided), with its CPU and wall seconds."""
+    """One pass as the runner makes it (its requests read, then decided), with its CPU and wall seconds;
+    its visits: those it counts, and with the parking of `--walk-rev` the parked answers whose counters it read."""
     cpu, wall = time.process_time(), time.perf_counter()
+    read_before = getattr(parking, "read", 0)
     if parking is not None:
         parking.keep_only({q.digest for q in waiting.ordered()})
     decided = decide_batch(read_batch(waiting.ordered(), policy, parking=parking), index, policy)
-    return decided, time.process_time() - cpu, time.perf_counter() - wall
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    return decided._replace(visits=decided.visits + getattr(parking, "read", 0) - read_before), cpu, wall
 
 
-def measure(kind: str, count: int, parked: bool) -> dict[str, Any]:
+def walking(rev: str) -> type[Parking]:
+    """The Parking of commit `rev` (read with git): the one that reads each parked shape's counters every
+    pass. Its `look`, which that commit's decide_batch did not call, does nothing."""
+    source = subprocess.run(
+        ["git", "-C", str(REPO), "show", f"{rev}:webhook/queue/parking.py"], check=True, capture_output=True, text=True
+    ).stdout
+    module = types.ModuleType("parking_walk")
+    exec(compile(source, f"{rev}:webhook/queue/parking.py", "exec"), module.__dict__)  # the module of our own history
+    old: type[Parking] = module.Parking
+
+    class Walk(old):  # type: ignore[valid-type,misc]
+        """Counts the parked answers it took, each after reading the shape's counters (a visit)."""
+
+        read = 0
+
+        def look(self, index: PoolIndex, policy: Policy) -> None:
+            return None
+
+        def parked(self, *args: Any, **kw: Any) -> Any:
+            answer = super().parked(*args, **kw)
+            self.read += answer is not None
+            return answer
+
+    return Walk
+
+
+def measure(kind: str, count: int, mode: str, walk: type[Parking] | None = None) -> dict[str, Any]:
     policy, index, waiting = setting(kind, count)
-    parking = Parking() if parked else None
+    parking = None if mode == "before" else walk() if mode == "walk" and walk is not None else Parking()
     first, first_cpu, _ = a_pass(policy, index, waiting, parking)
     steady = [a_pass(policy, index, waiting, parking) for _ in range(5)]
     victim_obj = queued(gpu_pod("victim", "q2", 1, {"gpupool.io/gpu-product": "NVIDIA-L4"}), policy, index, 10**5)
@@ -171,11 +218,13 @@ def measure(kind: str, count: int, parked: bool) -> dict[str, Any]:
         "first_decisions": first.decisions,
         "steady_cpu_s": statistics.median(s[1] for s in steady),
         "steady_decisions": steady[-1][0].decisions,
+        "steady_visits": steady[-1][0].visits,
         "victim_cpu_s": victim_cpu,
         "victim_wall_s": victim_wall,
         "victim_decisions": victim.decisions,
         "room_cpu_s": room_cpu,
         "room_decisions": room.decisions,
+        "room_visits": room.visits,
     }
 
 
@@ -183,31 +232,34 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--large", default="100,200,400", help="counts of large distinct waiting Pods")
     parser.add_argument("--small", default="2000", help="counts of small distinct waiting Pods")
+    parser.add_argument("--queued", default="10000,100000", help="counts of queued distinct Pods (walk vs after)")
+    parser.add_argument("--walk-rev", default=WALK_REV, help="the commit whose parking reads every shape's counters")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    runs = [("large", int(n)) for n in args.large.split(",") if n] + [
-        ("small", int(n)) for n in args.small.split(",") if n
-    ]
+    runs = [(kind, int(n)) for kind in ("large", "small", "queued") for n in getattr(args, kind).split(",") if n]
+    walk = walking(args.walk_rev) if any(kind == "queued" for kind, _ in runs) else None
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for kind, count in runs:
-        per = results.setdefault(f"{kind}-{count}", {"before": [], "after": []})
+        modes = ("walk", "after") if kind == "queued" else ("before", "after")
+        per = results.setdefault(f"{kind}-{count}", {mode: [] for mode in modes})
         for _ in range(args.rounds):  # interleaved: the machine is shared
-            for mode in ("before", "after"):
-                per[mode].append(measure(kind, count, parked=mode == "after"))
+            for mode in modes:
+                per[mode].append(measure(kind, count, mode, walk))
         print(f"{kind} x {count}:")
-        for mode in ("before", "after"):
+        for mode in modes:
             rows = per[mode]
             med = {key: statistics.median(r[key] for r in rows) for key in rows[0]}
             ms = {key: value * 1000 for key, value in med.items() if key.endswith("_s")}
             print(
-                f"  {mode:6}  steady pass {ms['steady_cpu_s']:8.2f} ms CPU, {med['steady_decisions']:5.0f} decisions"
-                f" | victim's pass {ms['victim_cpu_s']:8.2f} ms CPU ({ms['victim_wall_s']:8.2f} ms wall),"
-                f" {med['victim_decisions']:5.0f} decisions | a T4 GPU frees: {ms['room_cpu_s']:8.2f} ms,"
-                f" {med['room_decisions']:5.0f} decisions"
+                f"  {mode:6}  steady pass {ms['steady_cpu_s']:8.2f} ms CPU, {med['steady_decisions']:5.0f} decisions,"
+                f" {med['steady_visits']:6.0f} visits | victim's pass {ms['victim_cpu_s']:8.2f} ms CPU"
+                f" ({ms['victim_wall_s']:8.2f} ms wall), {med['victim_decisions']:5.0f} decisions"
+                f" | a T4 GPU frees: {ms['room_cpu_s']:8.2f} ms, {med['room_decisions']:5.0f} decisions,"
+                f" {med['room_visits']:6.0f} visits"
             )
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / f"passes-{time.strftime('%Y%m%dT%H%M%S')}.json"
-    meta = {"python": platform.python_version(), "rounds": args.rounds, "t4_nodes": T4_NODES}
+    meta = {"python": platform.python_version(), "rounds": args.rounds, "t4_nodes": T4_NODES, "walk_rev": args.walk_rev}
     out.write_text(json.dumps({"meta": meta, "results": results}, indent=2))
     print(f"written to {out}")
 

@@ -63,7 +63,9 @@ class Ahead:
 
     def holds(self, req: GpuRequest, pool: PoolKey, index: PoolIndex, policy: Policy) -> bool:
         """Does a Pod ahead wait for room in `pool`, or for a quota a release there would take from?"""
-        return pool in self.pools or bool(quota_keys(req.namespace, (pool,), index, policy) & self.quotas)
+        if pool in self.pools:
+            return True
+        return bool(self.quotas) and bool(quota_keys(req.namespace, (pool,), index, policy) & self.quotas)
 
     def take(self, req: GpuRequest, choice: Choice, index: PoolIndex, policy: Policy) -> None:
         """Leave to the Pod of `choice`, which waits, what it waits for that later Pods must not take."""

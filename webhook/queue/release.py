@@ -45,7 +45,7 @@ from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
 from webhook.pools.memo import NO_MEMO, Memo
 from webhook.queue import backfill, gangs
-from webhook.queue.parking import Parking, WaitAnswer, read_request
+from webhook.queue.parking import GangWait, Parking, WaitAnswer, read_request
 from webhook.queue.waiting import Queued
 
 
@@ -73,6 +73,9 @@ class Plan(NamedTuple):
     releases: list[Release]
     waits: list[Wait]
     decisions: int = 0  # shapes, Pods and gangs decided (the rest were parked, or shared a shape's answer)
+    # shapes, Pods and gangs the pass looked at in the index: those decided, and the parked shapes whose
+    # counters it read (webhook.queue.parking); a parked shape nothing woke is not visited
+    visits: int = 0
 
 
 PAUSE_EVERY = 16  # Pods decided between two calls of decide_batch's `pause`
@@ -150,6 +153,8 @@ def decide_batch(
     (webhook.queue.parking): the answer is the one the decision would give."""
     ahead = Ahead()  # what the Pods decided before wait for stays theirs
     parking = batch.parking
+    look = _stay if parking is None else lambda: parking.look(index, policy)  # wake what changes woke
+    look()
     this = _Pass(index, policy, ahead, now, parking)
     releases: list[Release] = []
     waits = list(batch.invalid)
@@ -164,6 +169,7 @@ def decide_batch(
             break
         if not i % PAUSE_EVERY:
             pause()
+            look()
         if not index.usage.is_queued(q.key):
             continue  # released already (by this leader's last pass, or another): the watch catches up
         if req.group.size and q.view.group:
@@ -172,12 +178,24 @@ def decide_batch(
                 continue
             judged_gangs.add(gang_key)  # judged once, for all its members
             members = [m for m in batch.gangs[gang_key] if index.usage.is_queued(m[0].key)]
+            waiting = [m for m, _ in members]
+            kept = parking.gang(waiting, ahead, now, policy) if parking is not None else None
+            if kept is not None:  # parked, and nothing it read changed: what it holds stays its
+                if kept.held is not None:
+                    ahead.take_room((kept.held,))
+                waits.extend(Wait(m, kept.code, kept.reason, kept.pools) for m in waiting)
+                continue
             decisions += 1
-            outcome = _gang(members, req.group.size, index, policy, ahead, now)
+            before = frozenset(ahead.pools)  # what the Pods ahead held, as its parked answer will be checked
+            outcome, pools, held = _gang(members, req.group.size, index, policy, ahead, now)
             if isinstance(outcome, Wait):
-                waits.extend(outcome._replace(queued=m) for m, _ in members)
+                waits.extend(outcome._replace(queued=m) for m in waiting)
+                if parking is not None:
+                    answer = GangWait(outcome.code, outcome.reason, outcome.pools, held, pools)
+                    parking.park_gang(waiting, answer, before, now, index, policy)
             else:
                 releases.extend(outcome)
+            look()
             continue
         earlier = None if q.view.group else shape_waits.get(id(q.view.shape))
         if earlier is not None:
@@ -192,11 +210,15 @@ def decide_batch(
             one, theirs = _one(q, req, this)
         if isinstance(one, Release):
             releases.append(one)
+            look()
         else:
             waits.append(one)
             if not q.view.group:  # siblings decide by their group's pools: not one shape's answer
                 shape_waits[id(q.view.shape)] = theirs or one
-    return Plan(releases, waits, decisions)
+    if parking is not None and len(releases) < limit:  # a whole pass: the gangs not judged are gone
+        parking.keep_gangs(judged_gangs)
+        parking.passed(now)
+    return Plan(releases, waits, decisions, visits=decisions)  # a parked shape nothing woke costs no visit
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,18 +269,19 @@ def _gang(
     policy: Policy,
     ahead: Ahead,
     now: float | None,
-) -> list[Release] | Wait:
+) -> tuple[list[Release] | Wait, tuple[PoolKey, ...], PoolKey | None]:
     """The gang's waiting members, all to one pool where they fit at once, or why they wait (what it
-    holds meanwhile, if anything: webhook.queue.gangs)."""
+    holds meanwhile, if anything: webhook.queue.gangs); with the pools whose room it read, and the pool it
+    took from the Pods behind it (None: none)."""
     q0, req0 = members[0]
     group = q0.view.group
     placed_pools = index.usage.group_pools(q0.key[0], group)
     placed = sum(placed_pools.values())
     if placed + len(members) < size:
-        return Wait(q0, "gang", f"group {group}: {placed + len(members)} of {size} Pods exist")
+        return Wait(q0, "gang", f"group {group}: {placed + len(members)} of {size} Pods exist"), (), None
     never = gangs.parked(members, index, policy)
     if never:
-        return Wait(q0, "parked", never)
+        return Wait(q0, "parked", never), (), None
     # The pools in the order its first member would try them (its group's pool first); a gang with members
     # released already goes on only where they are.
     at_home = gangs.home(placed_pools)
@@ -276,24 +299,29 @@ def _gang(
                 break
             done.append(release)
         if len(done) == len(members):
-            return done
+            return done, (), None
         for release in reversed(done):  # not all of them fit together: none goes
             settle(index, release, None)
     held = gangs.room_to_hold(ordered, members, at_home, now, policy)
     if held is not None:
         ahead.take_room((held,))
+    read = tuple(c.pool for c in ordered)
     if at_home is not None:
-        return Wait(
-            q0,
-            "repair",
-            f"group {group}: {placed} of {size} Pods released already; the other {len(members)} ({total} devices) "
-            f"wait for room on pool {at_home}, held for them",
-            (at_home,),
+        return (
+            Wait(
+                q0,
+                "repair",
+                f"group {group}: {placed} of {size} Pods released already; the other {len(members)} ({total} devices) "
+                f"wait for room on pool {at_home}, held for them",
+                (at_home,),
+            ),
+            read,
+            held,
         )
     meanwhile = f"pool {held} is held for it" if held is not None else "other Pods may use the room meanwhile"
     room = f"no pool has room for its {len(members)} Pods ({total} devices) at once"
     pools = (held,) if held is not None else tuple(c.pool for c in ordered)
-    return Wait(q0, "capacity", f"group {group}: {room}; {meanwhile}", pools)
+    return Wait(q0, "capacity", f"group {group}: {room}; {meanwhile}", pools), read, held
 
 
 def release_one(

@@ -79,6 +79,7 @@ class PassResult(NamedTuple):
     waiting: list[Wait]
     decided: int = 0  # releases the pass decided
     decisions: int = 0  # shapes, Pods and gangs it decided (the others stayed parked: webhook.queue.parking)
+    visits: int = 0  # the shapes, Pods and gangs it visited (release.Plan.visits): none while nothing changed
 
 
 class Runner:
@@ -239,6 +240,9 @@ class Runner:
             return False  # a refused Pod's backoff ran out: it is tried again
         if self.reshaper is not None and self.reshaper.active:
             return False  # Pods wait for a re-cut, or one is under way: idle and timeout clocks run
+        bound = self._parking.wake_at()
+        if bound is not None and self.waiting.now() >= bound:
+            return False  # a parked Pod or gang has waited long: it may hold a pool now (webhook.queue.backfill)
         with self.inventory.read() as index:
             return index.changes == self._changes_seen
 
@@ -301,7 +305,7 @@ class Runner:
                 self.reshaper.step(policy, {q.key: req for q, req in batch.pods}, decided.waits, self.inventory)
             except Exception:  # a bug must not stop the queue: logged, and the next pass tries again
                 log.exception("MIG re-cutting failed in a pass")
-        return PassResult(released, decided.waits, len(decided.releases), decided.decisions)
+        return PassResult(released, decided.waits, len(decided.releases), decided.decisions, decided.visits)
 
     def _read_charges(self) -> list[Charge] | None:
         """The charges of Pods that name their node, as the API holds them now (none without a store);
