@@ -145,6 +145,28 @@ def test_a_dry_run_is_decided_against_the_charges_and_writes_none() -> None:
     assert store.read() == charged
 
 
+T4_POOL = "nvidia/medium/Tesla-T4"
+T4_PINS = (("gpu.accelerator/class", "medium"), ("nvidia.com/gpu.product", "Tesla-T4"))
+
+
+def released(name: str, gpus: int, expires: float) -> Charge:
+    """A release as the queue's leader records it (webhook.queue.records): no node, its pool and pins."""
+    return Charge("q", name, "", (("nvidia.com/gpu", gpus),), expires, T4_POOL, T4_PINS)
+
+
+def test_the_leaders_releases_count_until_they_expire() -> None:
+    """The leader recorded the release of q's 2-GPU Pod, which this replica's watch has not shown yet: a Pod
+    naming its node against classQuota {medium: 2} is refused naming the quota (before, the release was not
+    in the charges: admitted, 3 GPUs); once the release has expired (its watch delay covered), admitted."""
+    store, wall = ApiCharges(), Wall()
+    a = Replica(store, wall)
+    assert store.write([released("r0", 2, wall.now + 10)], "")
+    assert create(a, a, bound("p0")) == (False, "class-quota")
+    wall.now += 11
+    assert create(a, a, bound("p1")) == (True, "")
+    assert [c.name for c in store.read()[0]] == ["p1"]  # the expired release was dropped by the write
+
+
 class TestUnseen:
     """The counting rule: a charge counts on top of the index until the watch shows its Pod or it expires."""
 
@@ -157,6 +179,15 @@ class TestUnseen:
         counted = unseen([shown, waiting, expired, itself], index, 150.0, itself=("q", "itself"))
         assert counted == [waiting]
 
+    def test_a_release_counts_until_the_watch_shows_its_pod_and_never_for_the_leader(self) -> None:
+        index = index_of([*fleet(), pod("shown", "q", gpus=1, node="t4-a", phase="Running")], POLICY)
+        shown, waiting = released("shown", 1, 200.0), released("waiting", 1, 200.0)
+        assert unseen([shown, waiting], index, 150.0) == [waiting]
+        assert unseen([shown, waiting], index, 150.0, releases=False) == []
+        with counting(index, [waiting], 0.0):
+            assert index.usage.class_used("q", "medium") == 2
+        assert index.usage.class_used("q", "medium") == 1
+
     def test_counted_charges_hold_their_node_and_class_only_inside_the_with(self) -> None:
         index = index_of(fleet(), POLICY)
         charge = Charge("q", "waiting", "t4-a", (("nvidia.com/gpu", 3),), 200.0)
@@ -166,5 +197,8 @@ class TestUnseen:
 
     def test_a_damaged_entry_is_left_out(self) -> None:
         good = Charge("q", "p", "t4-a", (("nvidia.com/gpu", 1),), 5.0)
-        assert from_json([good.as_json(), ["q"], "x", ["q", "p", "n", [["r", -1]], 1]]) == [good]
+        release = released("r", 1, 5.0)
+        bad_pool = ["q", "r", "", [["nvidia.com/gpu", 1]], 5.0, "not-a-pool", []]
+        entries = [good.as_json(), ["q"], "x", ["q", "p", "n", [["r", -1]], 1], release.as_json(), bad_pool]
+        assert from_json(entries) == [good, release]
         assert from_json({"not": "a list"}) == []
