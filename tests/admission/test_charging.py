@@ -14,7 +14,7 @@ from tests.admission.clocked import Clock, CurrentInventory
 from tests.builders import fleet, index_of, pod, policy
 from webhook.admission.core import Admitter
 from webhook.admission.validation import Charges, Trusted, Validator
-from webhook.pools.charges import Charge, counting, from_json, unseen
+from webhook.pools.charges import Charge, ChargeError, counting, from_json, unseen
 
 POLICY = policy("namespaces: {q: {placement: queue, classQuota: {medium: 2}}}")
 Obj = dict[str, Any]
@@ -202,3 +202,46 @@ class TestUnseen:
         entries = [good.as_json(), ["q"], "x", ["q", "p", "n", [["r", -1]], 1], release.as_json(), bad_pool]
         assert from_json(entries) == [good, release]
         assert from_json({"not": "a list"}) == []
+
+
+NOW_POLICY = policy("namespaces: {q: {placement: queue}, n: {placement: now}}")
+
+
+def now_pod(gpus: int) -> Obj:
+    annotations = {"gpupool.io/gpu-class": "medium", "gpupool.io/gpu-count": str(gpus)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "now", "namespace": "n", "annotations": annotations},
+        "spec": {"containers": [{"name": "main", "image": "cuda"}]},
+    }
+
+
+def now_admitter(store: ApiCharges, wall: Wall) -> Admitter:
+    inventory = CurrentInventory(index_of(fleet(), NOW_POLICY), "test")
+    return Admitter(NOW_POLICY, inventory, clock=Clock(), charges=True, store=store, wall=wall)
+
+
+class FailingCharges(ApiCharges):
+    def read(self) -> tuple[list[Charge], str]:
+        raise ChargeError("reading Lease gpupool-system/gpupool-charges: 503 Service Unavailable")
+
+
+def test_a_now_pod_is_placed_counting_the_releases_its_watch_has_not_shown() -> None:
+    """The leader recorded the releases of two 4-GPU Pods to the T4 pool (a half-released gang's waiting
+    members, say), which this replica's watch has not shown: a 4-GPU `now` Pod goes to the L4 pool, where
+    there is room (before: to the T4 pool, into the released Pods' room); once the records expired, to T4."""
+    store, wall = ApiCharges(), Wall()
+    assert store.write([released("g-2", 4, wall.now + 60), released("g-3", 4, wall.now + 60)], "")
+    admitter = now_admitter(store, wall)
+    result = admitter.admit(now_pod(4), namespace="n", dry_run=True)
+    assert result.placement is not None and str(result.placement.pool) == "nvidia/medium/NVIDIA-L4", result.message
+    wall.now += 61
+    result = admitter.admit(now_pod(4), namespace="n", dry_run=True)
+    assert result.placement is not None and str(result.placement.pool) == T4_POOL
+
+
+def test_a_now_pod_is_placed_without_the_charges_when_they_cannot_be_read() -> None:
+    """The Lease cannot be read: the `now` Pod is placed on the index alone, never refused for it."""
+    admitter = now_admitter(FailingCharges(), Wall())
+    assert admitter.admit(now_pod(1), namespace="n").allowed

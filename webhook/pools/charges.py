@@ -13,8 +13,9 @@ The queue's leader writes into the same object, before it sends them, the *relea
 is pinned to, its devices), so an admission charging a Pod that names its node counts a release its watch
 has not shown yet. Both sides read, decide and write with the version they read: whichever writes second
 has read what the first wrote (or is refused, 409, and reads again). A release counts until the watch of
-the replica deciding shows its Pod released (or RELEASE_SECONDS); the leader never counts releases (its
-index counts its own, and a new leader's watch has caught up with its predecessor's).
+the replica deciding shows its Pod released, or it expires (webhook.queue.records says when the leader
+drops one); the leader never counts releases (its index counts its own, and a new leader's watch has
+caught up with its predecessor's).
 
 The counting rule, one function for every caller (`pending`: the validating call and the queue's leader):
 what a namespace holds is what the index holds (the Pods its watch has shown, and its own reservations) plus
@@ -40,7 +41,7 @@ MAX_CHARGES = 1000  # charges waiting for the watch at once, cluster-wide; past 
 # older ones expired or were shown); each about 130 bytes, so with MAX_CHARGES charges the annotation stays
 # under the 256 KiB kube-apiserver allows.
 MAX_RELEASES = 1000
-RELEASE_SECONDS = 10.0  # a release counts this long at most: the watch delay it covers
+RELEASE_SECONDS = 10.0  # a release shown by the leader's watch stays recorded this long: the watch delay it covers
 
 
 class ChargeError(Exception):

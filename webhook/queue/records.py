@@ -5,9 +5,13 @@ An admission charging a Pod that names its node reads the charges, decides, and 
 version it read; a pass of the queue reads them too, decides, and writes its releases with the version it
 read, before it sends any. So of two that overlap, the second to write has read what the first wrote, or is
 refused (409) and decides again: a charge and a release never share a quota or room, however late either
-replica's watch shows the other's Pod. A release counts for an admission until that replica's watch shows
-its Pod released, at most RELEASE_SECONDS; at most MAX_RELEASES are recorded at once (a pass releases no
-more than fit; the rest go once older ones are shown or expired).
+replica's watch shows the other's Pod. `now` admissions count the releases too (webhook.admission
+.validation). A release counts for an admission until that replica's watch shows its Pod released; the
+leader's next record drops it once its own watch has shown it for RELEASE_SECONDS, or its release failed,
+and it expires after `reservationSeconds` in any case. The members of a gang released in part (a leader
+that stopped part way through its releases) stay recorded while they wait, so the room the gang waits for
+is counted by every admission through a failover. At most MAX_RELEASES are recorded at once (a pass
+releases no more than fit; the rest go once older ones are dropped).
 
 Pure but for `record`, which writes through the store it is given.
 """
@@ -29,16 +33,24 @@ def room(charges: list[Charge], wall: float) -> int:
     return max(MAX_RELEASES - sum(1 for c in charges if c.release and c.expires > wall), 0)
 
 
-def kept(charges: list[Charge], index: PoolIndex, wall: float) -> list[Charge]:
+def kept(charges: list[Charge], index: PoolIndex, wall: float, ttl: float) -> list[Charge]:
     """What a pass's record keeps of the charges as read: the charges of Pods that name their node that
-    still count (as an admission keeps them), and the releases that have not expired whose Pod the
-    leader's index shows released (one whose write failed, or whose Pod is gone, is the queue's again)."""
+    still count (as an admission keeps them), and the releases that have not expired (recorded for `ttl`
+    seconds) whose Pod the leader's index shows released, for RELEASE_SECONDS after they were recorded,
+    or waiting in a gang with members released already (its held room). A release whose write failed otherwise, or whose
+    Pod is gone, is dropped: the Pod is the queue's again."""
     counted = unseen(charges, index, wall, releases=False)
+    return [*counted, *(c for c in charges if c.release and c.expires > wall and _keeps(c, index, wall, ttl))]
+
+
+def _keeps(release: Charge, index: PoolIndex, wall: float, ttl: float) -> bool:
     usage = index.usage
-    released = [
-        c for c in charges if c.release and c.expires > wall and usage.holds(c.key) and not usage.is_queued(c.key)
-    ]
-    return [*counted, *released]
+    if not usage.holds(release.key):
+        return False
+    if not usage.is_queued(release.key):
+        return wall - (release.expires - ttl) < RELEASE_SECONDS  # recorded at expires - ttl
+    info = usage.pod_info(release.key)
+    return info is not None and bool(info.group) and bool(usage.group_pools(release.namespace, info.group))
 
 
 def recorded(release: Release, policy: Policy, expires: float) -> Charge:
@@ -58,9 +70,10 @@ def record(
     meanwhile) or cannot be written: then none may be sent. True without a store (no API holds charges)."""
     if store is None:
         return True
-    mine = [recorded(r, policy, wall + RELEASE_SECONDS) for r in releases]
+    mine = [recorded(r, policy, wall + policy.defaults.reservation_seconds) for r in releases]
+    again = {c.key for c in mine}  # a gang member recorded by an earlier leader, released now: once
     try:
-        if store.write([*still, *mine], version):
+        if store.write([*(c for c in still if not (c.release and c.key in again)), *mine], version):
             return True
         log.info("the charges changed while a pass decided: it is decided again")
     except ChargeError as exc:

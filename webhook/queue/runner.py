@@ -300,7 +300,8 @@ class Runner:
                     batch, index, policy, limit=limit, pause=_Breather(held, self._clock), now=self.waiting.now()
                 )
                 self._changes_seen = index.changes
-            kept = records.kept(charges, index, wall) if decided.releases and self._charges is not None else []
+            ttl = policy.defaults.reservation_seconds
+            kept = records.kept(charges, index, wall, ttl) if decided.releases and self._charges is not None else []
         if decided.releases and not records.record(self._charges, decided.releases, kept, version, wall, policy):
             self._undo(decided.releases)
             self._changes_seen = None
