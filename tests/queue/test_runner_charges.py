@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tests.builders import gpu_node, index_of, policy
+from tests.builders import gpu_node, index_of, pod, policy
 from tests.queue.fakes import Events, Inventory, Leading, SlowApi
 from tests.queue.helpers import enqueue, queued_pod
-from webhook.pools.charges import Charge, ChargeError
+from webhook.pools.charges import RELEASE_SECONDS, Charge, ChargeError
+from webhook.queue import records
 from webhook.queue.runner import Runner
 from webhook.queue.waiting import Waiting
 
@@ -141,3 +142,18 @@ def test_a_charge_written_while_a_pass_decides_stops_its_releases() -> None:
     runner.run_pass()
     assert released(events) == []
     assert [c.key for c in store.charges] == [("q", "bound")]
+
+
+def test_a_record_drops_a_shown_release_once_it_is_old_and_one_whose_pod_is_gone() -> None:
+    """What the leader's next record keeps of the releases: one its watch shows released, for
+    RELEASE_SECONDS after it was recorded (other replicas' watches may be later); not after, and never
+    one whose Pod is gone (its room is nobody's)."""
+    index = index_of([gpu_node("t4-a", "Tesla-T4", 4), pod("shown", "q", gpus=1, node="t4-a", phase="Running")], POLICY)
+    ttl = POLICY.defaults.reservation_seconds
+
+    def release(name: str, age: float) -> Charge:
+        return Charge("q", name, "", (("nvidia.com/gpu", 1),), NOW - age + ttl, "nvidia/medium/Tesla-T4")
+
+    fresh, old, gone = release("shown", 1.0), release("shown", RELEASE_SECONDS + 1), release("gone", 1.0)
+    assert records.kept([fresh, gone], index, NOW, ttl) == [fresh]
+    assert records.kept([old], index, NOW, ttl) == []
