@@ -4,9 +4,10 @@ siblings' pool, with an Event, and the released members' dead leader's late writ
 Two `gpupool serve` replicas against the API simulator (tests/queue/replicas.py). The simulator lets the
 first two of the leader's four release PATCHes through and holds the other two back; then the leader
 process is SIGKILLed, and its replica's master starts another, which takes the Lease over at once with a
-new term (webhook.queue.leader). A `now` Pod admitted during the failover takes the room the two waiting
-members need: admission does not count the room the leader holds for a half-released gang (docs/queue.md,
-"Gangs"), so the gang waits, told so by `GangRepair`, and completes once that room frees.
+new term (webhook.queue.leader). A `now` Pod created during the failover through its mutating call only
+(the one pool) takes the room the two waiting members need, so the gang waits, told so by `GangRepair`,
+and completes once that room frees; created as kube-apiserver creates it, with a second pool, it counts
+the killed leader's recorded releases (webhook.queue.records) and goes to the other pool.
 """
 
 from __future__ import annotations
