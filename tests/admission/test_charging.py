@@ -15,7 +15,7 @@ from tests.builders import fleet, index_of, pod, policy
 from webhook.admission.core import Admitter
 from webhook.admission.validation import Charges, Trusted, Validator
 from webhook.domain.policy import Policy
-from webhook.pools.charges import Charge, counting, from_json, unseen
+from webhook.pools.charges import Charge, ChargeError, counting, from_json, unseen
 
 POLICY = policy("namespaces: {q: {placement: queue, classQuota: {medium: 2}}}")
 Obj = dict[str, Any]
@@ -158,6 +158,28 @@ def test_under_on_stale_deny_a_stale_inventory_refuses_and_charges_nothing() -> 
     assert store.read() == ([], "")
 
 
+T4_POOL = "nvidia/medium/Tesla-T4"
+T4_PINS = (("gpu.accelerator/class", "medium"), ("nvidia.com/gpu.product", "Tesla-T4"))
+
+
+def released(name: str, gpus: int, expires: float) -> Charge:
+    """A release as the queue's leader records it (webhook.queue.records): no node, its pool and pins."""
+    return Charge("q", name, "", (("nvidia.com/gpu", gpus),), expires, T4_POOL, T4_PINS)
+
+
+def test_the_leaders_releases_count_until_they_expire() -> None:
+    """The leader recorded the release of q's 2-GPU Pod, which this replica's watch has not shown yet: a Pod
+    naming its node against classQuota {medium: 2} is refused naming the quota (before, the release was not
+    in the charges: admitted, 3 GPUs); once the release has expired (its watch delay covered), admitted."""
+    store, wall = ApiCharges(), Wall()
+    a = Replica(store, wall)
+    assert store.write([released("r0", 2, wall.now + 10)], "")
+    assert create(a, a, bound("p0")) == (False, "class-quota")
+    wall.now += 11
+    assert create(a, a, bound("p1")) == (True, "")
+    assert [c.name for c in store.read()[0]] == ["p1"]  # the expired release was dropped by the write
+
+
 class TestUnseen:
     """The counting rule: a charge counts on top of the index until the watch shows its Pod or it expires."""
 
@@ -170,6 +192,15 @@ class TestUnseen:
         counted = unseen([shown, waiting, expired, itself], index, 150.0, itself=("q", "itself"))
         assert counted == [waiting]
 
+    def test_a_release_counts_until_the_watch_shows_its_pod_and_never_for_the_leader(self) -> None:
+        index = index_of([*fleet(), pod("shown", "q", gpus=1, node="t4-a", phase="Running")], POLICY)
+        shown, waiting = released("shown", 1, 200.0), released("waiting", 1, 200.0)
+        assert unseen([shown, waiting], index, 150.0) == [waiting]
+        assert unseen([shown, waiting], index, 150.0, releases=False) == []
+        with counting(index, [waiting], 0.0):
+            assert index.usage.class_used("q", "medium") == 2
+        assert index.usage.class_used("q", "medium") == 1
+
     def test_counted_charges_hold_their_node_and_class_only_inside_the_with(self) -> None:
         index = index_of(fleet(), POLICY)
         charge = Charge("q", "waiting", "t4-a", (("nvidia.com/gpu", 3),), 200.0)
@@ -179,5 +210,51 @@ class TestUnseen:
 
     def test_a_damaged_entry_is_left_out(self) -> None:
         good = Charge("q", "p", "t4-a", (("nvidia.com/gpu", 1),), 5.0)
-        assert from_json([good.as_json(), ["q"], "x", ["q", "p", "n", [["r", -1]], 1]]) == [good]
+        release = released("r", 1, 5.0)
+        bad_pool = ["q", "r", "", [["nvidia.com/gpu", 1]], 5.0, "not-a-pool", []]
+        entries = [good.as_json(), ["q"], "x", ["q", "p", "n", [["r", -1]], 1], release.as_json(), bad_pool]
+        assert from_json(entries) == [good, release]
         assert from_json({"not": "a list"}) == []
+
+
+NOW_POLICY = policy("namespaces: {q: {placement: queue}, n: {placement: now}}")
+
+
+def now_pod(gpus: int) -> Obj:
+    annotations = {"gpupool.io/gpu-class": "medium", "gpupool.io/gpu-count": str(gpus)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "now", "namespace": "n", "annotations": annotations},
+        "spec": {"containers": [{"name": "main", "image": "cuda"}]},
+    }
+
+
+def now_admitter(store: ApiCharges, wall: Wall) -> Admitter:
+    inventory = CurrentInventory(index_of(fleet(), NOW_POLICY), "test")
+    return Admitter(NOW_POLICY, inventory, clock=Clock(), charges=True, store=store, wall=wall)
+
+
+class FailingCharges(ApiCharges):
+    def read(self) -> tuple[list[Charge], str]:
+        raise ChargeError("reading Lease gpupool-system/gpupool-charges: 503 Service Unavailable")
+
+
+def test_a_now_pod_is_placed_counting_the_releases_its_watch_has_not_shown() -> None:
+    """The leader recorded the releases of two 4-GPU Pods to the T4 pool (a half-released gang's waiting
+    members, say), which this replica's watch has not shown: a 4-GPU `now` Pod goes to the L4 pool, where
+    there is room (before: to the T4 pool, into the released Pods' room); once the records expired, to T4."""
+    store, wall = ApiCharges(), Wall()
+    assert store.write([released("g-2", 4, wall.now + 60), released("g-3", 4, wall.now + 60)], "")
+    admitter = now_admitter(store, wall)
+    result = admitter.admit(now_pod(4), namespace="n", dry_run=True)
+    assert result.placement is not None and str(result.placement.pool) == "nvidia/medium/NVIDIA-L4", result.message
+    wall.now += 61
+    result = admitter.admit(now_pod(4), namespace="n", dry_run=True)
+    assert result.placement is not None and str(result.placement.pool) == T4_POOL
+
+
+def test_a_now_pod_is_placed_without_the_charges_when_they_cannot_be_read() -> None:
+    """The Lease cannot be read: the `now` Pod is placed on the index alone, never refused for it."""
+    admitter = now_admitter(FailingCharges(), Wall())
+    assert admitter.admit(now_pod(1), namespace="n").allowed

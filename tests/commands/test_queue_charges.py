@@ -106,3 +106,19 @@ def test_a_lease_the_user_cannot_read_is_one_warning_and_the_queue_without_it(
     assert (hi["outcome"], hi["pool"]) == ("release", A100)
     warnings = [line for line in err.splitlines() if ": warning: " in line]
     assert len(warnings) == 1 and "gpupool-system/gpupool-charges: 403" in warnings[0], err
+
+
+def test_explains_own_verdict_for_a_pod_naming_its_node_counts_the_charge(
+    capsys: pytest.CaptureFixture[str], live: Live, tmp_path: Path
+) -> None:
+    """`explain` of a 1-GPU Pod naming node a100-a in q4, whose one high GPU is charged to another Pod the
+    watch has not shown: denied naming the quota (exit 1), as its admission would refuse it (before:
+    allowed, the charge not counted in the verdict, only in the queue preview)."""
+    charge(live, namespace="q4")
+    manifest = tmp_path / "bound.yaml"
+    container = {"name": "main", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+    bound = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bound"}}
+    manifest.write_text(yaml.safe_dump({**bound, "spec": {"nodeName": "a100-a", "containers": [container]}}))
+    assert main(["explain", str(manifest), "-n", "q4", "-o", "json", *live.args]) == 1
+    out = capsys.readouterr().out
+    assert QUOTA.replace("q2", "q4") in out, out

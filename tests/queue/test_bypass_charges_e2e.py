@@ -108,3 +108,25 @@ def test_the_leader_releases_nothing_into_a_charge_its_watch_has_not_shown(pair_
         assert not pair.released("q", "job"), "released into the quota of a charge that still counts"
         time.sleep(0.2)
     wait_until(lambda: pair.released("q", "job"), WAIT, "the queued Pod released once the charge expired")
+
+
+def test_a_pod_naming_its_node_counts_a_release_its_replicas_watch_has_not_shown(pair_one: Pair) -> None:
+    """The replica that does not lead has a late Pod watch (it shows nothing); the leader releases a
+    queued 1-GPU Pod against classQuota {medium: 1}, then a 1-GPU Pod naming its node is created through
+    the late replica, both its calls there. It counts the release the leader recorded with the charges:
+    refused naming the quota (before: admitted, 2 GPUs bound against a quota of 1)."""
+    pair = pair_one
+    leader = pair.leader()
+    assert leader is not None
+    late = 1 - leader
+    pair.sim.hold_watches(pair.token(late), "pods")
+    try:
+        pair.create(queued("job"), replica=leader)
+        wait_until(lambda: pair.released("q", "job"), WAIT, "the queued Pod released")
+        pair.hook.pin(late)
+        allowed, message = pair.submit(bound("late"), replica=late)
+        assert not allowed and "class quota medium in namespace q exceeded" in message, message
+        assert [p["metadata"]["name"] for p in pair.sim.objects("Pod", "q")] == ["job"]
+    finally:
+        pair.hook.pin(None)
+        pair.sim.release_watches(pair.token(late))

@@ -4,9 +4,10 @@ siblings' pool, with an Event, and the released members' dead leader's late writ
 Two `gpupool serve` replicas against the API simulator (tests/queue/replicas.py). The simulator lets the
 first two of the leader's four release PATCHes through and holds the other two back; then the leader
 process is SIGKILLed, and its replica's master starts another, which takes the Lease over at once with a
-new term (webhook.queue.leader). A `now` Pod admitted during the failover takes the room the two waiting
-members need: admission does not count the room the leader holds for a half-released gang (docs/queue.md,
-"Gangs"), so the gang waits, told so by `GangRepair`, and completes once that room frees.
+new term (webhook.queue.leader). A `now` Pod created during the failover through its mutating call only
+(the one pool) takes the room the two waiting members need, so the gang waits, told so by `GangRepair`,
+and completes once that room frees; created as kube-apiserver creates it, with a second pool, it counts
+the killed leader's recorded releases (webhook.queue.records) and goes to the other pool.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests.builders import gpu_node
 from tests.conftest import wait_until
 from tests.queue.helpers import GPU_TOLERATION
 from tests.queue.replicas import WAIT, Pair, one_t4_node, replicas
@@ -102,3 +104,39 @@ def test_a_gang_half_released_by_a_killed_leader_is_completed_by_the_next(pair: 
     for k in waiting:
         released_by = pair.pod("q", f"g-{k}")["metadata"]["annotations"]["gpupool.io/released-by"]
         assert released_by.endswith(f"/{new_term}"), released_by
+
+
+@pytest.fixture
+def two_pools(tmp_path: Path, cert_dir: Path) -> Iterator[Pair]:
+    """A 4-T4 node and a 4-L4 node: two medium pools."""
+    l4 = gpu_node("l4-a", "NVIDIA-L4", 4)
+    l4["status"]["allocatable"]["pods"] = "110"
+    with replicas(tmp_path, cert_dir, POLICY, [*one_t4_node(), l4]) as pair:
+        yield pair
+
+
+def test_a_now_pod_during_the_failover_does_not_take_the_room_a_half_released_gang_waits_for(
+    two_pools: Pair,
+) -> None:
+    """The same half-released gang, with a second medium pool, and the `now` Pod created as kube-apiserver
+    creates it, its validating call included: that call counts the releases the killed leader recorded
+    with the charges before its first PATCH (webhook.queue.records), the two waiting members' included,
+    so the `now` Pod goes to the other pool (before: into the gang's room, and the gang waited for it);
+    the next leader completes the gang."""
+    pair = two_pools
+    leader = pair.leader()
+    assert leader is not None
+    token = Pair.token(leader)
+    pair.sim.hold_writes(token, resource="pods", after=2)
+    for k in range(SIZE):
+        pair.create(member(k), replica=1 - leader)
+    wait_until(lambda: pair.sim.held_writes(token)[0] == SIZE - 2, WAIT, "two releases through, two held")
+    wait_until(lambda: sum(pair.released("q", f"g-{k}") for k in range(SIZE)) == 2, WAIT, "two releases committed")
+    os.kill(leader_process(pair, leader)["pid"], signal.SIGKILL)
+    pools = {pair.pod("q", f"g-{k}")["metadata"]["annotations"].get("gpupool.io/pool") for k in range(SIZE)} - {None}
+    allowed, message = pair.submit(now_pod(2), replica=1 - leader)
+    assert allowed, message
+    assert pair.pod("n", "now")["metadata"]["annotations"]["gpupool.io/pool"] not in pools
+    pair.sim.release_writes(token)  # the dead process's two held releases arrive: fenced off, or stale
+    wait_until(lambda: all(pair.released("q", f"g-{k}") for k in range(SIZE)), WAIT, "the gang completed")
+    assert {pair.pod("q", f"g-{k}")["metadata"]["annotations"]["gpupool.io/pool"] for k in range(SIZE)} == pools

@@ -1,13 +1,18 @@
 """The leader's pass counts the charges of Pods that name their node (webhook.pools.charges) as their
 admission counts them: a release never takes the quota or the room of a charged Pod its watch has not
-shown yet, and a pass that cannot read the charges releases nothing."""
+shown yet, and a pass that cannot read the charges releases nothing. It records its releases with the
+charges, at the version it read, before it sends them (webhook.queue.records): a charge written meanwhile
+makes it release nothing, and the next pass decides with it."""
 
 from __future__ import annotations
 
-from tests.builders import gpu_node, index_of, policy
+from collections.abc import Callable
+
+from tests.builders import gpu_node, index_of, pod, policy
 from tests.queue.fakes import Events, Inventory, Leading, SlowApi
 from tests.queue.helpers import enqueue, queued_pod
-from webhook.pools.charges import Charge, ChargeError
+from webhook.pools.charges import RELEASE_SECONDS, Charge, ChargeError
+from webhook.queue import records
 from webhook.queue.runner import Runner
 from webhook.queue.waiting import Waiting
 
@@ -16,21 +21,35 @@ NOW = 1_000_000.0  # the wall clock the charges expire by
 
 
 class Store:
-    """The charges as the API holds them; `failing`: every read fails as an unreachable API's would."""
+    """The charges as the API holds them, written only at the version they were read at (as a Lease's
+    update with its resourceVersion); `failing`: every read fails as an unreachable API's would;
+    `meanwhile`: called once at the next write, before it commits (another replica's write)."""
 
     def __init__(self, charges: list[Charge]) -> None:
         self.charges = charges
+        self.version = 7
         self.failing = False
         self.reads = 0
+        self.meanwhile: Callable[[], None] | None = None
 
     def read(self) -> tuple[list[Charge], str]:
         self.reads += 1
         if self.failing:
             raise ChargeError("reading Lease gpupool-system/gpupool-charges: 503 Service Unavailable")
-        return list(self.charges), "7"
+        return list(self.charges), str(self.version)
 
     def write(self, charges: list[Charge], version: str) -> bool:
-        raise AssertionError("the leader never writes the charges")
+        if self.meanwhile is not None:
+            meanwhile, self.meanwhile = self.meanwhile, None
+            meanwhile()
+        if version != str(self.version):
+            return False
+        self.charges, self.version = list(charges), self.version + 1
+        return True
+
+    def charge(self, charge: Charge) -> None:
+        """Another replica's admission charges a Pod that names its node."""
+        self.charges, self.version = [*self.charges, charge], self.version + 1
 
 
 def one_gpu(name: str, namespace: str, seconds: float = 60.0) -> Charge:
@@ -70,7 +89,8 @@ def test_a_charge_takes_its_room_on_its_node_until_it_expires() -> None:
     runner, events = runner_for(1, store, [("q", "job")])
     runner.run_pass()
     assert released(events) == []
-    store.charges = [one_gpu("bound", "other", seconds=-1.0)]
+    store.charge(one_gpu("bound", "other", seconds=-1.0))
+    store.charges = store.charges[1:]
     runner.run_pass()
     assert released(events) == ["job"]
 
@@ -94,3 +114,46 @@ def test_a_pass_with_nothing_queued_does_not_read_the_charges() -> None:
     runner, _ = runner_for(1, store, [])
     runner.run_pass()
     assert store.reads == 0
+
+
+def test_a_pass_records_its_releases_with_the_charges_before_it_sends_them() -> None:
+    """The release of q's Pod is in the charges (its namespace, pool, pool labels and GPUs) once the pass
+    has sent it, beside the charge that still counts: an admission through another replica counts it."""
+    store = Store([one_gpu("bound", "other")])
+    runner, events = runner_for(4, store, [("q", "job")])
+    runner.run_pass()
+    assert released(events) == ["job"]
+    (charge, release) = store.charges
+    assert charge == one_gpu("bound", "other")
+    assert release.release and release.key == ("q", "job") and release.node == ""
+    assert release.pool == "nvidia/medium/Tesla-T4" and release.devices == (("nvidia.com/gpu", 1),)
+    assert ("gpu.accelerator/class", "medium") in release.selector
+    assert NOW < release.expires <= NOW + 60
+
+
+def test_a_charge_written_while_a_pass_decides_stops_its_releases() -> None:
+    """Another replica charges q's one medium GPU after the pass read the charges and before it recorded
+    its release: the record is refused (409), nothing is sent, and the next pass, which reads the charge,
+    leaves q's Pod waiting for the quota (before: both went, two GPUs against classQuota 1)."""
+    store = Store([])
+    store.meanwhile = lambda: store.charge(one_gpu("bound", "q"))
+    runner, events = runner_for(4, store, [("q", "job")])
+    runner.run_pass()
+    runner.run_pass()
+    assert released(events) == []
+    assert [c.key for c in store.charges] == [("q", "bound")]
+
+
+def test_a_record_drops_a_shown_release_once_it_is_old_and_one_whose_pod_is_gone() -> None:
+    """What the leader's next record keeps of the releases: one its watch shows released, for
+    RELEASE_SECONDS after it was recorded (other replicas' watches may be later); not after, and never
+    one whose Pod is gone (its room is nobody's)."""
+    index = index_of([gpu_node("t4-a", "Tesla-T4", 4), pod("shown", "q", gpus=1, node="t4-a", phase="Running")], POLICY)
+    ttl = POLICY.defaults.reservation_seconds
+
+    def release(name: str, age: float) -> Charge:
+        return Charge("q", name, "", (("nvidia.com/gpu", 1),), NOW - age + ttl, "nvidia/medium/Tesla-T4")
+
+    fresh, old, gone = release("shown", 1.0), release("shown", RELEASE_SECONDS + 1), release("gone", 1.0)
+    assert records.kept([fresh, gone], index, NOW, ttl) == [fresh]
+    assert records.kept([old], index, NOW, ttl) == []

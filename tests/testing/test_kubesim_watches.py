@@ -205,6 +205,31 @@ class TestFaults:
                 pass
         sim.stall(0)
 
+    def test_held_watches_of_one_client_send_nothing_until_let_go(
+        self, sim: KubeSim, api: kubernetes.client.CoreV1Api
+    ) -> None:
+        """A client's Pod watches held back (a late watch) send no event and no bookmark, while its reads
+        and its Node watch go on; let go, the watch sends what came meanwhile."""
+        rv = sim.resource_version
+        sim.hold_watches("kubesim-token", "pods")  # the simulator's admin token, which `api` uses
+        sim.add(pod("late"))
+        held = kubernetes.watch.Watch().stream(
+            api.list_pod_for_all_namespaces,
+            resource_version=rv,
+            allow_watch_bookmarks=True,
+            timeout_seconds=1,
+            _request_timeout=TIMEOUT,
+        )
+        assert list(held) == []
+        assert api.read_namespaced_pod("late", "team-a", _request_timeout=TIMEOUT).metadata.name == "late"
+        nodes = open_watch(sim, api.list_node)  # another resource's watch is not held: its bookmark came
+        nodes.close()
+        sim.release_watches("kubesim-token")
+        events = kubernetes.watch.Watch().stream(
+            api.list_pod_for_all_namespaces, resource_version=rv, timeout_seconds=1, _request_timeout=TIMEOUT
+        )
+        assert [(e["type"], e["object"].metadata.name) for e in events] == [("ADDED", "late")]
+
     def test_down_refuses_connections_and_up_restores_the_same_cluster(
         self, sim: KubeSim, api: kubernetes.client.CoreV1Api
     ) -> None:

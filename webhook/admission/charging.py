@@ -8,11 +8,17 @@ kube-apiserver's ResourceQuota admission writes `status.used`: a write that lost
 again and decide again, at most MAX_TRIES times. The charge is the Pod's reservation everywhere: neither
 its mutating call nor its validating call reserves it in memory as well (it would be counted twice).
 
-Pure: the store is given (webhook.sources.charge_store on a Lease), the clocks too.
+A `now` Pod's mutating call, where its pool is chosen, reads the same charges (`for_now`) and places it
+counting them and the releases the queue's leader recorded there (webhook.queue.records), so it takes
+neither a charged Pod's room nor the room of a release its replica's watch has not shown yet, such as a
+gang's that a leader left half released.
+
+Pure but for logging: the store is given (webhook.sources.charge_store on a Lease), the clocks too.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from webhook.admission import verdict
@@ -20,6 +26,8 @@ from webhook.admission.prepared import Prepared
 from webhook.admission.verdict import Verdict
 from webhook.domain.policy import Policy
 from webhook.pools.charges import MAX_CHARGES, Charge, ChargeError, ChargeStore
+
+log = logging.getLogger("gpupool.admission")
 
 MAX_TRIES = 5  # reads and writes of the charges per admission before it is refused as unavailable
 
@@ -70,6 +78,17 @@ def charge(
         except ChargeError as exc:
             return _unavailable(f"could not write them: {exc}")
     return _unavailable(f"they changed {MAX_TRIES} times while this Pod was decided")
+
+
+def for_now(store: ChargeStore) -> list[Charge]:
+    """The charges and releases a `now` Pod is decided against: one read; none when they cannot be read
+    (the Pod is then decided on the index alone, as without a queue, and a warning logged: a `now` Pod is
+    never refused for the queue's Lease)."""
+    try:
+        return store.read()[0]
+    except ChargeError as exc:
+        log.warning("a `now` Pod decided without the queue's charges and releases: %s", exc)
+        return []
 
 
 def _unavailable(why: str) -> Verdict:

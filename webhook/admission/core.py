@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 from webhook.admission import verdict
 from webhook.admission.audit import audited
 from webhook.admission.bound import check_bound, reachable
-from webhook.admission.charging import is_charged
+from webhook.admission.charging import for_now, is_charged
 from webhook.admission.choice import ADMIT, QUEUE, choose
 from webhook.admission.hints import hinted
 from webhook.admission.patch import PatchSpec, build_patch
@@ -33,6 +33,7 @@ from webhook.admission.verdict import GroupNote, Placement, Verdict
 from webhook.admission.versions import PREVIOUS_SECONDS, PREVIOUS_VERSIONS, stamped
 from webhook.domain.model import PoolKey
 from webhook.domain.policy import Policy
+from webhook.pools.charges import Charge, ChargeStore, pending
 from webhook.pools.index import PoolIndex, Reservation, pooling
 from webhook.pools.inventory import Inventory
 from webhook.pools.memo import NO_MEMO, Memo
@@ -169,12 +170,19 @@ class Admitter:
         clock: Callable[[], float] = time.monotonic,
         *,
         charges: bool = False,
+        store: ChargeStore | None = None,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         """`charges`: the validating call charges Pods that bypass placement in queued namespaces in the
-        API (webhook.admission.charging), so the mutating call reserves nothing for them."""
+        API (webhook.admission.charging), so the mutating call reserves nothing for them. `store`: those
+        charges and the releases the queue's leader records there (webhook.queue.records), which a `now`
+        Pod is placed counting (`charging.for_now`: one read per call), so it takes neither a charged Pod's
+        room nor that of a release this replica's watch has not shown yet, such as a half-released gang's;
+        `wall`: the clock they expire by. None: no queue, nothing to read."""
         self._bound = Binding(policy, inventory, Memo())
         self._clock = clock
         self.charges = charges
+        self._store, self._wall = store, wall
         # An inventory being built for the next policy: every reservation (and echo) made meanwhile is made
         # in it too, so it holds what the current one holds once the reservations made before are gone.
         self._successor: Inventory | None = None
@@ -222,17 +230,27 @@ class Admitter:
     def admit(self, pod: Any, *, namespace: str, dry_run: bool = False) -> Verdict:
         """The answer for a Pod being created. In a namespace under `enforcement: audit` it is decided
         as under `enforce`, as a dry run (nothing reserved), and answered `audited`: allowed unchanged."""
+        counted: list[Charge] | None = None
         while True:
             bound = self._bound
             prepared = prepare(pod, namespace, bound.policy, bound.shapes)
             if isinstance(prepared, Verdict):
                 return audited(prepared) if bound.policy.audits(namespace) else prepared
             audit = bound.policy.audits(prepared.pod.namespace)
-            result = self._place(bound, prepared, dry_run or audit)
+            if counted is None:  # read once, outside the inventory's lock
+                counted = self._counted(bound.policy, prepared.pod.namespace)
+            result = self._place(bound, prepared, dry_run or audit, counted)
             if result is not None:
                 return audited(result) if audit else stamped(result, prepared.pod.shape, bound.policy)
 
-    def _place(self, bound: Binding, prepared: Prepared, dry_run: bool) -> Verdict | None:
+    def _counted(self, policy: Policy, namespace: str) -> list[Charge]:
+        """What a `now` Pod is placed counting on top of the index (see __init__'s `store`); none in a
+        namespace that queues (its Pods are the leader's to release, or charged by their validating call)."""
+        if self._store is None or policy.placement(namespace) != "now":
+            return []
+        return for_now(self._store)
+
+    def _place(self, bound: Binding, prepared: Prepared, dry_run: bool, counted: list[Charge]) -> Verdict | None:
         """Place a prepared Pod; None when the binding changed before the lock was had (decide again)."""
         policy, inventory, shapes = bound
         if not inventory.ready:
@@ -251,7 +269,8 @@ class Admitter:
             echoed = echo and index.take_echo(
                 view.namespace, view.name, view.generate_name, pool=req.pool_pin, node=node, gpus=devices
             )
-            result = refused_if_stale(place(prepared, policy, index, explain=False, shapes=shapes), stale, policy)
+            with pending(index, counted, self._wall() if counted else 0.0, now, itself=(view.namespace, view.name)):
+                result = refused_if_stale(place(prepared, policy, index, explain=False, shapes=shapes), stale, policy)
             placement = result.placement
             # Every placed Pod counts until the watch shows it, pre-patched and bound ones too (only its
             # own re-invocation, recognised above, is not counted twice).

@@ -14,7 +14,7 @@ fixed; its section then says what the queue would do with it now: one pass of th
 over the cluster's queue with this Pod added in its place in the order (created now, its own
 `spec.priority`): released now to which pool, or what it would wait for (webhook.queue.preview), such as
 a MIG re-cut of which node. On a live cluster the pass counts the charges of Pods that name their node,
-as the leader's does (webhook.pools.charges).
+as the leader's does (webhook.pools.charges), and so does the verdict, as the Pod's admission would.
 
 Exit status: 0 when every Pod would be allowed, 1 when one is denied, 2 for a bad file or argument.
 """
@@ -53,7 +53,7 @@ from webhook.commands.workloads import MAX_TEMPLATES, pod_templates
 from webhook.domain.errors import ConfigError, yaml_problem
 from webhook.domain.model import QUEUE_GATE
 from webhook.domain.policy import Policy
-from webhook.pools.charges import Charge
+from webhook.pools.charges import Charge, pending
 from webhook.pools.index import PoolIndex
 from webhook.pools.kubeobj import as_map
 from webhook.queue.preview import Outcome, arriving, preview
@@ -141,11 +141,14 @@ def section_for(
     was, for the next template."""
     if not template.decided:
         return Section(template, namespace, None)
-    result = evaluate(template.pod, namespace, policy, index)
     of = template.pods or 1
-    if result.allowed and result.placement is not None and of > 1:
-        burst = admit_in_turn(template.pod, namespace, min(of, MAX_PODS), policy, index)
-        return Section(template, namespace, result, pods=from_burst(burst, of))
+    # Its verdict counts the charges and the leader's recorded releases as its admission would
+    # (webhook.pools.charges.pending): a Pod naming its node is refused for a charged Pod's quota or room.
+    with pending(index, charges, time.time(), time.monotonic(), itself=(namespace, template.name)):
+        result = evaluate(template.pod, namespace, policy, index)
+        if result.allowed and result.placement is not None and of > 1:
+            burst = admit_in_turn(template.pod, namespace, min(of, MAX_PODS), policy, index)
+            return Section(template, namespace, result, pods=from_burst(burst, of))
     if not (result.allowed and result.queued):
         return Section(template, namespace, result)
     queued = waiting.ordered()

@@ -8,10 +8,20 @@ kube-apiserver's ResourceQuota admission charges `status.used`: each charge name
 the devices it holds there, and expires (wall clock, seconds since the epoch: replicas share no other
 clock) in case the Pod's creation failed after the call.
 
+The queue's leader writes into the same object, before it sends them, the *releases* of each pass
+(`Charge.pool` set, no node): what each released Pod takes (its namespace, its pool and the pool labels it
+is pinned to, its devices), so an admission charging a Pod that names its node counts a release its watch
+has not shown yet. Both sides read, decide and write with the version they read: whichever writes second
+has read what the first wrote (or is refused, 409, and reads again). A release counts until the watch of
+the replica deciding shows its Pod released, or it expires (webhook.queue.records says when the leader
+drops one); the leader never counts releases (its index counts its own, and a new leader's watch has
+caught up with its predecessor's).
+
 The counting rule, one function for every caller (`pending`: the validating call and the queue's leader):
 what a namespace holds is what the index holds (the Pods its watch has shown, and its own reservations) plus
-the charges whose Pod the watch has not shown yet and that have not expired. A charge whose Pod the
-watch shows is counted by the index already; the next write drops it.
+the charges whose Pod the watch has not shown yet and that have not expired (and, for the validating call,
+the releases whose Pod the watch has not shown released). A charge whose Pod the watch shows is counted by
+the index already; the next write drops it.
 
 Pure: the charges are read by the caller.
 """
@@ -22,10 +32,16 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, NamedTuple, Protocol
 
+from webhook.domain.model import PoolKey, Selector
 from webhook.pools.index import PoolIndex, Reservation
 from webhook.pools.nodes import NodeFacts
 
 MAX_CHARGES = 1000  # charges waiting for the watch at once, cluster-wide; past it, admissions are told to retry
+# The leader's releases recorded at once, cluster-wide: a pass releases no more than fit (the rest go once
+# older ones expired or were shown); each about 130 bytes, so with MAX_CHARGES charges the annotation stays
+# under the 256 KiB kube-apiserver allows.
+MAX_RELEASES = 1000
+RELEASE_SECONDS = 10.0  # a release shown by the leader's watch stays recorded this long: the watch delay it covers
 
 
 class ChargeError(Exception):
@@ -40,13 +56,21 @@ class Charge(NamedTuple):
     node: str
     devices: tuple[tuple[str, int], ...]  # (resource, count) per device resource it requests
     expires: float  # wall clock, seconds since the epoch
+    pool: str = ""  # a release (node ""): the pool the leader released the Pod to, and
+    selector: Selector = ()  # the pool labels its nodeSelector pins (which of the pool's groups it reaches)
 
     @property
     def key(self) -> tuple[str, str]:
         return (self.namespace, self.name)
 
+    @property
+    def release(self) -> bool:
+        """Written by the queue's leader for a Pod it releases (not a Pod that names its node)."""
+        return bool(self.pool)
+
     def as_json(self) -> list[Any]:
-        return [self.namespace, self.name, self.node, [list(d) for d in self.devices], self.expires]
+        entry = [self.namespace, self.name, self.node, [list(d) for d in self.devices], self.expires]
+        return [*entry, self.pool, [list(s) for s in self.selector]] if self.pool else entry
 
 
 class ChargeStore(Protocol):
@@ -67,38 +91,66 @@ def from_json(entries: Any) -> list[Charge]:
     written only by its service account, but a damaged one must not stop admission)."""
     charges = []
     for entry in entries if isinstance(entries, list) else ():
-        if not (isinstance(entry, list) and len(entry) == 5):
+        if not (isinstance(entry, list) and len(entry) in (5, 7)):
             continue
-        namespace, name, node, devices, expires = entry
+        namespace, name, node, devices, expires = entry[:5]
+        pool, selector = entry[5:] or ("", [])
         if not (isinstance(namespace, str) and isinstance(name, str) and isinstance(node, str)):
             continue
+        if not (isinstance(pool, str) and isinstance(selector, list)) or (pool and PoolKey.parse(pool) is None):
+            continue
+        labels = [s for s in selector if isinstance(s, list) and len(s) == 2 and all(isinstance(x, str) for x in s)]
         if not isinstance(expires, int | float) or not isinstance(devices, list):
             continue
         pairs = [d for d in devices if isinstance(d, list) and len(d) == 2 and isinstance(d[0], str)]
         if any(not isinstance(n, int) or n < 0 for _, n in pairs):
             continue
-        charges.append(Charge(namespace, name, node, tuple((r, n) for r, n in pairs), float(expires)))
+        pins = tuple((k, v) for k, v in labels)
+        charges.append(Charge(namespace, name, node, tuple((r, n) for r, n in pairs), float(expires), pool, pins))
     return charges
 
 
 def unseen(
-    charges: Iterable[Charge], index: PoolIndex, now: float, itself: tuple[str, str] | None = None
+    charges: Iterable[Charge],
+    index: PoolIndex,
+    now: float,
+    itself: tuple[str, str] | None = None,
+    *,
+    releases: bool = True,
 ) -> list[Charge]:
     """The charges that count on top of the index at `now`: not expired, their Pod not shown by the
-    watch yet, and not the Pod being decided (`itself`, checked without counting it against itself)."""
-    return [c for c in charges if c.expires > now and c.key != itself and not index.usage.holds(c.key)]
+    watch yet (a release: not shown released), and not the Pod being decided (`itself`, checked without
+    counting it against itself). `releases` False (the queue's leader): the leader's releases never count."""
+    return [
+        c
+        for c in charges
+        if c.expires > now and c.key != itself and (releases or not c.release) and not shown(c, index)
+    ]
+
+
+def shown(charge: Charge, index: PoolIndex) -> bool:
+    """Does the index's watch show what the charge stands for: its Pod (a release: released)?"""
+    usage = index.usage
+    return usage.holds(charge.key) and not (charge.release and usage.is_queued(charge.key))
 
 
 @contextmanager
 def pending(
-    index: PoolIndex, charges: Iterable[Charge], wall: float, made: float, itself: tuple[str, str] | None = None
+    index: PoolIndex,
+    charges: Iterable[Charge],
+    wall: float,
+    made: float,
+    itself: tuple[str, str] | None = None,
+    *,
+    releases: bool = True,
 ) -> Iterator[list[Charge]]:
     """The counting rule, for every caller: for the length of the `with`, the index holds what its watch
     has shown and its own reservations plus the charges that still count at `wall` (`unseen`), which it
-    yields. The validating call of a Pod that names its node decides it inside, and so does the queue's
-    leader its pass: a release never takes the quota or the room of a charged Pod the watch has not shown
-    yet. `made`: the index's clock."""
-    counted = unseen(charges, index, wall, itself)
+    yields. The validating call of a Pod that names its node decides it inside (the leader's releases
+    included), and so does the queue's leader its pass (`releases` False): a release never takes the quota
+    or the room of a charged Pod the watch has not shown yet, nor a charge those of a release. `made`: the
+    index's clock."""
+    counted = unseen(charges, index, wall, itself, releases=releases)
     with counting(index, counted, made):
         yield counted
 
@@ -112,6 +164,9 @@ def counting(index: PoolIndex, charges: Iterable[Charge], made: float) -> Iterat
     tokens = []
     try:
         for charge in charges:
+            if charge.release:
+                tokens.extend(_count_release(index, charge, made))
+                continue
             for resource, count in charge.devices:
                 facts = index.capacity.node_facts(charge.node, resource)
                 if not isinstance(facts, NodeFacts) or count <= 0:
@@ -131,3 +186,22 @@ def counting(index: PoolIndex, charges: Iterable[Charge], made: float) -> Iterat
     finally:
         for token in tokens:
             index.release(token)
+
+
+def _count_release(index: PoolIndex, charge: Charge, made: float) -> list[int]:
+    """A release counted as the watch will count its Pod once released: its devices in its pool, where its
+    pool labels reach, against its namespace's quotas."""
+    pool = PoolKey.parse(charge.pool)
+    gpus = sum(n for _, n in charge.devices)
+    if pool is None or gpus <= 0:
+        return []
+    reservation = Reservation(
+        namespace=charge.namespace,
+        pool=pool,
+        selector=charge.selector,
+        gpus=gpus,
+        name=charge.name,
+        echoed=True,
+        confirmed=True,
+    )
+    return [index.reserve(reservation, made)]

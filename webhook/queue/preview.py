@@ -81,7 +81,7 @@ def preview(  # noqa: PLR0913 (the pass's inputs beyond the queue and the index,
     try:
         # Every Pod judged in one pass: the leader's batch limit only splits its writes into passes.
         batch = read_batch(order, policy)
-        with pending(index, charges, now, made):
+        with pending(index, charges, now, made, releases=False):  # as the leader counts them
             decided = decide_batch(batch, index, policy, limit=max(len(order), 1))
             try:
                 constraints = {r.queued.key: _constraints(index, r) for r in decided.releases}

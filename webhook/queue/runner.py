@@ -22,7 +22,11 @@ holds no place while it backs off, and is never sent again in a tight loop.
 A pass counts the charges of Pods that name their node (webhook.pools.charges) by the rule their
 admission counts them by (`pending`): read from the API before the lock is taken, so a release never takes
 the quota or room of a charged Pod its watch has not shown yet; a pass that cannot read them releases
-nothing.
+nothing. Before it sends them, a pass records its releases in the same object, with the version it read
+(webhook.queue.records): an admission charging a Pod that names its node then counts them however late its watch shows
+them, and a charge written after the pass read the charges makes the record fail (409), so the pass
+releases nothing and the next one decides again with it. Either way no charge and release share a quota
+or room.
 
 Each release carries this leader's fencing token (`gpupool.io/released-by: <identity>/<term>`,
 webhook.admission.fence): a release that commits after the term is over is refused by the validating
@@ -53,6 +57,7 @@ from webhook.pools.charges import Charge, ChargeError, ChargeStore, pending
 from webhook.pools.index import PoolIndex
 from webhook.pools.kubeobj import pod_from_obj
 from webhook.pools.memo import Memo
+from webhook.queue import records
 from webhook.queue.leader import Elector
 from webhook.queue.parking import Parking
 from webhook.queue.ports import UNLIMITED, Events, NoMetrics, QueueInventory, QueueMetrics, Releaser, TokenBucket
@@ -281,9 +286,10 @@ class Runner:
         if self._refusals:  # a Pod backing off, or given up on, holds no place: the Pods behind it go
             self._refusals.keep_only({q.key for q in ordered})
             ordered = [q for q in ordered if not self._refusals.holds_back(q, now)]
-        charges = self._read_charges() if ordered else []  # nothing to release: nothing to count them against
-        if charges is None:
+        read = self._read_charges() if ordered else ([], "")  # nothing to release: nothing to count them against
+        if read is None:
             return PassResult(released, [])
+        charges, version = read
         batch = read_batch(ordered, policy, self._shapes, self._parking)
         held = self.inventory.read()
         with held as index:
@@ -291,11 +297,20 @@ class Runner:
                 self.reshaper.fence(index)  # no release to a node being re-cut
             # Counted as admission counts them: a charge taken back when the pass ends changes the index,
             # so while one counts, the next tick decides again (it may have expired by then).
-            with pending(index, charges, self._wall(), now):
+            wall = self._wall()
+            limit = min(BATCH, records.room(charges, wall)) if self._charges is not None else BATCH
+            with pending(index, charges, wall, now, releases=False):
                 decided = decide_batch(
-                    batch, index, policy, limit=BATCH, pause=_Breather(held, self._clock), now=self.waiting.now()
+                    batch, index, policy, limit=limit, pause=_Breather(held, self._clock), now=self.waiting.now()
                 )
                 self._changes_seen = index.changes
+            ttl = policy.defaults.reservation_seconds
+            kept = records.kept(charges, index, wall, ttl) if decided.releases and self._charges is not None else []
+        if decided.releases and not records.record(self._charges, decided.releases, kept, version, wall, policy):
+            self._undo(decided.releases)
+            self._changes_seen = None
+            self.waiting.wake.set()  # decided again at once, with what was charged meanwhile
+            return PassResult(released, decided.waits)
         self._tell_queued(decided.waits)
         if self._status is not None:
             self._status.passed(decided.waits, ordered)
@@ -307,14 +322,14 @@ class Runner:
                 log.exception("MIG re-cutting failed in a pass")
         return PassResult(released, decided.waits, len(decided.releases), decided.decisions, decided.visits)
 
-    def _read_charges(self) -> list[Charge] | None:
-        """The charges of Pods that name their node, as the API holds them now (none without a store);
-        None when they cannot be read: the pass releases nothing rather than release into their room, and
-        the next tick tries again."""
+    def _read_charges(self) -> tuple[list[Charge], str] | None:
+        """The charges of Pods that name their node, as the API holds them now, and their version (none
+        without a store); None when they cannot be read: the pass releases nothing rather than release
+        into their room, and the next tick tries again."""
         if self._charges is None:
-            return []
+            return [], ""
         try:
-            return self._charges.read()[0]
+            return self._charges.read()
         except ChargeError as exc:
             log.warning("no release this pass: the charges of Pods that name their node: %s", exc)
             self._changes_seen = None

@@ -153,8 +153,12 @@ def real_app_loader(core: Core) -> LoadApp:
         policy, inventory = core.policy, core.inventory
         metrics = Metrics.private()
         # Pods that bypass placement in queued namespaces are charged in the API (webhook.admission.charging).
+        # A `now` Pod is placed counting them and the leader's recorded releases (webhook.queue.records).
         charged = isinstance(inventory, LiveInventory) and core.queue is not None
-        admitter = Admitter(policy, inventory, charges=charged)
+        store = None
+        if isinstance(inventory, LiveInventory) and core.queue is not None:
+            store = LeaseCharges(inventory.api_client, core.queue.namespace)
+        admitter = Admitter(policy, inventory, charges=charged, store=store)
         if isinstance(inventory, LiveInventory):
             # The master never starts the watches: threads do not survive a fork, so each worker starts
             # them on its own copy. Not waited for: /readyz stays false until the first full list. A call
@@ -184,7 +188,7 @@ def real_app_loader(core: Core) -> LoadApp:
         fence, charges = None, None
         if isinstance(inventory, LiveInventory) and core.queue is not None:
             fence = LeaseFence.of(inventory.api_client, core.queue)
-            charges = Charges(LeaseCharges(inventory.api_client, core.queue.namespace))
+            charges = Charges(store or LeaseCharges(inventory.api_client, core.queue.namespace))
         validator = Validator(admitter, core.trusted, fence, charges)
         config = AppConfig(admitter=admitter, metrics=metrics, validator=validator)
         app = create_app(config)

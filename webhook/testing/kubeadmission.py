@@ -56,7 +56,8 @@ def go_json(value: Any) -> bytes:
 class ValidatingWebhook:
     """One webhook of a ValidatingWebhookConfiguration, called on Pod UPDATE (and on a CREATE a test makes
     through it). `urls` are its endpoints,
-    taken in turn (a Service's load balancing); `server_name` is the name its certificate is checked for."""
+    taken in turn (a Service's load balancing), or only one of them once `pin`ned; `server_name` is the
+    name its certificate is checked for."""
 
     def __init__(
         self,
@@ -69,7 +70,9 @@ class ValidatingWebhook:
         timeout: float = 5.0,
     ) -> None:
         self.name, self.timeout, self._server_name = name, timeout, server_name
-        self._targets = itertools.cycle([urlsplit(u) for u in urls])
+        self._urls = [urlsplit(u) for u in urls]
+        self._targets = itertools.cycle(self._urls)
+        self._pinned: int | None = None
         self._context = ssl.create_default_context(cafile=str(ca_file))
         self._programs = _compile(conditions)
         self._lock = threading.Lock()
@@ -77,6 +80,11 @@ class ValidatingWebhook:
         self.denied = 0  # writes refused by the webhook's answer
         self.failed = 0  # writes refused because the call failed
         self.largest = 0  # the largest review body sent, in bytes
+
+    def pin(self, endpoint: int | None) -> None:
+        """Send every call to `urls[endpoint]` (a test that needs one replica's answer); None: in turn again."""
+        with self._lock:
+            self._pinned = endpoint
 
     @classmethod
     def from_manifest(
@@ -115,7 +123,7 @@ class ValidatingWebhook:
         with self._lock:
             self.calls += 1
             self.largest = max(self.largest, len(body))
-            target = next(self._targets)
+            target = next(self._targets) if self._pinned is None else self._urls[self._pinned]
         answer = self._post(target.hostname or "127.0.0.1", target.port or 443, target.path or "/", body)
         response = answer.get("response") if isinstance(answer, dict) else None
         if not isinstance(response, dict) or response.get("uid") != request["uid"]:

@@ -66,6 +66,7 @@ class ApiState:
         self.held: dict[str, float] = {}  # token -> until when (monotonic) its writes are held back
         self.hold_only: dict[str, tuple[str | None, int]] = {}  # token -> (the resource held, writes let through first)
         self.holding: Counter[str] = Counter()  # writes held back right now, by token
+        self.watch_held: dict[str, str | None] = {}  # token -> the resource (None: all) its watches send nothing of
         self.released: Counter[str] = Counter()  # writes held back and let go (answered since), by token
         self.bookmark_interval = bookmark_interval
         self.watch_timeout = watch_timeout
@@ -113,6 +114,10 @@ class ApiState:
             finally:
                 self.holding[token] -= 1
             return True
+
+    def watch_holds(self, token: str, resource: str) -> bool:
+        """Are the client `token`'s watches of `resource` held back (KubeSim.hold_watches)? Under `lock`."""
+        return token in self.watch_held and self.watch_held[token] in (None, resource)
 
     def wait_out_stall(self) -> None:
         with self.lock:

@@ -343,6 +343,20 @@ class KubeSim:
             self._state.hold_only.pop(token, None)
             self._state.lock.notify_all()
 
+    def hold_watches(self, token: str, resource: str | None = None) -> None:
+        """The watches of the client `token` (of `resource` only, a plural such as "pods", when given) send
+        nothing, not even bookmarks, until `release_watches`: a replica whose watch is late. Then each sends
+        what came meanwhile, in order. Its reads and writes are not held."""
+        with self._state.lock:
+            self._state.watch_held[token] = resource
+            self._state.lock.notify_all()
+
+    def release_watches(self, token: str) -> None:
+        """Let the client's watches send again (see `hold_watches`)."""
+        with self._state.lock:
+            self._state.watch_held.pop(token, None)
+            self._state.lock.notify_all()
+
     def held_writes(self, token: str) -> tuple[int, int]:
         """(writes of `token` held back now, writes held back and let go since, their answers made)."""
         with self._state.lock:

@@ -3,7 +3,8 @@
 Without a resourceVersion the stream starts with the current objects as ADDED; from a resourceVersion it
 replays what came after it; a compacted one is an ERROR event holding a 410 Expired Status inside a 200
 stream. BOOKMARKs come every `bookmark_interval` when the client allows them; the stream ends at
-`timeoutSeconds`, and the injected faults (drop, stall, down) act on it as they would on a real one.
+`timeoutSeconds`, and the injected faults (drop, stall, down) act on it as they would on a real one; a
+client's watches held back (KubeSim.hold_watches) send nothing until let go, then what came meanwhile.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ def serve_watch(
             bookmarks=bookmarks,
             deadline=time.monotonic() + timeout,
             selector=selector,
+            token=handler.bearer(),
         )
     except OSError:
         clean = False  # the client went away
@@ -80,6 +82,7 @@ def _stream(  # noqa: PLR0913 (one watch request's parameters, by keyword)
     bookmarks: bool,
     deadline: float,
     selector: Selector | None = None,
+    token: str = "",
 ) -> bool:
     """Send events until the deadline (True: end the stream cleanly) or a fault (False)."""
     kind = res.kind
@@ -109,6 +112,9 @@ def _stream(  # noqa: PLR0913 (one watch request's parameters, by keyword)
                     return True
                 if now < state.stall_until:
                     state.lock.wait(min(deadline, state.stall_until) - now)
+                    continue
+                if state.watch_holds(token, res.plural):  # a late watch: nothing, not even bookmarks
+                    state.lock.wait(min(deadline - now, 1.0))
                     continue
                 try:
                     events, reached = state.store.events_after(position, _WATCH_BATCH * 4)

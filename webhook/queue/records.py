@@ -1,0 +1,81 @@
+"""The leader's releases, recorded with the charges of Pods that name their node (webhook.pools.charges)
+before they are sent.
+
+An admission charging a Pod that names its node reads the charges, decides, and writes its charge with the
+version it read; a pass of the queue reads them too, decides, and writes its releases with the version it
+read, before it sends any. So of two that overlap, the second to write has read what the first wrote, or is
+refused (409) and decides again: a charge and a release never share a quota or room, however late either
+replica's watch shows the other's Pod. `now` admissions count the releases too (webhook.admission
+.validation). A release counts for an admission until that replica's watch shows its Pod released; the
+leader's next record drops it once its own watch has shown it for RELEASE_SECONDS, or its release failed,
+and it expires after `reservationSeconds` in any case. The members of a gang released in part (a leader
+that stopped part way through its releases) stay recorded while they wait, so the room the gang waits for
+is counted by every admission through a failover. At most MAX_RELEASES are recorded at once (a pass
+releases no more than fit; the rest go once older ones are dropped).
+
+Pure but for `record`, which writes through the store it is given.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from webhook.domain.policy import Policy
+from webhook.pools.charges import MAX_RELEASES, RELEASE_SECONDS, Charge, ChargeError, ChargeStore, unseen
+from webhook.pools.index import PoolIndex
+from webhook.queue.release import Release
+
+log = logging.getLogger("gpupool.queue")
+
+
+def room(charges: list[Charge], wall: float) -> int:
+    """How many more releases can be recorded now (MAX_RELEASES at once)."""
+    return max(MAX_RELEASES - sum(1 for c in charges if c.release and c.expires > wall), 0)
+
+
+def kept(charges: list[Charge], index: PoolIndex, wall: float, ttl: float) -> list[Charge]:
+    """What a pass's record keeps of the charges as read: the charges of Pods that name their node that
+    still count (as an admission keeps them), and the releases that have not expired (recorded for `ttl`
+    seconds) whose Pod the leader's index shows released, for RELEASE_SECONDS after they were recorded,
+    or waiting in a gang with members released already (its held room). A release whose write failed otherwise, or whose
+    Pod is gone, is dropped: the Pod is the queue's again."""
+    counted = unseen(charges, index, wall, releases=False)
+    return [*counted, *(c for c in charges if c.release and c.expires > wall and _keeps(c, index, wall, ttl))]
+
+
+def _keeps(release: Charge, index: PoolIndex, wall: float, ttl: float) -> bool:
+    usage = index.usage
+    if not usage.holds(release.key):
+        return False
+    if not usage.is_queued(release.key):
+        return wall - (release.expires - ttl) < RELEASE_SECONDS  # recorded at expires - ttl
+    info = usage.pod_info(release.key)
+    return info is not None and bool(info.group) and bool(usage.group_pools(release.namespace, info.group))
+
+
+def recorded(release: Release, policy: Policy, expires: float) -> Charge:
+    """A release as the charges record it: what its Pod takes once released, in its pool, where its pool
+    labels reach, against its namespace's quotas."""
+    pool, pod = release.pool, release.released
+    resource = pool.resource or policy.vendors[pool.vendor].resource
+    devices = ((resource, pod.gpu_requests.get(resource, 0)),)
+    return Charge(pod.namespace, pod.name, "", devices, expires, str(pool), policy.hold_pins(pod.node_selector))
+
+
+def record(
+    store: ChargeStore | None, releases: list[Release], still: list[Charge], version: str, wall: float, policy: Policy
+) -> bool:
+    """Record `releases` with the charges read at `version` that still count (`still`, from `kept`), before
+    any is sent; False when the charges changed since they were read (a Pod naming its node was charged
+    meanwhile) or cannot be written: then none may be sent. True without a store (no API holds charges)."""
+    if store is None:
+        return True
+    mine = [recorded(r, policy, wall + policy.defaults.reservation_seconds) for r in releases]
+    again = {c.key for c in mine}  # a gang member recorded by an earlier leader, released now: once
+    try:
+        if store.write([*(c for c in still if not (c.release and c.key in again)), *mine], version):
+            return True
+        log.info("the charges changed while a pass decided: it is decided again")
+    except ChargeError as exc:
+        log.warning("no release this pass: recording them with the charges: %s", exc)
+    return False
