@@ -11,10 +11,11 @@ from collections.abc import Callable
 from tests.builders import gpu_node, index_of, pod, policy
 from tests.queue.fakes import Events, Inventory, Leading, SlowApi
 from tests.queue.helpers import enqueue, queued_pod
-from webhook.pools.charges import RELEASE_SECONDS, Charge, ChargeError
+from webhook.pools.charges import RECORD_BYTES, RELEASE_SECONDS, Charge, ChargeError, record_bytes
 from webhook.queue import records
 from webhook.queue.runner import Runner
 from webhook.queue.waiting import Waiting
+from webhook.sources.charge_store import CHARGES
 
 POLICY = policy("namespaces:\n  q: {placement: queue, classQuota: {medium: 1}}\n  other: {placement: queue}\n")
 NOW = 1_000_000.0  # the wall clock the charges expire by
@@ -157,3 +158,37 @@ def test_a_record_drops_a_shown_release_once_it_is_old_and_one_whose_pod_is_gone
     fresh, old, gone = release("shown", 1.0), release("shown", RELEASE_SECONDS + 1), release("gone", 1.0)
     assert records.kept([fresh, gone], index, NOW, ttl) == [fresh]
     assert records.kept([old], index, NOW, ttl) == []
+
+
+class SizedStore(Store):
+    """A Store that refuses, as kube-apiserver does, a Lease whose annotations take over 256 KiB."""
+
+    def write(self, charges: list[Charge], version: str) -> bool:
+        if len(CHARGES) + record_bytes(charges) > 256 * 1024:
+            self.refused += 1
+            raise ChargeError(
+                "Lease.coordination.k8s.io is invalid: metadata.annotations: Too long: must have at most 262144 bytes"
+            )
+        return super().write(charges, version)
+
+    refused = 0
+
+
+def test_releases_of_long_names_are_recorded_within_what_the_api_accepts() -> None:
+    """1,500 queued Pods with 200-character names and room for all, passes a few seconds apart: each pass
+    releases no more than the Lease's annotation can record, so every record is accepted, and releases go
+    on as the shown ones are dropped (before: counted 1,000 at most whatever their length, the second
+    pass's record took 370 KB, was refused by the API, and no Pod was released until the records expired)."""
+    store = SizedStore([])
+    names = [("other", f"{'x' * 190}-{k:05d}") for k in range(1500)]
+    runner, events = runner_for(1500, store, names)
+    clock = [NOW]
+    runner._wall = lambda: clock[0]  # the wall clock the records age by
+    counts = []
+    for _ in range(8):
+        runner.run_pass()
+        counts.append(len(released(events)))
+        clock[0] += RELEASE_SECONDS / 2
+    assert store.refused == 0
+    assert counts[-1] > counts[0] > 0, counts
+    assert record_bytes(store.charges) <= RECORD_BYTES

@@ -25,7 +25,7 @@ from webhook.admission import verdict
 from webhook.admission.prepared import Prepared
 from webhook.admission.verdict import Verdict
 from webhook.domain.policy import Policy
-from webhook.pools.charges import MAX_CHARGES, Charge, ChargeError, ChargeStore
+from webhook.pools.charges import MAX_CHARGES, RECORD_BYTES, Charge, ChargeError, ChargeStore, record_bytes
 
 log = logging.getLogger("gpupool.admission")
 
@@ -69,9 +69,11 @@ def charge(
         result, kept = decide(charges, now)
         if result.placement is None or not write:  # refused, reaching several nodes (charged nowhere), or a dry run
             return result
-        if len(kept) >= MAX_CHARGES:
-            return _unavailable(f"{len(kept)} Pods that bypass placement wait for gpupool's watch already")
         mine = Charge(view.namespace, view.name, result.placement.node, req.own_requests, now + ttl)
+        if len(kept) >= MAX_CHARGES or record_bytes([*kept, mine]) > RECORD_BYTES:
+            return _unavailable(
+                f"{len(kept)} Pods that bypass placement or were released wait for gpupool's watch already"
+            )
         try:
             if store.write([*kept, mine], version):
                 return result

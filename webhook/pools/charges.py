@@ -32,16 +32,22 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, NamedTuple, Protocol
 
+import orjson
+
 from webhook.domain.model import PoolKey, Selector
 from webhook.pools.index import PoolIndex, Reservation
 from webhook.pools.nodes import NodeFacts
 
 MAX_CHARGES = 1000  # charges waiting for the watch at once, cluster-wide; past it, admissions are told to retry
-# The leader's releases recorded at once, cluster-wide: a pass releases no more than fit (the rest go once
-# older ones expired or were shown); each about 130 bytes, so with MAX_CHARGES charges the annotation stays
-# under the 256 KiB kube-apiserver allows.
-MAX_RELEASES = 1000
-RELEASE_SECONDS = 10.0  # a release shown by the leader's watch stays recorded this long: the watch delay it covers
+# The charges and the leader's releases are one annotation of the Lease, and kube-apiserver refuses an object
+# whose annotations take over 256 KiB in all: they may take RECORD_BYTES (the rest: the annotation's key and
+# any other annotation). Of it the releases may take RELEASE_BYTES (about 800 of ordinary names, ~200 bytes
+# each), so that Pods naming their node keep 80 KiB (about 650 charges); a pass releases no more than fit (the
+# rest go once older ones were shown or expired), and a charge that does not fit is told to retry. By
+# bytes, not by count: an entry is as long as its namespace, name, pool and pins.
+RECORD_BYTES = 240 * 1024
+RELEASE_BYTES = 160 * 1024
+RELEASE_SECONDS = 5.0  # a release shown by the leader's watch stays recorded this long: the watch delay it covers
 
 
 class ChargeError(Exception):
@@ -71,6 +77,11 @@ class Charge(NamedTuple):
     def as_json(self) -> list[Any]:
         entry = [self.namespace, self.name, self.node, [list(d) for d in self.devices], self.expires]
         return [*entry, self.pool, [list(s) for s in self.selector]] if self.pool else entry
+
+
+def record_bytes(charges: Iterable[Charge]) -> int:
+    """How many bytes `charges` take of the Lease's annotation, encoded as the store writes them."""
+    return len(orjson.dumps([c.as_json() for c in charges]))
 
 
 class ChargeStore(Protocol):

@@ -10,10 +10,10 @@ replica's watch shows the other's Pod. `now` admissions count the releases too (
 leader's next record drops it once its own watch has shown it for RELEASE_SECONDS, or its release failed,
 and it expires after `reservationSeconds` in any case. The members of a gang released in part (a leader
 that stopped part way through its releases) stay recorded while they wait, so the room the gang waits for
-is counted by every admission through a failover. At most MAX_RELEASES are recorded at once (a pass
-releases no more than fit; the rest go once older ones are dropped).
+is counted by every admission through a failover. The releases recorded take at most RELEASE_BYTES of
+the Lease's annotation (a pass releases no more than fit; the rest go once older ones are dropped).
 
-Pure but for `record`, which writes through the store it is given.
+Pure but for `Recorder.record`, which writes through the store it is given.
 """
 
 from __future__ import annotations
@@ -21,16 +21,20 @@ from __future__ import annotations
 import logging
 
 from webhook.domain.policy import Policy
-from webhook.pools.charges import MAX_RELEASES, RELEASE_SECONDS, Charge, ChargeError, ChargeStore, unseen
+from webhook.pools.charges import (
+    RECORD_BYTES,
+    RELEASE_BYTES,
+    RELEASE_SECONDS,
+    Charge,
+    ChargeError,
+    ChargeStore,
+    record_bytes,
+    unseen,
+)
 from webhook.pools.index import PoolIndex
 from webhook.queue.release import Release
 
 log = logging.getLogger("gpupool.queue")
-
-
-def room(charges: list[Charge], wall: float) -> int:
-    """How many more releases can be recorded now (MAX_RELEASES at once)."""
-    return max(MAX_RELEASES - sum(1 for c in charges if c.release and c.expires > wall), 0)
 
 
 def kept(charges: list[Charge], index: PoolIndex, wall: float, ttl: float) -> list[Charge]:
@@ -62,20 +66,51 @@ def recorded(release: Release, policy: Policy, expires: float) -> Charge:
     return Charge(pod.namespace, pod.name, "", devices, expires, str(pool), policy.hold_pins(pod.node_selector))
 
 
-def record(
-    store: ChargeStore | None, releases: list[Release], still: list[Charge], version: str, wall: float, policy: Policy
-) -> bool:
-    """Record `releases` with the charges read at `version` that still count (`still`, from `kept`), before
-    any is sent; False when the charges changed since they were read (a Pod naming its node was charged
-    meanwhile) or cannot be written: then none may be sent. True without a store (no API holds charges)."""
-    if store is None:
-        return True
-    mine = [recorded(r, policy, wall + policy.defaults.reservation_seconds) for r in releases]
-    again = {c.key for c in mine}  # a gang member recorded by an earlier leader, released now: once
-    try:
-        if store.write([*(c for c in still if not (c.release and c.key in again)), *mine], version):
+ENTRY_BYTES = 512  # what a pass counts per release it may make, at first: a release's entry is ~200 bytes
+
+
+class Recorder:
+    """The leader's records of its releases, written through `store` (None: no API holds charges, nothing is
+    recorded). A pass may release as many as fit the bytes left for releases, counted ENTRY_BYTES each;
+    a record that does not fit RECORD_BYTES all the same (long names, many pins) is not written, and the
+    next passes count twice as much per release, so that fewer are decided at once (one at least, while
+    any bytes are left). A gang's members are released together, in one record: a gang whose records
+    alone exceed RECORD_BYTES (over a thousand members of ordinary names) cannot be recorded."""
+
+    def __init__(self, store: ChargeStore | None) -> None:
+        self.store = store
+        self._entry = ENTRY_BYTES
+
+    def room(self, charges: list[Charge], wall: float, most: int) -> int:
+        """How many releases (at most `most`) a pass may decide with `charges` recorded at `wall`."""
+        if self.store is None:
+            return most
+        live = [c for c in charges if c.expires > wall]
+        left = min(RELEASE_BYTES - record_bytes(c for c in live if c.release), RECORD_BYTES - record_bytes(live))
+        return min(most, max(left // self._entry, 1)) if left > 0 else 0
+
+    def record(self, releases: list[Release], still: list[Charge], version: str, wall: float, policy: Policy) -> bool:
+        """Record `releases` with the charges read at `version` that still count (`still`, from `kept`),
+        before any is sent; False when the charges changed since they were read (a Pod naming its node was
+        charged meanwhile), cannot be written or the record would not fit: then none may be sent. True
+        without a store."""
+        if self.store is None:
             return True
-        log.info("the charges changed while a pass decided: it is decided again")
-    except ChargeError as exc:
-        log.warning("no release this pass: recording them with the charges: %s", exc)
-    return False
+        mine = [recorded(r, policy, wall + policy.defaults.reservation_seconds) for r in releases]
+        again = {c.key for c in mine}  # a gang member recorded by an earlier leader, released now: once
+        charges = [*(c for c in still if not (c.release and c.key in again)), *mine]
+        size = record_bytes(charges)
+        if size > RECORD_BYTES:  # a gang's releases go together, and may take more than RELEASE_BYTES
+            self._entry *= 2
+            log.warning(
+                "no release this pass: %d releases would take %d bytes of the charges; fewer at once", len(mine), size
+            )
+            return False
+        self._entry = max(ENTRY_BYTES, self._entry // 2)
+        try:
+            if self.store.write(charges, version):
+                return True
+            log.info("the charges changed while a pass decided: it is decided again")
+        except ChargeError as exc:
+            log.warning("no release this pass: recording them with the charges: %s", exc)
+        return False

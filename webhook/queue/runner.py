@@ -120,6 +120,7 @@ class Runner:
         self.inventory, self.waiting, self.elector = inventory, waiting, elector
         self.reshaper = reshaper
         self._charges, self._wall = charges, wall
+        self._records = records.Recorder(charges)
         self._status = StatusFeed(status, clock) if status is not None else None
         self._policy = policy
         self._rebind_lock = threading.Lock()
@@ -297,16 +298,16 @@ class Runner:
                 self.reshaper.fence(index)  # no release to a node being re-cut
             # Counted as admission counts them: a charge taken back when the pass ends changes the index,
             # so while one counts, the next tick decides again (it may have expired by then).
-            wall = self._wall()
-            limit = min(BATCH, records.room(charges, wall)) if self._charges is not None else BATCH
+            wall, ttl = self._wall(), policy.defaults.reservation_seconds
+            # The room left for releases, once what the record will drop is dropped (shown long enough).
+            limit = self._records.room(records.kept(charges, index, wall, ttl), wall, BATCH) if self._charges else BATCH
             with pending(index, charges, wall, now, releases=False):
                 decided = decide_batch(
                     batch, index, policy, limit=limit, pause=_Breather(held, self._clock), now=self.waiting.now()
                 )
                 self._changes_seen = index.changes
-            ttl = policy.defaults.reservation_seconds
             kept = records.kept(charges, index, wall, ttl) if decided.releases and self._charges is not None else []
-        if decided.releases and not records.record(self._charges, decided.releases, kept, version, wall, policy):
+        if decided.releases and not self._records.record(decided.releases, kept, version, wall, policy):
             self._undo(decided.releases)
             self._changes_seen = None
             self.waiting.wake.set()  # decided again at once, with what was charged meanwhile

@@ -5,8 +5,8 @@ its annotation `gpupool.io/charges`: the Lease because gpupool's Role already gr
 update on Leases there and nowhere else (no new permission, and no other namespace's objects), and
 because kube-apiserver refuses an update of a Lease without a resourceVersion, so every write is
 conditional. A write carries the resourceVersion read: 409 means another replica charged meanwhile.
-The annotation stays small: each charge is about 100 bytes, at most MAX_CHARGES of them (100 KiB, under
-the 256 KiB kube-apiserver allows a Pod's or Lease's annotations).
+The annotation stays small: the charges and the leader's releases take at most RECORD_BYTES of it (240 KiB,
+under the 256 KiB kube-apiserver allows a Pod's or Lease's annotations; webhook.pools.charges).
 """
 
 from __future__ import annotations
