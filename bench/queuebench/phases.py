@@ -94,8 +94,8 @@ def burst(
     # take room too as their quotas free, and a burst Pod left without room would wait for a finish, which
     # is not the release rate this phase measures.
     waiting_now = auditor.snapshot()["waiting"]
-    count = math.ceil(sum(n for ns, n in waiting_now.items() if ns != BACKLOG.name) / 8)  # the backlog waits on
-    # its quota, not for room
+    room_for = sum(n for ns, n in waiting_now.items() if ns != BACKLOG.name)  # the backlog waits on its quota
+    count = math.ceil(room_for / 8)
     new_nodes = [burst_node(template, k) for k in range(count)]
     cpu = meter(sim, reps)
     leading = leader_of(reps, auditor.snapshot()["holder"])
@@ -117,7 +117,7 @@ def burst(
     r.notes["burst_namespaces"] = list(wanted)
     r.notes["burst_nodes"] = count
     r.notes["burst_pods"] = sum(waiting_now.get(ns, 0) for ns in wanted)
-    print(f"burst: {count} nodes of 8 GPUs for {sum(waiting_now.values())} queued Pods", flush=True)
+    print(f"burst: {count} nodes of 8 GPUs for {room_for} queued Pods", flush=True)
 
 
 def memory(r: Run, sim: Simulator, reps: list[Replica], auditor: Auditor, *, creator: Creator) -> None:
