@@ -37,6 +37,10 @@ OPEN = [
 ]
 QUOTA = [Space(ns, ("medium", "high"), 0.05) for ns in ("q-tutorial", "q-limits", "q-class", "q-memory")]
 NAMESPACES = OPEN + QUOTA
+# `--backlog`: Pods queued beyond their namespace's classQuota of one high GPU, whose one Pod released never
+# finishes (no FINISH_LABEL): they wait the whole run for a quota that never frees, as a team's queue far
+# past its quota does, while room keeps appearing on the pools they would go to.
+BACKLOG = Space("q-backlog", ("high",), 0.0)
 MEMORY_QUOTA_GI = 400
 RULES = [
     QuotaRule("q-tutorial", "gpus", "nvidia.com/gpu", 16),
@@ -44,6 +48,7 @@ RULES = [
     QuotaRule("q-class", "class", "medium", 12),
     QuotaRule("q-class", "class", "high", 6),
     QuotaRule("q-memory", "memory", "gpu-memory", MEMORY_QUOTA_GI * 1024),
+    QuotaRule(BACKLOG.name, "class", "high", 1),
 ]
 POLICY = f"""
 namespaces:
@@ -55,6 +60,7 @@ namespaces:
   q-limits: {{placement: queue}}
   q-class: {{placement: queue, classQuota: {{medium: 12, high: 6}}}}
   q-memory: {{placement: queue, memoryQuota: {MEMORY_QUOTA_GI}Gi}}
+  {BACKLOG.name}: {{placement: queue, classQuota: {{high: 1}}}}
 """
 
 
@@ -83,7 +89,8 @@ def filler(node: str, k: int) -> dict[str, Any]:
 
 
 def queued_pod(namespace: str, gpu_class: str, name: str, rng: random.Random, quota: bool) -> dict[str, Any]:
-    """A Pod as its owner writes it for a queue namespace: a class and one GPU, nothing else gpupool sets."""
+    """A Pod as its owner writes it for a queue namespace: a class and one GPU, nothing else gpupool sets
+    (the backlog's never finishes once running)."""
     annotations = {"gpupool.io/gpu-class": gpu_class, "gpupool.io/gpu-count": "1"}
     if quota:
         annotations["kubesim.io/run-seconds"] = f"{rng.uniform(2, 8):.1f}"
@@ -94,7 +101,7 @@ def queued_pod(namespace: str, gpu_class: str, name: str, rng: random.Random, qu
             "name": name,
             "namespace": namespace,
             "annotations": annotations,
-            "labels": {FINISH_LABEL: "true", "app": "bench-queue"},
+            "labels": {"app": "bench-queue", **({} if namespace == BACKLOG.name else {FINISH_LABEL: "true"})},
         },
         "spec": {
             "containers": [{"name": "main", "image": "registry.example.com/cuda:12"}],

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from bench.queueaudit import Auditor
-from bench.queuebench.cluster import NAMESPACES, QUOTA, Space, now, queued_pod
+from bench.queuebench.cluster import BACKLOG, NAMESPACES, QUOTA, Space, now, queued_pod
 from bench.queuebench.replicas import Replica
 from bench.soakbench.client import DEADLINE_S, Connection, persisted, read_answer
 from bench.soakbench.reviews import review_body
@@ -107,7 +107,7 @@ def targets(queued: int, namespaces: list[Space]) -> dict[str, int]:
 def top_up(creator: Creator, auditor: Auditor, wanted: dict[str, int]) -> None:
     """Queue what each namespace lacks of its target (waiting, as the cluster says, plus on the way)."""
     waiting = auditor.snapshot()["waiting"]
-    classes = {space.name: space.classes for space in NAMESPACES}
+    classes = {space.name: space.classes for space in [*NAMESPACES, BACKLOG]}
     for namespace, target in wanted.items():
         lacking = target - waiting.get(namespace, 0) - creator.in_flight(namespace)
         if lacking > 0:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.queueaudit import GPU, Auditor
-from bench.queuebench.cluster import OPEN, burst_node, now
+from bench.queuebench.cluster import BACKLOG, OPEN, burst_node, now
 from bench.queuebench.creator import Creator, keep_topped_up, targets, top_up, wait_queued
 from bench.queuebench.meters import Profile, cpu_percent, meter
 from bench.queuebench.probes import Probes, timed_probes
@@ -94,7 +94,8 @@ def burst(
     # take room too as their quotas free, and a burst Pod left without room would wait for a finish, which
     # is not the release rate this phase measures.
     waiting_now = auditor.snapshot()["waiting"]
-    count = math.ceil(sum(waiting_now.values()) / 8)
+    room_for = sum(n for ns, n in waiting_now.items() if ns != BACKLOG.name)  # the backlog waits on its quota
+    count = math.ceil(room_for / 8)
     new_nodes = [burst_node(template, k) for k in range(count)]
     cpu = meter(sim, reps)
     leading = leader_of(reps, auditor.snapshot()["holder"])
@@ -116,7 +117,7 @@ def burst(
     r.notes["burst_namespaces"] = list(wanted)
     r.notes["burst_nodes"] = count
     r.notes["burst_pods"] = sum(waiting_now.get(ns, 0) for ns in wanted)
-    print(f"burst: {count} nodes of 8 GPUs for {sum(waiting_now.values())} queued Pods", flush=True)
+    print(f"burst: {count} nodes of 8 GPUs for {room_for} queued Pods", flush=True)
 
 
 def memory(r: Run, sim: Simulator, reps: list[Replica], auditor: Auditor, *, creator: Creator) -> None:
@@ -151,12 +152,15 @@ def memory(r: Run, sim: Simulator, reps: list[Replica], auditor: Auditor, *, cre
     r.notes["profile_memory"] = spy.summary()
     after_probe = timed_probes(sim, r.ca, roles, args.probe_seconds)
     r.marks["memory_end"] = now()
+    idle_end = {role: {"rss_mb": rss_mb(rep.leader_process()), "queued": rep.queued()} for role, rep in roles.items()}
     r.notes["memory"] = {
         "leader": f"{leader.name} ({holder})",
         "waiting_before": waiting_before,
         "waiting": total,
         "before": before,
         "after": after,
+        "idle_end": idle_end,  # RSS again after the idle probes: flat while nothing changes
+        "idle_s": r.marks["memory_end"] - r.marks["memory_queued"],
         "cpu_before": {k: v for k, v in before_cpu.items() if k in roles or k == "others"},
         "cpu_after": {k: v for k, v in after_cpu.items() if k in roles or k == "others"},
         "admission_before": before_probe,

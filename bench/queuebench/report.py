@@ -16,6 +16,14 @@ from webhook.queue.runner import WRITERS
 from webhook.testing.synthetic import GPU_MODELS
 
 GOALS = {"p50_s": 0.1, "p99_s": 1.0, "releases_per_s": 200.0, "overbooked": 0, "quota_exceeded": 0, "failover_s": 20.0}
+# Issue 27: the leader's RSS, and admissions on the leader's Pod against the follower's (leader / follower).
+ADMISSION_GOALS = {
+    "leader_rss_mb": 600.0,
+    "steady_admission_p50_ratio": 1.5,
+    "steady_admission_p99_ratio": 2.0,
+    "queue_in_admission_p50_ratio": 1.5,
+    "queue_in_admission_p99_ratio": 2.0,
+}
 
 
 def between(releases: list[Release], start: float, end: float) -> list[Release]:
@@ -152,6 +160,14 @@ def judge(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "quota_exceeded": quota_peak,
         "failover_s": result["failover"]["first_release_s"],
     }
+    goals = dict(GOALS)
+    steady = result["notes"].get("probes_steady") or {}
+    measured.update(_ratios("steady", steady))
+    memory = result.get("memory")
+    if memory:
+        measured.update(_ratios("queue_in", memory["probes_while_queueing"]))
+        measured["leader_rss_mb"] = max(memory[k]["leader"]["rss_mb"] for k in ("after", "idle_end"))
+    goals.update({name: goal for name, goal in ADMISSION_GOALS.items() if name in measured})
     at_least = {"releases_per_s"}
     return {
         name: {
@@ -159,8 +175,16 @@ def judge(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
             "measured": measured[name],
             "met": measured[name] >= goal if name in at_least else measured[name] <= goal,
         }
-        for name, goal in GOALS.items()
+        for name, goal in goals.items()
     }
+
+
+def _ratios(phase: str, probes: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Admissions to the leader's replica over the follower's, p50 and p99, as probed in one phase."""
+    leader, follower = probes.get("admission_leader") or {}, probes.get("admission_follower") or {}
+    if not leader or not follower:
+        return {}
+    return {f"{phase}_admission_{q}_ratio": leader[q] / follower[q] for q in ("p50", "p99") if follower.get(q)}
 
 
 def print_report(result: dict[str, Any]) -> None:
@@ -227,7 +251,8 @@ def print_report(result: dict[str, Any]) -> None:
                 f"(before {m['admission_before'][role]['p50'] * 1e3:.2f}/"
                 f"{m['admission_before'][role]['p99'] * 1e3:.2f}; while queueing "
                 f"{m['probes_while_queueing'][f'admission_{role}']['p50'] * 1e3:.0f}/"
-                f"{m['probes_while_queueing'][f'admission_{role}']['p99'] * 1e3:.0f})"
+                f"{m['probes_while_queueing'][f'admission_{role}']['p99'] * 1e3:.0f}); RSS "
+                f"{m['idle_end'][role]['rss_mb']:.0f} MB after {m['idle_s']:.0f} s more with nothing changing"
             )
     print(
         "load (CPU % of one core): "

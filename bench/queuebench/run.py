@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.queueaudit import GPU, Auditor
-from bench.queuebench.cluster import NAMESPACES, RULES, filler, now, resource_quota
+from bench.queuebench.cluster import BACKLOG, NAMESPACES, RULES, filler, now, resource_quota
 from bench.queuebench.creator import Creator, keep_topped_up, targets, wait_queued
 from bench.queuebench.meters import Profile, meter
 from bench.queuebench.phases import Run, burst, failover, memory
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             nodes, _ = list_all(api, "/api/v1/nodes")
             pods, listed_at = list_all(api, "/api/v1/pods", keep=lambda p: pod_requests(p.get("spec") or {}).get(GPU))
             class_of = {m.product: m.gpu_class for m in GPU_MODELS}
-            auditor = Auditor(nodes, pods, RULES, [space.name for space in NAMESPACES], class_of)
+            auditor = Auditor(nodes, pods, RULES, [space.name for space in [*NAMESPACES, BACKLOG]], class_of)
             del pods
             tail = Tail(tmp / AUDIT_LOG, auditor, listed_at)
             print(f"listed {len(nodes):,} nodes and the Pods at {listed_at} in {now() - began:.1f} s", flush=True)
@@ -98,6 +98,11 @@ def phases(  # noqa: PLR0913 (the benchmark's phases share one run's parts)
         r.notes["first_leader"] = auditor.snapshot()["holder"]
         creator = Creator(reps, context, sim, args.seed)
         try:
+            if args.backlog:
+                began = now()
+                wait_queued(auditor, {BACKLOG.name: args.backlog}, 7200, creator)
+                r.notes["backlog_queued_s"] = now() - began
+                print(f"backlog: {args.backlog:,} Pods queued past their quota in {now() - began:.1f} s", flush=True)
             steady_targets = targets(args.queued, NAMESPACES)
             began = now()
             wait_queued(auditor, steady_targets, 600, creator)

@@ -24,8 +24,10 @@ from bench.serverbench.launch import REPO
 class SimApi:
     """A keep-alive client for the simulator's REST API (one per thread)."""
 
-    def __init__(self, port: int, token: str) -> None:
-        self._conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    def __init__(self, port: int, token: str, timeout: float = 120.0) -> None:
+        # 120 s, not 30: on a loaded machine the simulator's first binds after loading 150,000 Pods held a
+        # GET for over 30 s and ended a bench_queue run before it began.
+        self._conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
         self._headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
 
     def call(self, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:

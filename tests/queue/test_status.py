@@ -126,3 +126,12 @@ class TestNamespaceSummaries:
             f"60 Pods of this namespace wait in gpupool's queue (60 in all). The first {MAX_LISTED} are listed; "
             "10 more are not."
         )
+
+    def test_the_listed_pods_are_the_first_in_queue_order_whatever_order_the_pass_left(self) -> None:
+        """The waits in reverse: still positions 1 to MAX_LISTED listed, in order."""
+        _, waits, ordered = planned([f"p{k:02d}" for k in range(60)])
+        positions = {q.key: i for i, q in enumerate(ordered, 1)}
+        data = namespace_summaries(list(reversed(waits)), positions, len(ordered))["q"]
+        pods = yaml.safe_load(data["pods.yaml"])
+        assert [p["position"] for p in pods] == list(range(1, MAX_LISTED + 1))
+        assert [p["pod"] for p in pods] == [f"p{k:02d}" for k in range(MAX_LISTED)]

@@ -223,10 +223,14 @@ class Waiting:
         unreadable; never below zero, whatever the clocks say). A queue stuck on anything (no leader,
         refused releases, a quota that never frees) shows in the second number before any release does."""
         mono = self._clock()
+        # A creationTimestamp is to the second, so many Pods share one: each is parsed once per call (this
+        # walk runs once a second on the leader's loop; parsing one per Pod was 90 % of an idle leader's
+        # samples with 30,000 queued, bench_queue --backlog).
+        ages: dict[str, float | None] = {}
         with self._lock:
             found: dict[str, Backlog] = {}
             for (namespace, _), q in self._pods.items():
-                age = q.age(now)
+                age = ages[q.created] if q.created in ages else ages.setdefault(q.created, q.age(now))
                 waited = max(age if age is not None else mono - q.since, 0.0)
                 pods, oldest = found.get(namespace, (0, 0.0))
                 found[namespace] = Backlog(pods + 1, max(oldest, waited))
