@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import time
+from collections.abc import Callable
 from typing import Any
 
 import jsonpatch
@@ -69,3 +71,12 @@ def setup(objects: list[dict[str, Any]], text: str = QUEUE) -> tuple[PoolIndex, 
     pol = policy(text)
     index = index_of(objects, pol)
     return index, Waiting(pol)
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True

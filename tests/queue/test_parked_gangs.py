@@ -6,8 +6,8 @@ and what the pass answers is what deciding it again would answer."""
 from __future__ import annotations
 
 from tests.builders import gpu_node, index_of, policy
+from tests.queue.gangcases import QUEUE, START, members, outcome, small, two_busy_t4s
 from tests.queue.helpers import T4, busy, enqueue, queued_pod
-from tests.queue.test_gangs import QUEUE, START, members, outcome, small, two_busy_t4s
 from webhook.pools.index import PoolIndex
 from webhook.pools.kubeobj import pod_from_obj
 from webhook.queue.parking import Parking

@@ -12,9 +12,8 @@ import pytest
 
 from tests.builders import gpu_node, index_of, policy
 from tests.queue.fakes import Events, Inventory, Leading, SlowApi
-from tests.queue.helpers import GPU_TOLERATION, enqueue, queued_pod
-from tests.queue.test_parking import QUEUE, START, T4, a_pass, answers, fleet, large, running, waiting_pods
-from tests.queue.test_runner import wait_for
+from tests.queue.helpers import GPU_TOLERATION, enqueue, queued_pod, wait_for
+from tests.queue.parkcases import QUEUE, START, T4, a_pass, answers, fleet, large, running, waiting_pods
 from webhook.pools.kubeobj import pod_from_obj
 from webhook.queue import release as release_module
 from webhook.queue import runner as runner_module

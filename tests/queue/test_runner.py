@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import jsonpatch
@@ -15,7 +14,7 @@ import pytest
 
 from tests.builders import gpu_node, index_of, pod, policy
 from tests.queue.fakes import Events, Inventory, Leading, SlowApi
-from tests.queue.helpers import enqueue, queued_pod
+from tests.queue.helpers import enqueue, queued_pod, wait_for
 from webhook.domain.model import PoolKey
 from webhook.pools.reservations import Reservation
 from webhook.queue import release
@@ -130,15 +129,6 @@ def test_room_that_appears_while_a_release_is_in_flight_is_not_kept_waiting_for_
         api.go.set()
         runner.stop()
     assert not index.usage.is_queued(("q", "a")) and not index.usage.is_queued(("q", "b"))
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def test_over_an_unchanged_index_the_loop_makes_no_pass_and_sees_a_change_nothing_announced(
