@@ -192,3 +192,30 @@ def test_releases_of_long_names_are_recorded_within_what_the_api_accepts() -> No
     assert store.refused == 0
     assert counts[-1] > counts[0] > 0, counts
     assert record_bytes(store.charges) <= RECORD_BYTES
+
+
+def test_a_gang_too_large_to_record_is_released_unrecorded_rather_than_never() -> None:
+    """A gang of 800 Pods with 253-character names, room for all: its records alone take over what the
+    Lease may hold (RECORD_BYTES). Each record is refused before it is written and the passes decide fewer at
+    once; decided alone, the gang is released without its record, and a Pod queued behind it is released
+    next (before: every pass's record was refused by the API and nothing was ever released)."""
+    store = SizedStore([])
+    index = index_of([gpu_node("t4-a", "Tesla-T4", 801)], POLICY)
+    waiting = Waiting(POLICY)
+    ann = {"gpupool.io/gpu-class": "medium", "gpupool.io/group": "big", "gpupool.io/group-size": "800"}
+    gang = [
+        queued_pod(f"{'x' * 248}-{i:04d}", "other", POLICY, index, annotations=ann, created="2026-12-01T09:00:00Z")
+        for i in range(800)
+    ]
+    behind = queued_pod("after", "other", POLICY, index, created="2026-12-01T10:00:00Z")
+    enqueue([*gang, behind], index, waiting)
+    api = SlowApi({(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in [*gang, behind]}, together=1)
+    events = Events()
+    runner = Runner(Inventory(index), waiting, Leading(), api, events=events, charges=store, wall=lambda: NOW)  # type: ignore[arg-type]
+    one = Charge("other", gang[0]["metadata"]["name"], "", (("nvidia.com/gpu", 1),), NOW, "nvidia/medium/Tesla-T4")
+    assert record_bytes([one] * 800) > RECORD_BYTES
+    for _ in range(14):
+        runner.run_pass()
+    assert store.refused == 0
+    assert len(released(events)) == 801
+    assert [c.key for c in store.charges] == [("other", "after")]

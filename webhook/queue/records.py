@@ -75,7 +75,8 @@ class Recorder:
     a record that does not fit RECORD_BYTES all the same (long names, many pins) is not written, and the
     next passes count twice as much per release, so that fewer are decided at once (one at least, while
     any bytes are left). A gang's members are released together, in one record: a gang whose records
-    alone exceed RECORD_BYTES (over a thousand members of ordinary names) cannot be recorded."""
+    alone exceed RECORD_BYTES (over a thousand members of ordinary names), decided alone, is released
+    unrecorded, with a warning, rather than never (which would stop every release behind it)."""
 
     def __init__(self, store: ChargeStore | None) -> None:
         self.store = store
@@ -100,12 +101,21 @@ class Recorder:
         again = {c.key for c in mine}  # a gang member recorded by an earlier leader, released now: once
         charges = [*(c for c in still if not (c.release and c.key in again)), *mine]
         size = record_bytes(charges)
-        if size > RECORD_BYTES:  # a gang's releases go together, and may take more than RELEASE_BYTES
-            self._entry *= 2
+        if size > RECORD_BYTES and (self._entry < RECORD_BYTES or len(mine) == 1):
+            self._entry = min(self._entry * 2, RECORD_BYTES)
             log.warning(
                 "no release this pass: %d releases would take %d bytes of the charges; fewer at once", len(mine), size
             )
             return False
+        if size > RECORD_BYTES:  # one gang, decided alone, whose records alone cannot fit: sent unrecorded
+            log.warning(
+                "a gang of %d Pods is released without its record in the charges (%d bytes, over %d): until every "
+                "replica's watch shows its Pods, a Pod naming its node or a `now` Pod may be placed in its room",
+                len(mine),
+                size,
+                RECORD_BYTES,
+            )
+            charges = [c for c in charges if c.key not in again]
         self._entry = max(ENTRY_BYTES, self._entry // 2)
         try:
             if self.store.write(charges, version):
