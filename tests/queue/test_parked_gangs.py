@@ -8,21 +8,12 @@ from __future__ import annotations
 from tests.builders import gpu_node, index_of, policy
 from tests.queue.gangcases import QUEUE, START, members, outcome, small, two_busy_t4s
 from tests.queue.helpers import T4, busy, enqueue, queued_pod
+from tests.queue.parkcases import a_pass, undone
 from webhook.pools.index import PoolIndex
 from webhook.pools.kubeobj import pod_from_obj
 from webhook.queue.parking import Parking
-from webhook.queue.release import Plan, decide_batch, read_batch, settle
+from webhook.queue.release import Plan
 from webhook.queue.waiting import Waiting
-
-
-def a_pass(waiting: Waiting, index: PoolIndex, pol: object, parking: Parking | None, now: float) -> Plan:
-    return decide_batch(read_batch(waiting.ordered(), pol, parking=parking), index, pol, now=now)  # type: ignore[arg-type]
-
-
-def undone(decided: Plan, index: PoolIndex) -> Plan:
-    for release in reversed(decided.releases):
-        settle(index, release, None)
-    return decided
 
 
 def answers(decided: Plan) -> tuple[list[tuple[str, object]], list[tuple[str, str, str]]]:

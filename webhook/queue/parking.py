@@ -41,7 +41,7 @@ its last Pod (`keep_only`, every pass). Not thread-safe: the leader's loop alone
 from __future__ import annotations
 
 import heapq
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from typing import NamedTuple, TypeVar
 
 from webhook.admission.choice import Ahead, Choice
@@ -324,26 +324,22 @@ class Parking:
             self._unpark_gang(gone)
 
     def _unpark_gang(self, token: bytes) -> None:
-        self._woken.discard(token)
-        self._bound_since.pop(token, None)
         entry = self._gangs.pop(token, None)
-        if entry is None:
-            return
-        for pool in entry.answer.read:
-            _drop(self._by_room, self._room_seen, pool, token)
-        _drop(self._by_namespace, self._namespace_seen, entry.namespace, token)
+        self._unindex(token, entry.answer.read if entry else (), entry.namespace if entry else None)
 
     def _unpark(self, digest: bytes) -> None:
         """Forget a shape's parked answer and what it was indexed by."""
-        self._woken.discard(digest)
-        self._bound_since.pop(digest, None)
         entry = self._parked.pop(digest, None)
-        if entry is None:
-            return
-        for pool in entry.pools:
-            _drop(self._by_room, self._room_seen, pool, digest)
-        if entry.namespace is not None:
-            _drop(self._by_namespace, self._namespace_seen, entry.namespace, digest)
+        self._unindex(digest, entry.pools if entry else (), entry.namespace if entry else None)
+
+    def _unindex(self, token: bytes, pools: Iterable[PoolKey], namespace: str | None) -> None:
+        """Undo `_index_by`: `token` no longer woken, timed or indexed by `pools`' room and `namespace`."""
+        self._woken.discard(token)
+        self._bound_since.pop(token, None)
+        for pool in pools:
+            _drop(self._by_room, self._room_seen, pool, token)
+        if namespace is not None:
+            _drop(self._by_namespace, self._namespace_seen, namespace, token)
 
     def keep_only(self, digests: set[bytes]) -> None:
         """Forget the shapes no Pod of `digests` (those waiting now) has."""
