@@ -10,7 +10,8 @@ replica's watch shows the other's Pod. `now` admissions count the releases too (
 leader's next record drops it once its own watch has shown it for RELEASE_SECONDS, or its release failed,
 and it expires after `reservationSeconds` in any case. The members of a gang released in part (a leader
 that stopped part way through its releases) stay recorded while they wait, so the room the gang waits for
-is counted by every admission through a failover. A gang's members released together take one entry, whatever
+is counted by every admission through a failover, and so is the room a gang being repaired waits for,
+recorded again by each leader while it waits. A gang's members released together take one entry, whatever
 their number: how many of the group are on the pool (webhook.pools.charges counts those a replica's watch
 does not show there yet). The releases recorded take at most RELEASE_BYTES of the Lease's annotation (a
 pass releases no more than fit; the rest go once older ones are dropped).
@@ -37,7 +38,7 @@ from webhook.pools.charges import (
     unseen,
 )
 from webhook.pools.index import PoolIndex
-from webhook.queue.release import Plan, Release
+from webhook.queue.release import Plan, Release, Wait
 
 log = logging.getLogger("gpupool.queue")
 
@@ -87,7 +88,10 @@ class Entries(NamedTuple):
 def entries(decided: Plan, index: PoolIndex, policy: Policy, kept: list[Charge], wall: float) -> Entries:
     """The entries a pass records, before it sends anything: one per release, but one per gang (its
     members released to a pool together: how many of the group are on the pool once they are, so a gang of
-    any size takes one entry). Nothing to record: no entries."""
+    any size takes one entry); and the room a gang released in part waits for (its members to repair,
+    webhook.queue.gangs) when no entry of `kept` counts it for at least half of `reservationSeconds` more:
+    so every admission counts that room for as long as the gang waits, not only for the record its first
+    leader made. Nothing to record: no entries."""
     ttl = policy.defaults.reservation_seconds
     expires = wall + ttl
     together: dict[tuple[str, str, PoolKey], list[Release]] = {}
@@ -103,7 +107,29 @@ def entries(decided: Plan, index: PoolIndex, policy: Policy, kept: list[Charge],
         on_pool = index.usage.group_pools(namespace, group).get(pool, 0)
         mine.append(each._replace(name=group, members=on_pool))
         covers.update(r.queued.key for r in releases)
+    mine.extend(_repairs(decided, index, policy, kept, wall))
     return Entries(mine, frozenset(covers))
+
+
+def _repairs(decided: Plan, index: PoolIndex, policy: Policy, kept: list[Charge], wall: float) -> list[Charge]:
+    """The entries of the gangs waiting to be repaired whose room no kept entry counts long enough."""
+    ttl = policy.defaults.reservation_seconds
+    waiting: dict[tuple[str, str, PoolKey], list[Wait]] = {}
+    for w in decided.waits:
+        if w.code == "repair" and w.pools and w.queued.view.group:
+            waiting.setdefault((w.queued.key[0], w.queued.view.group, w.pools[0]), []).append(w)
+    found = {c.key: c for c in kept if c.members}
+    out = []
+    for (namespace, group, pool), waits in waiting.items():
+        on_pool = index.usage.group_pools(namespace, group).get(pool, 0)
+        entry = found.get((namespace, f"group/{group}"))
+        if entry is not None and entry.members >= on_pool + len(waits) and entry.expires - wall >= ttl / 2:
+            continue
+        resource = pool.resource or policy.vendors[pool.vendor].resource
+        gpus = max(w.queued.info.gpu_requests.get(resource, 0) for w in waits)
+        devices = ((resource, gpus),)
+        out.append(Charge(namespace, group, "", devices, wall + ttl, str(pool), members=on_pool + len(waits)))
+    return out
 
 
 ENTRY_BYTES = 512  # what a pass counts per release it may make, at first: a release's entry is ~200 bytes
