@@ -127,6 +127,16 @@ def test_a_pass_with_nothing_queued_does_not_read_the_charges() -> None:
     assert store.reads == 0
 
 
+def test_a_release_by_hand_its_watch_has_not_shown_takes_its_namespaces_quota_from_the_leader() -> None:
+    """`kubectl gpupool release` recorded q/hand against q's one medium GPU, and the leader's watch has not
+    shown it yet: q's queued Pod waits for the quota, another namespace's goes (before: the leader never
+    counted releases, and released q's Pod too, two GPUs against classQuota 1)."""
+    hand = Charge("q", "hand", "", (("nvidia.com/gpu", 1),), NOW + 60, "nvidia/medium/Tesla-T4", by="alice")
+    runner, events = runner_for(4, Store([hand]), [("q", "job"), ("other", "job")])
+    runner.run_pass()
+    assert [e.namespace for e in events.recorded if e.reason == "Released"] == ["other"]
+
+
 def test_a_pass_records_its_releases_with_the_charges_before_it_sends_them() -> None:
     """The release of q's Pod is in the charges (its namespace, pool, pool labels and GPUs) once the pass
     has sent it, beside the charge that still counts: an admission through another replica counts it."""

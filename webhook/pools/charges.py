@@ -14,8 +14,9 @@ is pinned to, its devices), so an admission charging a Pod that names its node c
 has not shown yet. Both sides read, decide and write with the version they read: whichever writes second
 has read what the first wrote (or is refused, 409, and reads again). A release counts until the watch of
 the replica deciding shows its Pod released, or it expires (webhook.queue.records says when the leader
-drops one); the leader never counts releases (its index counts its own, and a new leader's watch has
-caught up with its predecessor's).
+drops one); the leader never counts its releases (its index counts its own, and a new leader's watch has
+caught up with its predecessor's), but counts the releases by hand (`Charge.by`, `kubectl gpupool
+release`, recorded the same way) until its watch shows them.
 
 The counting rule, one function for every caller (`pending`: the validating call and the queue's leader):
 what a namespace holds is what the index holds (the Pods its watch has shown, and its own reservations) plus
@@ -68,6 +69,9 @@ class Charge(NamedTuple):
     # leader has released to `pool` in all, each holding `devices`. What counts of it is the members a
     # replica's watch does not show on the pool yet (`gang_unseen`).
     members: int = 0
+    # A release by hand (`kubectl gpupool release`): the user who made it. The queue's leader counts these,
+    # as it counts charges, until its watch shows them (it never counts its own releases).
+    by: str = ""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -84,6 +88,8 @@ class Charge(NamedTuple):
         if not self.pool:
             return entry
         released = [*entry, self.pool, [list(s) for s in self.selector]]
+        if self.by:
+            return [*released, self.members, self.by]
         return [*released, self.members] if self.members else released
 
 
@@ -110,12 +116,15 @@ def from_json(entries: Any) -> list[Charge]:
     written only by its service account, but a damaged one must not stop admission)."""
     charges = []
     for entry in entries if isinstance(entries, list) else ():
-        if not (isinstance(entry, list) and len(entry) in (5, 7, 8)):
+        if not (isinstance(entry, list) and len(entry) in (5, 7, 8, 9)):
             continue
         namespace, name, node, devices, expires = entry[:5]
         pool, selector = entry[5:7] or ("", [])
-        members = next(iter(entry[7:]), 0)  # a gang's entry (webhook.queue.records) has 8 fields
+        tail = entry[7:]  # a gang's entry has 8 fields (its members), a release by hand's 9 (0, the user)
+        members, by = (tail[0] if tail else 0), (tail[1] if tail[1:] else "")
         if not isinstance(members, int) or isinstance(members, bool) or members < 0 or (members and not pool):
+            continue
+        if not isinstance(by, str) or (by and not pool):
             continue
         if not (isinstance(namespace, str) and isinstance(name, str) and isinstance(node, str)):
             continue
@@ -129,7 +138,7 @@ def from_json(entries: Any) -> list[Charge]:
             continue
         pins = tuple((k, v) for k, v in labels)
         owned = tuple((r, n) for r, n in pairs)
-        charges.append(Charge(namespace, name, node, owned, float(expires), pool, pins, members))
+        charges.append(Charge(namespace, name, node, owned, float(expires), pool, pins, members, by))
     return charges
 
 
@@ -143,11 +152,12 @@ def unseen(
 ) -> list[Charge]:
     """The charges that count on top of the index at `now`: not expired, their Pod not shown by the
     watch yet (a release: not shown released), and not the Pod being decided (`itself`, checked without
-    counting it against itself). `releases` False (the queue's leader): the leader's releases never count."""
+    counting it against itself). `releases` False (the queue's leader): the leader's releases never count,
+    releases by hand do."""
     return [
         c
         for c in charges
-        if c.expires > now and c.key != itself and (releases or not c.release) and not shown(c, index)
+        if c.expires > now and c.key != itself and (releases or not c.release or c.by) and not shown(c, index)
     ]
 
 

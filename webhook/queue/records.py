@@ -50,8 +50,12 @@ def kept(charges: list[Charge], index: PoolIndex, wall: float, ttl: float) -> li
     or waiting in a gang with members released already (its held room). A release whose write failed
     otherwise, or whose Pod is gone, is dropped: the Pod is the queue's again. A gang's entry is kept alike:
     for RELEASE_SECONDS, and after while the gang is released in part (some members on the pool, not all)."""
-    counted = unseen(charges, index, wall, releases=False)
-    return [*counted, *(c for c in charges if c.release and c.expires > wall and _keeps(c, index, wall, ttl))]
+    counted = unseen(charges, index, wall, releases=False)  # releases by hand its watch has not shown included
+    ids = {id(c) for c in counted}
+    return [
+        *counted,
+        *(c for c in charges if c.release and id(c) not in ids and c.expires > wall and _keeps(c, index, wall, ttl)),
+    ]
 
 
 def _keeps(release: Charge, index: PoolIndex, wall: float, ttl: float) -> bool:
