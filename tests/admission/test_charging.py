@@ -11,7 +11,7 @@ import threading
 from typing import Any
 
 from tests.admission.clocked import Clock, CurrentInventory
-from tests.builders import fleet, index_of, pod, policy
+from tests.builders import fleet, gpu_node, index_of, pod, policy
 from webhook.admission.core import Admitter
 from webhook.admission.validation import Charges, Trusted, Validator
 from webhook.domain.policy import Policy
@@ -258,3 +258,27 @@ def test_a_now_pod_is_placed_without_the_charges_when_they_cannot_be_read() -> N
     """The Lease cannot be read: the `now` Pod is placed on the index alone, never refused for it."""
     admitter = now_admitter(FailingCharges(), Wall())
     assert admitter.admit(now_pod(1), namespace="n").allowed
+
+
+def test_with_one_pool_a_now_pod_is_placed_into_recorded_room_to_wait_unless_the_policy_denies() -> None:
+    """The one pool's 8 T4s: the leader recorded two 4-GPU releases (a half-released gang's waiting members)
+    this replica's watch has not shown. Counting them the pool has no room, and there is no other pool:
+    under `onNoCapacity: warn` the `now` Pod is placed there all the same, told it will wait (the scheduler,
+    which sees 8 free GPUs, may bind it into the recorded room: docs/queue.md#gangs says why gpupool cannot
+    stop it); under `deny` it is refused, naming the pool's lack of room."""
+    nodes = [gpu_node("t4-a", "Tesla-T4", 4, memory_mib=15360), gpu_node("t4-b", "Tesla-T4", 4, memory_mib=15360)]
+    for setting, allowed in (("warn", True), ("deny", False)):
+        pol = policy(
+            f"defaults: {{onNoCapacity: {setting}}}\nnamespaces: {{q: {{placement: queue}}, n: {{placement: now}}}}"
+        )
+        store, wall = ApiCharges(), Wall()
+        assert store.write([released("g-2", 4, wall.now + 60), released("g-3", 4, wall.now + 60)], "")
+        inventory = CurrentInventory(index_of(nodes, pol), "test")
+        admitter = Admitter(pol, inventory, clock=Clock(), charges=True, store=store, wall=wall)
+        result = admitter.admit(now_pod(4), namespace="n", dry_run=True)
+        assert result.allowed is allowed, result.message
+        if allowed:
+            assert result.placement is not None and str(result.placement.pool) == T4_POOL
+            assert any("the Pod will wait" in w for w in result.warnings), result.warnings
+        else:
+            assert "Tesla-T4" in result.message, result.message

@@ -8,10 +8,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import orjson
+
 from tests.builders import gpu_node, index_of, pod, policy
 from tests.queue.fakes import Events, Inventory, Leading, SlowApi
 from tests.queue.helpers import enqueue, queued_pod
-from webhook.pools.charges import RECORD_BYTES, RELEASE_SECONDS, Charge, ChargeError, record_bytes
+from webhook.pools.charges import (
+    RECORD_BYTES,
+    RELEASE_SECONDS,
+    Charge,
+    ChargeError,
+    from_json,
+    pending,
+    record_bytes,
+)
 from webhook.queue import records
 from webhook.queue.runner import Runner
 from webhook.queue.waiting import Waiting
@@ -117,6 +127,16 @@ def test_a_pass_with_nothing_queued_does_not_read_the_charges() -> None:
     assert store.reads == 0
 
 
+def test_a_release_by_hand_its_watch_has_not_shown_takes_its_namespaces_quota_from_the_leader() -> None:
+    """`kubectl gpupool release` recorded q/hand against q's one medium GPU, and the leader's watch has not
+    shown it yet: q's queued Pod waits for the quota, another namespace's goes (before: the leader never
+    counted releases, and released q's Pod too, two GPUs against classQuota 1)."""
+    hand = Charge("q", "hand", "", (("nvidia.com/gpu", 1),), NOW + 60, "nvidia/medium/Tesla-T4", by="alice")
+    runner, events = runner_for(4, Store([hand]), [("q", "job"), ("other", "job")])
+    runner.run_pass()
+    assert [e.namespace for e in events.recorded if e.reason == "Released"] == ["other"]
+
+
 def test_a_pass_records_its_releases_with_the_charges_before_it_sends_them() -> None:
     """The release of q's Pod is in the charges (its namespace, pool, pool labels and GPUs) once the pass
     has sent it, beside the charge that still counts: an admission through another replica counts it."""
@@ -194,13 +214,15 @@ def test_releases_of_long_names_are_recorded_within_what_the_api_accepts() -> No
     assert record_bytes(store.charges) <= RECORD_BYTES
 
 
-def test_a_gang_too_large_to_record_is_released_unrecorded_rather_than_never() -> None:
-    """A gang of 800 Pods with 253-character names, room for all: its records alone take over what the
-    Lease may hold (RECORD_BYTES). Each record is refused before it is written and the passes decide fewer at
-    once; decided alone, the gang is released without its record, and a Pod queued behind it is released
-    next (before: every pass's record was refused by the API and nothing was ever released)."""
+def test_a_gang_too_large_to_record_one_by_one_is_recorded_whole_and_counted_by_every_replica() -> None:
+    """A gang of 800 Pods with 253-character names, room for all: one entry per member would take over what
+    the Lease may hold (RECORD_BYTES). The gang is released with its record, one entry for the gang, and
+    the Pod queued behind it next; a replica whose watch has not shown the gang counts its 800 GPUs against
+    the namespace's quota, and stops counting them once its watch shows them (before: the gang went
+    unrecorded, and a `now` Pod or a Pod naming its node could be placed in its room)."""
     store = SizedStore([])
-    index = index_of([gpu_node("t4-a", "Tesla-T4", 801)], POLICY)
+    nodes = [gpu_node("t4-a", "Tesla-T4", 801)]
+    index = index_of(nodes, POLICY)
     waiting = Waiting(POLICY)
     ann = {"gpupool.io/gpu-class": "medium", "gpupool.io/group": "big", "gpupool.io/group-size": "800"}
     gang = [
@@ -218,4 +240,9 @@ def test_a_gang_too_large_to_record_is_released_unrecorded_rather_than_never() -
         runner.run_pass()
     assert store.refused == 0
     assert len(released(events)) == 801
-    assert [c.key for c in store.charges] == [("other", "after")]
+    assert from_json(orjson.loads(orjson.dumps([c.as_json() for c in store.charges]))) == store.charges
+    late = index_of(nodes, POLICY)  # another replica, whose watch has shown none of it yet
+    with pending(late, store.charges, NOW, 0.0):
+        assert late.usage.class_used("other", "medium") == 801
+    with pending(index, store.charges, NOW, 0.0):  # the leader's watch shows them all: nothing twice
+        assert index.usage.class_used("other", "medium") == 801

@@ -14,8 +14,9 @@ is pinned to, its devices), so an admission charging a Pod that names its node c
 has not shown yet. Both sides read, decide and write with the version they read: whichever writes second
 has read what the first wrote (or is refused, 409, and reads again). A release counts until the watch of
 the replica deciding shows its Pod released, or it expires (webhook.queue.records says when the leader
-drops one); the leader never counts releases (its index counts its own, and a new leader's watch has
-caught up with its predecessor's).
+drops one); the leader never counts its releases (its index counts its own, and a new leader's watch has
+caught up with its predecessor's), but counts the releases by hand (`Charge.by`, `kubectl gpupool
+release`, recorded the same way) until its watch shows them.
 
 The counting rule, one function for every caller (`pending`: the validating call and the queue's leader):
 what a namespace holds is what the index holds (the Pods its watch has shown, and its own reservations) plus
@@ -64,10 +65,18 @@ class Charge(NamedTuple):
     expires: float  # wall clock, seconds since the epoch
     pool: str = ""  # a release (node ""): the pool the leader released the Pod to, and
     selector: Selector = ()  # the pool labels its nodeSelector pins (which of the pool's groups it reaches)
+    # A gang's releases, one entry whatever its size (`name` is the group): how many of its members the
+    # leader has released to `pool` in all, each holding `devices`. What counts of it is the members a
+    # replica's watch does not show on the pool yet (`gang_unseen`).
+    members: int = 0
+    # A release by hand (`kubectl gpupool release`): the user who made it. The queue's leader counts these,
+    # as it counts charges, until its watch shows them (it never counts its own releases).
+    by: str = ""
 
     @property
     def key(self) -> tuple[str, str]:
-        return (self.namespace, self.name)
+        """Whose charge it is: its Pod's, or a gang's (a name no Pod has: "/" is not allowed in Pod names)."""
+        return (self.namespace, f"group/{self.name}") if self.members else (self.namespace, self.name)
 
     @property
     def release(self) -> bool:
@@ -76,7 +85,12 @@ class Charge(NamedTuple):
 
     def as_json(self) -> list[Any]:
         entry = [self.namespace, self.name, self.node, [list(d) for d in self.devices], self.expires]
-        return [*entry, self.pool, [list(s) for s in self.selector]] if self.pool else entry
+        if not self.pool:
+            return entry
+        released = [*entry, self.pool, [list(s) for s in self.selector]]
+        if self.by:
+            return [*released, self.members, self.by]
+        return [*released, self.members] if self.members else released
 
 
 def record_bytes(charges: Iterable[Charge]) -> int:
@@ -102,10 +116,16 @@ def from_json(entries: Any) -> list[Charge]:
     written only by its service account, but a damaged one must not stop admission)."""
     charges = []
     for entry in entries if isinstance(entries, list) else ():
-        if not (isinstance(entry, list) and len(entry) in (5, 7)):
+        if not (isinstance(entry, list) and len(entry) in (5, 7, 8, 9)):
             continue
         namespace, name, node, devices, expires = entry[:5]
-        pool, selector = entry[5:] or ("", [])
+        pool, selector = entry[5:7] or ("", [])
+        tail = entry[7:]  # a gang's entry has 8 fields (its members), a release by hand's 9 (0, the user)
+        members, by = (tail[0] if tail else 0), (tail[1] if tail[1:] else "")
+        if not isinstance(members, int) or isinstance(members, bool) or members < 0 or (members and not pool):
+            continue
+        if not isinstance(by, str) or (by and not pool):
+            continue
         if not (isinstance(namespace, str) and isinstance(name, str) and isinstance(node, str)):
             continue
         if not (isinstance(pool, str) and isinstance(selector, list)) or (pool and PoolKey.parse(pool) is None):
@@ -117,7 +137,8 @@ def from_json(entries: Any) -> list[Charge]:
         if any(not isinstance(n, int) or n < 0 for _, n in pairs):
             continue
         pins = tuple((k, v) for k, v in labels)
-        charges.append(Charge(namespace, name, node, tuple((r, n) for r, n in pairs), float(expires), pool, pins))
+        owned = tuple((r, n) for r, n in pairs)
+        charges.append(Charge(namespace, name, node, owned, float(expires), pool, pins, members, by))
     return charges
 
 
@@ -131,18 +152,28 @@ def unseen(
 ) -> list[Charge]:
     """The charges that count on top of the index at `now`: not expired, their Pod not shown by the
     watch yet (a release: not shown released), and not the Pod being decided (`itself`, checked without
-    counting it against itself). `releases` False (the queue's leader): the leader's releases never count."""
+    counting it against itself). `releases` False (the queue's leader): the leader's releases never count,
+    releases by hand do."""
     return [
         c
         for c in charges
-        if c.expires > now and c.key != itself and (releases or not c.release) and not shown(c, index)
+        if c.expires > now and c.key != itself and (releases or not c.release or c.by) and not shown(c, index)
     ]
 
 
 def shown(charge: Charge, index: PoolIndex) -> bool:
     """Does the index's watch show what the charge stands for: its Pod (a release: released)?"""
+    if charge.members:
+        return gang_unseen(charge, index) == 0
     usage = index.usage
     return usage.holds(charge.key) and not (charge.release and usage.is_queued(charge.key))
+
+
+def gang_unseen(charge: Charge, index: PoolIndex) -> int:
+    """Of a gang's entry, how many members the index's watch does not show on its pool yet."""
+    pool = PoolKey.parse(charge.pool)
+    placed = index.usage.group_pools(charge.namespace, charge.name).get(pool, 0) if pool is not None else 0
+    return max(charge.members - placed, 0)
 
 
 @contextmanager
@@ -201,17 +232,22 @@ def counting(index: PoolIndex, charges: Iterable[Charge], made: float) -> Iterat
 
 def _count_release(index: PoolIndex, charge: Charge, made: float) -> list[int]:
     """A release counted as the watch will count its Pod once released: its devices in its pool, where its
-    pool labels reach, against its namespace's quotas."""
+    pool labels reach, against its namespace's quotas. A gang's: each member the watch does not show on
+    the pool yet, so counted."""
     pool = PoolKey.parse(charge.pool)
     gpus = sum(n for _, n in charge.devices)
     if pool is None or gpus <= 0:
         return []
+    if charge.members:  # one reservation for them all (not one each: a namespace's are bounded in number)
+        gpus *= gang_unseen(charge, index)
+        if not gpus:
+            return []
     reservation = Reservation(
         namespace=charge.namespace,
         pool=pool,
         selector=charge.selector,
         gpus=gpus,
-        name=charge.name,
+        name=charge.key[1],
         echoed=True,
         confirmed=True,
     )

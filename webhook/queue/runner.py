@@ -306,8 +306,9 @@ class Runner:
                     batch, index, policy, limit=limit, pause=_Breather(held, self._clock), now=self.waiting.now()
                 )
                 self._changes_seen = index.changes
-            kept = records.kept(charges, index, wall, ttl) if decided.releases and self._charges is not None else []
-        if decided.releases and not self._records.record(decided.releases, kept, version, wall, policy):
+            kept = records.kept(charges, index, wall, ttl) if self._charges is not None else []
+            mine = records.entries(decided, index, policy, kept, wall) if self._charges is not None else None
+        if mine is not None and mine.charges and not self._records.record(mine, kept, version):
             self._undo(decided.releases)
             self._changes_seen = None
             self.waiting.wake.set()  # decided again at once, with what was charged meanwhile
