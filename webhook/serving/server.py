@@ -63,6 +63,7 @@ from webhook.serving.leaderproc import LeaderBody, LeaderSupervisor, hung_second
 from webhook.serving.logs import logging_config
 from webhook.serving.policyfile import PolicyFile, PolicyReloader, PolicyVersion
 from webhook.serving.queueing import LeaseFence, QueueSettings, leader_body
+from webhook.sources.bounded import bounded
 from webhook.sources.charge_store import LeaseCharges
 from webhook.sources.live import LiveInventory
 
@@ -157,7 +158,8 @@ def real_app_loader(core: Core) -> LoadApp:
         charged = isinstance(inventory, LiveInventory) and core.queue is not None
         store = None
         if isinstance(inventory, LiveInventory) and core.queue is not None:
-            store = LeaseCharges(inventory.api_client, core.queue.namespace)
+            # On a client whose calls are never retried: each read or write within its timeout.
+            store = LeaseCharges(bounded(inventory.api_client), core.queue.namespace)
         admitter = Admitter(policy, inventory, charges=charged, store=store)
         if isinstance(inventory, LiveInventory):
             # The master never starts the watches: threads do not survive a fork, so each worker starts
@@ -188,7 +190,7 @@ def real_app_loader(core: Core) -> LoadApp:
         fence, charges = None, None
         if isinstance(inventory, LiveInventory) and core.queue is not None:
             fence = LeaseFence.of(inventory.api_client, core.queue)
-            charges = Charges(store or LeaseCharges(inventory.api_client, core.queue.namespace))
+            charges = Charges(store or LeaseCharges(bounded(inventory.api_client), core.queue.namespace))
         validator = Validator(admitter, core.trusted, fence, charges)
         config = AppConfig(admitter=admitter, metrics=metrics, validator=validator)
         app = create_app(config)
