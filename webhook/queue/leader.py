@@ -35,8 +35,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import NamedTuple, Protocol
 
-from webhook.sources.bounded import Rounds
 from webhook.sources.outcomes import LeaseError, LeaseRecord
+from webhook.sources.rounds import Rounds
 
 log = logging.getLogger("gpupool.leader")
 

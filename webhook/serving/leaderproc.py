@@ -55,7 +55,7 @@ log = logging.getLogger("gpupool.leaderproc")
 class Beat(Protocol):
     """The heartbeat, as the leader process's loop calls it each iteration (`Heartbeat.beat`): `at` is when
     the oldest thing it watches was last seen moving (a round of another thread still under way since
-    then: webhook.sources.bounded.Rounds), by the monotonic clock; now when not given."""
+    then: webhook.sources.rounds.Rounds), by the monotonic clock; now when not given."""
 
     def __call__(self, at: float | None = None) -> None: ...
 

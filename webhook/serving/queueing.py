@@ -37,11 +37,12 @@ from webhook.queue.runner import Runner
 from webhook.queue.waiting import Waiting
 from webhook.serving.leaderproc import Beat, LeaderBody
 from webhook.serving.policyfile import PolicyFile, PolicyReloader, PolicyVersion
-from webhook.sources.bounded import Rounds, bounded
+from webhook.sources.bounded import bounded
 from webhook.sources.charge_store import LeaseCharges
 from webhook.sources.live import LiveInventory
 from webhook.sources.open import reopen_inventory
 from webhook.sources.poolstatus import PoolStatusWriter
+from webhook.sources.rounds import Rounds
 from webhook.sources.writes import ConfigMapText, EventRecorder, LeaseError, LeaseStore, NodeLabeler, PodReleaser
 
 LEASE_NAME = "gpupool"

@@ -14,8 +14,6 @@ nothing can be written twice): at most the connect timeout twice, then the read 
 from __future__ import annotations
 
 import copy
-import time
-from collections.abc import Callable
 from typing import Any
 
 import urllib3
@@ -38,19 +36,3 @@ def worst_seconds(timeout: tuple[float, float]) -> float:
     not answer: two connects, one read."""
     connect, read = timeout
     return 2 * connect + read
-
-
-class Rounds:
-    """When the round a thread is in began (the monotonic clock, as webhook.serving.leaderproc's heartbeat
-    reads it), or None between rounds: a thread stuck in one (a call that never returns, a deadlock, a bug
-    that ended the thread mid-round) is seen from outside by how old its round is."""
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
-        self.since: float | None = None
-
-    def begin(self) -> None:
-        self.since = self._clock()
-
-    def end(self) -> None:
-        self.since = None

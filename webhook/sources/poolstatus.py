@@ -39,8 +39,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from webhook.pools.statuses import Status
-from webhook.sources.bounded import Rounds
 from webhook.sources.eventqueue import Bucket
+from webhook.sources.rounds import Rounds
 from webhook.sources.writes import TIMEOUT
 
 log = logging.getLogger("gpupool.poolstatus")

@@ -33,7 +33,6 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from webhook.sources.bounded import Rounds
 from webhook.sources.eventqueue import Event, EventQueue
 from webhook.sources.outcomes import (
     Conflict,
@@ -44,6 +43,7 @@ from webhook.sources.outcomes import (
     Released,
     ReleaseResult,
 )
+from webhook.sources.rounds import Rounds
 
 log = logging.getLogger("gpupool.writes")
 
