@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.admission.charging import SharedReads
 from webhook.admission.core import Admitter
 from webhook.admission.validation import Charges, Trusted, Validator
 from webhook.domain.errors import ConfigError
@@ -160,7 +161,9 @@ def real_app_loader(core: Core) -> LoadApp:
         if isinstance(inventory, LiveInventory) and core.queue is not None:
             # On a client whose calls are never retried: each read or write within its timeout.
             store = LeaseCharges(bounded(inventory.api_client), core.queue.namespace)
-        admitter = Admitter(policy, inventory, charges=charged, store=store)
+        # A `now` Pod's read of the charges is shared with the worker's other calls waiting at once (exact:
+        # each gets a read begun after it arrived, webhook.admission.charging.SharedReads).
+        admitter = Admitter(policy, inventory, charges=charged, store=SharedReads(store) if store else None)
         if isinstance(inventory, LiveInventory):
             # The master never starts the watches: threads do not survive a fork, so each worker starts
             # them on its own copy. Not waited for: /readyz stays false until the first full list. A call
