@@ -21,7 +21,7 @@ from webhook.queue import release
 from webhook.queue import runner as runner_module
 from webhook.queue.runner import Runner
 from webhook.queue.waiting import PODS, Waiting
-from webhook.sources.writes import Released, ReleaseResult
+from webhook.sources.writes import Refused, Released, ReleaseResult
 
 QUEUE = "namespaces:\n  q: {placement: queue}\n"
 T4 = PoolKey("nvidia", "medium", "Tesla-T4")
@@ -166,3 +166,37 @@ def test_over_an_unchanged_index_the_loop_makes_no_pass_and_sees_a_change_nothin
         assert wait_for(lambda: not index.usage.is_queued(("q", "job"))), "the tick's pass did not see the expiry"
     finally:
         runner.stop()
+
+
+class SilentApi:
+    """An API that stopped answering: every PATCH times out (its answer lost), every read fails."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def release(self, namespace: str, name: str, patch: list[dict[str, Any]]) -> ReleaseResult:
+        return Refused(0, "ReadTimeoutError: no answer")
+
+    def read(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self.asked.append(name)
+        raise OSError(f"reading Pod {namespace}/{name}: no answer")
+
+
+def test_on_an_api_that_does_not_answer_a_pass_asks_after_one_lost_write_not_each_in_turn() -> None:
+    """Three releases whose answers were lost are looked up before they are undone; while the API does not
+    answer, a pass gives up at the first lookup that fails (each can take the client's whole timeout, and
+    one after another they held the loop past the leader process's hung bound). They stay counted as
+    released, and are looked up again by the next pass."""
+    pol = policy(QUEUE)
+    index = index_of([gpu_node("t4-a", "Tesla-T4", 4)], pol)
+    waiting = Waiting(pol)
+    objs = [queued_pod(f"job-{k}", "q", pol, index, created=f"2026-12-01T10:00:0{k}Z") for k in range(3)]
+    enqueue(objs, index, waiting)
+    api = SilentApi()
+    runner = Runner(Inventory(index), waiting, Leading(), api, events=Events())  # type: ignore[arg-type]
+    assert runner.run_pass().released == 0  # three writes, three answers lost
+    runner.run_pass()
+    assert api.asked == ["job-0"]
+    assert not any(index.usage.is_queued(("q", f"job-{k}")) for k in range(3))  # still counted as released
+    runner.run_pass()
+    assert api.asked == ["job-0", "job-1"]  # the next pass asks after the next one

@@ -19,6 +19,7 @@ Pure but for logging: the store is given (webhook.sources.charge_store on a Leas
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 
 from webhook.admission import verdict
@@ -100,3 +101,58 @@ def _unavailable(why: str) -> Verdict:
         code=verdict.CODE_UNAVAILABLE,
         reason="charges",
     )
+
+
+class SharedReads:
+    """The charges' store for `now` Pods' mutating calls (`for_now`), whose reads the calls of one worker
+    waiting at the same time share, as a database shares one log flush among the commits waiting for it.
+
+    Exact as a read of its own: each call is answered by a read of the API that *began after the call
+    did*, so it sees every charge and release written before the call began, as its own read would (what
+    is written while the read is under way, neither sees for sure). A call that arrives while a read is
+    under way waits for it to end and then for the next one, which the first of the waiting calls starts
+    and all of them share: with N calls at once a worker makes about two reads, not N. A call alone waits
+    for its own read, as before; one that arrives during a read waits at most for two (each bounded by the
+    store's timeout). A read that fails fails every call that shares it (each is placed without the
+    charges, `for_now`). Writes are not shared: `write` is the store's."""
+
+    def __init__(self, store: ChargeStore) -> None:
+        self._store = store
+        self._changed = threading.Condition()
+        self._begun = 0  # reads begun so far
+        self._reading = False
+        self._last: tuple[int, tuple[list[Charge], str] | Exception] | None = None  # the last read's number, outcome
+
+    def read(self) -> tuple[list[Charge], str]:
+        with self._changed:
+            wanted = self._begun + 1  # the first read to begin from now on: any later one serves as well
+            while True:
+                if self._last is not None and self._last[0] >= wanted:
+                    return _answer(self._last[1])
+                if not self._reading:
+                    break
+                self._changed.wait()
+            self._reading = True
+            self._begun = number = self._begun + 1
+        outcome: tuple[list[Charge], str] | Exception
+        try:
+            outcome = self._store.read()
+        except Exception as exc:  # the store's ChargeError, or a bug: every call sharing the read raises it
+            outcome = exc
+        with self._changed:
+            self._reading = False
+            self._last = (number, outcome)
+            self._changed.notify_all()
+        return _answer(outcome)
+
+    def write(self, charges: list[Charge], version: str) -> bool:
+        return self._store.write(charges, version)
+
+
+def _answer(outcome: tuple[list[Charge], str] | Exception) -> tuple[list[Charge], str]:
+    if isinstance(outcome, ChargeError):
+        raise ChargeError(*outcome.args)  # one of its own per caller: a raised exception carries its traceback
+    if isinstance(outcome, Exception):
+        raise outcome
+    charges, version = outcome
+    return list(charges), version  # each caller's own list

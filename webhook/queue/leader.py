@@ -21,6 +21,7 @@ Why not the `kubernetes` package's own `leaderelection.LeaderElection`: it measu
 renew deadline with the wall clock (a clock step makes a follower take a valid Lease, or a leader keep
 leading past its deadline), its `run()` blocks with no way to stop it, it never hands the Lease back, and
 its `LeaseLock` calls the API without a timeout (a dead connection keeps a leader "renewing" forever).
+An attempt stuck all the same (a bug, a deadlock) is seen by the leader process's heartbeat (`rounds`).
 gpupool keeps its rules and its Lease format and adds what it lacks; the wall clock is only written into
 the Lease for humans and other clients (acquireTime, renewTime), never read to decide.
 """
@@ -35,6 +36,7 @@ from datetime import UTC, datetime
 from typing import NamedTuple, Protocol
 
 from webhook.sources.outcomes import LeaseError, LeaseRecord
+from webhook.sources.rounds import Rounds
 
 log = logging.getLogger("gpupool.leader")
 
@@ -89,6 +91,7 @@ class Elector:
         self.acquired_version = ""  # the Lease's resourceVersion when this candidate last took it over
         self.term = 0  # the Lease's leaseTransitions while this candidate holds it: its releases' fencing token
         self._won_once = False  # whether this candidate (not an earlier process of its identity) ever held it
+        self.rounds = Rounds(clock)  # the attempt under way, for the leader process's heartbeat
 
     def leading(self) -> bool:
         with self._lock:
@@ -101,14 +104,18 @@ class Elector:
 
     def run(self) -> None:
         while not self._stop.is_set():
+            self.rounds.begin()
             try:
                 self.try_once()
             except LeaseError as exc:
                 log.warning("leader election: %s", exc)
             self._notify()
+            self.rounds.end()
             self._stop.wait(self.times.retry)
+        self.rounds.begin()
         self._release()
         self._notify()
+        self.rounds.end()
 
     def stop(self) -> None:
         self._stop.set()

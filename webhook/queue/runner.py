@@ -425,7 +425,12 @@ class Runner:
             try:
                 obj = self._releaser.read(*key)
             except OSError:
-                continue  # still cannot ask: it keeps counting as released
+                # Still cannot ask: it keeps counting as released, and so do the others, asked from the next
+                # pass on, this one last (one Pod that cannot be read never keeps the others unasked). Each
+                # lookup can take the client's whole timeout: one after another, they held the loop past
+                # the leader process's hung bound on an API that does not answer.
+                self._uncertain[key] = self._uncertain.pop(key)
+                break
             del self._uncertain[key]
             if obj is not None and not is_queued(obj):
                 self._settle(release, obj)

@@ -20,8 +20,11 @@ forks its workers: a restarted leader reads no file before it runs), and watches
 - a leader process that is alive but hung (its loop stuck: a deadlock, a call that never returns, SIGSTOP)
   is killed (SIGKILL) and restarted as a dead one is: its loop beats a heartbeat each iteration (at least
   every second, `Heartbeat`, a timestamp in memory the master shares), and one older than `hung_seconds`
-  (60 s by default, well above a pass's worst case) is hung. A killed one hands nothing over: its Lease
-  expires, and the fence refuses its late writes (webhook.admission.fence).
+  (60 s by default, well above a pass's worst case) is hung. The loop beats with the start of the oldest
+  round still under way of the threads it watches (leader election, Events, the pools' status:
+  webhook.serving.queueing), so one of them stuck for `hung_seconds` is a hung process too, though the
+  loop goes on: their calls are bounded (webhook.sources.bounded) well below it. A killed one hands
+  nothing over: its Lease expires, and the fence refuses its late writes (webhook.admission.fence).
 
 Each restart is counted by why (`restarted("died" | "hung")`; gpupool_queue_leader_restarts_total).
 
@@ -42,15 +45,24 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import NoReturn, Protocol
 
 from webhook.domain.errors import ConfigError
 
 log = logging.getLogger("gpupool.leaderproc")
 
+
+class Beat(Protocol):
+    """The heartbeat, as the leader process's loop calls it each iteration (`Heartbeat.beat`): `at` is when
+    the oldest thing it watches was last seen moving (a round of another thread still under way since
+    then: webhook.sources.rounds.Rounds), by the monotonic clock; now when not given."""
+
+    def __call__(self, at: float | None = None) -> None: ...
+
+
 # What the leader process runs: start everything, return what stops it (called once, on SIGTERM or when
-# the master is gone). Its argument is the heartbeat its loop calls each iteration (`Heartbeat.beat`).
-LeaderBody = Callable[[Callable[[], None]], Callable[[], None]]
+# the master is gone). Its argument is the heartbeat its loop calls each iteration.
+LeaderBody = Callable[[Beat], Callable[[], None]]
 
 POLL_SECONDS = 0.2  # how often the master looks whether the leader process is still there
 PARENT_SECONDS = 1.0  # how often the leader process looks whether the master is still there
@@ -110,8 +122,10 @@ class Heartbeat:
         self._map = mmap.mmap(-1, struct.calcsize(self._FORMAT))  # MAP_SHARED: the child's writes are seen
         self.beat()
 
-    def beat(self) -> None:
-        self._map[:] = struct.pack(self._FORMAT, time.monotonic())
+    def beat(self, at: float | None = None) -> None:
+        """Record a beat now, or at `at` (monotonic; never later than now)."""
+        now = time.monotonic()
+        self._map[:] = struct.pack(self._FORMAT, now if at is None else min(at, now))
 
     def age(self) -> float:
         """Seconds since the last beat."""
@@ -217,8 +231,8 @@ class LeaderSupervisor:
         if age < self._hung:
             return
         log.error(
-            "the leader process (pid %d) is hung: its loop has not gone round for %.1f s (the bound is %.1f s); "
-            "killing it (SIGKILL)",
+            "the leader process (pid %d) is hung: its loop, or a thread it watches (leader election, Events, "
+            "the pools' status), has not gone round for %.1f s (the bound is %.1f s); killing it (SIGKILL)",
             self._pid,
             age,
             self._hung,

@@ -21,6 +21,7 @@ queue: the release's fence (`LeaseFence`, read from the API by the validating ca
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
@@ -34,17 +35,22 @@ from webhook.queue.ports import QueueInventory, QueueMetrics, TokenBucket
 from webhook.queue.reshape import Reshaper
 from webhook.queue.runner import Runner
 from webhook.queue.waiting import Waiting
-from webhook.serving.leaderproc import LeaderBody
+from webhook.serving.leaderproc import Beat, LeaderBody
 from webhook.serving.policyfile import PolicyFile, PolicyReloader, PolicyVersion
+from webhook.sources.bounded import bounded
 from webhook.sources.charge_store import LeaseCharges
 from webhook.sources.live import LiveInventory
 from webhook.sources.open import reopen_inventory
 from webhook.sources.poolstatus import PoolStatusWriter
+from webhook.sources.rounds import Rounds
 from webhook.sources.writes import ConfigMapText, EventRecorder, LeaseError, LeaseStore, NodeLabeler, PodReleaser
 
 LEASE_NAME = "gpupool"
-# The validating call reads the Lease within kube-apiserver's timeoutSeconds (5 s) for the webhook.
+# The validating call reads the Lease within kube-apiserver's timeoutSeconds (5 s) for the webhook: at
+# most 4 s on a bounded client (webhook.sources.bounded.worst_seconds), whose calls are never retried.
 FENCE_TIMEOUT = (1.0, 2.0)
+# One election attempt (a read and a write) within the renew deadline (10 s, webhook.queue.leader): 5 s each.
+ELECTION_TIMEOUT = (1.0, 3.0)
 
 
 class LeaseFence:
@@ -56,7 +62,8 @@ class LeaseFence:
 
     @classmethod
     def of(cls, api_client: Any, settings: QueueSettings) -> LeaseFence:
-        return cls(LeaseStore(api_client, settings.namespace, LEASE_NAME, timeout=FENCE_TIMEOUT))
+        """On `api_client`, bounded (webhook.sources.bounded): the read is one attempt, within FENCE_TIMEOUT."""
+        return cls(LeaseStore(bounded(api_client), settings.namespace, LEASE_NAME, timeout=FENCE_TIMEOUT))
 
     def check(self, token: str) -> str | None:
         try:
@@ -88,7 +95,7 @@ class LeaderQueue:
         settings: QueueSettings,
         metrics: QueueMetrics,
         admitter: Admitter,
-        heartbeat: Callable[[], None] = lambda: None,
+        heartbeat: Beat = lambda at=None: None,
     ) -> None:
         self._settings, self._metrics, self._admitter = settings, metrics, admitter
         self._heartbeat = heartbeat  # the runner's loop beats it (webhook.serving.leaderproc)
@@ -121,11 +128,14 @@ class LeaderQueue:
                 return
             # The Pod's identity: its one leader process at a time (webhook.serving.leaderproc).
             identity = self._settings.pod_name
-            api = live.api_client
-            lease = LeaseStore(api, self._settings.namespace, LEASE_NAME)
+            # The leader's calls on a client of their own whose calls are never retried once sent, so each
+            # takes at most its timeout (webhook.sources.bounded); the watches keep the inventory's.
+            api = bounded(live.api_client)
+            lease = LeaseStore(api, self._settings.namespace, LEASE_NAME, timeout=ELECTION_TIMEOUT)
             elector = Elector(lease, identity, on_change=self._metrics.queue_leading)
             self._events = EventRecorder(api, identity).start()
             self._statuses = PoolStatusWriter(api).start()  # the pools' GPUPool objects, while leading
+            watched = (elector.rounds, self._events.rounds, self._statuses.rounds)
             limiter = TokenBucket(self._settings.qps, self._settings.burst)
             runner = Runner(
                 live,
@@ -141,7 +151,7 @@ class LeaderQueue:
                 # Pods that name their node, charged by the validating calls (webhook.admission.charging).
                 charges=LeaseCharges(api, self._settings.namespace),
                 status=self._statuses,
-                heartbeat=self._heartbeat,
+                heartbeat=lambda: self._heartbeat(oldest(watched)),
             )
             # Not before its inventory has synced: a restarted worker must not hold the Lease while it lists.
             elector.ready = lambda: runner.inventory.ready
@@ -171,6 +181,14 @@ class LeaderQueue:
         return bound.policy if used is inventory else inventory.policy
 
 
+def oldest(watched: tuple[Rounds, ...]) -> float:
+    """What the runner's loop beats the heartbeat with: the start of the oldest round still under way of
+    the threads beside it (the election, Events, the pools' status), else now. Their calls are bounded
+    (webhook.sources.bounded), so a round older than the hung bound is a thread stuck for good (a deadlock,
+    a bug that ended it mid-round): the process is then hung, and restarted, though its loop goes on."""
+    return min((r.since for r in watched if r.since is not None), default=time.monotonic())
+
+
 def leader_body(
     policy: Policy, inventory: LiveInventory, source: PolicyVersion | None, settings: QueueSettings
 ) -> LeaderBody:
@@ -178,7 +196,7 @@ def leader_body(
     the queue attached before the first list, the watches, the gauges (its inventory's readiness and age,
     as a worker's), and the --policy file followed."""
 
-    def start(heartbeat: Callable[[], None]) -> Callable[[], None]:
+    def start(heartbeat: Beat) -> Callable[[], None]:
         # prometheus_client after PROMETHEUS_MULTIPROC_DIR is set (webhook.serving.server).
         from webhook.serving.metrics import GaugeRefresher, Metrics  # noqa: PLC0415
 

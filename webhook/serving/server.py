@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.admission.charging import SharedReads
 from webhook.admission.core import Admitter
 from webhook.admission.validation import Charges, Trusted, Validator
 from webhook.domain.errors import ConfigError
@@ -63,6 +64,7 @@ from webhook.serving.leaderproc import LeaderBody, LeaderSupervisor, hung_second
 from webhook.serving.logs import logging_config
 from webhook.serving.policyfile import PolicyFile, PolicyReloader, PolicyVersion
 from webhook.serving.queueing import LeaseFence, QueueSettings, leader_body
+from webhook.sources.bounded import bounded
 from webhook.sources.charge_store import LeaseCharges
 from webhook.sources.live import LiveInventory
 
@@ -157,8 +159,11 @@ def real_app_loader(core: Core) -> LoadApp:
         charged = isinstance(inventory, LiveInventory) and core.queue is not None
         store = None
         if isinstance(inventory, LiveInventory) and core.queue is not None:
-            store = LeaseCharges(inventory.api_client, core.queue.namespace)
-        admitter = Admitter(policy, inventory, charges=charged, store=store)
+            # On a client whose calls are never retried: each read or write within its timeout.
+            store = LeaseCharges(bounded(inventory.api_client), core.queue.namespace)
+        # A `now` Pod's read of the charges is shared with the worker's other calls waiting at once (exact:
+        # each gets a read begun after it arrived, webhook.admission.charging.SharedReads).
+        admitter = Admitter(policy, inventory, charges=charged, store=SharedReads(store) if store else None)
         if isinstance(inventory, LiveInventory):
             # The master never starts the watches: threads do not survive a fork, so each worker starts
             # them on its own copy. Not waited for: /readyz stays false until the first full list. A call
@@ -188,7 +193,7 @@ def real_app_loader(core: Core) -> LoadApp:
         fence, charges = None, None
         if isinstance(inventory, LiveInventory) and core.queue is not None:
             fence = LeaseFence.of(inventory.api_client, core.queue)
-            charges = Charges(store or LeaseCharges(inventory.api_client, core.queue.namespace))
+            charges = Charges(store or LeaseCharges(bounded(inventory.api_client), core.queue.namespace))
         validator = Validator(admitter, core.trusted, fence, charges)
         config = AppConfig(admitter=admitter, metrics=metrics, validator=validator)
         app = create_app(config)

@@ -23,7 +23,8 @@ from webhook.pools.charges import Charge, ChargeError, from_json
 
 CHARGES_LEASE = "gpupool-charges"
 CHARGES = f"{PREFIX}charges"  # the annotation that holds them
-# Within kube-apiserver's timeoutSeconds (5 s) for the validating webhook: a read and a write, twice.
+# Within kube-apiserver's timeoutSeconds (5 s) for the webhooks: on a bounded client (the workers' and the
+# leader's, webhook.sources.bounded) a call that gets no answer gives up within 2 s, not four times that.
 TIMEOUT = (0.5, 1.0)
 
 

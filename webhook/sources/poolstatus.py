@@ -40,6 +40,7 @@ from kubernetes.client.exceptions import ApiException
 
 from webhook.pools.statuses import Status
 from webhook.sources.eventqueue import Bucket
+from webhook.sources.rounds import Rounds
 from webhook.sources.writes import TIMEOUT
 
 log = logging.getLogger("gpupool.poolstatus")
@@ -211,6 +212,7 @@ class PoolStatusWriter:
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gpupool-poolstatus", daemon=True)
         self.writes = 0  # writes made (for tests and the log)
+        self.rounds = Rounds(clock)  # the write or list under way, for the leader process's heartbeat
 
     def start(self) -> PoolStatusWriter:
         self._thread.start()
@@ -244,7 +246,9 @@ class PoolStatusWriter:
     def _run(self) -> None:
         while not self._stopping.is_set():
             self._wake.clear()  # before the look: a publish after it wakes the wait below
+            self.rounds.begin()
             waits = [self._step(kept) for kept in (self._pools, self._queues)]
+            self.rounds.end()
             due = [w for w in waits if w is not None]
             if not due or min(due) > 0:
                 self._wake.wait(min(due, default=IDLE_SECONDS))

@@ -43,6 +43,7 @@ from webhook.sources.outcomes import (
     Released,
     ReleaseResult,
 )
+from webhook.sources.rounds import Rounds
 
 log = logging.getLogger("gpupool.writes")
 
@@ -252,6 +253,7 @@ class EventRecorder:
         self._queue = EventQueue(clock())
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gpupool-events", daemon=True)
+        self.rounds = Rounds(clock)  # the Event being created, for the leader process's heartbeat
 
     @property
     def dropped(self) -> int:
@@ -276,10 +278,12 @@ class EventRecorder:
             if event is None:
                 self._queue.wake.wait(wait or IDLE_SECONDS)
                 continue
+            self.rounds.begin()
             try:
                 self._core.create_namespaced_event(event.namespace, self._body(event), _request_timeout=TIMEOUT)
             except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
                 log.debug("could not record event %s on %s/%s: %s", event.reason, event.namespace, event.pod, exc)
+            self.rounds.end()
 
     def _body(self, event: Event) -> Any:  # a dict the client sends as it is
         return event_body(event, self.COMPONENT, self._instance)
