@@ -85,9 +85,16 @@ certs: $(STAMP) ## make run's certificates (localhost, 127.0.0.1) into certs/dev
 
 # Every core runs tests (pytest-xdist); a module's tests stay on one worker, so a module's servers and
 # simulated clusters are set up once (docs/development.md, "Tests"). PYTEST_WORKERS=0 runs them in-process.
+# mypy runs beside pytest, in the time the workers wait for the servers they start (on a fresh clone it is
+# most of the fixed cost); its report follows pytest's, and either failing fails make test.
 PYTEST_WORKERS ?= auto
-test: lint typecheck ## lint, type check and run the whole test suite, on every core
-	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadscope
+test: lint ## lint, then type check and run the whole test suite side by side, on every core
+	@mkdir -p build; echo "$(BIN)/mypy > build/typecheck.log &"; $(BIN)/mypy > build/typecheck.log 2>&1 & typecheck=$$!; \
+	echo "$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadscope"; \
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadscope; tests=$$?; \
+	wait $$typecheck; types=$$?; echo "$(BIN)/mypy:"; cat build/typecheck.log; \
+	[ $$types -eq 0 ] || echo "make test: mypy failed (above)" >&2; \
+	[ $$tests -eq 0 ] && [ $$types -eq 0 ]
 
 fuzz: $(STAMP) ## the test suite with new random examples for the property tests (repeat it; add finds as @example)
 	HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest -q

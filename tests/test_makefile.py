@@ -198,3 +198,51 @@ def test_make_explain_fails_only_when_explain_cannot_answer(pod: str, status: in
     out = proc.communicate(timeout=120)[0]
     assert said in out
     assert (proc.returncode == 0, "make: ***" in out) == (status == 0, status != 0)
+
+
+# Stand-ins for the tools `make test` runs, in a virtualenv of its own: mypy and pytest each wait (up to
+# 10 s) for the other to have started, so they only pass when make runs them side by side.
+SIDE_BY_SIDE = """#!/bin/sh
+touch "$0.started"
+i=0
+while [ ! -e "$(dirname "$0")/{other}.started" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+[ -e "$(dirname "$0")/{other}.started" ] || {{ echo "{name} ran alone"; exit 3; }}
+echo "{name} says {status}"
+exit {status}
+"""
+
+
+def stand_in_venv(clone: Path, mypy: int, pytest_status: int) -> None:
+    """A .venv whose ruff and lint-imports pass and whose mypy and pytest exit with the given statuses."""
+    bin_dir = clone / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    scripts = {
+        "ruff": "#!/bin/sh\nexit 0\n",
+        "lint-imports": "#!/bin/sh\nexit 0\n",
+        "mypy": SIDE_BY_SIDE.format(name="mypy", other="pytest", status=mypy),
+        "pytest": SIDE_BY_SIDE.format(name="pytest", other="mypy", status=pytest_status),
+    }
+    for name, text in scripts.items():
+        (bin_dir / name).write_text(text, "utf-8")
+        (bin_dir / name).chmod(0o755)
+    (clone / ".venv" / ".installed-stamp").touch()  # after pyproject.toml and requirements.lock: made
+
+
+@pytest.mark.parametrize(
+    ("mypy", "pytest_status"), [(0, 0), (1, 0), (0, 1)], ids=["both-pass", "mypy-fails", "pytest-fails"]
+)
+def test_make_test_type_checks_beside_pytest_and_fails_when_either_fails(
+    tmp_path: Path, mypy: int, pytest_status: int
+) -> None:
+    """mypy runs while pytest does (on a fresh clone it is most of make test's fixed cost, and the workers
+    leave a core idle while they wait for the servers they start); its report is shown after pytest's, and
+    make test fails when either fails."""
+    clone = fresh_clone(tmp_path)
+    stand_in_venv(clone, mypy, pytest_status)
+    proc = make(clone, "test")
+    out = proc.communicate(timeout=60)[0]
+    assert "ran alone" not in out, out
+    assert f"mypy says {mypy}" in out and f"pytest says {pytest_status}" in out, out
+    assert out.index("pytest says") < out.index("mypy says")
+    assert (proc.returncode == 0) is (mypy == pytest_status == 0), out
+    assert ("make test: mypy failed" in out) is (mypy != 0), out

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
@@ -30,6 +31,18 @@ from webhook.pools.index import PoolIndex
 from webhook.pools.nodes import NodeFacts
 from webhook.sources.snapshot import build_index
 
+# Each distinct fleet's index, built once for the module: evaluate only reads an index (and the memos it
+# warms never change an answer, test_core_memo.py), and two fifths of the examples' edits give a fleet an
+# earlier example had.
+FLEETS: dict[bytes, PoolIndex] = {}
+
+
+def fleet_index(objects: list[dict[str, Any]]) -> PoolIndex:
+    key = orjson.dumps(objects)
+    if key not in FLEETS:
+        FLEETS[key] = build_index(objects, demo_policy(), "generated")
+    return FLEETS[key]
+
 
 def placed_in_edited_fleet(
     obj: dict[str, Any], namespace: str, edits: list[NodeEdit]
@@ -37,7 +50,7 @@ def placed_in_edited_fleet(
     """The verdict for a Pod on the demo cluster changed by `edits`, with the index and the objects, when
     the Pod is placed with a patch; None otherwise (the outcome is recorded as a hypothesis event)."""
     objects = edited_fleet(edits)
-    index = build_index(objects, demo_policy(), "generated")
+    index = fleet_index(objects)
     result = evaluate(obj, namespace, demo_policy(), index)
     event(result.outcome)
     if result.placement is None or not result.patch:

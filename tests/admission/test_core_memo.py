@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import orjson
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -35,6 +36,8 @@ from tests.admission.podgen import (
 )
 from tests.builders import pod
 from webhook.admission.core import evaluate
+from webhook.admission.verdict import Verdict
+from webhook.domain.policy import Policy
 from webhook.pools.memo import Memo
 from webhook.sources.snapshot import build_index
 
@@ -112,6 +115,35 @@ def test_a_shared_shape_memo_never_changes_an_answer(calls: list[tuple[dict[str,
         assert remembered.reasons == plain.reasons
 
 
+class ColdAnswers:
+    """What `evaluate` answers on a fresh index of a fleet, with no memo at all: the oracle the warm memos
+    are held to. A fresh index answers a Pod the same whenever it is asked (evaluate only reads it), so
+    each (fleet, Pod, namespace) is decided once per module: hypothesis' examples repeat fleets and Pods,
+    and building a fresh index for each call was more than half of this module's time."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self.fleets: dict[tuple[NodeEdit, ...], list[dict[str, Any]]] = {}
+        self.answers: dict[tuple[tuple[NodeEdit, ...], bytes, str], Verdict] = {}
+
+    def fleet(self, edits: list[NodeEdit]) -> list[dict[str, Any]]:
+        """`edited_fleet(edits)`, made once per list of edits (building an index never changes it)."""
+        key = tuple(edits)
+        if key not in self.fleets:
+            self.fleets[key] = edited_fleet(edits)
+        return self.fleets[key]
+
+    def __call__(self, edits: list[NodeEdit], obj: dict[str, Any], namespace: str) -> Verdict:
+        key = (tuple(edits), orjson.dumps(obj, option=orjson.OPT_SORT_KEYS), namespace)
+        if key not in self.answers:
+            fresh = build_index(self.fleet(edits), self.policy, "generated")
+            self.answers[key] = evaluate(obj, namespace, self.policy, fresh)
+        return self.answers[key]
+
+
+COLD = ColdAnswers(twin_policy())
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(edits=st.lists(NODE_EDITS, max_size=12), calls=near_duplicates_st() | one_field_apart_st())
 def test_a_warm_memo_answers_as_a_cold_index_does(
@@ -124,10 +156,10 @@ def test_a_warm_memo_answers_as_a_cold_index_does(
     restartPolicy...) makes two such Pods share an answer that only one of them should get. Pods of
     one shape in different workload groups (owner, workload label, gpupool.io/group) get their own
     group's answer, and every quota form (requests., bare, limits., class, GPU memory) is met."""
-    policy, objects = twin_policy(), edited_fleet(edits)
-    warm_index, memo = build_index(objects, policy, "generated"), Memo()
+    policy = COLD.policy
+    warm_index, memo = build_index(COLD.fleet(edits), policy, "generated"), Memo()
     for obj, namespace in calls:
-        cold = evaluate(obj, namespace, policy, build_index(objects, policy, "generated"))
+        cold = COLD(edits, obj, namespace)
         warm = evaluate(obj, namespace, policy, warm_index, shapes=memo)
         event(f"group {'on a pool' if cold.group and cold.group.pool else 'without a pool' if cold.group else 'none'}")
         event(f"reason {cold.reason or cold.outcome}")
@@ -138,8 +170,7 @@ def test_a_warm_memo_answers_as_a_cold_index_does(
         for key, value in named_fixes(cold.message):
             event("a fix named")
             fixed = with_annotation(obj, key, value)
-            fixed_cold = evaluate(fixed, namespace, policy, build_index(objects, policy, "generated"))
-            assert evaluate(fixed, namespace, policy, warm_index, shapes=memo) == fixed_cold
+            assert evaluate(fixed, namespace, policy, warm_index, shapes=memo) == COLD(edits, fixed, namespace)
 
 
 def test_the_shape_memo_remembers_each_shape_once() -> None:

@@ -6,6 +6,7 @@ placement are checked on every node they can reach."""
 from __future__ import annotations
 
 import copy
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +24,23 @@ from tests.admission.demo import (
     shared_demo_index,
     validate_pod,
 )
-from tests.builders import GPU_TAINT, gpu_node, index_of, pod, policy
+from tests.builders import GPU_TAINT, gpu_node, index_of, pod
+from tests.builders import policy as read_policy
 from webhook.admission.core import Admitter, evaluate
 from webhook.admission.verdict import Verdict
 from webhook.domain.model import PoolKey
+from webhook.domain.policy import Policy
 from webhook.pools.kubeobj import node_from_obj
 from webhook.sources.snapshot import SnapshotInventory
+
+
+@functools.cache
+def policy(text: str | None = None) -> Policy:
+    """`tests.builders.policy`, read once per text for the module: the property test below asked for it
+    again in each example, a fifth of its time, and nothing changes a Policy. (The test's body is left as
+    it was: hypothesis derives a derandomized test's examples from its source.)"""
+    return read_policy(text)
+
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 T4 = PoolKey("nvidia", "medium", "Tesla-T4")

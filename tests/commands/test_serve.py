@@ -15,7 +15,8 @@ import pytest
 from tests.conftest import DEMO_INVENTORY, REPO, free_port, server_env
 from tests.serving.clientcerts import client_certificate, new_ca
 from webhook.admission.validation import Trusted
-from webhook.commands.serve import DEFAULTS, SERVE_ENV, configure, load_core, resolve_options
+from webhook.commands.cli import run_command
+from webhook.commands.serve import DEFAULTS, SERVE_ENV, checked_core, configure, load_core, resolve_options
 from webhook.domain.errors import ConfigError
 
 
@@ -118,6 +119,35 @@ class TestOptions:
             resolve_options(serve_args(**given), env)
 
 
+def bad_configurations(cert_dir: Path, tmp_path: Path) -> dict[str, list[str]]:
+    """Each configuration `gpupool serve` must refuse before gunicorn starts, by words its message holds:
+    a missing or unusable certificate, a bad policy, a bad or missing inventory, a --client-ca that is
+    missing, not PEM or a client certificate instead of a CA."""
+    bad_policy = tmp_path / "policy.yaml"
+    bad_policy.write_text("classes: 7\n")
+    bad_inventory = tmp_path / "cluster.yaml"
+    bad_inventory.write_text("kind: List\nitems: [{kind: Node}]\n")
+    tls = ["--cert", str(cert_dir / "tls.crt"), "--key", str(cert_dir / "tls.key")]
+    client_cert, _ = client_certificate(new_ca(tmp_path / "client-ca"), tmp_path / "client")
+    demo = ["--inventory", str(DEMO_INVENTORY)]
+    return {
+        "no such file": ["--cert", str(tmp_path / "missing.crt"), "--key", str(cert_dir / "tls.key"), *demo],
+        "not a usable certificate": ["--cert", str(cert_dir / "ca.crt"), "--key", str(cert_dir / "tls.key"), *demo],
+        "classes": [*tls, "--policy", str(bad_policy), *demo],
+        str(bad_inventory): [*tls, "--inventory", str(bad_inventory)],
+        "cannot load Kubernetes configuration": [*tls, "--kubeconfig", str(cert_dir / "no-such-kubeconfig")],
+        f"--client-ca {tmp_path / 'none.crt'}: no such file": [*tls, *demo, "--client-ca", str(tmp_path / "none.crt")],
+        "not a PEM certificate file": [*tls, *demo, "--client-ca", str(bad_policy)],
+        "'CN=kube-apiserver' is not a CA certificate": [*tls, *demo, "--client-ca", str(client_cert)],
+    }
+
+
+def checks_only(args: argparse.Namespace) -> int:
+    """`gpupool serve` up to where it would start gunicorn: its options, then `checked_core`, as `run` does."""
+    checked_core(resolve_options(args, server_env()), {})
+    return 0
+
+
 class TestStartupErrors:
     def run_serve(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -130,51 +160,32 @@ class TestStartupErrors:
             timeout=60,
         )
 
-    def test_bad_configurations_exit_2_with_a_clear_message(self, cert_dir: Path, tmp_path: Path) -> None:
-        """Missing certificate, bad policy, bad inventory, no inventory, or a --client-ca that is missing,
-        not PEM or a client certificate instead of a CA: exit 2 before gunicorn starts."""
-        bad_policy = tmp_path / "policy.yaml"
-        bad_policy.write_text("classes: 7\n")
-        bad_inventory = tmp_path / "cluster.yaml"
-        bad_inventory.write_text("kind: List\nitems: [{kind: Node}]\n")
-        tls = ["--cert", str(cert_dir / "tls.crt"), "--key", str(cert_dir / "tls.key")]
-        client_cert, _ = client_certificate(new_ca(tmp_path / "client-ca"), tmp_path / "client")
-        demo = ["--inventory", str(DEMO_INVENTORY)]
-        port_args = ["--host", "127.0.0.1", "--port", str(free_port()), "--health-port", str(free_port())]
-        cases = {
-            "no such file": [
-                "--cert",
-                str(tmp_path / "missing.crt"),
-                "--key",
-                str(cert_dir / "tls.key"),
-                "--inventory",
-                str(DEMO_INVENTORY),
-            ],
-            "not a usable certificate": [
-                "--cert",
-                str(cert_dir / "ca.crt"),
-                "--key",
-                str(cert_dir / "tls.key"),
-                "--inventory",
-                str(DEMO_INVENTORY),
-            ],
-            "classes": [*tls, "--policy", str(bad_policy), "--inventory", str(DEMO_INVENTORY)],
-            str(bad_inventory): [*tls, "--inventory", str(bad_inventory)],
-            "cannot load Kubernetes configuration": [*tls, "--kubeconfig", str(cert_dir / "no-such-kubeconfig")],
-            f"--client-ca {tmp_path / 'none.crt'}: no such file": [
-                *tls,
-                *demo,
-                "--client-ca",
-                str(tmp_path / "none.crt"),
-            ],
-            "not a PEM certificate file": [*tls, *demo, "--client-ca", str(bad_policy)],
-            "'CN=kube-apiserver' is not a CA certificate": [*tls, *demo, "--client-ca", str(client_cert)],
-        }
-        for words, args in cases.items():
-            result = self.run_serve(*args, *port_args)
-            assert result.returncode == 2, (words, result.stderr)
-            assert result.stderr.startswith("gpupool serve: error:") and words in result.stderr, result.stderr
-            assert "Traceback" not in result.stderr and "Starting gunicorn" not in result.stderr
+    def test_bad_configurations_exit_2_with_a_clear_message(
+        self, cert_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """Each bad configuration exits 2 with `gpupool serve: error:` and what is wrong, from the checks
+        `serve` runs before gunicorn starts (the command line in-process, only gunicorn left out; the process
+        path is shown by test_the_process_exits_2_with_the_same_message)."""
+        for words, args in bad_configurations(cert_dir, tmp_path).items():
+            status = run_command(["serve", *args], settings={"_run": checks_only})
+            stderr = capsys.readouterr().err
+            assert status == 2, (words, stderr)
+            assert stderr.startswith("gpupool serve: error:") and words in stderr, stderr
+            assert "Traceback" not in stderr
+
+    @pytest.mark.parametrize(
+        "words", ["classes", "'CN=kube-apiserver' is not a CA certificate"], ids=["bad-policy", "client-cert-as-ca"]
+    )
+    def test_the_process_exits_2_with_the_same_message(self, cert_dir: Path, tmp_path: Path, words: str) -> None:
+        """A real `gpupool serve` process with a bad policy, or a client certificate as --client-ca: exit 2
+        with the message, before gunicorn starts."""
+        args = bad_configurations(cert_dir, tmp_path)[words]
+        result = self.run_serve(
+            *args, "--host", "127.0.0.1", "--port", str(free_port()), "--health-port", str(free_port())
+        )
+        assert result.returncode == 2, (words, result.stderr)
+        assert result.stderr.startswith("gpupool serve: error:") and words in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr and "Starting gunicorn" not in result.stderr
 
     def test_busy_port_exits_2(self, cert_dir: Path) -> None:
         """A TLS port that is already taken is reported, not retried for seconds by gunicorn."""

@@ -190,11 +190,18 @@ def _both(flag: str) -> str:
 def run(args: argparse.Namespace) -> int:
     options = resolve_options(args, os.environ)
     logging.config.dictConfig(logging_config(options.log_level))
+    core = checked_core(options, os.environ)
+    return serve(options, real_app_loader(core), policy_detail(core), real_leader(core))
+
+
+def checked_core(options: ServeOptions, environ: Mapping[str, str]) -> Core:
+    """Every file `serve` reads, checked and read before gunicorn starts: the certificate and key, the
+    --client-ca file, the policy and the inventory source. The first one wrong is a ConfigError naming it,
+    which the command line turns into `gpupool serve: error: ...` and exit status 2."""
     check_tls_files(options.cert, options.key)
     if options.client_ca is not None:
         check_client_ca(options.client_ca)
-    core = load_core(options, os.environ)
-    return serve(options, real_app_loader(core), policy_detail(core), real_leader(core))
+    return load_core(options, environ)
 
 
 def check_tls_files(cert: str, key: str) -> None:
