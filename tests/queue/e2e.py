@@ -26,6 +26,7 @@ from tests.conftest import (
     free_port,
     serve_argv,
     server_env,
+    stop_all,
     wait_until,
 )
 from webhook.testing import KubeSim
@@ -148,8 +149,7 @@ def two_replicas(work: Path, cert_dir: Path, policy: Path, nodes: list[dict[str,
             scheduler.stop()
             for client in clients:
                 client.close()
-            for server in replicas:
-                server.stop(timeout=20)
+            stop_all(replicas, timeout=20)
 
 
 def delete_every_pod(cluster: Cluster) -> None:

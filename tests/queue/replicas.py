@@ -28,6 +28,7 @@ from tests.conftest import (
     free_port,
     serve_argv,
     server_env,
+    stop_all,
     wait_until,
 )
 from webhook.testing import KubeSim
@@ -132,8 +133,7 @@ def replicas(work: Path, cert_dir: Path, policy: str, nodes: list[dict[str, Any]
                 sim.release_writes(f"token-{name}")
             for client in clients:
                 client.close()
-            for server in servers:
-                server.stop(timeout=20)
+            stop_all(servers, timeout=20)
 
 
 def one_t4_node() -> list[dict[str, Any]]:
