@@ -19,6 +19,7 @@ from tests.serving.running import readyz
 
 pytestmark = pytest.mark.slow
 
+LEASE_SECONDS = 6  # the replicas' --lease-duration: the failover waits for the killed leader's Lease to run out
 POLICY = """
 namespaces:
   team-q: {placement: queue}
@@ -36,7 +37,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, cert_dir: Path) -> Iterato
     policy = work / "policy.yaml"
     policy.write_text(POLICY, "utf-8")
     nodes = [node("t4-a", "Tesla-T4"), node("t4-b", "Tesla-T4"), node("l4-a", "NVIDIA-L4", memory_mib=23034)]
-    with two_replicas(work, cert_dir, policy, nodes) as cluster:
+    with two_replicas(work, cert_dir, policy, nodes, lease_seconds=LEASE_SECONDS) as cluster:
         yield cluster
 
 
@@ -132,6 +133,8 @@ def test_after_the_leader_is_killed_the_other_replica_releases(cluster: Cluster)
     wait_until(lambda: cluster.released("team-q", "after"), 45.0, "a release by the new leader")
     took = time.monotonic() - killed_at
     assert cluster.leader() == REPLICAS[survivor]
+    lease = cluster.sim.get("leases", "gpupool-system", "gpupool")
+    assert lease is not None and lease["spec"]["leaseDurationSeconds"] == LEASE_SECONDS
     assert took < 30.0, f"failover took {took:.1f} s"
     patches = cluster.sim.write_requests("patch", "pods")
     assert patches >= 1
