@@ -92,9 +92,9 @@ def test_priority_decides_who_gets_the_one_free_gpu(cluster: Cluster) -> None:
     time.sleep(1.0)
     # Created while nothing is free (the free L4 is taken first by a placeholder), then room appears.
     cluster.sim.add(running("hold", "other", "l4-a", 1))
-    cluster.create("low", "team-q", priority=0)
-    cluster.create("high", "team-q", priority=1000)
-    time.sleep(1.5)
+    uids = {cluster.create(name, "team-q", priority=p)["metadata"]["uid"] for name, p in (("low", 0), ("high", 1000))}
+    told = lambda: {e["involvedObject"].get("uid") for e in cluster.sim.events("team-q")} >= uids  # noqa: E731
+    wait_until(told, WAIT, "the leader telling both Pods they wait")
     cluster.sim.delete("Pod", "other", "hold")
     wait_until(lambda: cluster.released("team-q", "high"), WAIT, "the high-priority release")
     time.sleep(2.0)
