@@ -312,8 +312,12 @@ class TestRefresh:
         try:
             assert value(registry, "gpupool_inventory_ready") == 0
             inventory.is_ready = True
-            wait_until(lambda: value(registry, "gpupool_inventory_ready") == 1, 30, "readiness in the gauge")
-            assert value(registry, "gpupool_pool_gpus_free", pool=str(L4)) == 3
+
+            def refreshed() -> bool:  # readiness is set first, then the pools' gauges
+                ready = value(registry, "gpupool_inventory_ready") == 1
+                return ready and value(registry, "gpupool_pool_gpus_free", pool=str(L4)) == 3
+
+            wait_until(refreshed, 30, "a refresh once the inventory is ready")
         finally:
             refresher.stop()
 

@@ -49,7 +49,9 @@ LEASE_NAME = "gpupool"
 # The validating call reads the Lease within kube-apiserver's timeoutSeconds (5 s) for the webhook: at
 # most 4 s on a bounded client (webhook.sources.bounded.worst_seconds), whose calls are never retried.
 FENCE_TIMEOUT = (1.0, 2.0)
-# One election attempt (a read and a write) within the renew deadline (10 s, webhook.queue.leader): 5 s each.
+# One election attempt (a read and a write) within the default renew deadline (10 s, webhook.queue.leader):
+# 5 s each. Under a shorter --lease-duration a slow API can outlast the deadline: the leader then stops
+# leading until an attempt succeeds in time, as it must (its leadership is counted from before the read).
 ELECTION_TIMEOUT = (1.0, 3.0)
 
 
