@@ -18,6 +18,7 @@ from webhook.admission.validation import Trusted
 from webhook.commands.cli import run_command
 from webhook.commands.serve import DEFAULTS, SERVE_ENV, checked_core, configure, load_core, resolve_options
 from webhook.domain.errors import ConfigError
+from webhook.queue.leader import DEFAULT_TIMES, LeaseTimes
 
 
 def serve_args(**given: Any) -> argparse.Namespace:
@@ -75,6 +76,16 @@ class TestOptions:
         assert trusted.service_account == "system:serviceaccount:gpu:pool"
         assert (trusted.users, trusted.groups) == (frozenset(options.trusted_users), frozenset({"oncall"}))
 
+    def test_the_lease_duration_reaches_the_queues_leader_election(self) -> None:
+        """GPUPOOL_LEASE_DURATION (or --lease-duration) sets how long the queue's Lease stays a leader's:
+        15 s by default, as Kueue's; its renew deadline and retry keep the default's proportions."""
+        given = {"cert": "c", "key": "k", "inventory": str(DEMO_INVENTORY)}
+        assert load_core(resolve_options(serve_args(**given), {}), {}).queue.lease_seconds == 15
+        options = resolve_options(serve_args(**given), {"GPUPOOL_LEASE_DURATION": "6"})
+        assert load_core(options, {}).queue.lease_seconds == 6
+        assert LeaseTimes.of(15) == DEFAULT_TIMES
+        assert LeaseTimes.of(6) == LeaseTimes(6.0, 4.0, 0.8)
+
     def test_the_policy_warns_at_start_of_quotas_now_cannot_keep_with_several_admitting_processes(
         self, tmp_path: Path, caplog: pytest.LogCaptureFixture
     ) -> None:
@@ -107,6 +118,7 @@ class TestOptions:
             pytest.param({"cert": "c", "key": "k"}, {"GPUPOOL_PORT": "https"}, "GPUPOOL_PORT", id="bad-env-port"),
             pytest.param({"cert": "c", "key": "k", "workers": "0"}, {}, "--workers", id="zero-workers"),
             pytest.param({"cert": "c", "key": "k", "port": "8080"}, {}, "must differ", id="same-ports"),
+            pytest.param({"cert": "c", "key": "k"}, {"GPUPOOL_LEASE_DURATION": "2"}, "from 3 to 600", id="short-lease"),
             pytest.param({"cert": "c", "key": "k", "log_level": "loud"}, {}, "--log-level", id="bad-level"),
             pytest.param(
                 {"cert": "c", "key": "k", "service_account": "web hook"}, {}, "--service-account", id="bad-account"

@@ -26,6 +26,7 @@ from tests.conftest import (
     free_port,
     serve_argv,
     server_env,
+    stop_all,
     wait_until,
 )
 from webhook.testing import KubeSim
@@ -122,8 +123,11 @@ def resource_quota(namespace: str, hard: dict[str, str]) -> dict[str, Any]:
 
 
 @contextmanager
-def two_replicas(work: Path, cert_dir: Path, policy: Path, nodes: list[dict[str, Any]]) -> Iterator[Cluster]:
-    """The simulator with `nodes`, and two replicas serving `policy`, ready and with a leader elected."""
+def two_replicas(
+    work: Path, cert_dir: Path, policy: Path, nodes: list[dict[str, Any]], *, lease_seconds: int | None = None
+) -> Iterator[Cluster]:
+    """The simulator with `nodes`, and two replicas serving `policy`, ready and with a leader elected; with
+    `lease_seconds`, their `--lease-duration` (a module whose tests wait for a Lease to run out)."""
     with KubeSim(bookmark_interval=0.2) as sim:
         sim.load(nodes)
         kubeconfig = sim.write_kubeconfig(work / "kubeconfig")
@@ -132,6 +136,8 @@ def two_replicas(work: Path, cert_dir: Path, policy: Path, nodes: list[dict[str,
         for name in REPLICAS:
             port, health = free_port(), free_port()
             argv = serve_argv(cert_dir, port, health, "--kubeconfig", str(kubeconfig), "--policy", str(policy))
+            if lease_seconds is not None:
+                argv += ["--lease-duration", str(lease_seconds)]
             env = server_env(POD_NAME=name, POD_NAMESPACE="gpupool-system")
             server = ServerProcess(argv, work / f"{name}.log", env, health).start()
             replicas.append(server)
@@ -148,8 +154,7 @@ def two_replicas(work: Path, cert_dir: Path, policy: Path, nodes: list[dict[str,
             scheduler.stop()
             for client in clients:
                 client.close()
-            for server in replicas:
-                server.stop(timeout=20)
+            stop_all(replicas, timeout=20)
 
 
 def delete_every_pod(cluster: Cluster) -> None:

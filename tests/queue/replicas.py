@@ -28,6 +28,7 @@ from tests.conftest import (
     free_port,
     serve_argv,
     server_env,
+    stop_all,
     wait_until,
 )
 from webhook.testing import KubeSim
@@ -37,7 +38,7 @@ from webhook.testing.kubeproto import ApiError
 SERVICE_ACCOUNT = "system:serviceaccount:gpupool-system:gpupool-webhook"
 NAMES = ("replica-a", "replica-b")
 TENANT = UserInfo("alice", ("system:authenticated",))
-WAIT = 60.0  # a failover takes the Lease's 15 s and a catch-up; generous for a loaded machine
+WAIT = 60.0  # a failover takes the Lease's duration (15 s by default) and a catch-up; generous for a loaded machine
 
 
 class Pair:
@@ -97,8 +98,11 @@ class Pair:
 
 
 @contextmanager
-def replicas(work: Path, cert_dir: Path, policy: str, nodes: list[dict[str, Any]]) -> Iterator[Pair]:
-    """The simulator with `nodes`, and two replicas serving `policy`, once one of them leads."""
+def replicas(
+    work: Path, cert_dir: Path, policy: str, nodes: list[dict[str, Any]], *, lease_seconds: int | None = None
+) -> Iterator[Pair]:
+    """The simulator with `nodes`, and two replicas serving `policy`, once one of them leads; with
+    `lease_seconds`, their `--lease-duration` (a module whose tests wait for a Lease to run out)."""
     policy_file = work / "policy.yaml"
     policy_file.write_text(policy, "utf-8")
     with KubeSim(bookmark_interval=0.2) as sim:
@@ -117,6 +121,8 @@ def replicas(work: Path, cert_dir: Path, policy: str, nodes: list[dict[str, Any]
             kubeconfig = sim.write_kubeconfig(work / f"{name}.kubeconfig", token=f"token-{name}")
             health = free_port()
             argv = serve_argv(cert_dir, port, health, "--kubeconfig", str(kubeconfig), "--policy", str(policy_file))
+            if lease_seconds is not None:
+                argv += ["--lease-duration", str(lease_seconds)]
             env = server_env(POD_NAME=name, POD_NAMESPACE="gpupool-system")
             servers.append(ServerProcess(argv, work / f"{name}.log", env, health).start())
             clients.append(ApiServerClient(port, cert_dir / "ca.crt"))
@@ -132,8 +138,7 @@ def replicas(work: Path, cert_dir: Path, policy: str, nodes: list[dict[str, Any]
                 sim.release_writes(f"token-{name}")
             for client in clients:
                 client.close()
-            for server in servers:
-                server.stop(timeout=20)
+            stop_all(servers, timeout=20)
 
 
 def one_t4_node() -> list[dict[str, Any]]:

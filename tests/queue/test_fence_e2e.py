@@ -20,6 +20,7 @@ from tests.queue.replicas import WAIT, Pair, one_t4_node, replicas
 
 pytestmark = pytest.mark.slow
 
+LEASE_SECONDS = 6  # the replicas' --lease-duration: the test waits for the held leader's Lease to run out
 POLICY = """
 namespaces:
   q: {placement: queue, classQuota: {medium: 1}}
@@ -41,7 +42,7 @@ def pod(name: str, priority: int) -> dict[str, Any]:
 
 @pytest.fixture
 def pair(tmp_path: Path, cert_dir: Path) -> Iterator[Pair]:
-    with replicas(tmp_path, cert_dir, POLICY, one_t4_node()) as pair:
+    with replicas(tmp_path, cert_dir, POLICY, one_t4_node(), lease_seconds=LEASE_SECONDS) as pair:
         yield pair
 
 
@@ -61,6 +62,7 @@ def test_a_release_held_past_its_leaders_term_is_refused(pair: Pair) -> None:
     pair.sim.hold_writes(token)
     pair.create(pod("high", 1000), replica=new)
     wait_until(lambda: pair.leader() == new, WAIT, "the other replica taking the Lease")
+    assert pair.sim.get("leases", "gpupool-system", "gpupool")["spec"]["leaseDurationSeconds"] == LEASE_SECONDS
     wait_until(lambda: pair.released("q", "high"), WAIT, "the new leader's release of q/high")
     assert not pair.released("q", "low")
     denied = pair.hook.denied

@@ -27,10 +27,12 @@ WAIT = 40.0
 HUNG_SECONDS = 3.0  # GPUPOOL_LEADER_HUNG_SECONDS for the replica (60 s by default)
 
 
-@pytest.fixture
-def replica(tmp_path: Path, cert_dir: Path) -> Iterator[Cluster]:
+@pytest.fixture(scope="module")
+def replica(tmp_path_factory: pytest.TempPathFactory, cert_dir: Path) -> Iterator[Cluster]:
     """One replica, `replica-a`, with one admission worker, ready and leading; a leader process whose
-    loop has not gone round for HUNG_SECONDS is hung."""
+    loop has not gone round for HUNG_SECONDS is hung. Started once for the module (each start is most of
+    a test's time): each test counts restarts and terms from what it finds, and the last one stops it."""
+    tmp_path = tmp_path_factory.mktemp("leaderproc")
     policy = tmp_path / "policy.yaml"
     policy.write_text(POLICY, "utf-8")
     with KubeSim(bookmark_interval=0.2) as sim:

@@ -19,6 +19,7 @@ from tests.serving.running import readyz
 
 pytestmark = pytest.mark.slow
 
+LEASE_SECONDS = 6  # the replicas' --lease-duration: the failover waits for the killed leader's Lease to run out
 POLICY = """
 namespaces:
   team-q: {placement: queue}
@@ -36,7 +37,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, cert_dir: Path) -> Iterato
     policy = work / "policy.yaml"
     policy.write_text(POLICY, "utf-8")
     nodes = [node("t4-a", "Tesla-T4"), node("t4-b", "Tesla-T4"), node("l4-a", "NVIDIA-L4", memory_mib=23034)]
-    with two_replicas(work, cert_dir, policy, nodes) as cluster:
+    with two_replicas(work, cert_dir, policy, nodes, lease_seconds=LEASE_SECONDS) as cluster:
         yield cluster
 
 
@@ -91,9 +92,9 @@ def test_priority_decides_who_gets_the_one_free_gpu(cluster: Cluster) -> None:
     time.sleep(1.0)
     # Created while nothing is free (the free L4 is taken first by a placeholder), then room appears.
     cluster.sim.add(running("hold", "other", "l4-a", 1))
-    cluster.create("low", "team-q", priority=0)
-    cluster.create("high", "team-q", priority=1000)
-    time.sleep(1.5)
+    uids = {cluster.create(name, "team-q", priority=p)["metadata"]["uid"] for name, p in (("low", 0), ("high", 1000))}
+    told = lambda: {e["involvedObject"].get("uid") for e in cluster.sim.events("team-q")} >= uids  # noqa: E731
+    wait_until(told, WAIT, "the leader telling both Pods they wait")
     cluster.sim.delete("Pod", "other", "hold")
     wait_until(lambda: cluster.released("team-q", "high"), WAIT, "the high-priority release")
     time.sleep(2.0)
@@ -132,6 +133,8 @@ def test_after_the_leader_is_killed_the_other_replica_releases(cluster: Cluster)
     wait_until(lambda: cluster.released("team-q", "after"), 45.0, "a release by the new leader")
     took = time.monotonic() - killed_at
     assert cluster.leader() == REPLICAS[survivor]
+    lease = cluster.sim.get("leases", "gpupool-system", "gpupool")
+    assert lease is not None and lease["spec"]["leaseDurationSeconds"] == LEASE_SECONDS
     assert took < 30.0, f"failover took {took:.1f} s"
     patches = cluster.sim.write_requests("patch", "pods")
     assert patches >= 1

@@ -303,6 +303,24 @@ class TestRefresh:
         finally:
             refresher.stop()
 
+    def test_readiness_shows_as_soon_as_the_inventory_is_ready_not_an_interval_later(self) -> None:
+        """The gauge is the Pod's readiness (/readyz reads it): a worker whose first list completes says
+        so at once, not at the next refresh (an hour here; 5 s as shipped)."""
+        registry = CollectorRegistry()
+        inventory = FakeInventory([stats(L4, 2, 8, 3)], is_ready=False)
+        refresher = GaugeRefresher(Metrics(registry), lambda: (inventory, None), interval=3600).start()
+        try:
+            assert value(registry, "gpupool_inventory_ready") == 0
+            inventory.is_ready = True
+
+            def refreshed() -> bool:  # readiness is set first, then the pools' gauges
+                ready = value(registry, "gpupool_inventory_ready") == 1
+                return ready and value(registry, "gpupool_pool_gpus_free", pool=str(L4)) == 3
+
+            wait_until(refreshed, 30, "a refresh once the inventory is ready")
+        finally:
+            refresher.stop()
+
 
 WORKER = textwrap.dedent(
     """

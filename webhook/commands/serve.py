@@ -49,6 +49,7 @@ SERVE_ENV: dict[str, str] = {
     "GPUPOOL_API_QPS": "--api-qps",
     "GPUPOOL_API_BURST": "--api-burst",
     "GPUPOOL_REPLICAS": "--replicas",
+    "GPUPOOL_LEASE_DURATION": "--lease-duration",
 }
 # Set by the Deployment through the downward API (the field each holds), read for the queue's leader
 # election: who this replica is, and the namespace of its Lease.
@@ -64,6 +65,7 @@ DEFAULTS: dict[str, str] = {
     "--api-qps": "300",  # Kueue's: a queue releases in bursts when room frees (client-go's default is 5)
     "--api-burst": "500",
     "--replicas": "1",
+    "--lease-duration": "15",  # Kueue's (and client-go's): with a 10 s renew deadline and a 2 s retry
 }
 # Set by the Deployment through the downward API: the namespace gpupool runs in, with --service-account
 # gpupool's own username (system:serviceaccount:<namespace>:<name>). Outside a Pod: gpupool-system.
@@ -122,6 +124,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "the replicas of the Deployment this server is one of (manifests/base sets 2): with --workers, how many "
         "processes admit; with more than one, the policy warns of the quotas placement now cannot keep exact",
     )
+    add(
+        "--lease-duration",
+        "SECONDS",
+        "how long the queue's Lease stays its leader's without a renewal: a killed leader's replica is "
+        "replaced this long after its last renewal; the renew deadline is 2/3 of it and the retry 2/15",
+    )
 
 
 def resolve_options(args: argparse.Namespace, environ: Mapping[str, str]) -> ServeOptions:
@@ -166,6 +174,7 @@ def resolve_options(args: argparse.Namespace, environ: Mapping[str, str]) -> Ser
         api_qps=number("--api-qps", 1, 100_000),
         api_burst=number("--api-burst", 1, 100_000),
         replicas=number("--replicas", 1, 1000),
+        lease_seconds=number("--lease-duration", 3, 600),
     )
     if options.port == options.health_port:
         raise ConfigError(f"--port and --health-port must differ (both {options.port})")
@@ -253,6 +262,7 @@ def load_core(options: ServeOptions, environ: Mapping[str, str] | None = None) -
         pod_name=environ.get("POD_NAME") or socket.gethostname(),
         qps=options.api_qps,
         burst=options.api_burst,
+        lease_seconds=options.lease_seconds,
     )
     trusted = Trusted.of(namespace, options.service_account, options.trusted_users, options.trusted_groups)
     return Core(policy, inventory, source, queue, trusted, admitters)

@@ -46,6 +46,12 @@ class LeaseTimes(NamedTuple):
     renew_deadline: float = 10.0  # a leader that cannot renew within this of its last renewal stops leading
     retry: float = 2.0  # how often candidates try and leaders renew
 
+    @classmethod
+    def of(cls, duration: int) -> LeaseTimes:
+        """A Lease of `duration` seconds, its renew deadline and retry in the default's proportions
+        (15, 10, 2): a shorter one fails over sooner at more renewals a second."""
+        return cls(float(duration), duration * 2 / 3, duration * 2 / 15)
+
 
 DEFAULT_TIMES = LeaseTimes()
 

@@ -30,7 +30,7 @@ from webhook.admission.core import Admitter
 from webhook.admission.fence import LeaseTerm, judge
 from webhook.domain.policy import Policy
 from webhook.pools.inventory import Inventory
-from webhook.queue.leader import Elector
+from webhook.queue.leader import Elector, LeaseTimes
 from webhook.queue.ports import QueueInventory, QueueMetrics, TokenBucket
 from webhook.queue.reshape import Reshaper
 from webhook.queue.runner import Runner
@@ -49,7 +49,9 @@ LEASE_NAME = "gpupool"
 # The validating call reads the Lease within kube-apiserver's timeoutSeconds (5 s) for the webhook: at
 # most 4 s on a bounded client (webhook.sources.bounded.worst_seconds), whose calls are never retried.
 FENCE_TIMEOUT = (1.0, 2.0)
-# One election attempt (a read and a write) within the renew deadline (10 s, webhook.queue.leader): 5 s each.
+# One election attempt (a read and a write) within the default renew deadline (10 s, webhook.queue.leader):
+# 5 s each. Under a shorter --lease-duration a slow API can outlast the deadline: the leader then stops
+# leading until an attempt succeeds in time, as it must (its leadership is counted from before the read).
 ELECTION_TIMEOUT = (1.0, 3.0)
 
 
@@ -84,6 +86,7 @@ class QueueSettings(NamedTuple):
     pod_name: str
     qps: int = 300  # the leader's writes per second (releases and Events), and at once
     burst: int = 500
+    lease_seconds: int = 15  # the Lease's duration; its renew deadline and retry scale with it
 
 
 class LeaderQueue:
@@ -132,7 +135,8 @@ class LeaderQueue:
             # takes at most its timeout (webhook.sources.bounded); the watches keep the inventory's.
             api = bounded(live.api_client)
             lease = LeaseStore(api, self._settings.namespace, LEASE_NAME, timeout=ELECTION_TIMEOUT)
-            elector = Elector(lease, identity, on_change=self._metrics.queue_leading)
+            times = LeaseTimes.of(self._settings.lease_seconds)
+            elector = Elector(lease, identity, times, on_change=self._metrics.queue_leading)
             self._events = EventRecorder(api, identity).start()
             self._statuses = PoolStatusWriter(api).start()  # the pools' GPUPool objects, while leading
             watched = (elector.rounds, self._events.rounds, self._statuses.rounds)

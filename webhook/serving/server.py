@@ -103,6 +103,7 @@ class ServeOptions:
     api_qps: int = 300  # the queue's writes (releases, Events) per second, per worker process
     api_burst: int = 500
     replicas: int = 1  # the Deployment's replicas (GPUPOOL_REPLICAS): with workers, how many processes admit
+    lease_seconds: int = 15  # the queue's Lease duration (webhook.queue.leader.LeaseTimes.of)
     # gpupool's worker; the server benchmark also runs gunicorn's own "gthread" as a baseline.
     worker_class: str = "webhook.serving.worker.WebhookWorker"
 
