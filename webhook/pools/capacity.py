@@ -79,6 +79,9 @@ class Capacity:
         self._room: dict[PoolKey, int] = {}
         self._room_seen: dict[PoolKey, tuple[tuple[int, tuple[tuple[int, int], ...]], ...]] = {}
         self._room_touched: set[PoolKey] = set()  # pools whose free devices may have changed in this change
+        # Nodes kept from new Pods (the queue's leader drains or holds them: `exclude`): counted as full, and
+        # left out of their pools' constraints by name (webhook.pools.constraints, step 4).
+        self._excluded: frozenset[str] = frozenset()
 
     # --- nodes ---------------------------------------------------------------------------------------
 
@@ -205,6 +208,20 @@ class Capacity:
             del self._pools[pool.key]
             self._restructured()
 
+    def exclude(self, names: frozenset[str]) -> set[str]:
+        """Keep the nodes `names` (and no others) from new Pods from now on: no free GPUs counted on them, and
+        every pool's constraint leaves them out. The nodes whose exclusion changed, for the caller to count
+        their free GPUs again (`set_used`)."""
+        changed = set(names ^ self._excluded)
+        if changed:
+            self._excluded = names
+            self._restructured()  # the constraints of their pools change
+        return changed
+
+    @property
+    def excluded(self) -> frozenset[str]:
+        return self._excluded
+
     # --- what the ledger says is used and held ---------------------------------------------------------
 
     def set_used(self, name: str, used: Mapping[str, int] | None) -> None:
@@ -213,7 +230,7 @@ class Capacity:
         for f in self._facts.get(name, ()):
             if f.usable:
                 pool = self._pools[f.pool]
-                free = max(f.allocatable - (used.get(f.resource, 0) if used else 0), 0)
+                free = 0 if name in self._excluded else max(f.allocatable - (used.get(f.resource, 0) if used else 0), 0)
                 self._set_own_free(pool, pool.groups[group_key(f)], name, free)
 
     def hold(self, key: PoolKey, pins: Selector, gpus: int, sign: int) -> None:
@@ -323,7 +340,7 @@ class Capacity:
         ]
         names = {m.name for m in members}
         others = [(n, self._nodes[n].labels) for n in sorted(self._offering.get(pool.resource, ())) if n not in names]
-        return pool_constraint(members, others, self._keys(key, pool.resource))
+        return pool_constraint(members, others, self._keys(key, pool.resource), self._excluded)
 
     def _keys(self, key: PoolKey, resource: str) -> Keys:
         vendor = self.policy.vendors[key.vendor]

@@ -93,6 +93,7 @@ class PoolIndex:
         # the queue's parked shapes read quotas from (webhook.queue.parking).
         self._namespace_changes: dict[str, int] = {}
         self._any_namespace = 0
+        self._excluded: dict[str, frozenset[str]] = {}  # owner -> the nodes it keeps from new Pods
 
     def namespace_changes(self, namespace: str) -> int:
         """How often what `namespace` holds, or its ResourceQuotas, may have changed: equal counts, equal
@@ -152,6 +153,23 @@ class PoolIndex:
             self._ledger.reclass(name)
             reshaped |= self._capacity.take_reshaped()
         self._settle(reshaped)
+
+    def exclude_nodes(self, owner: str, names: Iterable[str]) -> None:
+        """Keep the nodes `names` from new Pods for `owner` (the queue's MIG drains, its backfill holds), in
+        place of what `owner` excluded before: they count no free GPUs, and every pool's constraint leaves
+        them out by hostname (webhook.pools.constraints), until no owner excludes them. One change when the
+        excluded nodes changed."""
+        kept = frozenset(names)
+        if kept:
+            self._excluded[owner] = kept
+        else:
+            self._excluded.pop(owner, None)
+        changed = self._capacity.exclude(frozenset().union(*self._excluded.values()))
+        if not changed:
+            return
+        for name in changed:
+            self._capacity.set_used(name, self._ledger.used_on(name))
+        self._settle()
 
     # --- Pods ----------------------------------------------------------------------------------------
 
