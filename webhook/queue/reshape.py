@@ -21,6 +21,13 @@ deciding its releases, at most every PLAN_SECONDS:
    `gpupool.io/mig-reshape-asked: "<layout>@<time>"` together. A conflict (409) or a node no longer as
    planned undoes the fence: the next plan decides again.
 
+4. **Drain by not filling.** The nodes the plan drains (webhook.mig.planner, step 4: they would be re-cut
+   for the Pods that wait but run GPU Pods, or have not been idle for `idleSeconds`) are kept from new
+   Pods in the index (`PoolIndex.exclude_nodes`): no release counts their room, and every release into
+   their pools leaves them out by hostname, so their Pods finish, none takes their place, and a later plan
+   re-cuts them. A node stays drained until a plan no longer drains it (it was re-cut, or the demand for
+   it went), and none is without `migReshaping`.
+
 Only the leader's process runs it; a node is idle for the planner when no Pod holds its GPUs, none
 released to one of its pools waits to be bound, and it has been so for `idleSeconds` since this leader
 first looked (a new leader waits that long before its first re-cut).
@@ -83,6 +90,7 @@ log = logging.getLogger("gpupool.mig")
 PLAN_SECONDS = 2.0  # the planner runs at most this often (passes may follow each other within milliseconds)
 CONFIG_SECONDS = 30.0  # mig-parted's ConfigMap is read again at most this often
 FENCE_SECONDS = 60.0  # a fence the watch never shows (the node written since by someone else) is dropped then
+DRAINS = "mig-drains"  # the index's name for the nodes the re-cuts keep from new Pods (PoolIndex.exclude_nodes)
 EVENT_NAMESPACE = "default"  # where Events on nodes (cluster-scoped) are created, as kubelet's are
 
 
@@ -149,6 +157,7 @@ class Reshaper:
         self._fenced_at: dict[str, float] = {}
         self.problem = ""  # why no plan can be made (the ConfigMap unreadable or invalid), "" when one can
         self.waits_for: dict[str, str] = {}  # "namespace/name" -> the node whose re-cut the Pod waits for
+        self.draining: dict[str, str] = {}  # node -> the layout it is drained for (kept from new Pods)
         self.active = False  # the last step had MIG demand waiting or a change under way: passes must go on
 
     def fence(self, index: PoolIndex) -> None:
@@ -175,6 +184,10 @@ class Reshaper:
         settings = policy.mig_reshaping
         if settings is None:
             self.waits_for, self.active = {}, False
+            if self.draining:
+                self.draining = {}
+                with inventory.read() as index:
+                    index.exclude_nodes(DRAINS, ())
             return
         now = self._wall()
         demand = demand_of(waits, requests)
@@ -209,7 +222,9 @@ class Reshaper:
                 node = index.capacity.node(change.node)
                 if node is not None:
                     self._fence_one(index, node, change.to_layout, now)
-        self.active = bool(demand or changing or ended or self._fenced)
+            self.draining = dict(result.draining)
+            index.exclude_nodes(DRAINS, self.draining)
+        self.active = bool(demand or changing or ended or self._fenced or self.draining)
         for e in ended:
             self._end(e, now)
         for change in result.changes:
@@ -308,6 +323,7 @@ class Reshaper:
             changing=changing,
             idle_since=lambda name: self._busy_at.get(name, self._started),
             now=now,
+            draining=self.draining,
         )
 
     def _layouts_of(self, settings: MigReshaping, now: float) -> Layouts | None:
