@@ -38,6 +38,7 @@ from webhook.pools.capacity import Capacity, PoolStats
 from webhook.pools.constraints import Inseparable
 from webhook.pools.ledger import Ledger
 from webhook.pools.migconfig import MigLayouts
+from webhook.pools.nodes import NodeFacts
 from webhook.pools.pool import Group, Pool
 from webhook.pools.quotas.store import QuotaStore
 from webhook.pools.reservations import Reservation
@@ -170,6 +171,22 @@ class PoolIndex:
         for name in changed:
             self._capacity.set_used(name, self._ledger.used_on(name))
         self._settle()
+
+    def excluded_by(self, owner: str) -> frozenset[str]:
+        """The nodes `owner` keeps from new Pods (`exclude_nodes`)."""
+        return self._excluded.get(owner, frozenset())
+
+    def excluders(self) -> tuple[str, ...]:
+        """Every owner that keeps nodes from new Pods now."""
+        return tuple(self._excluded)
+
+    def free_unexcluded(self, facts: NodeFacts) -> int:
+        """The node's free devices of `facts`' resource as they would be were it not excluded (0 when it is
+        not usable): what the Pod it is held for could use there."""
+        if not facts.usable:
+            return 0
+        used = self._ledger.used_on(facts.node)
+        return max(facts.allocatable - (used.get(facts.resource, 0) if used else 0), 0)
 
     # --- Pods ----------------------------------------------------------------------------------------
 
