@@ -78,3 +78,12 @@ def test_without_exclusions_a_release_names_no_node() -> None:
     """No exclusion: the release says nothing of hostnames, as before."""
     stored, releases = released(list(NODES), set())
     assert "kubernetes.io/hostname" not in str(apply(stored, releases[0].patch)["spec"])
+
+
+def test_an_excluded_node_counts_no_free_gpus_but_only_its_pods_as_allocated() -> None:
+    """The pool's figures (GPUPool status, `gpupool inventory`) while t4-0 is kept from new Pods: its 3 idle
+    GPUs are not free for new Pods, and not counted as allocated either; only its Pod's one is."""
+    index, _ = setup([*NODES, busy("t4-0", 1)])
+    index.exclude_nodes("test", {"t4-0"})
+    (stats,) = [s for s in index.capacity.pool_stats() if s.pool == T4]
+    assert (stats.gpus_total, stats.gpus_allocated, stats.gpus_free) == (12, 1, 8)
