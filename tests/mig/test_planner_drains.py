@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from tests.mig.planning import NOW, SETTINGS, node, pods, run
 from webhook.domain.policy_model import MigReshaping
+from webhook.mig.planner import MAX_DRAINS
 
 
 def test_a_busy_node_that_would_serve_the_waiting_pods_is_drained_for_them() -> None:
@@ -57,3 +58,11 @@ def test_of_busy_nodes_alike_the_one_whose_pods_hold_the_fewest_devices_is_drain
     fleet = [node("b1", busy=True, in_use=5), node("b2", busy=True, in_use=1)]
     result = run(pods(2, 35), fleet, settings=replace(SETTINGS, max_in_flight=1))
     assert list(result.draining) == ["b2"]
+
+
+def test_drains_are_bounded_whatever_max_in_flight_allows() -> None:
+    """maxInFlight 1000 and forty busy nodes for plenty of Pods: at most MAX_DRAINS are drained, so the
+    hostnames every release into their pool names stay few."""
+    fleet = [node(f"b{i:02d}", busy=True) for i in range(40)]
+    result = run(pods(400, 35), fleet, settings=MigReshaping(idle_seconds=60.0, max_in_flight=1000))
+    assert len(result.draining) == MAX_DRAINS

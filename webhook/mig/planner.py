@@ -19,12 +19,13 @@ the same rules:
    memory of the smallest profile that fits it on that model), then the most Pods, then wastes the least
    (the layout's memory left idle), then by name; and stops when no change serves anyone. Greedy by what
    each change adds, so few nodes serve the most memory.
-4. **Then drains.** Within what `max_in_flight` leaves, the nodes that would be chosen in step 3 if they
-   were idle (they qualify but for running a GPU Pod, or for not having been idle for `idle_seconds`),
-   for the Pods still unserved, chosen in the same way, a node drained at the last plan (`draining`)
-   first, then of nodes alike the one whose Pods hold the fewest devices (`in_use`, the soonest idle):
-   the leader keeps them from new Pods (drain by not filling: their Pods finish and none takes their
-   place), so that they become idle, and a later plan re-cuts them. Nothing is evicted.
+4. **Then drains.** Within what `max_in_flight` leaves (and at most MAX_DRAINS), the nodes that would
+   be chosen in step 3 if they were idle (they qualify but for running a GPU Pod, or for not having been
+   idle for `idle_seconds`), for the Pods still unserved, chosen in the same way, a node drained at the
+   last plan (`draining`) first, then of nodes alike the one whose Pods hold the fewest devices
+   (`in_use`, the soonest idle): the leader keeps them from new Pods (drain by not filling: their Pods
+   finish and none takes their place), so that they become idle, and a later plan re-cuts them. Nothing
+   is evicted.
 
 The output says, for each change, the node, its layout now and the one chosen, and which Pods it is
 for; and for each waiting Pod whether free instances serve it or it waits for the re-cut of a node.
@@ -46,6 +47,9 @@ CONFIG_LABEL = "nvidia.com/mig.config"  # the layout mig-manager applies
 STATE_LABEL = "nvidia.com/mig.config.state"  # mig-manager's report
 HANDS_OFF_STATES = ("pending", "rebooting", "failed")
 MAX_DEMAND = 5000  # waiting Pods planned for, first in queue order: a plan's cost stays bounded
+# Nodes drained at once (step 4), whatever maxInFlight allows: each is named in every release into its pool
+# (`kubernetes.io/hostname NotIn`), far below the 256 values gpupool reads of one requirement.
+MAX_DRAINS = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +199,7 @@ def plan(
     drainable.sort(key=lambda e: (e[0].in_use, e[0].name))
     again = [e for e in drainable if e[0].draining]
     for group in (again, [e for e in drainable if not e[0].draining]):
-        for c, name, _, pods in _rounds(unserved, group, budget - len(draining)):
+        for c, name, _, pods in _rounds(unserved, group, min(budget, MAX_DRAINS) - len(draining)):
             draining[c.name] = name
             waits.update((p.pod, c.name) for p in pods)
             skipped[c.name] += f"; kept from new Pods until it is idle, for a re-cut to {name}"
