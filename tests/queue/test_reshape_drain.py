@@ -51,3 +51,23 @@ def test_a_node_drained_for_a_re_cut_gets_no_release_and_is_re_cut_once_its_pods
         assert leader.labels("gpu-busy")[CONFIG] == "all-3g.40gb"
         assert leader.labels("gpu-idle")[CONFIG] == "all-3g.40gb"
         assert leader.labels("gpu-out")[CONFIG] == "all-1g.10gb"
+
+
+def test_a_release_while_a_node_is_re_cut_leaves_that_node_out(sim: KubeSim, tmp_path: Path) -> None:
+    """gpu-idle is chosen and labelled for a re-cut (mig-manager has not acted yet, so it still offers its
+    1g.10gb instances): a 1g Pod released into that pool for room on gpu-out can be bound only there, not
+    on the node being re-cut."""
+    sim.mig_manager(OPERATOR_DEFAULT, delay=1.0)
+    with kube_client(sim, tmp_path) as client:
+        leader = start(sim, tmp_path, client)
+        leader.clock.now += 61
+        leader.pass_()
+        assert leader.labels("gpu-idle")[CONFIG] == "all-3g.40gb"
+        sim.add(waiting_pod("small", memory="8Gi", resource="nvidia.com/mig-1g.10gb"))
+        leader.pass_()
+        assert leader.released("small")
+        small = sim.get("Pod", "q", "small")
+        assert small is not None
+        fits = {n["metadata"]["name"]: why_unfit(small, n) is None for n in sim.objects("Node")}
+        assert fits["gpu-idle"] is False
+        assert fits["gpu-out"] is True

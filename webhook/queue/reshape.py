@@ -26,7 +26,9 @@ deciding its releases, at most every PLAN_SECONDS:
    Pods in the index (`PoolIndex.exclude_nodes`): no release counts their room, and every release into
    their pools leaves them out by hostname, so their Pods finish, none takes their place, and a later plan
    re-cuts them. A node stays drained until a plan no longer drains it (it was re-cut, or the demand for
-   it went), and none is without `migReshaping`.
+   it went), and none is without `migReshaping`. The nodes chosen for a re-cut are kept the same way from
+   their fence until the change has ended, so no Pod released into one of their pools for room elsewhere
+   is bound there meanwhile.
 
 Only the leader's process runs it; a node is idle for the planner when no Pod holds its GPUs, none
 released to one of its pools waits to be bound, and it has been so for `idleSeconds` since this leader
@@ -207,6 +209,8 @@ class Reshaper:
             changing.update((e.node.name, e.asked.layout) for e in ended if e.outcome == DONE)
             left = {e.node.name for e in ended if e.outcome != DONE}
             mig_nodes = [n for n in mig_nodes if n.name not in left]
+            # Before planning, a node whose change has ended serves again: its instances count as free.
+            index.exclude_nodes(DRAINS, set(changing) | set(self._fenced) | set(self.draining))
             result = Plan()
             if layouts is not None and (demand or changing):
                 result = self._plan(
@@ -223,10 +227,18 @@ class Reshaper:
                 if node is not None:
                     self._fence_one(index, node, change.to_layout, now)
             self.draining = dict(result.draining)
-            index.exclude_nodes(DRAINS, self.draining)
+            # Kept from every release: the nodes drained, and those chosen for a re-cut until it has ended
+            # (out of their pools' room already, but kube-scheduler could still bind a Pod released into a
+            # pool of theirs for room on another node there, before mig-manager pauses the device plugin).
+            chosen = {c.node for c in result.changes} | set(changing) | set(self._fenced)
+            index.exclude_nodes(DRAINS, chosen | set(self.draining))
         self.active = bool(demand or changing or ended or self._fenced or self.draining)
         for e in ended:
             self._end(e, now)
+        written = {e.node.name for e in ended if e.node.name in self._ended}
+        if written:  # their outcome written, they serve again (from the watch's next sight of them)
+            with inventory.read() as index:
+                index.exclude_nodes(DRAINS, index.excluded_by(DRAINS) - written)
         for change in result.changes:
             self._ask(change, now, inventory)
         self.waits_for = dict(result.waits)
