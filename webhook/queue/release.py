@@ -12,7 +12,8 @@ would take now, by the one decision in RELEASE mode (webhook.admission.choice), 
 - **No jumping ahead, backfill with a bounded wait.** A Pod that waits for a quota leaves that quota to
   the Pods before it: a later Pod does not take from it, but may go elsewhere (another pool, another
   namespace). A Pod that waits for room leaves the room it cannot use now to the later Pods (backfill),
-  until it has waited long; then it holds the pool closest to fitting it (webhook.queue.backfill).
+  until it has waited long; then it holds the node closest to fitting it (a gang: the pool), which every
+  other release leaves out (webhook.queue.backfill).
 - **Gangs.** A workload group with `gpupool.io/group-size: N` is a gang: it goes only when N members
   exist and all its waiting members fit at once, then all together; what it holds meanwhile, when it is
   parked and how a partly released one is completed: webhook.queue.gangs.
@@ -156,6 +157,8 @@ def decide_batch(
     look = _stay if parking is None else lambda: parking.look(index, policy)  # wake what changes woke
     look()
     this = _Pass(index, policy, ahead, now, parking)
+    # The Pods that hold a node (webhook.queue.backfill) since an earlier pass: only they may find it ready.
+    holders = [o for o in index.excluders() if o.startswith(backfill.OWNER)] if now is not None else []
     releases: list[Release] = []
     waits = list(batch.invalid)
     judged_gangs: set[tuple[str, str]] = set()
@@ -203,7 +206,7 @@ def decide_batch(
             continue
         # A Pod whose held node has its room now lets it go and is decided afresh (its parked answer read
         # the node as kept from everyone, itself included).
-        lifted = now is not None and backfill.ready(index, q.key, _resource(q), req.pod_total)
+        lifted = bool(holders) and backfill.ready(index, q.key, _resource(q), req.pod_total)
         parked = parking.parked(q, req, index, policy, ahead, now) if parking is not None and not lifted else None
         one: Release | Wait
         if parked is not None:
