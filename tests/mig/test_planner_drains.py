@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tests.mig.planning import NOW, SETTINGS, node, pods, run
+from webhook.domain.policy import load_policy_text
 from webhook.domain.policy_model import MigReshaping
 from webhook.mig.planner import MAX_DRAINS
 
@@ -46,6 +47,13 @@ def test_a_drain_stays_on_the_node_drained_before() -> None:
     fleet = [node("b1", busy=True), node("b2", busy=True, draining=True)]
     result = run(pods(2, 35), fleet, settings=replace(SETTINGS, max_in_flight=1))
     assert list(result.draining) == ["b2"]
+
+
+def test_with_drain_off_only_idle_nodes_are_re_cut_and_none_is_drained() -> None:
+    """`migReshaping.drain: false`: the busy node that would serve the Pods is left to serve, as before."""
+    off = load_policy_text("migReshaping: {drain: false}").mig_reshaping
+    assert off is not None
+    assert run(pods(2, 35), [node("a", busy=True)], settings=off).draining == {}
 
 
 def test_no_drain_for_pods_a_change_or_free_instances_serve() -> None:

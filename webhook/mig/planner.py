@@ -19,13 +19,13 @@ the same rules:
    memory of the smallest profile that fits it on that model), then the most Pods, then wastes the least
    (the layout's memory left idle), then by name; and stops when no change serves anyone. Greedy by what
    each change adds, so few nodes serve the most memory.
-4. **Then drains.** Within what `max_in_flight` leaves (and at most MAX_DRAINS), the nodes that would
-   be chosen in step 3 if they were idle (they qualify but for running a GPU Pod, or for not having been
-   idle for `idle_seconds`), for the Pods still unserved, chosen in the same way, a node drained at the
-   last plan (`draining`) first, then of nodes alike the one whose Pods hold the fewest devices
-   (`in_use`, the soonest idle): the leader keeps them from new Pods (drain by not filling: their Pods
-   finish and none takes their place), so that they become idle, and a later plan re-cuts them. Nothing
-   is evicted.
+4. **Then drains** (unless `drain` is off). Within what `max_in_flight` leaves (and at most
+   MAX_DRAINS), the nodes that would be chosen in step 3 if they were idle (they qualify but for running
+   a GPU Pod, or for not having been idle for `idle_seconds`), for the Pods still unserved, chosen in
+   the same way, a node drained at the last plan (`draining`) first, then of nodes alike the one whose
+   Pods hold the fewest devices (`in_use`, the soonest idle): the leader keeps them from new Pods (drain
+   by not filling: their Pods finish and none takes their place), so that they become idle, and a later
+   plan re-cuts them. Nothing is evicted.
 
 The output says, for each change, the node, its layout now and the one chosen, and which Pods it is
 for; and for each waiting Pod whether free instances serve it or it waits for the re-cut of a node.
@@ -197,6 +197,8 @@ def plan(
     # 4. drains: the nodes drained last time first, so a drain is not moved from node to node
     draining: dict[str, str] = {}
     drainable.sort(key=lambda e: (e[0].in_use, e[0].name))
+    if not settings.drain:
+        drainable = []
     again = [e for e in drainable if e[0].draining]
     for group in (again, [e for e in drainable if not e[0].draining]):
         for c, name, _, pods in _rounds(unserved, group, min(budget, MAX_DRAINS) - len(draining)):
