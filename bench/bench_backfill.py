@@ -56,6 +56,7 @@ from webhook.pools.index import PoolIndex  # noqa: E402
 from webhook.pools.kubeobj import pod_from_obj  # noqa: E402
 from webhook.queue.release import plan  # noqa: E402
 from webhook.queue.waiting import Waiting  # noqa: E402
+from webhook.testing.kubefit import NodeFit, PodNeed, matches_node_affinity  # noqa: E402
 
 GPUS = 4  # per node
 BIG = 4  # GPUs of a big Pod
@@ -102,6 +103,7 @@ class Fleet:
     def __init__(self, nodes: int, hold_after: float, seed: int) -> None:
         self.pol = policy(RULES + f"defaults: {{queueHoldAfterSeconds: {hold_after}}}\n")
         self.names = [f"t4-{i}" for i in range(nodes)]
+        self.nodes = {n: NodeFit.of(gpu_node(n, "Tesla-T4", GPUS)) for n in self.names}  # what affinity reads
         self.index: PoolIndex = index_of([gpu_node(n, "Tesla-T4", GPUS) for n in self.names], self.pol)
         self.now = 0.0
         self.waiting = Waiting(self.pol, clock=lambda: self.now)
@@ -145,13 +147,15 @@ class Fleet:
         self.index.remove_pod(key)
 
     def release(self) -> list[PodKey]:
-        """One pass; each release bound at once to a random node of the pool with room."""
+        """One pass; each release bound at once to a random node of the pool with room that its node
+        affinity allows (a node held for a big Pod is left out by every release but the big Pod's)."""
         decided = plan(self.waiting.ordered(), self.index, self.pol, now=self.now)
         bound = []
         for r in decided.releases:
             key, gpus = r.queued.key, sum(r.released.gpu_requests.values())
             obj = jsonpatch.apply_patch(copy.deepcopy(self.objects.pop(key)), r.patch)
-            room = [n for n in self.names if self.free[n] >= gpus]
+            need = PodNeed.of(obj)
+            room = [n for n in self.names if self.free[n] >= gpus and matches_node_affinity(need, self.nodes[n])]
             assert room, f"{key} released with no node that has {gpus} free"
             self.bind(key, obj, self.rng.choice(room), gpus)
             self.small_waiting -= gpus != BIG

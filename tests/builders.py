@@ -5,6 +5,7 @@ Fakes over mocks: tests build real-shaped objects and feed them through the real
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -167,6 +168,7 @@ def pod(  # noqa: PLR0913 (a test builder: each field a keyword)
     node_selector: dict[str, str] | None = None,
     tolerations: list[dict[str, str]] | None = None,
     containers: list[dict[str, Any]] | None = None,
+    affinity: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     container: dict[str, Any] = {"name": "main", "image": "nvidia/cuda:12.4.1-runtime-ubuntu22.04"}
     if gpus is not None:
@@ -181,6 +183,8 @@ def pod(  # noqa: PLR0913 (a test builder: each field a keyword)
         spec["nodeSelector"] = dict(node_selector)
     if tolerations is not None:
         spec["tolerations"] = list(tolerations)
+    if affinity is not None:
+        spec["affinity"] = copy.deepcopy(affinity)
     obj: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
     if phase:
         obj["status"] = {"phase": phase}

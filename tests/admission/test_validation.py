@@ -384,6 +384,21 @@ def test_a_users_change_of_a_gpupool_annotation_is_refused_and_gpupools_own_allo
     assert f"annotation {key} (removed)" in update(validator, new, removed).message
 
 
+def test_a_release_that_leaves_out_nodes_the_leader_keeps_passes() -> None:
+    """A release into a pool some of whose nodes the leader keeps from new Pods (a MIG drain, a held node)
+    carries `kubernetes.io/hostname NotIn [...]` beside the pool's requirements: the validating call on
+    another replica, which keeps no node, still finds nothing missing and allows it."""
+    validator = Replica(fleet()).validator
+    old = queued_pod()
+    new = released(old)
+    term = new["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    term["nodeSelectorTerms"][0]["matchExpressions"].append(
+        {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["t4-node-0"]}
+    )
+    verdict = update(validator, old, new, Caller(GPUPOOL))
+    assert verdict.allowed, verdict.message
+
+
 def test_the_release_patch_passes_for_gpupool_only() -> None:
     """The queue's release (constraints, toleration and pool added, gate removed, in one update) is
     allowed for gpupool's service account; the same update by the Pod's owner (ungating to jump the

@@ -48,6 +48,7 @@ def test_every_field_is_read() -> None:
         ("migReshaping: {idleSeconds: -5}", "migReshaping.idleSeconds: expected a positive number of seconds"),
         ("migReshaping: {maxInFlight: 0}", "migReshaping.maxInFlight: expected a whole number from 1 to 1000"),
         ("migReshaping: {timeoutSeconds: soon}", "migReshaping.timeoutSeconds: expected a positive number"),
+        ("migReshaping: {drain: 'no'}", "migReshaping.drain: expected true or false, got 'no'"),
     ],
 )
 def test_bad_values_name_the_field_and_what_is_accepted(text: str, message: str) -> None:

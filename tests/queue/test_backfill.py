@@ -5,14 +5,16 @@ queue's `since` is START, and each pass is decided at a given `now`."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 from tests.builders import gpu_node, index_of, policy
-from tests.queue.helpers import L4, T4, busy, enqueue, queued_pod
+from tests.queue.helpers import T4, busy, enqueue, queued_pod
 from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
+from webhook.pools.kubeobj import pod_from_obj
 from webhook.queue.release import Plan, plan, settle
 from webhook.queue.waiting import Waiting
 
@@ -76,20 +78,50 @@ def test_a_later_pod_never_takes_the_room_of_an_earlier_one_that_can_fit() -> No
     assert waits == {"big": "capacity", "s3": "capacity", "s4": "capacity", "s5": "capacity"}
 
 
-def test_after_its_bound_the_big_pod_holds_its_pool_and_goes_once_a_node_there_has_room() -> None:
-    """Past queueHoldAfterSeconds the big Pod holds the T4s: a 1-GPU Pod queued behind it waits (`behind`)
-    although GPUs are idle, and the big Pod is told which pool is held. Once the service on t4-0 finishes,
-    the big Pod goes, and the 1-GPU Pod behind it goes into t4-1's room in the same pass."""
+def test_after_its_bound_the_big_pod_holds_a_node_and_goes_once_that_node_has_room() -> None:
+    """Past queueHoldAfterSeconds the big Pod holds t4-0 (3 free, as t4-1: the first by name) and is told
+    so; the 1-GPU Pod behind it still goes, into the rest of the pool. Once the service on t4-0 finishes,
+    the big Pod goes."""
     pol, index, waiting = queue_of(served_t4s())
     enqueue([big(pol, index), *smalls(pol, index, n=1)], index, waiting)
     bound = START + pol.defaults.queue_hold_after_seconds
     decided = plan(waiting.ordered(), index, pol, now=bound)
-    released, waits = outcome(decided)
-    assert released == {} and waits == {"big": "capacity", "s0": "behind"}
-    assert f"pool {T4} is held for it" in decided.waits[0].reason
+    assert outcome(decided) == ({"s0": T4}, {"big": "capacity"})
+    assert f"node t4-0 of pool {T4} is held for it" in decided.waits[0].reason
+    assert index.capacity.excluded == {"t4-0"}
     finish(index, "svc-t4-0")
     released, waits = outcome(plan(waiting.ordered(), index, pol, now=bound + 1))
-    assert released == {"big": T4, "s0": T4} and waits == {}
+    assert released == {"big": T4} and waits == {}
+    assert index.capacity.excluded == frozenset()
+
+
+def test_the_held_node_drains_while_the_rest_of_the_pool_still_takes_small_pods() -> None:
+    """Six 1-GPU Pods behind the big one that holds t4-0: the three that fit go to t4-1, every release
+    leaving t4-0 out by hostname, and none is counted on t4-0; t4-0 keeps its 3 GPUs idle for the big Pod
+    while its service runs."""
+    pol, index, waiting = queue_of(served_t4s())
+    enqueue([big(pol, index), *smalls(pol, index)], index, waiting)
+    decided = plan(waiting.ordered(), index, pol, now=START + pol.defaults.queue_hold_after_seconds)
+    released, waits = outcome(decided)
+    assert released == {"s0": T4, "s1": T4, "s2": T4}
+    assert waits == {"big": "capacity", "s3": "capacity", "s4": "capacity", "s5": "capacity"}
+    for release in decided.releases:
+        affinity = json.dumps([op["value"] for op in release.patch if "affinity" in op["path"]])
+        assert '{"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["t4-0"]}' in affinity
+    assert index.usage.used_on("t4-0") == {"nvidia.com/gpu": 1}
+
+
+def test_a_hold_ends_when_its_pod_is_gone() -> None:
+    """The big Pod holding t4-0 is deleted: the next pass lets t4-0 serve again."""
+    pol, index, waiting = queue_of(served_t4s())
+    enqueue([big(pol, index)], index, waiting)
+    bound = START + pol.defaults.queue_hold_after_seconds
+    plan(waiting.ordered(), index, pol, now=bound)
+    assert index.capacity.excluded == {"t4-0"}
+    index.remove_pod(("q", "big"))
+    waiting.apply("pods", "DELETED", {"metadata": {"namespace": "q", "name": "big"}})
+    plan(waiting.ordered(), index, pol, now=bound + 1)
+    assert index.capacity.excluded == frozenset()
 
 
 def test_before_its_bound_the_big_pod_holds_nothing() -> None:
@@ -100,15 +132,15 @@ def test_before_its_bound_the_big_pod_holds_nothing() -> None:
     assert outcome(decided) == ({"s0": T4}, {"big": "capacity"})
 
 
-def test_the_pool_held_is_the_one_closest_to_fitting_and_the_others_stay_open() -> None:
-    """The big Pod could use the T4s (3 free on one node) or the L4 (2 free): past its bound it holds the
-    T4s, the closer, and a 1-GPU Pod behind it goes to the L4."""
+def test_the_node_held_is_of_the_pool_closest_to_fitting_and_the_others_stay_open() -> None:
+    """The big Pod could use the T4s (3 free on one node) or the L4 (2 free): past its bound it holds a T4
+    node, of the closer pool, and the L4 stays open too."""
     objects = [*served_t4s(), gpu_node("l4-0", "NVIDIA-L4", 4, memory_mib=23034), busy("l4-0", 2)]
     pol, index, waiting = queue_of(objects)
     enqueue([big(pol, index), *smalls(pol, index, n=1)], index, waiting)
     decided = plan(waiting.ordered(), index, pol, now=START + pol.defaults.queue_hold_after_seconds)
-    assert outcome(decided) == ({"s0": L4}, {"big": "capacity"})
-    assert f"pool {T4} is held for it" in decided.waits[0].reason
+    assert outcome(decided)[1] == {"big": "capacity"}
+    assert f"node t4-0 of pool {T4} is held for it" in decided.waits[0].reason
 
 
 @pytest.mark.parametrize("namespace", ["q", "q2"], ids=["same-shape", "other-namespace"])
@@ -135,6 +167,26 @@ def test_one_policy_field_bounds_the_wait_of_single_pods_and_gangs(members: int)
     enqueue([*ahead, *smalls(pol, index, n=1)], index, waiting)
     early = plan(waiting.ordered(), index, pol, now=START + 29)
     assert outcome(early)[0] == {"s0": T4}
+    assert "held for it" not in early.waits[0].reason
     for release in early.releases:  # not written: the next pass decides it again
         settle(index, release, None)
-    assert outcome(plan(waiting.ordered(), index, pol, now=START + 30))[1]["s0"] == "behind"
+    late = plan(waiting.ordered(), index, pol, now=START + 30)
+    assert "held for it" in late.waits[0].reason
+    if members:  # a gang holds its pool: the Pod behind it waits
+        assert outcome(late)[1]["s0"] == "behind"
+
+
+def test_a_hold_moves_only_to_a_node_strictly_closer_to_fitting() -> None:
+    """The big Pod holds t4-0; a Pod placed past the queue (`placement: now`) takes two of t4-0's GPUs, so
+    t4-1 is closer now: the hold moves there. With the two alike again, it stays where it is."""
+    pol, index, waiting = queue_of(served_t4s())
+    enqueue([big(pol, index)], index, waiting)
+    bound = START + pol.defaults.queue_hold_after_seconds
+    plan(waiting.ordered(), index, pol, now=bound)
+    assert index.capacity.excluded == {"t4-0"}
+    index.upsert_pod(pod_from_obj(busy("t4-0", 2, "now"), pol.gpu_resources, pol.partition_prefixes))
+    plan(waiting.ordered(), index, pol, now=bound + 1)
+    assert index.capacity.excluded == {"t4-1"}
+    finish(index, "now-t4-0")
+    plan(waiting.ordered(), index, pol, now=bound + 2)
+    assert index.capacity.excluded == {"t4-1"}

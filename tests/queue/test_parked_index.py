@@ -73,7 +73,10 @@ def test_a_bound_that_passes_wakes_its_shape_and_the_hold_keeps_later_pods_out()
     enqueue([small], index, waiting)
     decided = a_pass(waiting, index, pol, parking, now=late)
     assert decided.releases == []
-    assert [(w.queued.key, w.code) for w in decided.waits] == [(("q", "big"), "capacity"), (("q2", "small"), "behind")]
+    assert [(w.queued.key, w.code) for w in decided.waits] == [
+        (("q", "big"), "capacity"),
+        (("q2", "small"), "capacity"),
+    ]
     assert decided.visits == 1  # the small one
     assert answers(decided) == answers(a_pass(waiting, index, pol, None, now=late))
     assert a_pass(waiting, index, pol, parking, now=late + 1).visits == 0

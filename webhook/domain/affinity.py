@@ -27,6 +27,7 @@ Entries = tuple[tuple[str, str], ...]
 IN, NOT_IN, EXISTS, DOES_NOT_EXIST, GT, LT = "In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"
 OPERATORS = (IN, NOT_IN, EXISTS, DOES_NOT_EXIST, GT, LT)
 NODE_NAME_FIELD = "metadata.name"  # the one field matchFields may name
+HOSTNAME_LABEL = "kubernetes.io/hostname"  # the kubelet labels every node with it
 _INT64 = 2**63
 
 

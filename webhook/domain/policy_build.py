@@ -288,7 +288,7 @@ def _mig_reshaping(data: Any) -> MigReshaping | None:
     if data is None:
         return None
     path = "migReshaping"
-    f = _Fields(data, path, ("configMap", "configs", "idleSeconds", "maxInFlight", "timeoutSeconds"))
+    f = _Fields(data, path, ("configMap", "configs", "idleSeconds", "maxInFlight", "timeoutSeconds", "drain"))
     default = MigReshaping()
     where = f.text("configMap", "/".join(default.config_map))
     namespace, _, name = where.partition("/")
@@ -314,6 +314,7 @@ def _mig_reshaping(data: Any) -> MigReshaping | None:
         idle_seconds=f.seconds("idleSeconds", default.idle_seconds),
         max_in_flight=f.count("maxInFlight", default.max_in_flight, most=1000),
         timeout_seconds=f.seconds("timeoutSeconds", default.timeout_seconds),
+        drain=f.flag("drain", default.drain),
     )
 
 

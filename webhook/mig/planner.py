@@ -19,6 +19,13 @@ the same rules:
    memory of the smallest profile that fits it on that model), then the most Pods, then wastes the least
    (the layout's memory left idle), then by name; and stops when no change serves anyone. Greedy by what
    each change adds, so few nodes serve the most memory.
+4. **Then drains** (unless `drain` is off). Within what `max_in_flight` leaves (and at most
+   MAX_DRAINS), the nodes that would be chosen in step 3 if they were idle (they qualify but for running
+   a GPU Pod, or for not having been idle for `idle_seconds`), for the Pods still unserved, chosen in
+   the same way, a node drained at the last plan (`draining`) first, then of nodes alike the one whose
+   Pods hold the fewest devices (`in_use`, the soonest idle): the leader keeps them from new Pods (drain
+   by not filling: their Pods finish and none takes their place), so that they become idle, and a later
+   plan re-cuts them. Nothing is evicted.
 
 The output says, for each change, the node, its layout now and the one chosen, and which Pods it is
 for; and for each waiting Pod whether free instances serve it or it waits for the re-cut of a node.
@@ -40,6 +47,9 @@ CONFIG_LABEL = "nvidia.com/mig.config"  # the layout mig-manager applies
 STATE_LABEL = "nvidia.com/mig.config.state"  # mig-manager's report
 HANDS_OFF_STATES = ("pending", "rebooting", "failed")
 MAX_DEMAND = 5000  # waiting Pods planned for, first in queue order: a plan's cost stays bounded
+# Nodes drained at once (step 4), whatever maxInFlight allows: each is named in every release into its pool
+# (`kubernetes.io/hostname NotIn`), far below the 256 values gpupool reads of one requirement.
+MAX_DRAINS = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +92,8 @@ class Candidate:
     changed_at: float | None = None  # when gpupool last asked for a change of it; None: never
     changing: str = ""  # the layout a change gpupool asked for will leave, while it is under way
     held: str = ""  # why its last change, written stuck, holds it (webhook.mig.follow.stuck_hold); "" when not
+    draining: bool = False  # the last plan drained it (step 4)
+    in_use: int = 0  # devices its Pods hold now: of nodes alike, the one with fewest is drained first
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +112,7 @@ class Plan:
     waits: Mapping[str, str] = field(default_factory=dict)  # Pod -> node whose re-cut it waits for
     served_by_free: frozenset[str] = frozenset()
     skipped: Mapping[str, str] = field(default_factory=dict)  # node -> why it is not re-cut now
+    draining: Mapping[str, str] = field(default_factory=dict)  # node -> the layout it is drained for (step 4)
 
 
 @dataclass(slots=True)
@@ -153,41 +166,78 @@ def plan(
     unserved = [p for p in unserved if p.pod not in waits]
     # 3. new changes
     skipped: dict[str, str] = {}
-    eligible: list[tuple[Candidate, GpuModel, dict[str, Yield]]] = []
+    eligible: list[_Eligible] = []
+    drainable: list[_Eligible] = []
     for c in nodes:
         model = models[c.name]
         why = _why_not(c, model, claimed, settings, now)
-        usable = {} if why else {n: y for n, y in layouts.usable(c.product, c.gpus).items() if n != c.layout}
+        not_idle = bool(why) and not _why_not(c, model, claimed, settings, now, idle=False)
+        usable = {} if why and not not_idle else layouts.usable(c.product, c.gpus)
+        usable = {n: y for n, y in usable.items() if n != c.layout}
         if not why and not usable:
             why = "no layout gpupool may choose applies to its GPUs"
+        not_idle = not_idle and bool(usable)
         if why:
             skipped[c.name] = why
-        elif model is not None:
-            eligible.append((c, model, usable))
+        if model is not None and (not why or not_idle):
+            (drainable if why else eligible).append((c, model, usable))
     changes: list[Change] = []
     budget = settings.max_in_flight - in_flight
-    while budget > 0 and unserved and eligible:
+    for c, name, chosen, pods in _rounds(unserved, eligible, budget):
+        changes.append(
+            Change(c.name, c.layout, name, tuple(p.pod for p in pods), _memory(chosen, pods), chosen.describe())
+        )
+        waits.update((p.pod, c.name) for p in pods)
+    unserved = [p for p in unserved if p.pod not in waits]
+    budget -= len(changes)
+    left = [e for e in eligible if e[0].name not in {ch.node for ch in changes}]
+    if budget <= 0 and unserved and left:
+        for c, _, _ in left:
+            skipped.setdefault(c.name, f"{settings.max_in_flight} changes are under way already (maxInFlight)")
+    # 4. drains: the nodes drained last time first, so a drain is not moved from node to node
+    draining: dict[str, str] = {}
+    drainable.sort(key=lambda e: (e[0].in_use, e[0].name))
+    if not settings.drain:
+        drainable = []
+    again = [e for e in drainable if e[0].draining]
+    for group in (again, [e for e in drainable if not e[0].draining]):
+        for c, name, _, pods in _rounds(unserved, group, min(budget, MAX_DRAINS) - len(draining)):
+            draining[c.name] = name
+            waits.update((p.pod, c.name) for p in pods)
+            skipped[c.name] += f"; kept from new Pods until it is idle, for a re-cut to {name}"
+        unserved = [p for p in unserved if p.pod not in waits]
+    return Plan(tuple(changes), waits, frozenset(served), skipped, draining)
+
+
+_Eligible = tuple[Candidate, GpuModel, dict[str, Yield]]
+
+
+def _rounds(
+    unserved: list[Waiting], eligible: list[_Eligible], budget: int
+) -> list[tuple[Candidate, str, Yield, list[Waiting]]]:
+    """Greedy rounds of `_best`: at most `budget` (node, layout, Pods it serves), each node once, each Pod
+    once, until none serves anyone."""
+    out: list[tuple[Candidate, str, Yield, list[Waiting]]] = []
+    while len(out) < budget and unserved and eligible:
         best = _best(unserved, eligible)
         if best is None:
             break
-        c, name, chosen, pods = best
-        model = chosen.model
-        memory = sum(_need(model, p) for p in pods)
-        changes.append(Change(c.name, c.layout, name, tuple(p.pod for p in pods), memory, chosen.describe()))
-        for p in pods:
-            waits[p.pod] = c.name
-        taken = {p.pod for p in pods}
+        out.append(best)
+        taken = {p.pod for p in best[3]}
         unserved = [p for p in unserved if p.pod not in taken]
-        eligible = [e for e in eligible if e[0].name != c.name]
-        budget -= 1
-    if budget <= 0 and unserved and eligible:
-        for c, _, _ in eligible:
-            skipped.setdefault(c.name, f"{settings.max_in_flight} changes are under way already (maxInFlight)")
-    return Plan(tuple(changes), waits, frozenset(served), skipped)
+        eligible = [e for e in eligible if e[0].name != best[0].name]
+    return out
 
 
-def _why_not(c: Candidate, model: GpuModel | None, claimed: set[str], s: MigReshaping, now: float) -> str:
-    """Why gpupool may not re-cut the node now ("" when it may)."""
+def _memory(chosen: Yield, pods: list[Waiting]) -> int:
+    return sum(_need(chosen.model, p) for p in pods)
+
+
+def _why_not(
+    c: Candidate, model: GpuModel | None, claimed: set[str], s: MigReshaping, now: float, *, idle: bool = True
+) -> str:
+    """Why gpupool may not re-cut the node now ("" when it may); with `idle` False, whether it is idle is
+    not asked (step 4: it may be drained)."""
     if not c.opted_in:
         return f"not opted in ({RESHAPE_LABEL}=true)"
     if c.changing:
@@ -196,11 +246,11 @@ def _why_not(c: Candidate, model: GpuModel | None, claimed: set[str], s: MigResh
         return f"{STATE_LABEL}={c.state}" + (": an admin must clear it" if c.state == "failed" else "")
     if c.held:
         return c.held
-    if c.busy:
+    if idle and c.busy:
         return "a Pod uses its GPUs, or was released to it"
     if c.name in claimed:
         return "a waiting Pod takes its free instances"
-    if c.idle_since is not None and now - c.idle_since < s.idle_seconds:
+    if idle and c.idle_since is not None and now - c.idle_since < s.idle_seconds:
         return f"idle for {max(now - c.idle_since, 0):.0f}s, less than idleSeconds {s.idle_seconds:g}"
     if c.changed_at is not None and now - c.changed_at < s.idle_seconds:
         return f"gpupool changed it {max(now - c.changed_at, 0):.0f}s ago, less than idleSeconds {s.idle_seconds:g}"
@@ -213,7 +263,7 @@ def _best(
     unserved: list[Waiting], eligible: list[tuple[Candidate, GpuModel, dict[str, Yield]]]
 ) -> tuple[Candidate, str, Yield, list[Waiting]] | None:
     """The (node, layout) that serves the most waiting memory now. Nodes of one kind that the same Pods
-    may use give the same answer, so one of them (the first by name) is tried per kind."""
+    may use give the same answer, so one of them (the first in `eligible`'s order) is tried per kind."""
     restricted: dict[str, list[str]] = {}
     names = {c.name for c, _, _ in eligible}
     for p in unserved:
@@ -221,8 +271,8 @@ def _best(
             for n in p.nodes & names:
                 restricted.setdefault(n, []).append(p.pod)
     seen: set[tuple[str, int, str, tuple[str, ...]]] = set()
-    best: tuple[tuple[int, int, int, str, str], tuple[Candidate, str, Yield, list[Waiting]]] | None = None
-    for c, model, usable in eligible:
+    best: tuple[tuple[int, int, int, int, str], tuple[Candidate, str, Yield, list[Waiting]]] | None = None
+    for order, (c, model, usable) in enumerate(eligible):
         kind = (model.name, c.gpus, c.layout, tuple(restricted.get(c.name, ())))
         if kind in seen:
             continue
@@ -232,7 +282,7 @@ def _best(
             if not pods:
                 continue
             memory = sum(_need(model, p) for p in pods)
-            key = (-memory, -len(pods), chosen.memory_mib - memory, c.name, name)
+            key = (-memory, -len(pods), chosen.memory_mib - memory, order, name)
             if best is None or key < best[0]:
                 best = (key, (c, name, chosen, pods))
     return None if best is None else best[1]

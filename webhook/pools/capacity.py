@@ -46,7 +46,7 @@ class PoolStats:
     usable_nodes: int  # Ready and schedulable
     gpus_total: int  # allocatable on usable nodes
     gpus_allocated: int  # held by running or scheduled Pods on usable nodes
-    gpus_free: int  # once the pool's holds are placed
+    gpus_free: int  # once the pool's holds are placed; none on nodes the leader keeps from new Pods
     pending: int  # GPUs held for admitted or pinned Pods not yet on a node
     kind: str = "gpu"  # the pool's devices: gpu, mig or shared
     profile: str = ""  # a MIG pool's profile
@@ -79,6 +79,10 @@ class Capacity:
         self._room: dict[PoolKey, int] = {}
         self._room_seen: dict[PoolKey, tuple[tuple[int, tuple[tuple[int, int], ...]], ...]] = {}
         self._room_touched: set[PoolKey] = set()  # pools whose free devices may have changed in this change
+        # Nodes kept from new Pods (the queue's leader drains or holds them: `exclude`): counted as full, and
+        # left out of their pools' constraints by name (webhook.pools.constraints, step 4).
+        self._excluded: frozenset[str] = frozenset()
+        self._kept_free: dict[str, dict[str, int]] = {}  # excluded node -> resource -> its free devices, unused
 
     # --- nodes ---------------------------------------------------------------------------------------
 
@@ -111,6 +115,7 @@ class Capacity:
         """Forget a node. Its pools changed: the ledger counts its Pods again (against no class now)."""
         old = self._facts.get(name, [])
         before = self._memories(old, [])
+        self._kept_free.pop(name, None)
         self._forget_node(name)
         self._drop_facts(name)
         self._remeasured |= before != self._memories(old, [])
@@ -205,15 +210,33 @@ class Capacity:
             del self._pools[pool.key]
             self._restructured()
 
+    def exclude(self, names: frozenset[str]) -> set[str]:
+        """Keep the nodes `names` (and no others) from new Pods from now on: no free GPUs counted on them, and
+        every pool's constraint leaves them out. The nodes whose exclusion changed, for the caller to count
+        their free GPUs again (`set_used`)."""
+        changed = set(names ^ self._excluded)
+        if changed:
+            self._excluded = names
+            self._restructured()  # the constraints of their pools change
+        return changed
+
+    @property
+    def excluded(self) -> frozenset[str]:
+        return self._excluded
+
     # --- what the ledger says is used and held ---------------------------------------------------------
 
     def set_used(self, name: str, used: Mapping[str, int] | None) -> None:
         """The GPUs the Pods bound to node `name` request changed (or its facts did): recompute its own
         free GPUs. `used`: GPUs per resource, None when nothing is used."""
+        self._kept_free.pop(name, None)
         for f in self._facts.get(name, ()):
             if f.usable:
                 pool = self._pools[f.pool]
                 free = max(f.allocatable - (used.get(f.resource, 0) if used else 0), 0)
+                if name in self._excluded:  # no room for new Pods; what its Pods use is still what they use
+                    self._kept_free.setdefault(name, {})[f.resource] = free
+                    free = 0
                 self._set_own_free(pool, pool.groups[group_key(f)], name, free)
 
     def hold(self, key: PoolKey, pins: Selector, gpus: int, sign: int) -> None:
@@ -323,7 +346,7 @@ class Capacity:
         ]
         names = {m.name for m in members}
         others = [(n, self._nodes[n].labels) for n in sorted(self._offering.get(pool.resource, ())) if n not in names]
-        return pool_constraint(members, others, self._keys(key, pool.resource))
+        return pool_constraint(members, others, self._keys(key, pool.resource), self._excluded)
 
     def _keys(self, key: PoolKey, resource: str) -> Keys:
         vendor = self.policy.vendors[key.vendor]
@@ -387,7 +410,7 @@ class Capacity:
                     allocatable = group.nodes[name].allocatable
                     usable += 1
                     total += allocatable
-                    allocated += allocatable - own
+                    allocated += allocatable - self._kept_free.get(name, {}).get(pool.resource, own)
                 free += group.free_total
                 largest = max(largest, group.max_free())
             stats.append(

@@ -23,14 +23,20 @@ equal, so gpupool says the rest with node-affinity requirements (webhook.domain.
 Step 2 looks only at the nodes gpupool knows now; the result is worked out again whenever a node changes
 (webhook.pools.capacity remembers it until then), so each admission gets the constraints of the fleet
 it was decided on. The queue's release (a Pod gated at admission) appends the very same requirements.
+
+4. **Excluded nodes.** The queue's leader may keep some of a pool's nodes from new Pods (a node it drains
+   for a MIG re-cut, or holds for a Pod that waits long: webhook.queue): those members are left out by
+   `kubernetes.io/hostname NotIn [...]`, their hostname labels (the kubelet sets it; a node without one is
+   named by its name), added to the pool's requirements and so to every term of the Pod's node affinity
+   (kube-scheduler ANDs the requirements of a term and ORs the terms).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
-from webhook.domain.affinity import DOES_NOT_EXIST, IN, NOT_IN, PoolConstraint, Requirement
+from webhook.domain.affinity import DOES_NOT_EXIST, HOSTNAME_LABEL, IN, NOT_IN, PoolConstraint, Requirement
 from webhook.domain.model import Selector
 
 Labels = Mapping[str, str]
@@ -69,10 +75,32 @@ class Inseparable(NamedTuple):
 
 
 def pool_constraint(
-    members: Sequence[Member], others: Iterable[tuple[str, Labels]], keys: Keys
+    members: Sequence[Member],
+    others: Iterable[tuple[str, Labels]],
+    keys: Keys,
+    excluded: Collection[str] = frozenset(),
 ) -> PoolConstraint | Inseparable:
     """The constraints that reach exactly `members` among `members` and `others` (every other node that
-    offers the pool's resource), or why there are none. See the module docstring for the rule."""
+    offers the pool's resource), or why there are none; less the members named in `excluded` (step 4).
+    See the module docstring for the rule."""
+    found = _reaching(members, others, keys)
+    if isinstance(found, Inseparable):
+        return found
+    return excluding(found, [m for m in members if m.name in excluded])
+
+
+def excluding(constraint: PoolConstraint, nodes: Sequence[Member]) -> PoolConstraint:
+    """`constraint` that no longer reaches `nodes` (step 4): one `kubernetes.io/hostname NotIn` requirement."""
+    if not nodes:
+        return constraint
+    names = tuple(sorted({m.labels.get(HOSTNAME_LABEL, m.name) for m in nodes}))
+    return constraint._replace(expressions=(*constraint.expressions, Requirement(HOSTNAME_LABEL, NOT_IN, names)))
+
+
+def _reaching(
+    members: Sequence[Member], others: Iterable[tuple[str, Labels]], keys: Keys
+) -> PoolConstraint | Inseparable:
+    """Steps 1 to 3."""
     base = _shared(members)
     strays = [(name, labels) for name, labels in others if base.matches(labels)]
     if not strays:

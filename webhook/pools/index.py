@@ -38,6 +38,7 @@ from webhook.pools.capacity import Capacity, PoolStats
 from webhook.pools.constraints import Inseparable
 from webhook.pools.ledger import Ledger
 from webhook.pools.migconfig import MigLayouts
+from webhook.pools.nodes import NodeFacts
 from webhook.pools.pool import Group, Pool
 from webhook.pools.quotas.store import QuotaStore
 from webhook.pools.reservations import Reservation
@@ -93,6 +94,7 @@ class PoolIndex:
         # the queue's parked shapes read quotas from (webhook.queue.parking).
         self._namespace_changes: dict[str, int] = {}
         self._any_namespace = 0
+        self._excluded: dict[str, frozenset[str]] = {}  # owner -> the nodes it keeps from new Pods
 
     def namespace_changes(self, namespace: str) -> int:
         """How often what `namespace` holds, or its ResourceQuotas, may have changed: equal counts, equal
@@ -152,6 +154,39 @@ class PoolIndex:
             self._ledger.reclass(name)
             reshaped |= self._capacity.take_reshaped()
         self._settle(reshaped)
+
+    def exclude_nodes(self, owner: str, names: Iterable[str]) -> None:
+        """Keep the nodes `names` from new Pods for `owner` (the queue's MIG drains, its backfill holds), in
+        place of what `owner` excluded before: they count no free GPUs, and every pool's constraint leaves
+        them out by hostname (webhook.pools.constraints), until no owner excludes them. One change when the
+        excluded nodes changed."""
+        kept = frozenset(names)
+        if kept:
+            self._excluded[owner] = kept
+        else:
+            self._excluded.pop(owner, None)
+        changed = self._capacity.exclude(frozenset().union(*self._excluded.values()))
+        if not changed:
+            return
+        for name in changed:
+            self._capacity.set_used(name, self._ledger.used_on(name))
+        self._settle()
+
+    def excluded_by(self, owner: str) -> frozenset[str]:
+        """The nodes `owner` keeps from new Pods (`exclude_nodes`)."""
+        return self._excluded.get(owner, frozenset())
+
+    def excluders(self) -> tuple[str, ...]:
+        """Every owner that keeps nodes from new Pods now."""
+        return tuple(self._excluded)
+
+    def free_unexcluded(self, facts: NodeFacts) -> int:
+        """The node's free devices of `facts`' resource as they would be were it not excluded (0 when it is
+        not usable): what the Pod it is held for could use there."""
+        if not facts.usable:
+            return 0
+        used = self._ledger.used_on(facts.node)
+        return max(facts.allocatable - (used.get(facts.resource, 0) if used else 0), 0)
 
     # --- Pods ----------------------------------------------------------------------------------------
 

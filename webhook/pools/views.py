@@ -52,6 +52,11 @@ class CapacityView(Protocol):
         """The nodes of a pool, usable or not, by name."""
         ...
 
+    @property
+    def excluded(self) -> frozenset[str]:
+        """The nodes the queue's leader keeps from new Pods (webhook.pools.index.PoolIndex.exclude_nodes)."""
+        ...
+
     def unclassified(self) -> list[Unclassified]:
         """The nodes whose devices gpupool cannot pool, and why."""
         ...

@@ -9,12 +9,15 @@ One rule, for single Pods and gangs alike (webhook.queue.release and webhook.que
   and released, first.
 - **Bounded wait.** Left at that, a stream of small Pods could starve the big one for ever. So once it has
   waited `defaults.queueHoldAfterSeconds` (`Policy.defaults.queue_hold_after_seconds`) in this leader's
-  queue (`Queued.since`; a new leader counts from when it first saw it), it holds the pool closest to
-  fitting it (`closest`): no later queued Pod is released into that pool until it goes, so that pool
-  drains as the Pods there finish, and it is released as soon as one node has its room.
-
-A release names a pool, not a node (kube-scheduler picks the node among the pool's), so the pool is what
-can be held: holding one node would need each later release to exclude that node.
+  queue (`Queued.since`; a new leader counts from when it first saw it), it holds the node closest to
+  fitting it (`closest_node`, of the pool closest to fitting it, `closest`): no other queued Pod is
+  released to that node until it goes (the index keeps it from new Pods, `PoolIndex.exclude_nodes`, and
+  every release into its pool excludes it by hostname), so that node drains as its Pods finish while the
+  rest of the pool keeps serving; and it is released as soon as the node has its room (`ready`), or
+  any node has it (it is decided first). It keeps that node while it waits, unless another node of the
+  pool comes to have more free (a `placement: now` Pod took the held one's room): then it holds that one
+  instead. A second Pod that waited as long for the same pool holds nothing until the
+  first has gone. A gang holds its pool (webhook.queue.gangs): its members may need several nodes.
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ from __future__ import annotations
 from webhook.admission.choice import Choice
 from webhook.admission.decision import Candidate
 from webhook.admission.groups import pods_at_once
-from webhook.domain.model import PoolKey
+from webhook.domain.model import PodKey, PoolKey
 from webhook.domain.policy import Policy
+from webhook.pools.index import PoolIndex
+from webhook.pools.nodes import NodeFacts
 
 
 def waited_long(since: float, now: float | None, policy: Policy) -> bool:
@@ -49,3 +54,48 @@ def closest_waited(choice: Choice, devices: int) -> PoolKey | None:
         return None
     pools = set(choice.waits_for)
     return closest([c for c in choice.candidates if c.pool in pools], devices)
+
+
+OWNER = "backfill:"  # the index's owner of a Pod's held node (PoolIndex.exclude_nodes): OWNER + namespace/name
+
+
+def owner_of(key: PodKey) -> str:
+    return f"{OWNER}{key[0]}/{key[1]}"
+
+
+def held_node(index: PoolIndex, key: PodKey, resource: str) -> tuple[str, PoolKey] | None:
+    """The node the Pod holds (and its pool of `resource`), if it holds one."""
+    for name in sorted(index.excluded_by(owner_of(key))):
+        facts = index.capacity.node_facts(name, resource)
+        if isinstance(facts, NodeFacts):
+            return name, facts.pool
+    return None
+
+
+def ready(index: PoolIndex, key: PodKey, resource: str, devices: int) -> bool:
+    """Does the node the Pod holds have its room now (once it is no longer kept from it)? Then the hold is
+    let go (the Pod is decided as any other, and holds again if it still cannot go)."""
+    held = held_node(index, key, resource)
+    if held is None:
+        return False
+    facts = index.capacity.node_facts(held[0], resource)
+    if not isinstance(facts, NodeFacts) or index.free_unexcluded(facts) < devices:
+        return False
+    index.exclude_nodes(owner_of(key), ())
+    return True
+
+
+def closest_node(index: PoolIndex, pool: PoolKey, resource: str, current: str = "") -> str | None:
+    """The node of `pool` closest to fitting a Pod: the most devices free on it (as if no node were kept
+    from it), then the one it holds already (`current`: a hold moves only to a node strictly closer), then
+    by name; of those no other Pod holds. None when the pool has no usable one."""
+    taken = index.capacity.excluded - {current}
+    best: tuple[int, bool, str] | None = None
+    for node in index.capacity.members(pool):
+        facts = index.capacity.node_facts(node.name, resource)
+        if node.name in taken or not isinstance(facts, NodeFacts) or not facts.usable or facts.pool != pool:
+            continue
+        key = (-index.free_unexcluded(facts), node.name != current, node.name)
+        if best is None or key < best:
+            best = key
+    return None if best is None else best[2]

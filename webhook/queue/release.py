@@ -12,7 +12,8 @@ would take now, by the one decision in RELEASE mode (webhook.admission.choice), 
 - **No jumping ahead, backfill with a bounded wait.** A Pod that waits for a quota leaves that quota to
   the Pods before it: a later Pod does not take from it, but may go elsewhere (another pool, another
   namespace). A Pod that waits for room leaves the room it cannot use now to the later Pods (backfill),
-  until it has waited long; then it holds the pool closest to fitting it (webhook.queue.backfill).
+  until it has waited long; then it holds the node closest to fitting it (a gang: the pool), which every
+  other release leaves out (webhook.queue.backfill).
 - **Gangs.** A workload group with `gpupool.io/group-size: N` is a gang: it goes only when N members
   exist and all its waiting members fit at once, then all together; what it holds meanwhile, when it is
   parked and how a partly released one is completed: webhook.queue.gangs.
@@ -30,7 +31,7 @@ could not go keeps its answer, and is decided again only once something that ans
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from webhook.admission.choice import RELEASE, Ahead, choose, release_to
@@ -156,6 +157,8 @@ def decide_batch(
     look = _stay if parking is None else lambda: parking.look(index, policy)  # wake what changes woke
     look()
     this = _Pass(index, policy, ahead, now, parking)
+    # The Pods that hold a node (webhook.queue.backfill) since an earlier pass: only they may find it ready.
+    holders = [o for o in index.excluders() if o.startswith(backfill.OWNER)] if now is not None else []
     releases: list[Release] = []
     waits = list(batch.invalid)
     judged_gangs: set[tuple[str, str]] = set()
@@ -201,7 +204,10 @@ def decide_batch(
         if earlier is not None:
             waits.append(earlier._replace(queued=q))
             continue
-        parked = parking.parked(q, req, index, policy, ahead, now) if parking is not None else None
+        # A Pod whose held node has its room now lets it go and is decided afresh (its parked answer read
+        # the node as kept from everyone, itself included).
+        lifted = bool(holders) and backfill.ready(index, q.key, _resource(q), req.pod_total)
+        parked = parking.parked(q, req, index, policy, ahead, now) if parking is not None and not lifted else None
         one: Release | Wait
         if parked is not None:
             one, theirs = _waits(q, req, parked, this)
@@ -215,6 +221,10 @@ def decide_batch(
             waits.append(one)
             if not q.view.group:  # siblings decide by their group's pools: not one shape's answer
                 shape_waits[id(q.view.shape)] = theirs or one
+    if now is not None and len(releases) < limit:  # a whole pass: the holds of Pods that hold none now end
+        for owner in index.excluders():
+            if owner.startswith(backfill.OWNER) and owner not in this.holding:
+                index.exclude_nodes(owner, ())
     if parking is not None and len(releases) < limit:  # a whole pass: the gangs not judged are gone
         parking.keep_gangs(judged_gangs)
         parking.passed(now)
@@ -231,6 +241,13 @@ class _Pass:
     ahead: Ahead
     now: float | None
     parking: Parking | None
+    held_pools: set[PoolKey] = field(default_factory=set)  # pools a node of which a Pod before holds
+    holding: set[str] = field(default_factory=set)  # the owners (backfill.owner_of) that hold a node now
+
+
+def _resource(q: Queued) -> str:
+    """The device resource a queued Pod requests (fixed at admission)."""
+    return next((r for r, n in q.info.gpu_requests.items() if n), "")
 
 
 def _one(q: Queued, req: GpuRequest, this: _Pass) -> tuple[Release | Wait, Wait | None]:
@@ -242,24 +259,35 @@ def _one(q: Queued, req: GpuRequest, this: _Pass) -> tuple[Release | Wait, Wait 
     long = backfill.waited_long(q.since, this.now, this.policy)
     closest = backfill.closest_waited(choice, req.pod_total) if long else None
     answer = WaitAnswer(choice.wait or "capacity", choice.denial, choice.waits_for, long, closest)
-    if this.parking is not None:
+    waits = _waits(q, req, answer, this)
+    if this.parking is not None:  # after its hold: parked with the index as the hold left it
         this.parking.park(q, req, choice, this.index, this.policy, answer)
-    return _waits(q, req, answer, this)
+    return waits
 
 
 def _waits(q: Queued, req: GpuRequest, answer: WaitAnswer, this: _Pass) -> tuple[Wait, Wait | None]:
     """What a Pod that waits (decided now, or parked: the same rule for both) leaves to the Pods behind it:
-    the quotas it waits for; the pool closest to fitting it once it has waited long, unless a Pod before it
-    holds that pool already; else nothing (backfill: webhook.queue.backfill). With what the later Pods of
-    its shape wait with when it holds a pool."""
+    the quotas it waits for; once it has waited long, the node it holds already, else the node closest to
+    fitting it of the pool closest to fitting it, unless a Pod before it holds one of that pool already;
+    else nothing (backfill: webhook.queue.backfill). With what the later Pods of its shape wait with when
+    it holds a node."""
     this.ahead.leave(req, answer.wait, answer.waits_for, this.index, this.policy)
     one = Wait(q, answer.wait, answer.denial, answer.waits_for)
-    closest = answer.closest
-    held = None if closest is None or closest in this.ahead.pools else closest
-    if held is None:
+    if answer.closest is None or this.now is None:
         return one, None  # the room it cannot use now is the later Pods' meanwhile
-    this.ahead.take_room((held,))
-    return one._replace(reason=f"{answer.denial}; pool {held} is held for it"), one
+    resource = _resource(q)
+    held = backfill.held_node(this.index, q.key, resource)
+    pool = answer.closest if held is None else held[1]
+    if held is None and (pool in this.ahead.pools or pool in this.held_pools):
+        return one, None  # its turn there comes after the Pod's before it
+    node = backfill.closest_node(this.index, pool, resource, held[0] if held else "")
+    if node is None:
+        return one, None
+    owner = backfill.owner_of(q.key)
+    this.index.exclude_nodes(owner, (node,))
+    this.held_pools.add(pool)
+    this.holding.add(owner)
+    return one._replace(reason=f"{answer.denial}; node {node} of pool {pool} is held for it"), one
 
 
 def _gang(

@@ -21,6 +21,15 @@ deciding its releases, at most every PLAN_SECONDS:
    `gpupool.io/mig-reshape-asked: "<layout>@<time>"` together. A conflict (409) or a node no longer as
    planned undoes the fence: the next plan decides again.
 
+4. **Drain by not filling.** The nodes the plan drains (webhook.mig.planner, step 4: they would be re-cut
+   for the Pods that wait but run GPU Pods, or have not been idle for `idleSeconds`) are kept from new
+   Pods in the index (`PoolIndex.exclude_nodes`): no release counts their room, and every release into
+   their pools leaves them out by hostname, so their Pods finish, none takes their place, and a later plan
+   re-cuts them. A node stays drained until a plan no longer drains it (it was re-cut, or the demand for
+   it went), and none is without `migReshaping`. The nodes chosen for a re-cut are kept the same way from
+   their fence until the change has ended, so no Pod released into one of their pools for room elsewhere
+   is bound there meanwhile.
+
 Only the leader's process runs it; a node is idle for the planner when no Pod holds its GPUs, none
 released to one of its pools waits to be bound, and it has been so for `idleSeconds` since this leader
 first looked (a new leader waits that long before its first re-cut).
@@ -83,6 +92,7 @@ log = logging.getLogger("gpupool.mig")
 PLAN_SECONDS = 2.0  # the planner runs at most this often (passes may follow each other within milliseconds)
 CONFIG_SECONDS = 30.0  # mig-parted's ConfigMap is read again at most this often
 FENCE_SECONDS = 60.0  # a fence the watch never shows (the node written since by someone else) is dropped then
+DRAINS = "mig-drains"  # the index's name for the nodes the re-cuts keep from new Pods (PoolIndex.exclude_nodes)
 EVENT_NAMESPACE = "default"  # where Events on nodes (cluster-scoped) are created, as kubelet's are
 
 
@@ -149,6 +159,7 @@ class Reshaper:
         self._fenced_at: dict[str, float] = {}
         self.problem = ""  # why no plan can be made (the ConfigMap unreadable or invalid), "" when one can
         self.waits_for: dict[str, str] = {}  # "namespace/name" -> the node whose re-cut the Pod waits for
+        self.draining: dict[str, str] = {}  # node -> the layout it is drained for (kept from new Pods)
         self.active = False  # the last step had MIG demand waiting or a change under way: passes must go on
 
     def fence(self, index: PoolIndex) -> None:
@@ -175,6 +186,10 @@ class Reshaper:
         settings = policy.mig_reshaping
         if settings is None:
             self.waits_for, self.active = {}, False
+            if self.draining:
+                self.draining = {}
+                with inventory.read() as index:
+                    index.exclude_nodes(DRAINS, ())
             return
         now = self._wall()
         demand = demand_of(waits, requests)
@@ -194,6 +209,8 @@ class Reshaper:
             changing.update((e.node.name, e.asked.layout) for e in ended if e.outcome == DONE)
             left = {e.node.name for e in ended if e.outcome != DONE}
             mig_nodes = [n for n in mig_nodes if n.name not in left]
+            # Before planning, a node whose change has ended serves again: its instances count as free.
+            index.exclude_nodes(DRAINS, set(changing) | set(self._fenced) | set(self.draining))
             result = Plan()
             if layouts is not None and (demand or changing):
                 result = self._plan(
@@ -209,9 +226,19 @@ class Reshaper:
                 node = index.capacity.node(change.node)
                 if node is not None:
                     self._fence_one(index, node, change.to_layout, now)
-        self.active = bool(demand or changing or ended or self._fenced)
+            self.draining = dict(result.draining)
+            # Kept from every release: the nodes drained, and those chosen for a re-cut until it has ended
+            # (out of their pools' room already, but kube-scheduler could still bind a Pod released into a
+            # pool of theirs for room on another node there, before mig-manager pauses the device plugin).
+            chosen = {c.node for c in result.changes} | set(changing) | set(self._fenced)
+            index.exclude_nodes(DRAINS, chosen | set(self.draining))
+        self.active = bool(demand or changing or ended or self._fenced or self.draining)
         for e in ended:
             self._end(e, now)
+        written = {e.node.name for e in ended if e.node.name in self._ended}
+        if written:  # their outcome written, they serve again (from the watch's next sight of them)
+            with inventory.read() as index:
+                index.exclude_nodes(DRAINS, index.excluded_by(DRAINS) - written)
         for change in result.changes:
             self._ask(change, now, inventory)
         self.waits_for = dict(result.waits)
@@ -308,6 +335,7 @@ class Reshaper:
             changing=changing,
             idle_since=lambda name: self._busy_at.get(name, self._started),
             now=now,
+            draining=self.draining,
         )
 
     def _layouts_of(self, settings: MigReshaping, now: float) -> Layouts | None:

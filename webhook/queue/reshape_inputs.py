@@ -4,7 +4,7 @@ are busy), and the PATCH that asks mig-manager for a layout. Pure: no I/O, no cl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -77,9 +77,11 @@ def recut_plan(  # noqa: PLR0913 (the planner's inputs, by keyword)
     changing: Mapping[str, str],
     idle_since: Callable[[str], float | None],
     now: float,
+    draining: Collection[str] = (),
 ) -> Plan:
     """The planner (webhook.mig.planner) on the index: the waiting Pods, the free instances and the MIG
-    nodes (`busy` ones, those `changing` to a layout, each idle since `idle_since(name)`), for the leader
+    nodes (`busy` ones, those `changing` to a layout, each idle since `idle_since(name)`, those `draining`
+    since the last plan), for the leader
     (webhook.queue.reshape) and for what the queue's views say a Pod waits for (webhook.queue.preview)."""
     candidates = [
         replace(
@@ -88,6 +90,8 @@ def recut_plan(  # noqa: PLR0913 (the planner's inputs, by keyword)
             idle_since=idle_since(n.name),
             changed_at=asked.at if (asked := asked_of(n.annotations)) is not None else None,
             changing=changing.get(n.name, ""),
+            draining=n.name in draining,
+            in_use=sum((index.usage.used_on(n.name) or {}).values()),
         )
         for n in nodes
     ]
@@ -108,7 +112,9 @@ def free_of(index: PoolIndex, nodes: list[NodeInfo], layouts: Layouts) -> Iterab
 
 def busy_of(index: PoolIndex, nodes: list[NodeInfo]) -> set[str]:
     """The MIG nodes a Pod holds GPUs of, or that a Pod released (or admitted) and not bound yet may land
-    on: one pinned to a pool of theirs, or to no pool, asking a resource they offer."""
+    on: one pinned to a pool of theirs, or to no pool, asking a resource they offer, and whose node
+    affinity lets it go there (a release that excludes a drained node leaves it idle)."""
+    labels = {n.name: n.labels for n in nodes}
     pools: dict[str, set[str]] = {}
     offers: dict[str, set[str]] = {}
     for node in nodes:
@@ -124,12 +130,15 @@ def busy_of(index: PoolIndex, nodes: list[NodeInfo]) -> set[str]:
             continue
         if pod.node:
             busy.add(pod.node)
-        elif pod.pool:
-            busy |= pools.get(pod.pool, set())
+            continue
+        reach: set[str] = set()
+        if pod.pool:
+            reach = pools.get(pod.pool, set())
         else:
             for resource, n in pod.gpu_requests.items():
                 if n:
-                    busy |= offers.get(resource, set())
+                    reach |= offers.get(resource, set())
+        busy |= {name for name in reach if pod.requirements.matches(name, labels[name])}
     return busy
 
 
