@@ -86,9 +86,10 @@ NAMESPACE = "q"
 _NODES, _PODS = kind_of("nodes"), kind_of("pods")
 
 
-def policy_text(reshape: bool) -> str:
+def policy_text(reshape: bool, drain: bool = False) -> str:
     text = f"namespaces:\n  {NAMESPACE}: {{placement: queue}}\n"
-    return text + (f"migReshaping:\n  configs: [{', '.join(LAYOUTS)}]\n" if reshape else "")
+    reshaping = f"migReshaping:\n  configs: [{', '.join(LAYOUTS)}]\n" + ("  drain: true\n" if drain else "")
+    return text + (reshaping if reshape else "")
 
 
 @dataclass(frozen=True)
@@ -248,12 +249,14 @@ def mig_resources() -> tuple[str, ...]:
     return tuple(f"nvidia.com/mig-{p.label_name}" for p in model.profiles.values())
 
 
-def simulate(pods: list[Arrival], *, reshape: bool, recut_seconds: float, scoring: str) -> dict[str, Any]:
+def simulate(
+    pods: list[Arrival], *, reshape: bool, recut_seconds: float, scoring: str, drain: bool = False
+) -> dict[str, Any]:
     store, mig = fleet(recut_seconds)
     scored = mig_resources() if scoring == "MostAllocated" else ("cpu", "memory")
     scheduler = Scheduler(store, scoring=scoring, scored=scored)
     clock = Clock()
-    pol: Policy = policy(policy_text(reshape))
+    pol: Policy = policy(policy_text(reshape, drain))
     index, waiting = PoolIndex(pol), Waiting(pol, clock=clock)
     api, told, counted = StoreApi(store), Told(), Counted()
     nodes = StoreNodes(api, store, clock)
@@ -351,12 +354,18 @@ def main() -> None:
         default="LeastAllocated",
         help="kube-scheduler's NodeResourcesFit strategy: its default (spreads), or bin-packing on the MIG resources",
     )
+    parser.add_argument(
+        "--drain", action="store_true", help="re-cutting on with migReshaping.drain: true (drain by not filling)"
+    )
     args = parser.parse_args()
     runs: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
     for seed in range(1, args.seeds + 1):
         pods = arrivals(seed, args.load, args.run_seconds)
         for mode, results in runs.items():
-            result = simulate(pods, reshape=mode == "on", recut_seconds=args.recut_seconds, scoring=args.scoring)
+            on = mode == "on"
+            result = simulate(
+                pods, reshape=on, recut_seconds=args.recut_seconds, scoring=args.scoring, drain=on and args.drain
+            )
             results.append(result)
             print(f"seed {seed} re-cutting {mode:>3}: {json.dumps(result)}", flush=True)
     numeric = [k for k, v in runs["off"][0].items() if isinstance(v, int | float)]

@@ -22,7 +22,7 @@ def test_absent_is_off_and_an_empty_mapping_is_on_with_the_defaults() -> None:
     on = load_policy_text("migReshaping: {}").mig_reshaping
     assert on == MigReshaping()
     assert on.config_map == ("gpu-operator", "default-mig-parted-config")
-    assert (on.configs, on.idle_seconds, on.max_in_flight, on.timeout_seconds) == ((), 60.0, 2, 900.0)
+    assert (on.configs, on.idle_seconds, on.max_in_flight, on.timeout_seconds, on.drain) == ((), 60.0, 2, 900.0, False)
 
 
 def test_every_field_is_read() -> None:

@@ -10,7 +10,7 @@ from webhook.mig.planner import Candidate, Free, Plan, Waiting, plan
 
 GI = 1024
 NOW = 10_000.0
-SETTINGS = MigReshaping(idle_seconds=60.0, max_in_flight=2)
+SETTINGS = MigReshaping(idle_seconds=60.0, max_in_flight=2, drain=True)
 LAYOUTS = operator_layouts()
 
 

@@ -37,7 +37,7 @@ def test_idle_nodes_are_re_cut_first_and_drains_fill_only_what_max_in_flight_lea
     """maxInFlight 2: an idle node is re-cut for the first Pods; of three busy ones, one is drained for the
     rest; the others are left to serve."""
     fleet = [node("idle"), node("b1", busy=True), node("b2", busy=True), node("b3", busy=True)]
-    result = run(pods(8, 35), fleet, settings=MigReshaping(idle_seconds=60.0, max_in_flight=2))
+    result = run(pods(8, 35), fleet, settings=MigReshaping(idle_seconds=60.0, max_in_flight=2, drain=True))
     assert [c.node for c in result.changes] == ["idle"]
     assert list(result.draining) == ["b1"]
 
@@ -72,5 +72,5 @@ def test_drains_are_bounded_whatever_max_in_flight_allows() -> None:
     """maxInFlight 1000 and forty busy nodes for plenty of Pods: at most MAX_DRAINS are drained, so the
     hostnames every release into their pool names stay few."""
     fleet = [node(f"b{i:02d}", busy=True) for i in range(40)]
-    result = run(pods(400, 35), fleet, settings=MigReshaping(idle_seconds=60.0, max_in_flight=1000))
+    result = run(pods(400, 35), fleet, settings=MigReshaping(idle_seconds=60.0, max_in_flight=1000, drain=True))
     assert len(result.draining) == MAX_DRAINS

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.mig.configs import OPERATOR_DEFAULT
-from tests.queue.migfleet import fleet_sim, start, waiting_pod
+from tests.queue.migfleet import POLICY, fleet_sim, start, waiting_pod
 from tests.testing.kubeclient import kube_client
 from webhook.testing import KubeSim
 from webhook.testing.kubefit import why_unfit
@@ -19,6 +19,9 @@ from webhook.testing.kubefit import why_unfit
 pytestmark = pytest.mark.slow
 
 CONFIG = "nvidia.com/mig.config"
+
+
+DRAINING = POLICY + "  drain: true\n"  # drains are opt-in (migReshaping.drain)
 
 
 @pytest.fixture
@@ -35,7 +38,7 @@ def test_a_node_drained_for_a_re_cut_gets_no_release_and_is_re_cut_once_its_pods
     pass, gpu-busy is re-cut too, though the 1g Pod was never bound."""
     sim.mig_manager(OPERATOR_DEFAULT, delay=60.0)
     with kube_client(sim, tmp_path) as client:
-        leader = start(sim, tmp_path, client)
+        leader = start(sim, tmp_path, client, DRAINING)
         leader.pass_()
         sim.add(waiting_pod("small", memory="8Gi", resource="nvidia.com/mig-1g.10gb"))
         leader.pass_()

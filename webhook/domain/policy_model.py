@@ -167,7 +167,9 @@ class MigReshaping:
     idle_seconds: float = 60.0  # how long a node must have had no GPU Pod, and the least time between its changes
     max_in_flight: int = 2  # changes under way at once, across the fleet
     timeout_seconds: float = 900.0  # a change still pending after this long is given up on (left alone, alerted)
-    drain: bool = True  # busy nodes a re-cut would serve are kept from new Pods until idle (webhook.mig.planner, 4)
+    # busy nodes a re-cut would serve are kept from new Pods until idle (webhook.mig.planner, 4); off by default:
+    # measured, it did not pay (docs/performance.md, "Drain by not filling")
+    drain: bool = False
 
 
 @dataclass(frozen=True, slots=True)
