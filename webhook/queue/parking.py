@@ -129,9 +129,11 @@ class Parking:
         self._bounds: list[tuple[float, bytes]] = []
         self._bound_since: dict[bytes, float] = {}
         self._passed_at = float("-inf")
+        self.generation = 0  # moves whenever every parked answer is forgotten (a new index, policy or structure)
 
     def _forget(self, index: PoolIndex | None, policy: Policy | None) -> None:
         """Every parked answer, for a new index or policy."""
+        self.generation += 1
         self._index, self._policy = index, policy
         tables = (self._parked, self._gangs, self._by_room, self._by_namespace, self._room_seen, self._namespace_seen)
         for table in tables:
@@ -164,6 +166,12 @@ class Parking:
                 self._woken |= self._by_namespace.get(namespace, set())
         self._room_seen = {pool: capacity.room_changes(pool) for pool in self._room_seen}
         self._namespace_seen = {ns: index.namespace_changes(ns) for ns in self._namespace_seen}
+
+    @property
+    def woken(self) -> bool:
+        """Is a parked answer woken (after `look`): something it read changed, so it is decided again?
+        (Every answer forgotten at once moves `generation` instead.)"""
+        return bool(self._woken)
 
     def __len__(self) -> int:
         """The shapes parked now."""
@@ -340,6 +348,15 @@ class Parking:
             _drop(self._by_room, self._room_seen, pool, token)
         if namespace is not None:
             _drop(self._by_namespace, self._namespace_seen, namespace, token)
+
+    def keep_waiting(self, waiting: Iterable[Queued]) -> None:
+        """`keep_only` the shapes of the `waiting` Pods, and forget the answers of a workload group's Pods
+        when no Pod of that group and shape waits (a woken one would make every pass decide the whole
+        queue: webhook.queue.standing)."""
+        tokens = {_shape_token(q) for q in waiting}
+        self.keep_only({t[: len(DIGEST)] for t in tokens})
+        for gone in [t for t in self._parked if len(t) > len(DIGEST) and t not in tokens]:
+            self._unpark(gone)
 
     def keep_only(self, digests: set[bytes]) -> None:
         """Forget the shapes no Pod of `digests` (those waiting now) has."""

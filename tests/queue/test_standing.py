@@ -1,0 +1,244 @@
+"""A pass of the queue is proportional to what changed (webhook/queue/standing.py): with nothing changed for
+the queue it walks no waiting Pod, with Pods arrived behind the last pass it walks those only, and the
+Waits, the Events, the pools' and namespaces' statuses and the backlog come out as a pass over the whole
+queue gives them, after arrivals, departures and changes. Work is counted (`walked`, a look-up that fails
+if called), never timed."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+import jsonpatch
+import pytest
+import yaml
+
+from tests.builders import gpu_node, index_of, pod, policy
+from tests.queue.fakes import Events, Inventory, Leading
+from tests.queue.helpers import GPU_TOLERATION, QUEUE, busy, enqueue, fleet, queued_pod
+from tests.queue.parkcases import a_pass, undone
+from webhook.domain.model import PodKey
+from webhook.domain.policy import Policy
+from webhook.pools.index import PoolIndex
+from webhook.pools.kubeobj import node_from_obj, pod_from_obj
+from webhook.queue import status as status_module
+from webhook.queue.release import Plan, Wait
+from webhook.queue.runner import PassResult, Runner
+from webhook.queue.standing import Standing
+from webhook.queue.status import StatusFeed
+from webhook.queue.waiting import Waiting
+from webhook.sources.writes import Released, ReleaseResult
+
+Answer = dict[PodKey, tuple[str, str, tuple[Any, ...]]]
+
+
+def by_pod(waits: list[Wait]) -> Answer:
+    return {w.queued.key: (w.code, w.reason, w.pools) for w in waits}
+
+
+class Api:
+    """Releases every Pod it is asked to, and keeps it as released (what the watch shows next)."""
+
+    def __init__(self, pods: dict[PodKey, dict[str, Any]]) -> None:
+        self.pods = pods
+
+    def release(self, namespace: str, name: str, patch: list[dict[str, Any]]) -> ReleaseResult:
+        self.pods[(namespace, name)] = jsonpatch.apply_patch(copy.deepcopy(self.pods[(namespace, name)]), patch)
+        return Released(self.pods[(namespace, name)])
+
+    def read(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.pods.get((namespace, name))
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.queues: list[dict[str, dict[str, Any]]] = []
+
+    def publish(self, wanted: Mapping[str, dict[str, Any]]) -> None:
+        return None
+
+    def publish_queues(self, wanted: Mapping[str, dict[str, Any]]) -> None:
+        self.queues.append(dict(wanted))
+
+    def forget(self) -> None:
+        return None
+
+
+class Queue:
+    """A full fleet (T4 and L4 busy, the A100 free), Pods queued for a medium GPU, and a leader's runner."""
+
+    def __init__(self, text: str = QUEUE, objects: list[dict[str, Any]] | None = None) -> None:
+        self.pol: Policy = policy(text)
+        self.index: PoolIndex = index_of(objects if objects is not None else fleet(), self.pol)
+        self.mono = [1000.0]
+        self.waiting = Waiting(self.pol, clock=lambda: self.mono[0])
+        self.objs: dict[PodKey, dict[str, Any]] = {}
+        self.events = Events()
+        self.inventory = Inventory(self.index)
+        self.runner = Runner(self.inventory, self.waiting, Leading(), Api(self.objs), events=self.events)  # type: ignore[arg-type]
+
+    def queue(self, name: str, minute: int, **kw: Any) -> dict[str, Any]:
+        created = f"2026-12-01T10:{minute:02d}:00Z"
+        obj = queued_pod(name, kw.pop("namespace", "q"), self.pol, self.index, created=created, **kw)
+        self.objs[(obj["metadata"]["namespace"], name)] = obj
+        enqueue([obj], self.index, self.waiting)
+        return obj
+
+    def show(self, obj: dict[str, Any], event: str = "MODIFIED") -> None:
+        """The watch shows a Pod: in the index first, then the queue (as the inventory's Observer does)."""
+        info = pod_from_obj(obj, self.pol.gpu_resources, self.pol.partition_prefixes)
+        if event == "DELETED":
+            self.index.remove_pod((obj["metadata"]["namespace"], obj["metadata"]["name"]))
+        else:
+            self.index.upsert_pod(info)
+        self.waiting.apply("pods", event, obj)
+
+    def whole(self) -> Answer:
+        """What a pass over the whole queue, from scratch (no parking, no standing), answers now."""
+        return by_pod(undone(a_pass(self.waiting, self.index, self.pol, None, self.waiting.now()), self.index).waits)
+
+    def told(self) -> list[tuple[str, str]]:
+        told = [(e.pod, e.reason) for e in self.events.recorded]
+        self.events.recorded.clear()
+        return told
+
+
+def unrelated_change(queue: Queue, name: str = "elsewhere") -> None:
+    """A GPU Pod starts on the A100 node, a pool no waiting Pod may use: the index changes, no Pod's answer."""
+    queue.show(pod(name, "other", gpus=1, node="a100-a", phase="Running", tolerations=[GPU_TOLERATION]), "ADDED")
+
+
+def test_a_pass_with_nothing_changed_for_the_queue_walks_no_pod(monkeypatch: pytest.MonkeyPatch) -> None:
+    """30 Pods wait; the first pass walks each. A GPU Pod starts where none of them may go: the next pass
+    walks none (the queue is not even listed), tells nothing again, and its Waits are the whole queue's."""
+    queue = Queue()
+    for k in range(30):
+        queue.queue(f"p{k:02d}", k, gpus=1 + k % 3)
+    first = queue.runner.run_pass()
+    assert (first.walked, len(first.waiting)) == (30, 30)
+    assert len(queue.told()) == 30
+    unrelated_change(queue)
+
+    def listed() -> None:
+        raise AssertionError("a steady pass listed the whole queue")
+
+    monkeypatch.setattr(queue.waiting, "ordered", listed)
+    again = queue.runner.run_pass()
+    assert (again.walked, again.visits, again.decisions) == (0, 0, 0)
+    assert queue.told() == []
+    monkeypatch.undo()
+    assert by_pod(again.waiting) == by_pod(first.waiting) == queue.whole()
+
+
+def test_pods_that_arrive_behind_the_queue_are_the_only_ones_walked_and_leave_the_earlier_ones_what_they_hold() -> None:
+    """A 4-GPU Pod of q has waited long for the T4 node (2 free): it holds the T4s. A 1-GPU Pod of q2 for a
+    T4 arrives behind it: that pass walks it alone, and it does not take the room the older one holds (it
+    waits behind), as a pass over the whole queue decides."""
+    queue = Queue(objects=fleet(t4_busy=2))
+    queue.queue("big", 0, gpus=4, annotations={"gpupool.io/gpu-product": "Tesla-T4"})
+    assert [w.code for w in queue.runner.run_pass().waiting] == ["capacity"]
+    queue.mono[0] += queue.pol.defaults.queue_hold_after_seconds
+    (held,) = queue.runner.run_pass().waiting
+    assert held.reason.endswith("is held for it")
+    queue.told()
+    queue.queue("small", 1, gpus=1, namespace="q2", annotations={"gpupool.io/gpu-product": "Tesla-T4"})
+    went_on = queue.runner.run_pass()
+    assert (went_on.walked, went_on.released) == (1, 0)
+    assert by_pod(went_on.waiting)[("q2", "small")][0] == "behind"
+    assert by_pod(went_on.waiting) == queue.whole()
+    assert queue.told() == [("small", "Queued")]
+
+
+def test_a_node_that_joins_makes_the_pass_decide_the_whole_queue() -> None:
+    """A new node changes the pools' structure, which forgets every parked answer (no single counter moved):
+    the next pass decides the whole queue, and releases to the new node's room."""
+    queue = Queue()
+    for k in range(4):
+        queue.queue(f"p{k}", k, gpus=1, annotations={"gpupool.io/gpu-product": "NVIDIA-L4"})
+    assert queue.runner.run_pass().walked == 4
+    node = gpu_node("l4-b", "NVIDIA-L4", 4, memory_mib=23034)
+    queue.index.upsert_node(node_from_obj(node, queue.pol.gpu_resources, queue.pol.partition_prefixes))
+    joined = queue.runner.run_pass()
+    assert (joined.walked, joined.released, joined.waiting) == (4, 4, [])
+
+
+def test_waits_and_events_stay_a_whole_pass_s_after_arrivals_departures_and_changes() -> None:
+    """Pod by Pod, after each change, the runner's Waits are those of a pass over the whole queue from
+    scratch, and each Pod is told it waits once (again only when it is created anew), released once."""
+    queue = Queue()
+    objs = [queue.queue(f"p{k}", k, gpus=1 + k % 2) for k in range(6)]
+    assert queue.runner.run_pass().walked == 6
+    assert sorted(queue.told()) == [(f"p{k}", "Queued") for k in range(6)]
+
+    steps: list[tuple[str, int]] = []
+
+    def check(result: PassResult, what: str) -> None:
+        assert by_pod(result.waiting) == queue.whole(), what
+        steps.append((what, result.walked))
+
+    queue.queue("late", 30, gpus=2)  # behind every Pod
+    check(queue.runner.run_pass(), "arrived behind")
+    assert queue.told() == [("late", "Queued")]
+    queue.show(objs[2], "DELETED")  # a waiting Pod leaves from the middle
+    check(queue.runner.run_pass(), "left")
+    unrelated_change(queue)
+    check(queue.runner.run_pass(), "nothing for the queue")
+    objs[4]["spec"]["priority"] = 10  # it goes ahead of every other
+    objs[4]["metadata"]["resourceVersion"] = "101"
+    queue.show(objs[4])
+    check(queue.runner.run_pass(), "changed")
+    assert queue.waiting.ordered()[0].key == ("q", "p4")
+    queue.queue("early", 0, gpus=1, namespace="q2")  # older than most: among the Pods walked before
+    check(queue.runner.run_pass(), "arrived among them")
+    assert queue.told() == [("early", "Queued")]  # and none of the Pods walked again
+    again = dict(objs[2], metadata={**objs[2]["metadata"], "uid": "uid-q-p2-again"})
+    again["metadata"]["creationTimestamp"] = "2026-12-01T10:40:00Z"
+    queue.objs[("q", "p2")] = again
+    queue.show(again, "ADDED")  # created anew, with a new uid, behind every Pod
+    check(queue.runner.run_pass(), "created anew")
+    assert queue.told() == [("p2", "Queued")]
+    queue.show(busy("t4-a", 4), "DELETED")  # the T4 node frees: the first Pods go
+    released = queue.runner.run_pass()
+    assert released.released > 0
+    names = sorted(e[0] for e in queue.told() if e[1] == "Released")
+    assert len(names) == released.released
+    assert names == ["early", "p0", "p2", "p4"]  # p1 (2 GPUs) waits for room; p2 (1 GPU) backfills
+    for key in [("q", "p0"), ("q", "p2"), ("q", "p4"), ("q2", "early")]:
+        queue.show(queue.objs[key])  # the watch shows the release
+    check(queue.runner.run_pass(), "released")
+    walked = dict(steps)
+    assert [walked[w] for w in ("arrived behind", "nothing for the queue", "created anew")] == [1, 0, 1]
+    assert walked["left"] == walked["changed"] == 6 and walked["arrived among them"] == 7
+    assert queue.told() == []
+
+
+def test_the_statuses_are_worked_out_again_only_when_the_waits_or_the_queue_moved(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The namespaces' summaries come from the Waits and the positions in the queue: published again as
+    they were while neither moved (nothing worked out), and with the new positions once a Pod ahead left."""
+    queue = Queue()
+    objs = [queue.queue(f"p{k}", k) for k in range(3)]
+    standing = Standing()
+    standing.took(Plan([], a_pass(queue.waiting, queue.index, queue.pol, None).waits), None, whole=False)
+    sink = Sink()
+    clock = [0.0]
+    feed = StatusFeed(sink, clock=lambda: clock[0])
+    worked: list[int] = []
+    summaries = status_module.namespace_summaries
+    monkeypatch.setattr(status_module, "namespace_summaries", lambda *a: worked.append(1) or summaries(*a))
+    feed.passed(standing, queue.waiting)
+    feed.look(True, queue.inventory.read)
+    clock[0] += 1
+    feed.passed(standing, queue.waiting)
+    feed.look(True, queue.inventory.read)
+    assert (len(sink.queues), len(worked)) == (2, 1)
+    queue.show(objs[0], "DELETED")
+    standing.took(Plan([], a_pass(queue.waiting, queue.index, queue.pol, None).waits), None, whole=False)
+    clock[0] += 1
+    feed.passed(standing, queue.waiting)
+    feed.look(True, queue.inventory.read)
+    pods = yaml.safe_load(sink.queues[-1]["q"]["pods.yaml"])
+    assert [(p["pod"], p["position"]) for p in pods] == [("p1", 1), ("p2", 2)]
+    assert len(worked) == 2

@@ -1,0 +1,93 @@
+"""What the last pass of the queue left, kept so that a pass nothing changed for visits no Pod.
+
+Parked shapes (webhook.queue.parking) spare a pass the decisions of what waits as it did; the walk of
+the waiting Pods, building each one's Wait, was still one step per Pod. `Standing` keeps the last
+pass's Waits, one per waiting Pod, and where that pass stood after its last Pod (`release.Carried`:
+what the Pods decided wait for, each shape's wait, the gangs judged). The next pass goes on from there,
+deciding only the Pods that arrived, when nothing any Pod of the last pass read has changed:
+
+- the Pods that changed since (`Waiting.take_changed`) are Pods that arrived behind every Pod the last
+  pass went over (a Pod's place depends only on the Pods before it), or Pods that left or changed
+  without having waited (released meanwhile: they left nothing to the Pods behind them);
+- no parked answer was woken (`Parking.woken`: a counter it read moved) and no wait's bound passed
+  (webhook.queue.backfill);
+- the last pass went over every Pod (no `limit`), its releases were not undone or settled otherwise than
+  released, and the policy is the same (the runner `forget`s otherwise);
+- no Pod backs off (webhook.queue.refusals) and no MIG re-cut follows the waits (the runner decides the
+  whole queue then).
+
+Else the pass decides the whole queue, as before. Either way the Waits come out the same: the Pods
+before decide as they did, and what they leave to the later ones is as it was. Not thread-safe: the
+leader's loop alone uses it.
+"""
+
+from __future__ import annotations
+
+import operator
+
+from webhook.domain.model import PodKey
+from webhook.queue.release import Carried, Plan, Wait
+from webhook.queue.waiting import Queued, Waiting
+
+Order = tuple[int, str, str, str]  # waiting.order_of
+_ORDER = operator.attrgetter("order")
+
+
+class Standing:
+    """The last pass's Waits (`waits`, one per Pod that waits, in the order the passes found them) and
+    where it ended, if a pass may go on from it."""
+
+    def __init__(self) -> None:
+        self.waits: list[Wait] = []
+        self.version = 0  # moves whenever `waits` does (webhook.queue.status works out its figures again)
+        self._keys: set[PodKey] = set()
+        self._end: Carried | None = None
+        self._last: Order | None = None  # the release order of the last Pod the last pass went over
+
+    def forget(self) -> None:
+        """The next pass decides the whole queue (the last one did not end, or what it read changed)."""
+        self._end = None
+
+    def tail(self, changed: set[PodKey] | None, waiting: Waiting) -> list[Queued] | None:
+        """The Pods to decide, in order, when the queue changed only behind the last pass (those that
+        arrived there; none when nothing changed); None: decide the whole queue. `changed`: the Pods that
+        arrived, changed or left since the last pass (None: any)."""
+        if self._end is None or changed is None:
+            return None
+        new = []
+        for key in changed:
+            if key in self._keys:
+                return None  # a Pod that waited changed or left: the Pods behind it may decide otherwise
+            q = waiting.get(key)
+            if q is None:
+                continue  # left without having waited (released, or held no place)
+            if self._last is not None and q.order <= self._last:
+                return None  # arrived (or came back) among the Pods the last pass went over
+            new.append(q)
+        new.sort(key=_ORDER)
+        return new
+
+    def carried(self) -> Carried | None:
+        """Where the last pass ended, to go on from (taken over by the pass that goes on)."""
+        return self._end
+
+    def took(self, plan: Plan, last: Order | None, *, whole: bool) -> None:
+        """A pass decided the whole queue (its Pods up to `last`, in order): its Waits stand."""
+        self.waits = plan.waits
+        self._keys = {w.queued.key for w in plan.waits}
+        self._end, self._last = (plan.end if whole else None), last
+        self.version += 1
+
+    def went_on(self, plan: Plan, last: Order | None) -> None:
+        """A pass went on from the last one's end with the Pods up to `last`: its Waits join the others."""
+        if plan.waits:
+            self.waits.extend(plan.waits)
+            self._keys.update(w.queued.key for w in plan.waits)
+            self.version += 1
+        self._end = plan.end
+        if last is not None:
+            self._last = last
+
+    def waits_of(self, key: PodKey) -> bool:
+        """Does the Pod wait, as the last pass left it?"""
+        return key in self._keys
