@@ -27,7 +27,7 @@ import operator
 
 from webhook.domain.model import PodKey
 from webhook.queue.release import Carried, Plan, Wait
-from webhook.queue.waiting import Queued, Waiting
+from webhook.queue.waiting import VERSIONS, Queued, Waiting
 
 Order = tuple[int, str, str, str]  # waiting.order_of
 _ORDER = operator.attrgetter("order")
@@ -39,7 +39,9 @@ class Standing:
 
     def __init__(self) -> None:
         self.waits: list[Wait] = []
-        self.version = 0  # moves whenever `waits` does (webhook.queue.status works out its figures again)
+        # Moves whenever `waits` does (webhook.queue.status works out its figures again), to a number no
+        # other Standing or Waiting has had (a new leader's, or a rebound one's, never reads as the last one's).
+        self.version = next(VERSIONS)
         self._keys: set[PodKey] = set()
         self._end: Carried | None = None
         self._last: Order | None = None  # the release order of the last Pod the last pass went over
@@ -76,18 +78,14 @@ class Standing:
         self.waits = plan.waits
         self._keys = {w.queued.key for w in plan.waits}
         self._end, self._last = (plan.end if whole else None), last
-        self.version += 1
+        self.version = next(VERSIONS)
 
     def went_on(self, plan: Plan, last: Order | None) -> None:
         """A pass went on from the last one's end with the Pods up to `last`: its Waits join the others."""
         if plan.waits:
             self.waits.extend(plan.waits)
             self._keys.update(w.queued.key for w in plan.waits)
-            self.version += 1
+            self.version = next(VERSIONS)
         self._end = plan.end
         if last is not None:
             self._last = last
-
-    def waits_of(self, key: PodKey) -> bool:
-        """Does the Pod wait, as the last pass left it?"""
-        return key in self._keys

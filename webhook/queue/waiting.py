@@ -14,6 +14,7 @@ make room, so every call wakes the leader, except the events of Pods that hold n
 
 from __future__ import annotations
 
+import itertools
 import logging
 import operator
 import threading
@@ -33,6 +34,7 @@ log = logging.getLogger("gpupool.queue")
 Obj = Mapping[str, Any]
 PODS = "pods"
 _ORDER = operator.attrgetter("order")
+VERSIONS = itertools.count(1)  # the versions of the queue and of the leader's Waits (webhook.queue.standing)
 
 
 class Queued(NamedTuple):
@@ -116,7 +118,7 @@ class Waiting:
         # per Pod), and across passes by digest (webhook.queue.parking), worked out once per shape here.
         self._shapes: dict[PodShape, tuple[PodShape, bytes]] = {}
         self._backlogs = Backlogs()
-        self.version = 0  # moves with every Pod that arrives, changes or leaves
+        self.version = next(VERSIONS)  # moves with every Pod that arrives, changes or leaves
         # The Pods that arrived, changed or left since the leader last took them (`take_changed`); None once
         # more changed than it is worth keeping apart (a follower never takes them): then, all of them.
         self._changed: set[PodKey] | None = set()
@@ -208,7 +210,7 @@ class Waiting:
             self._backlogs.drop(key)
 
     def _changes(self, key: PodKey) -> None:
-        self.version += 1
+        self.version = next(VERSIONS)
         changed = self._changed
         if changed is not None:
             changed.add(key)
