@@ -7,6 +7,7 @@ if called), never timed."""
 from __future__ import annotations
 
 import copy
+import random
 from collections.abc import Mapping
 from typing import Any
 
@@ -242,3 +243,54 @@ def test_the_statuses_are_worked_out_again_only_when_the_waits_or_the_queue_move
     pods = yaml.safe_load(sink.queues[-1]["q"]["pods.yaml"])
     assert [(p["pod"], p["position"]) for p in pods] == [("p1", 1), ("p2", 2)]
     assert len(worked) == 2
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_any_sequence_of_changes_leaves_the_waits_and_events_of_a_whole_pass(seed: int) -> None:
+    """Pods of two namespaces (one with a class quota) arrive behind the queue or among it, leave, change
+    priority, are released and shown released; room comes and goes on the T4 and L4 nodes, a Pod starts
+    on the A100, time passes queueHoldAfterSeconds. Every pass of the runner releases as many Pods and
+    leaves the same Waits as a pass over the whole queue from scratch on the same index; every waiting Pod
+    was told it waits, and none twice."""
+    rng = random.Random(seed)
+    text = QUEUE.replace("q2: {placement: queue}", "q2: {placement: queue, classQuota: {medium: 3}}")
+    queue = Queue(text)
+    products = [{"gpupool.io/gpu-product": "Tesla-T4"}, {"gpupool.io/gpu-product": "NVIDIA-L4"}, None]
+    told: dict[tuple[str, str, str], int] = {}
+    minute = 0
+    for step in range(60):
+        waiting = [q.key for q in queue.waiting.ordered()]
+        roll = rng.random()
+        if roll < 0.4 or not waiting:
+            minute = min(minute + 1, 59) if rng.random() < 0.7 else rng.randrange(minute + 1)
+            annotations = rng.choice(products)
+            kw = {"annotations": annotations} if annotations else {}
+            queue.queue(f"p{step}", minute, gpus=rng.randint(1, 3), namespace=rng.choice(["q", "q2"]), **kw)
+        elif roll < 0.55:
+            queue.show(queue.objs.pop(rng.choice(waiting)), "DELETED")
+        elif roll < 0.65:
+            obj = queue.objs[rng.choice(waiting)]
+            obj["spec"]["priority"] = rng.randint(0, 5)
+            obj["metadata"]["resourceVersion"] = str(int(obj["metadata"]["resourceVersion"]) + 1)
+            queue.show(obj)
+        elif roll < 0.8:
+            node = rng.choice(["t4-a", "l4-a"])
+            gpus = rng.randint(0, 4)
+            queue.show(busy(node, max(gpus, 1)), "DELETED" if not gpus else "MODIFIED")
+        elif roll < 0.9:
+            unrelated_change(queue, f"elsewhere-{step}")
+        else:
+            queue.mono[0] += queue.pol.defaults.queue_hold_after_seconds / 2
+        expected = undone(a_pass(queue.waiting, queue.index, queue.pol, None, queue.waiting.now()), queue.index)
+        result = queue.runner.run_pass()  # on what the pass from scratch decided on
+        assert by_pod(result.waiting) == by_pod(expected.waits), step
+        assert result.released == len(expected.releases), step
+        for event in queue.events.recorded:
+            told[(event.pod, event.uid, event.reason)] = told.get((event.pod, event.uid, event.reason), 0) + 1
+        queue.events.recorded.clear()
+        assert max(told.values(), default=0) == 1, step
+        for wait in result.waiting:
+            assert (wait.queued.key[1], wait.queued.uid, "Queued") in told, step
+        for key, obj in list(queue.objs.items()):
+            if not obj["spec"].get("schedulingGates") and queue.waiting.get(key) is not None and rng.random() < 0.5:
+                queue.show(obj)  # the watch shows the release (or not yet)
