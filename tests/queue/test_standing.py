@@ -28,6 +28,7 @@ from webhook.queue.release import Plan, Wait
 from webhook.queue.runner import PassResult, Runner
 from webhook.queue.standing import Standing
 from webhook.queue.status import StatusFeed
+from webhook.queue.telling import GANG_EVENTS
 from webhook.queue.waiting import Waiting
 from webhook.sources.writes import Released, ReleaseResult
 
@@ -247,7 +248,8 @@ def test_the_statuses_are_worked_out_again_only_when_the_waits_or_the_queue_move
 
 @pytest.mark.parametrize("seed", range(6))
 def test_any_sequence_of_changes_leaves_the_waits_and_events_of_a_whole_pass(seed: int) -> None:
-    """Pods of two namespaces (one with a class quota) arrive behind the queue or among it, leave, change
+    """Pods of two namespaces (one with a class quota; some of a gang of 2, some of a workload group that is
+    not a gang) arrive behind the queue or among it, leave, change
     priority, are released and shown released; room comes and goes on the T4 and L4 nodes, a Pod starts
     on the A100, time passes queueHoldAfterSeconds. Every pass of the runner releases as many Pods and
     leaves the same Waits as a pass over the whole queue from scratch on the same index; every waiting Pod
@@ -255,7 +257,13 @@ def test_any_sequence_of_changes_leaves_the_waits_and_events_of_a_whole_pass(see
     rng = random.Random(seed)
     text = QUEUE.replace("q2: {placement: queue}", "q2: {placement: queue, classQuota: {medium: 3}}")
     queue = Queue(text)
-    products = [{"gpupool.io/gpu-product": "Tesla-T4"}, {"gpupool.io/gpu-product": "NVIDIA-L4"}, None]
+    products = [
+        {"gpupool.io/gpu-product": "Tesla-T4"},
+        {"gpupool.io/gpu-product": "NVIDIA-L4"},
+        None,
+        {"gpupool.io/gpu-class": "medium", "gpupool.io/group": "gang", "gpupool.io/group-size": "2"},
+        {"gpupool.io/gpu-class": "medium", "gpupool.io/group": "workers"},
+    ]
     told: dict[tuple[str, str, str], int] = {}
     minute = 0
     for step in range(60):
@@ -265,7 +273,9 @@ def test_any_sequence_of_changes_leaves_the_waits_and_events_of_a_whole_pass(see
             minute = min(minute + 1, 59) if rng.random() < 0.7 else rng.randrange(minute + 1)
             annotations = rng.choice(products)
             kw = {"annotations": annotations} if annotations else {}
-            queue.queue(f"p{step}", minute, gpus=rng.randint(1, 3), namespace=rng.choice(["q", "q2"]), **kw)
+            gang = bool(annotations and "gpupool.io/group-size" in annotations)  # of q, one GPU each: never refused
+            gpus, namespace = (1, "q") if gang else (rng.randint(1, 3), rng.choice(["q", "q2"]))
+            queue.queue(f"p{step}", minute, gpus=gpus, namespace=namespace, **kw)
         elif roll < 0.55:
             queue.show(queue.objs.pop(rng.choice(waiting)), "DELETED")
         elif roll < 0.65:
@@ -290,7 +300,8 @@ def test_any_sequence_of_changes_leaves_the_waits_and_events_of_a_whole_pass(see
         queue.events.recorded.clear()
         assert max(told.values(), default=0) == 1, step
         for wait in result.waiting:
-            assert (wait.queued.key[1], wait.queued.uid, "Queued") in told, step
+            reason = GANG_EVENTS.get(wait.code, ("Queued", ""))[0]
+            assert (wait.queued.key[1], wait.queued.uid, reason) in told, step
         for key, obj in list(queue.objs.items()):
             if not obj["spec"].get("schedulingGates") and queue.waiting.get(key) is not None and rng.random() < 0.5:
                 queue.show(obj)  # the watch shows the release (or not yet)
