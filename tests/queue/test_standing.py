@@ -165,6 +165,23 @@ def test_a_node_that_joins_makes_the_pass_decide_the_whole_queue() -> None:
     assert (joined.walked, joined.released, joined.waiting) == (4, 4, [])
 
 
+def test_a_member_that_arrives_for_a_gang_judged_before_is_decided_with_its_gang() -> None:
+    """A gang of 2 is released whole; one member ends and its replacement is queued behind every Pod: the
+    gang was judged by the pass before, so the pass decides the whole queue, and the replacement goes to
+    its gang's pool (or waits there) rather than being passed over as judged already."""
+    queue = Queue(objects=fleet(t4_busy=2))
+    gang = {"gpupool.io/gpu-class": "medium", "gpupool.io/group": "sweep", "gpupool.io/group-size": "2"}
+    members = [queue.queue(f"g-{i}", 0, gpus=1, annotations=gang) for i in range(2)]
+    assert queue.runner.run_pass().released == 2
+    for obj in members:
+        queue.show(queue.objs[(obj["metadata"]["namespace"], obj["metadata"]["name"])])  # released, shown
+    queue.show(queue.objs.pop(("q", "g-1")), "DELETED")
+    queue.queue("g-2", 1, gpus=1, annotations=gang)
+    replaced = queue.runner.run_pass()
+    assert (replaced.released, replaced.waiting) == (1, [])
+    assert ("g-2", "Released") in queue.told()
+
+
 def test_waits_and_events_stay_a_whole_pass_s_after_arrivals_departures_and_changes() -> None:
     """Pod by Pod, after each change, the runner's Waits are those of a pass over the whole queue from
     scratch, and each Pod is told it waits once (again only when it is created anew), released once."""

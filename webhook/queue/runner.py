@@ -322,6 +322,8 @@ class Runner:
         else:
             last = new[-1].order if new else None
             batch = read_batch(new, policy, self._shapes, self._parking)._replace(carried=carried)
+            if carried is None or any(gang in carried.judged_gangs for gang in batch.gangs):
+                return None  # a member of a gang judged already: the gang is judged again, whole
         read = self._read_charges() if batch.pods else ([], "")  # nothing to release: nothing to count them against
         if read is None:
             return PassResult(0, [])

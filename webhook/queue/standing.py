@@ -11,6 +11,8 @@ deciding only the Pods that arrived, when nothing any Pod of the last pass read 
   without having waited (released meanwhile: they left nothing to the Pods behind them);
 - no parked answer was woken (`Parking.woken`: a counter it read moved) and no wait's bound passed
   (webhook.queue.backfill);
+- none of the Pods that arrived is a member of a gang the last pass judged (a gang is judged whole, at its
+  first member: the runner decides the whole queue then);
 - the last pass went over every Pod (no `limit`), its releases were not undone or settled otherwise than
   released, and the policy is the same (the runner `forget`s otherwise);
 - no Pod backs off (webhook.queue.refusals) and no MIG re-cut follows the waits (the runner decides the
