@@ -57,7 +57,7 @@ from webhook.pools.kubeobj import pod_from_obj
 from webhook.pools.memo import Memo
 from webhook.queue import records
 from webhook.queue.breather import Breather
-from webhook.queue.leader import Elector
+from webhook.queue.leader import Elector, reached
 from webhook.queue.parking import Parking
 from webhook.queue.ports import UNLIMITED, Events, NoMetrics, QueueInventory, QueueMetrics, Releaser, TokenBucket
 from webhook.queue.refusals import Refusals
@@ -142,6 +142,7 @@ class Runner:
         self._teller = Teller(events, self._metrics)  # the Pods' Events (webhook.queue.telling)
         self._standing = Standing()  # the last pass's Waits, and where it ended (webhook.queue.standing)
         self._generation = -1  # the parked answers' generation the last pass ended with
+        self._queue_now = 0.0  # the queue's clock when the pass under way began to decide
         self._uncertain: dict[PodKey, Release] = {}  # written, answer lost: looked up before undone
         self._refusals = Refusals()  # Pods whose releases the API refused: backed off, then given up on
         self._caught_up = False
@@ -263,7 +264,7 @@ class Runner:
         wanted, since = self.elector.acquired_version, self._catch_up_since
         if since is None:
             self._catch_up_since = since = self._clock()
-        if _at_least(self.inventory.pod_version(), wanted) or self._clock() - since >= CATCH_UP_SECONDS:
+        if reached(self.inventory.pod_version(), wanted) or self._clock() - since >= CATCH_UP_SECONDS:
             self._caught_up = True
             self._catch_up_since = None
             return True
@@ -301,13 +302,13 @@ class Runner:
         """May a pass go on from the last one's end, as far as the runner knows? (webhook.queue.standing)"""
         if self._refusals or (self.reshaper is not None and policy.mig_reshaping is not None):
             return False  # a Pod backing off holds its place by the clock; a re-cut follows every wait
-        bound = self._parking.wake_at()
-        return bound is None or self.waiting.now() < bound  # a parked wait's bound passed: it may hold a pool
+        bound, now = self._parking.wake_at(), self.waiting.now()
+        return (bound is None or now < bound) and not self._standing.due(now)  # a bound passed: it may hold a pool
 
     def _decide(self, policy: Policy, new: list[Queued] | None) -> PassResult | None:
         """Decide the whole queue (`new` None) or go on from the last pass's end with `new`, the Pods that
         arrived behind it (None when an answer the last pass took was woken meanwhile: decide the whole)."""
-        now = self._passed_at
+        now, self._queue_now = self._passed_at, self.waiting.now()  # (the queue's clock before deciding)
         going_on = new is not None
         carried = self._standing.carried()
         self._standing.forget()  # until this pass has ended
@@ -363,6 +364,9 @@ class Runner:
             self._standing.went_on(decided, last)
         else:
             self._standing.took(decided, last, whole=decided.end is not None)
+        self._standing.judged(
+            decided.waits, self._queue_now, policy.defaults.queue_hold_after_seconds, whole=not going_on
+        )
         self._teller.queued(decided.waits)
         if not going_on:
             self._teller.only(decided.waits, self.waiting.get)
@@ -492,8 +496,3 @@ class Runner:
     def _released(self, release: Release, outcome: str) -> None:
         self._refusals.forget(release.queued.key)
         self._teller.released(release, outcome)
-
-
-def _at_least(version: str, wanted: str) -> bool:
-    """Has a resourceVersion reached another (both etcd revisions)? Anything else: never."""
-    return version.isdigit() and wanted.isdigit() and int(version) >= int(wanted)

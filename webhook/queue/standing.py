@@ -11,6 +11,10 @@ deciding only the Pods that arrived, when nothing any Pod of the last pass read 
   without having waited (released meanwhile: they left nothing to the Pods behind them);
 - no parked answer was woken (`Parking.woken`: a counter it read moved) and no wait's bound passed
   (webhook.queue.backfill);
+- no Pod of a workload group has waited `queueHoldAfterSeconds` since the last pass over the whole queue
+  (`due`): each of a group's Pods is decided by its own wait, where the parked answers keep one bound per
+  shape and group (a Pod of a shape that is no group takes the wait of the first of its shape, as a pass
+  over the whole queue does);
 - none of the Pods that arrived is a member of a gang the last pass judged (a gang is judged whole, at its
   first member: the runner decides the whole queue then);
 - the last pass went over every Pod (no `limit`), its releases were not undone or settled otherwise than
@@ -25,6 +29,7 @@ leader's loop alone uses it.
 
 from __future__ import annotations
 
+import heapq
 import operator
 
 from webhook.domain.model import PodKey
@@ -47,6 +52,10 @@ class Standing:
         self._keys: set[PodKey] = set()
         self._end: Carried | None = None
         self._last: Order | None = None  # the release order of the last Pod the last pass went over
+        # When the waiting Pods of workload groups will have waited long (the queue's clock), as a heap; those
+        # up to `_judged` (the last pass over the whole queue) were judged by it.
+        self._bounds: list[tuple[float, PodKey]] = []
+        self._judged = float("-inf")
 
     def forget(self) -> None:
         """The next pass decides the whole queue (the last one did not end, or what it read changed)."""
@@ -70,6 +79,23 @@ class Standing:
             new.append(q)
         new.sort(key=_ORDER)
         return new
+
+    def due(self, now: float) -> bool:
+        """Has a Pod of a workload group waited long since the last pass over the whole queue, at `now`?"""
+        bounds = self._bounds
+        while bounds and bounds[0][1] not in self._keys:
+            heapq.heappop(bounds)  # it no longer waits
+        return bool(bounds) and bounds[0][0] <= now
+
+    def judged(self, waits: list[Wait], now: float, hold: float, *, whole: bool) -> None:
+        """A pass at `now` (the queue's clock) judged these Waits, and every wait's bound up to `now` when
+        `whole`: keep the bounds (`hold` after each Pod was first seen) of the workload groups' Pods."""
+        if whole:
+            waits, self._bounds, self._judged = self.waits, [], now
+        for w in waits:
+            if w.queued.view.group and w.queued.since + hold > now:
+                self._bounds.append((w.queued.since + hold, w.queued.key))
+        heapq.heapify(self._bounds)
 
     def carried(self) -> Carried | None:
         """Where the last pass ended, to go on from (taken over by the pass that goes on)."""
