@@ -152,6 +152,20 @@ def test_pods_that_arrive_behind_the_queue_are_the_only_ones_walked_and_leave_th
     assert queue.told() == [("small", "Queued")]
 
 
+def test_a_pod_queued_beside_a_job_s_waiting_pods_is_walked_alone() -> None:
+    """Three Pods of a Job wait in q (a workload group's answer reads what its namespace holds). A Pod
+    queued in q behind them holds nothing while it waits, so what q holds is as it was: the pass walks
+    the new Pod alone, and the Job's Pods wait as a pass over the whole queue has them."""
+    queue = Queue()
+    for k in range(3):
+        queue.queue(f"job-{k}", k, gpus=2, annotations={"gpupool.io/gpu-class": "medium", "gpupool.io/group": "job"})
+    assert queue.runner.run_pass().walked == 3
+    queue.queue("alone", 10, gpus=1)
+    went_on = queue.runner.run_pass()
+    assert went_on.walked == 1
+    assert by_pod(went_on.waiting) == queue.whole()
+
+
 def test_a_node_that_joins_makes_the_pass_decide_the_whole_queue() -> None:
     """A new node changes the pools' structure, which forgets every parked answer (no single counter moved):
     the next pass decides the whole queue, and releases to the new node's room."""
@@ -283,7 +297,9 @@ def test_the_statuses_are_worked_out_again_only_when_the_waits_or_the_queue_move
     assert len(worked) == 2
 
 
-@pytest.mark.parametrize("seed", [*range(6), 127])  # 127: a group Pod whose bound passed
+@pytest.mark.parametrize(
+    "seed", [*range(6), 127, 903]
+)  # 127: a group Pod whose bound passed; 903: an answer taken, then woken by a release later in that pass
 def test_any_sequence_of_changes_leaves_the_waits_and_events_of_a_whole_pass(seed: int) -> None:
     """Pods of two namespaces (one with a class quota; some of a gang of 2, some of a workload group that is
     not a gang) arrive behind the queue or among it, leave, change

@@ -130,6 +130,11 @@ class Parking:
         self._bound_since: dict[bytes, float] = {}
         self._passed_at = float("-inf")
         self.generation = 0  # moves whenever every parked answer is forgotten (a new index, policy or structure)
+        # The answers taken or kept since `begin`, and whether one of them (any, when `_strict`) was woken
+        # since: then the Waits made from them may not be what the answers now say (webhook.queue.standing).
+        self._taken: set[bytes] = set()
+        self._strict = False
+        self.stale = False
 
     def _forget(self, index: PoolIndex | None, policy: Policy | None) -> None:
         """Every parked answer, for a new index or policy."""
@@ -142,6 +147,18 @@ class Parking:
         self._bounds.clear()
         self._bound_since.clear()
         self._structure_seen = self._changes_seen = -1
+
+    def begin(self, *, strict: bool) -> None:
+        """A pass begins (after its first `look`): `stale` tells at its end whether an answer it took or
+        kept was woken meanwhile (with `strict`, whether any answer was: the pass goes on from another's
+        Waits, which took answers it does not know)."""
+        self._taken.clear()
+        self._strict, self.stale = strict, False
+
+    def _wake(self, tokens: set[bytes]) -> None:
+        if tokens and (self._strict or not self._taken.isdisjoint(tokens)):
+            self.stale = True
+        self._woken |= tokens
 
     def look(self, index: PoolIndex, policy: Policy) -> None:
         """Wake the parked shapes whose counters moved since they were last compared: a pass calls it when
@@ -160,10 +177,10 @@ class Parking:
             return
         for pool, seen in self._room_seen.items():
             if capacity.room_changes(pool) != seen:
-                self._woken |= self._by_room.get(pool, set())
+                self._wake(self._by_room.get(pool, set()))
         for namespace, seen in self._namespace_seen.items():
             if index.namespace_changes(namespace) != seen:
-                self._woken |= self._by_namespace.get(namespace, set())
+                self._wake(self._by_namespace.get(namespace, set()))
         self._room_seen = {pool: capacity.room_changes(pool) for pool in self._room_seen}
         self._namespace_seen = {ns: index.namespace_changes(ns) for ns in self._namespace_seen}
 
@@ -206,6 +223,7 @@ class Parking:
             self._forget(index, policy)
             return None
         token = _shape_token(q)
+        self._taken.add(token)
         entry = self._parked.get(token) if q.digest else None
         if entry is None or token in self._woken:
             return None
@@ -238,6 +256,7 @@ class Parking:
         namespace = req.namespace if reads_namespace else None
         pools = tuple(c.pool for c in choice.decision.candidates)
         token = _shape_token(q)
+        self._taken.add(token)
         self._unpark(token)
         self._parked[token] = _Parked(answer, pools, choice.held, namespace)
         self._index_by(token, pools, namespace, index)
@@ -261,6 +280,7 @@ class Parking:
         quotas (where its released members are included), which of its pools the Pods ahead hold, and
         whether its oldest member has waited long (at `now`). None: decide it. (After `look`, as a shape.)"""
         token = _token(members[0])
+        self._taken.add(token)
         entry = self._gangs.get(token)
         if entry is None or token in self._woken or policy is not self._policy:
             return None
@@ -291,6 +311,7 @@ class Parking:
             self._forget(index, policy)
         self.look(index, policy)
         token = _token(members[0])
+        self._taken.add(token)
         self._unpark_gang(token)
         since = min(q.since for q in members)
         long = waited_long(since, now, policy)

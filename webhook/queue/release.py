@@ -173,6 +173,8 @@ def decide_batch(
     parking = batch.parking
     look = _stay if parking is None else lambda: parking.look(index, policy)  # wake what changes woke
     look()
+    if parking is not None:
+        parking.begin(strict=batch.carried is not None)
     this = _Pass(index, policy, ahead, now, parking)
     releases: list[Release] = []
     waits = list(batch.invalid)
@@ -235,12 +237,15 @@ def decide_batch(
             if not q.view.group:  # siblings decide by their group's pools: not one shape's answer
                 shape_waits[id(q.view.shape)] = theirs or one
     whole = len(releases) < limit
+    # An answer taken, then woken by what the pass released (or the watch meanwhile): the Waits taken from
+    # it may not be its answer now, so the next pass decides the whole queue (webhook.queue.standing).
+    standing = whole and (parking is None or not parking.stale)
     if parking is not None and whole:  # a whole pass: the gangs not judged are gone
         if batch.carried is None:  # (going on, the gangs of the pass before are judged as they were)
             parking.keep_gangs(judged_gangs)
         parking.passed(now)
     # A parked shape nothing woke costs no visit.
-    return Plan(releases, waits, decisions, decisions, walked + len(batch.invalid), carried if whole else None)
+    return Plan(releases, waits, decisions, decisions, walked + len(batch.invalid), carried if standing else None)
 
 
 @dataclass(frozen=True, slots=True)
