@@ -1,4 +1,4 @@
-"""What the last pass of the queue left, kept so that a pass nothing changed for visits no Pod.
+"""What the last pass of the queue left, kept so that a pass nothing changed for walks no Pod.
 
 Parked shapes (webhook.queue.parking) spare a pass the decisions of what waits as it did; the walk of
 the waiting Pods, building each one's Wait, was still one step per Pod. `Standing` keeps the last
@@ -17,8 +17,10 @@ deciding only the Pods that arrived, when nothing any Pod of the last pass read 
   over the whole queue does);
 - none of the Pods that arrived is a member of a gang the last pass judged (a gang is judged whole, at its
   first member: the runner decides the whole queue then);
-- the last pass went over every Pod (no `limit`), its releases were not undone or settled otherwise than
-  released, and the policy is the same (the runner `forget`s otherwise);
+- the last pass went over every Pod (no `limit`), no answer it took was woken later in it (by its own
+  releases, or the watch while it let go of the lock: `Parking.stale`), its releases were not undone or
+  settled otherwise than released, the parked answers were not all forgotten (`Parking.generation`: a
+  node came or went) and the policy is the same (the runner `forget`s otherwise);
 - no Pod backs off (webhook.queue.refusals) and no MIG re-cut follows the waits (the runner decides the
   whole queue then).
 
