@@ -32,6 +32,7 @@ from webhook.queue.telling import GANG_EVENTS
 from webhook.queue.waiting import Waiting
 from webhook.sources.writes import Released, ReleaseResult
 
+SEEDS = [*range(6), 127, 903]
 Answer = dict[PodKey, tuple[str, str, tuple[Any, ...]]]
 
 
@@ -166,6 +167,23 @@ def test_a_pod_queued_beside_a_job_s_waiting_pods_is_walked_alone() -> None:
     assert by_pod(went_on.waiting) == queue.whole()
 
 
+def test_a_waiting_pod_whose_status_alone_changes_is_not_walked_again() -> None:
+    """kube-scheduler marks each gated Pod SchedulingGated (a new resourceVersion, nothing gpupool reads):
+    the pass walks no Pod; a change of what it asks for (its priority) makes it decide the whole queue."""
+    queue = Queue()
+    objs = [queue.queue(f"p{k}", k, gpus=1) for k in range(3)]
+    queue.runner.run_pass()
+    objs[1]["metadata"]["resourceVersion"] = "101"
+    objs[1]["status"] = {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}]}
+    queue.show(objs[1])
+    assert queue.runner.run_pass().walked == 0
+    objs[1]["spec"]["priority"] = 5
+    queue.show(objs[1])
+    changed = queue.runner.run_pass()
+    assert changed.walked == 3
+    assert by_pod(changed.waiting) == queue.whole()
+
+
 def test_a_node_that_joins_makes_the_pass_decide_the_whole_queue() -> None:
     """A new node changes the pools' structure, which forgets every parked answer (no single counter moved):
     the next pass decides the whole queue, and releases to the new node's room."""
@@ -297,9 +315,8 @@ def test_the_statuses_are_worked_out_again_only_when_the_waits_or_the_queue_move
     assert len(worked) == 2
 
 
-@pytest.mark.parametrize(
-    "seed", [*range(6), 127, 903]
-)  # 127: a group Pod whose bound passed; 903: an answer taken, then woken by a release later in that pass
+# 127: a group Pod whose bound passed; 903: an answer taken, then woken by a release later in that pass
+@pytest.mark.parametrize("seed", SEEDS)
 def test_any_sequence_of_changes_leaves_the_waits_and_events_of_a_whole_pass(seed: int) -> None:
     """Pods of two namespaces (one with a class quota; some of a gang of 2, some of a workload group that is
     not a gang) arrive behind the queue or among it, leave, change
@@ -331,9 +348,9 @@ def test_any_sequence_of_changes_leaves_the_waits_and_events_of_a_whole_pass(see
             queue.queue(f"p{step}", minute, gpus=gpus, namespace=namespace, **kw)
         elif roll < 0.55:  # a waiting Pod, or one released, leaves
             queue.show(queue.objs.pop(rng.choice(waiting if rng.random() < 0.7 else sorted(queue.objs))), "DELETED")
-        elif roll < 0.65:
+        elif roll < 0.65:  # its priority changes (or, by chance, only its resourceVersion)
             obj = queue.objs[rng.choice(waiting)]
-            obj["spec"]["priority"] = rng.randint(0, 5)
+            obj["spec"]["priority"] = rng.choice([obj["spec"].get("priority", 0), rng.randint(0, 5)])
             obj["metadata"]["resourceVersion"] = str(int(obj["metadata"]["resourceVersion"]) + 1)
             queue.show(obj)
         elif roll < 0.8:

@@ -7,8 +7,9 @@ what the Pods decided wait for, each shape's wait, the gangs judged). The next p
 deciding only the Pods that arrived, when nothing any Pod of the last pass read has changed:
 
 - the Pods that changed since (`Waiting.take_changed`) are Pods that arrived behind every Pod the last
-  pass went over (a Pod's place depends only on the Pods before it), or Pods that left or changed
-  without having waited (released meanwhile: they left nothing to the Pods behind them);
+  pass went over (a Pod's place depends only on the Pods before it), Pods that left or changed
+  without having waited (released meanwhile: they left nothing to the Pods behind them), or waiting Pods
+  of which nothing a pass reads changed (`_same`: kube-scheduler marking a gated Pod SchedulingGated);
 - no parked answer was woken (`Parking.woken`: a counter it read moved) and no wait's bound passed
   (webhook.queue.backfill);
 - no Pod of a workload group has waited `queueHoldAfterSeconds` since the last pass over the whole queue
@@ -51,7 +52,7 @@ class Standing:
         # Moves whenever `waits` does (webhook.queue.status works out its figures again), to a number no
         # other Standing or Waiting has had (a new leader's, or a rebound one's, never reads as the last one's).
         self.version = next(VERSIONS)
-        self._keys: set[PodKey] = set()
+        self._queued: dict[PodKey, Queued] = {}  # the Pods that wait, as their Waits were made
         self._end: Carried | None = None
         self._last: Order | None = None  # the release order of the last Pod the last pass went over
         # When the waiting Pods of workload groups will have waited long (the queue's clock), as a heap; those
@@ -71,9 +72,11 @@ class Standing:
             return None
         new = []
         for key in changed:
-            if key in self._keys:
-                return None  # a Pod that waited changed or left: the Pods behind it may decide otherwise
             q = waiting.get(key)
+            if key in self._queued:
+                if q is not None and _same(self._queued[key], q):
+                    continue  # only its resourceVersion or status moved (kube-scheduler's SchedulingGated)
+                return None  # a Pod that waited changed or left: the Pods behind it may decide otherwise
             if q is None:
                 continue  # left without having waited (released, or held no place)
             if self._last is not None and q.order <= self._last:
@@ -85,7 +88,7 @@ class Standing:
     def due(self, now: float) -> bool:
         """Has a Pod of a workload group waited long since the last pass over the whole queue, at `now`?"""
         bounds = self._bounds
-        while bounds and bounds[0][1] not in self._keys:
+        while bounds and bounds[0][1] not in self._queued:
             heapq.heappop(bounds)  # it no longer waits
         return bool(bounds) and bounds[0][0] <= now
 
@@ -106,7 +109,7 @@ class Standing:
     def took(self, plan: Plan, last: Order | None, *, whole: bool) -> None:
         """A pass decided the whole queue (its Pods up to `last`, in order): its Waits stand."""
         self.waits = plan.waits
-        self._keys = {w.queued.key for w in plan.waits}
+        self._queued = {w.queued.key: w.queued for w in plan.waits}
         self._end, self._last = (plan.end if whole else None), last
         self.version = next(VERSIONS)
 
@@ -114,8 +117,17 @@ class Standing:
         """A pass went on from the last one's end with the Pods up to `last`: its Waits join the others."""
         if plan.waits:
             self.waits.extend(plan.waits)
-            self._keys.update(w.queued.key for w in plan.waits)
+            self._queued.update((w.queued.key, w.queued) for w in plan.waits)
             self.version = next(VERSIONS)
         self._end = plan.end
         if last is not None:
             self._last = last
+
+
+def _same(old: Queued, new: Queued) -> bool:
+    """Would a pass decide the Pod as it did (the same Pod, place, view and counted info)? Only its
+    resourceVersion may differ, which its release is written with: read again by the pass that releases it."""
+    if old.uid != new.uid or old.order != new.order or old.view.shape is not new.view.shape:
+        return False
+    who = operator.attrgetter("namespace", "name", "generate_name", "node_name", "mirror", "daemonset", "group")
+    return who(old.view) == who(new.view) and old.info == new.info
