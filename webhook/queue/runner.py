@@ -2,31 +2,29 @@
 
 Every replica runs one Runner, in its leader process beside the admission workers, identity `POD_NAME`
 (webhook.serving.leaderproc and queueing wire it), all on the same Lease: exactly one process in the
-cluster leads; the admission workers run none. The
-leader keeps no state of its own that another replica would need: released Pods carry
-`gpupool.io/pool` and no gate, queued Pods their gate, so a new leader carries on from its own watch.
+cluster leads; the admission workers run none. The leader keeps no state of its own that another replica
+would need: released Pods carry `gpupool.io/pool` and no gate, queued Pods their gate, so a new leader
+carries on from its own watch.
 
-A pass (webhook.queue.release: `read_batch` the requests, outside the inventory's lock, then
-`decide_batch` under it, letting go of it now and then (webhook.queue.breather) so a long queue holds up neither the
-watch nor this replica's admissions) decides the queue in order and applies each release to the index
-at once; the writes follow outside the lock, `WRITERS` in flight at a time (a
-release waits on the API's round trip, not on this process, so one at a time would cap the releases at
-one per round trip), each a PATCH with the resourceVersion it was decided on. The next pass does not wait
-for them: its index counts them as released already. The index is then settled with
-what the API answered: the released Pod (counted until the watch shows it), or, on a conflict (409: the
-Pod changed; decided again next pass), a deletion (404) or a refusal, the Pod as it was. A write whose
-answer is lost (a timeout) is looked up before it is undone, so a release that did happen is never
-counted as not. A refused release is backed off, bounded and ended (webhook.queue.refusals): the Pod
-holds no place while it backs off, and is never sent again in a tight loop.
+A pass (webhook.queue.release: `read_batch` the requests, outside the inventory's lock, then `decide_batch` under
+it, letting go of it now and then, webhook.queue.breather, so a long queue holds up neither the watch nor this
+replica's admissions) decides the queue in order and applies each release to the index at once; the writes follow
+outside the lock, `WRITERS` in flight at a time (a release waits on the API's round trip, not on this process, so
+one at a time would cap the releases at one per round trip), each a PATCH with the resourceVersion it was decided
+on. The next pass does not wait for them: its index counts them as released already. The index is then settled with
+what the API answered: the released Pod (counted until the watch shows it), or, on a conflict (409: the Pod changed;
+decided again next pass), a deletion (404) or a refusal, the Pod as it was. A write whose answer is lost (a timeout)
+is looked up before it is undone, so a release that did happen is never counted as not. A refused release is backed
+off, bounded and ended (webhook.queue.refusals): the Pod holds no place while it backs off, and is never sent again
+in a tight loop.
 
-A pass counts the charges of Pods that name their node (webhook.pools.charges) by the rule their
-admission counts them by (`pending`): read from the API before the lock is taken, so a release never takes
-the quota or room of a charged Pod its watch has not shown yet; a pass that cannot read them releases
-nothing. Before it sends them, a pass records its releases in the same object, with the version it read
-(webhook.queue.records): an admission charging a Pod that names its node then counts them however late its watch shows
-them, and a charge written after the pass read the charges makes the record fail (409), so the pass
-releases nothing and the next one decides again with it. Either way no charge and release share a quota
-or room.
+A pass counts the charges of Pods that name their node (webhook.pools.charges) by the rule their admission counts
+them by (`pending`): read from the API before the lock is taken, so a release never takes the quota or room of a
+charged Pod its watch has not shown yet; a pass that cannot read them releases nothing. Before it sends them, a pass
+records its releases in the same object, with the version it read (webhook.queue.records): an admission charging a
+Pod that names its node then counts them however late its watch shows them, and a charge written after the pass read
+the charges makes the record fail (409), so the pass releases nothing and the next one decides again with it. Either
+way no charge and release share a quota or room.
 
 Each release carries this leader's fencing token (`gpupool.io/released-by: <identity>/<term>`,
 webhook.admission.fence): a release that commits after the term is over is refused by the validating
@@ -281,8 +279,7 @@ class Runner:
         """Settle the writes answered since the last pass and those whose answer was lost, decide, send,
         tell. The writes are not waited for: the next pass may start while they are in flight (its index
         counts them as released), so room that appears meanwhile waits for no API round trip but its own.
-        A pass goes on from where the last one ended when only Pods behind it arrived and nothing the Pods
-        before read changed (webhook.queue.standing): then it decides those Pods only."""
+        It goes on from the last one's end when it may (webhook.queue.standing): it decides only new Pods."""
         released = self._answers()
         self._resolve_uncertain()
         self._passed_at = self._clock()
@@ -291,7 +288,7 @@ class Runner:
             self._shapes, self._shapes_for = Memo(), policy
             self._standing.forget()
         changed = self.waiting.take_changed()
-        new = self._standing.tail(changed, self.waiting) if self._may_go_on(policy) else None
+        new = self._standing.tail(changed, self.waiting, self._parking.wake_at()) if self._may_go_on(policy) else None
         result = self._decide(policy, new) if new is not None else None  # None: an earlier Pod's answer woke
         if result is not None and changed:
             self._teller.left(changed, self.waiting.get)
@@ -299,11 +296,9 @@ class Runner:
         return result._replace(released=result.released + released)
 
     def _may_go_on(self, policy: Policy) -> bool:
-        """May a pass go on from the last one's end, as far as the runner knows? (webhook.queue.standing)"""
-        if self._refusals or (self.reshaper is not None and policy.mig_reshaping is not None):
-            return False  # a Pod backing off holds its place by the clock; a re-cut follows every wait
-        bound, now = self._parking.wake_at(), self.waiting.now()
-        return (bound is None or now < bound) and not self._standing.due(now)  # a bound passed: it may hold a pool
+        """May a pass go on from the last one's end (webhook.queue.standing)? Not while a Pod backs off (its
+        place is held by the clock), nor while MIG re-cuts follow every wait."""
+        return not self._refusals and (self.reshaper is None or policy.mig_reshaping is None)
 
     def _decide(self, policy: Policy, new: list[Queued] | None) -> PassResult | None:
         """Decide the whole queue (`new` None) or go on from the last pass's end with `new`, the Pods that
@@ -378,8 +373,8 @@ class Runner:
                 self.reshaper.step(policy, {q.key: req for q, req in batch.pods}, decided.waits, self.inventory)
             except Exception:  # a bug must not stop the queue: logged, and the next pass tries again
                 log.exception("MIG re-cutting failed in a pass")
-        waits = self._standing.waits
-        return PassResult(released, waits, len(decided.releases), decided.decisions, decided.visits, decided.walked)
+        kept = self._standing.waits
+        return PassResult(released, kept, len(decided.releases), decided.decisions, decided.visits, decided.walked)
 
     def _read_charges(self) -> tuple[list[Charge], str] | None:
         """The charges of Pods that name their node, as the API holds them now, and their version (none

@@ -64,11 +64,13 @@ class Standing:
         """The next pass decides the whole queue (the last one did not end, or what it read changed)."""
         self._end = None
 
-    def tail(self, changed: set[PodKey] | None, waiting: Waiting) -> list[Queued] | None:
+    def tail(self, changed: set[PodKey] | None, waiting: Waiting, bound: float | None) -> list[Queued] | None:
         """The Pods to decide, in order, when the queue changed only behind the last pass (those that
         arrived there; none when nothing changed); None: decide the whole queue. `changed`: the Pods that
-        arrived, changed or left since the last pass (None: any)."""
-        if self._end is None or changed is None:
+        arrived, changed or left since the last pass (None: any); `bound`: when the next parked answer's
+        bound passes (`Parking.wake_at`), then a Pod may hold a pool (webhook.queue.backfill)."""
+        now = waiting.now()
+        if self._end is None or changed is None or (bound is not None and now >= bound) or self.due(now):
             return None
         new = []
         for key in changed:
