@@ -18,13 +18,17 @@ varies). For each count it measures, per mode:
 - `room`: one GPU frees on one T4 node (not enough for any of them): the next pass's CPU and decisions.
 
 And `queued` Pods (10,000 and 100,000 by default), each a distinct ordinary shape (a toleration of its
-own), where deciding every shape again is out of reach (about 0.3 ms a shape): there the baseline is the
-parking of `--walk-rev` (by default the commit before the parked shapes were indexed by counter), which
-takes a parked answer only after reading its counters, per shape and per pass (`walk`), against the
-index by counter (`after`); both count the pass's visits (decisions, and parked answers read).
+own), where deciding every shape again is out of reach (about 0.3 ms a shape). There, by default, the
+passes are the leader's runner's (webhook.queue.runner, its writes answered by a stand-in that releases
+at once): `whole`, every pass over the whole queue (what the runner did before its passes went on from
+the last one's end), against `standing`, going on when it may (webhook.queue.standing); both count the
+Pods walked. With `--queued-modes walk,after`, the pass alone instead: the parking of `--walk-rev` (by
+default the commit before the parked shapes were indexed by counter), which takes a parked answer only
+after reading its counters, per shape and per pass (`walk`), against the index by counter (`after`);
+both count the pass's visits (decisions, and parked answers read).
 
     .venv/bin/python bench/bench_passes.py [--large 100,200,400] [--small 2000] [--queued 10000,100000]
-        [--rounds 3] [--walk-rev 355b0ea]
+        [--queued-modes whole,standing] [--rounds 3] [--walk-rev 355b0ea]
 
 Results are printed and written to bench/results/passes-<time>.json.
 """
@@ -40,6 +44,7 @@ import subprocess
 import sys
 import time
 import types
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -51,10 +56,13 @@ sys.path.insert(0, str(REPO))
 from webhook.admission.core import evaluate  # noqa: E402
 from webhook.domain.policy import Policy, load_policy_text  # noqa: E402
 from webhook.pools.index import PoolIndex  # noqa: E402
+from webhook.pools.inventory import LockedIndex  # noqa: E402
 from webhook.pools.kubeobj import pod_from_obj  # noqa: E402
 from webhook.queue.parking import Parking  # noqa: E402
 from webhook.queue.release import Plan, decide_batch, read_batch, settle  # noqa: E402
+from webhook.queue.runner import PassResult, Runner  # noqa: E402
 from webhook.queue.waiting import PODS, Waiting  # noqa: E402
+from webhook.sources.outcomes import Released  # noqa: E402
 from webhook.sources.snapshot import build_index  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
@@ -188,6 +196,12 @@ def walking(rev: str) -> type[Parking]:
         def look(self, index: PoolIndex, policy: Policy) -> None:
             return None
 
+        def keep_gangs(self, keys: set[tuple[str, str]]) -> None:  # gangs were parked after that commit
+            return None
+
+        def passed(self, now: float | None) -> None:
+            return None
+
         def parked(self, *args: Any, **kw: Any) -> Any:
             answer = super().parked(*args, **kw)
             self.read += answer is not None
@@ -228,23 +242,128 @@ def measure(kind: str, count: int, mode: str, walk: type[Parking] | None = None)
     }
 
 
+class _Index:
+    """The runner's inventory: the benchmark's index, always ready."""
+
+    def __init__(self, index: PoolIndex) -> None:
+        self.policy, self._locked = index.policy, LockedIndex(index)
+        self.ready = True
+
+    def read(self) -> AbstractContextManager[PoolIndex]:
+        return self._locked.read()
+
+    def pod_version(self) -> str:
+        return "1"
+
+
+class _Leading:
+    acquired_version, identity, term = "1", "bench", 1
+
+    def leading(self) -> bool:
+        return True
+
+    def remaining(self) -> float:
+        return 15.0
+
+    def run(self) -> None:
+        return None
+
+    def stop(self) -> None:
+        return None
+
+
+class _Api:
+    """Releases every Pod it is asked to (no round trip); Events go nowhere."""
+
+    def __init__(self) -> None:
+        self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def release(self, namespace: str, name: str, patch: list[dict[str, Any]]) -> Released:
+        return Released(jsonpatch.apply_patch(copy.deepcopy(self.pods[(namespace, name)]), patch))
+
+    def read(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.pods.get((namespace, name))
+
+    def record(self, event: Any) -> None:
+        return None
+
+
+class _Whole(Runner):
+    """The runner as it was before its passes went on from the last one's end: every pass decides the
+    whole queue (the one switch the benchmark turns: the runner's own test of whether it may go on)."""
+
+    def _may_go_on(self, policy: Policy) -> bool:
+        return False
+
+
+def runner_pass(runner: Runner) -> tuple[PassResult, float, float]:
+    """One pass of the leader's runner (its writes answered), with its CPU and wall seconds."""
+    cpu, wall = time.process_time(), time.perf_counter()
+    result = runner.run_pass()
+    return result, time.process_time() - cpu, time.perf_counter() - wall
+
+
+def measure_runner(kind: str, count: int, mode: str) -> dict[str, Any]:
+    """`measure`, for the leader's runner: `whole` decides the whole queue every pass, `standing` goes on
+    from the last pass's end when it may (webhook.queue.standing)."""
+    policy, index, waiting = setting(kind, count)
+    api = _Api()
+    runner = (_Whole if mode == "whole" else Runner)(_Index(index), waiting, _Leading(), api, events=api)
+    first, first_cpu, _ = runner_pass(runner)
+    steady = [runner_pass(runner) for _ in range(5)]
+    victim_obj = queued(gpu_pod("victim", "q2", 1, {"gpupool.io/gpu-product": "NVIDIA-L4"}), policy, index, 10**5)
+    api.pods[("q2", "victim")] = victim_obj
+    index.upsert_pod(pod_from_obj(victim_obj, policy.gpu_resources, policy.partition_prefixes))
+    waiting.apply(PODS, "ADDED", victim_obj)
+    victim, victim_cpu, victim_wall = runner_pass(runner)
+    assert victim.released == 1, victim
+    waiting.apply(PODS, "DELETED", victim_obj)
+    runner_pass(runner)  # the release, shown: re-decides nothing it took from
+    index.upsert_pod(pod_from_obj(busy("t4-00", 3), policy.gpu_resources, policy.partition_prefixes))
+    room, room_cpu, _ = runner_pass(runner)
+    assert not room.released
+    return {
+        "first_cpu_s": first_cpu,
+        "first_decisions": first.decisions,
+        "steady_cpu_s": statistics.median(s[1] for s in steady),
+        "steady_decisions": steady[-1][0].decisions,
+        "steady_visits": steady[-1][0].visits,
+        "steady_walked": steady[-1][0].walked,
+        "victim_cpu_s": victim_cpu,
+        "victim_wall_s": victim_wall,
+        "victim_decisions": victim.decisions,
+        "victim_walked": victim.walked,
+        "room_cpu_s": room_cpu,
+        "room_decisions": room.decisions,
+        "room_visits": room.visits,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--large", default="100,200,400", help="counts of large distinct waiting Pods")
     parser.add_argument("--small", default="2000", help="counts of small distinct waiting Pods")
     parser.add_argument("--queued", default="10000,100000", help="counts of queued distinct Pods (walk vs after)")
     parser.add_argument("--walk-rev", default=WALK_REV, help="the commit whose parking reads every shape's counters")
+    parser.add_argument(
+        "--queued-modes",
+        default="whole,standing",
+        help="for --queued: walk and after (the pass alone, parking of --walk-rev against by counter), whole and"
+        " standing (the leader's runner, every pass over the whole queue against going on from the last one)",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     runs = [(kind, int(n)) for kind in ("large", "small", "queued") for n in getattr(args, kind).split(",") if n]
-    walk = walking(args.walk_rev) if any(kind == "queued" for kind, _ in runs) else None
+    queued_modes = tuple(args.queued_modes.split(","))
+    walk = walking(args.walk_rev) if any(kind == "queued" for kind, _ in runs) and "walk" in queued_modes else None
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for kind, count in runs:
-        modes = ("walk", "after") if kind == "queued" else ("before", "after")
+        modes = queued_modes if kind == "queued" else ("before", "after")
         per = results.setdefault(f"{kind}-{count}", {mode: [] for mode in modes})
         for _ in range(args.rounds):  # interleaved: the machine is shared
             for mode in modes:
-                per[mode].append(measure(kind, count, mode, walk))
+                runner = mode in ("whole", "standing")
+                per[mode].append(measure_runner(kind, count, mode) if runner else measure(kind, count, mode, walk))
         print(f"{kind} x {count}:")
         for mode in modes:
             rows = per[mode]
@@ -252,7 +371,8 @@ def main() -> None:
             ms = {key: value * 1000 for key, value in med.items() if key.endswith("_s")}
             print(
                 f"  {mode:6}  steady pass {ms['steady_cpu_s']:8.2f} ms CPU, {med['steady_decisions']:5.0f} decisions,"
-                f" {med['steady_visits']:6.0f} visits | victim's pass {ms['victim_cpu_s']:8.2f} ms CPU"
+                f" {med['steady_visits']:6.0f} visits, {med.get('steady_walked', float('nan')):6.0f} Pods walked"
+                f" | victim's pass {ms['victim_cpu_s']:8.2f} ms CPU"
                 f" ({ms['victim_wall_s']:8.2f} ms wall), {med['victim_decisions']:5.0f} decisions"
                 f" | a T4 GPU frees: {ms['room_cpu_s']:8.2f} ms, {med['room_decisions']:5.0f} decisions,"
                 f" {med['room_visits']:6.0f} visits"

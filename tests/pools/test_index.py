@@ -296,3 +296,22 @@ class TestPooling:
         assert pooling(load_policy_text("defaultVendor: amd")) == pooling(base)
         assert pooling(load_policy_text("products: [{match: T4, class: high}]")) != pooling(base)
         assert pooling(load_policy_text("classLabel: example.com/class")) != pooling(base)
+
+
+def test_what_a_namespace_holds_moves_only_when_a_pod_s_claim_does() -> None:
+    """The queue's parked answers read a namespace's usage by `namespace_changes`: a Pod queued behind
+    gpupool's gate (it holds nothing) arriving, a running Pod's status update and a queued Pod's update
+    leave it as it was; a Pod that starts holding GPUs, or stops, moves it."""
+    index = index_of([gpu_node("t4-a", "Tesla-T4", 4)], load_policy_text("namespaces:\n  q: {placement: queue}\n"))
+    seen = index.namespace_changes("q")
+    queued = pod("waits", "q", gpus=1)
+    queued["spec"]["schedulingGates"] = [{"name": "gpupool.io/queue"}]
+    feed(index, [queued])
+    running = pod("runs", "q", gpus=1, node="t4-a", phase="Running")
+    assert index.namespace_changes("q") == seen
+    feed(index, [running])
+    assert index.namespace_changes("q") == seen + 1
+    feed(index, [running, queued])  # the same again: a status update, a label on the waiting Pod
+    assert index.namespace_changes("q") == seen + 1
+    index.remove_pod(("q", "runs"))
+    assert index.namespace_changes("q") == seen + 2

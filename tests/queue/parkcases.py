@@ -127,6 +127,18 @@ def undone(decided: Plan, index: PoolIndex) -> Plan:
     return decided
 
 
+def from_scratch(waiting: Waiting, index: PoolIndex, pol: Policy, now: float | None) -> Plan:
+    """A pass over the whole queue from scratch (no parking), leaving the index as it found it: its releases
+    taken back (`undone`) and the nodes held for Pods (webhook.queue.backfill) held as they were, so the
+    pass it is compared with decides on the same index."""
+    held = {owner: index.excluded_by(owner) for owner in index.excluders()}
+    decided = undone(a_pass(waiting, index, pol, None, now), index)
+    for owner in set(index.excluders()) | set(held):
+        if index.excluded_by(owner) != held.get(owner, frozenset()):
+            index.exclude_nodes(owner, held.get(owner, ()))
+    return decided
+
+
 def answers(decided: Plan) -> tuple[list[tuple[PodKey, PoolKey]], list[tuple[PodKey, str, str]]]:
     """What a pass answered, Pod by Pod: the releases, and each wait with its code and reason."""
     return (

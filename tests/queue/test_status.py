@@ -34,6 +34,23 @@ class Sink:
         self.forgotten += 1
 
 
+class Fixed:
+    """A pass's Waits and the queue, as they stand (their versions never move)."""
+
+    version = 0
+
+    def __init__(self, waits: list[Wait], ordered: list[Queued]) -> None:
+        self.waits, self._ordered = waits, ordered
+
+    def ordered(self) -> list[Queued]:
+        return self._ordered
+
+
+def fixed(waits: list[Wait], ordered: list[Queued]) -> tuple[Fixed, Fixed]:
+    both = Fixed(waits, ordered)
+    return both, both
+
+
 def queued_for(status: Mapping[str, dict[str, Any]], key: PoolKey) -> int:
     return int(status[object_names([key])[key]]["queued"])
 
@@ -59,7 +76,7 @@ def test_each_queued_pod_counts_once_for_the_first_pool_it_waits_for() -> None:
     StatusFeed(sink, clock=lambda: 0.0).look(True, inventory.read)
     assert sink.published == []  # no pass yet: nothing to tell
     feed = StatusFeed(sink, clock=lambda: 0.0)
-    feed.passed(waits, ordered)
+    feed.passed(*fixed(waits, ordered))
     feed.look(True, inventory.read)
     (status,) = sink.published
     assert (queued_for(status, T4), queued_for(status, L4)) == (2, 0)
@@ -71,9 +88,9 @@ def test_at_most_once_a_second_and_only_after_a_pass() -> None:
     now = [0.0]
     sink = Sink()
     feed = StatusFeed(sink, clock=lambda: now[0])
-    feed.passed(waits, ordered)
+    feed.passed(*fixed(waits, ordered))
     feed.look(True, inventory.read)
-    feed.passed(waits, ordered)
+    feed.passed(*fixed(waits, ordered))
     now[0] = STATUS_SECONDS / 2
     feed.look(True, inventory.read)
     assert len(sink.published) == 1
@@ -88,9 +105,9 @@ def test_a_leader_that_stops_leading_forgets_once() -> None:
     inventory, waits, ordered = planned(["a"])
     sink = Sink()
     feed = StatusFeed(sink, clock=lambda: 0.0)
-    feed.passed(waits, ordered)
+    feed.passed(*fixed(waits, ordered))
     feed.look(True, inventory.read)
-    feed.passed(waits, ordered)
+    feed.passed(*fixed(waits, ordered))
     feed.look(False, inventory.read)
     feed.look(False, inventory.read)
     assert (len(sink.published), sink.forgotten) == (1, 1)
@@ -103,7 +120,7 @@ class TestNamespaceSummaries:
         inventory, waits, ordered = planned(["a", "b"])
         sink = Sink()
         feed = StatusFeed(sink, clock=lambda: 0.0)
-        feed.passed(waits, ordered)
+        feed.passed(*fixed(waits, ordered))
         feed.look(True, inventory.read)
         (summaries,) = sink.queues
         assert set(summaries) == {"q"}

@@ -364,7 +364,7 @@ class TestMultiprocess:
         GpupoolQueueNoLeader and GpupoolQueueWaitLong would fire on Pods long released."""
         script = textwrap.dedent(
             """
-            from webhook.queue.waiting import Backlog
+            from webhook.queue.backlog import Backlog
             from webhook.serving.metrics import Metrics
             m = Metrics.private()
             m.queue_waiting({"team-a": Backlog(2, 7200.0), "team-b": Backlog(1, 60.0)})

@@ -205,8 +205,8 @@ class PoolIndex:
         changed = False
         for key, pod in pods:
             if pod is not None or key in held:
-                ledger.upsert_pod(pod, key)
-                self._namespace_changed(key[0])
+                if ledger.upsert_pod(pod, key):  # else what the namespace holds is as it was
+                    self._namespace_changed(key[0])
                 changed = True
         self._settle(changed=changed)
 

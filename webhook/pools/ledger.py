@@ -55,17 +55,23 @@ class Ledger:
 
     # --- Pods ----------------------------------------------------------------------------------------
 
-    def upsert_pod(self, pod: PodInfo | None, key: PodKey) -> None:
+    def upsert_pod(self, pod: PodInfo | None, key: PodKey) -> bool:
         """Add or replace a Pod (None: it holds nothing now). A Pod seen for the first time takes over
-        from its admission's reservation."""
-        first_sight = key not in self._pods
+        from its admission's reservation. Whether what its namespace holds may have changed: False when
+        the Pod's claim is as it was (a queued Pod arriving or changing, which holds and counts nothing; a
+        running Pod's status) and no reservation was taken back."""
+        before = self._pods.get(key)
+        taken = False
         self.remove_pod(key)
         if pod is not None and not pod.holds_nothing:
-            if first_sight:
+            if before is None:
                 token = self._reservations.shown(pod)
                 if token is not None:
                     self.release(token)
+                    taken = True
             self._add_pod(key, pod)
+        after = self._pods.get(key)
+        return taken or not (before == after or (_empty(before) and _empty(after)))
 
     def remove_pod(self, key: PodKey) -> None:
         claim = self._pods.pop(key, None)
@@ -294,3 +300,8 @@ def _counter(table: dict[str, Counter[str]], key: str) -> Counter[str]:
     if counter is None:
         counter = table[key] = Counter()
     return counter
+
+
+def _empty(claim: Claim | None) -> bool:
+    """Does the claim hold and count nothing (a queued Pod's)?"""
+    return claim is None or claim == Claim(claim.namespace)

@@ -193,3 +193,9 @@ class Elector:
         if leading != self._was_leading:
             self._was_leading = leading
             self._on_change(leading)
+
+
+def reached(version: str, wanted: str) -> bool:
+    """Has a resourceVersion reached another (both etcd revisions: a new leader's watch and the Lease it
+    took, webhook.queue.runner)? Anything else: never."""
+    return version.isdigit() and wanted.isdigit() and int(version) >= int(wanted)

@@ -129,9 +129,16 @@ class Parking:
         self._bounds: list[tuple[float, bytes]] = []
         self._bound_since: dict[bytes, float] = {}
         self._passed_at = float("-inf")
+        self.generation = 0  # moves whenever every parked answer is forgotten (a new index, policy or structure)
+        # The answers taken or kept since `begin`, and whether one of them (any, when `_strict`) was woken
+        # since: then the Waits made from them may not be what the answers now say (webhook.queue.standing).
+        self._taken: set[bytes] = set()
+        self._strict = False
+        self.stale = False
 
     def _forget(self, index: PoolIndex | None, policy: Policy | None) -> None:
         """Every parked answer, for a new index or policy."""
+        self.generation += 1
         self._index, self._policy = index, policy
         tables = (self._parked, self._gangs, self._by_room, self._by_namespace, self._room_seen, self._namespace_seen)
         for table in tables:
@@ -140,6 +147,18 @@ class Parking:
         self._bounds.clear()
         self._bound_since.clear()
         self._structure_seen = self._changes_seen = -1
+
+    def begin(self, *, strict: bool) -> None:
+        """A pass begins (after its first `look`): `stale` tells at its end whether an answer it took or
+        kept was woken meanwhile (with `strict`, whether any answer was: the pass goes on from another's
+        Waits, which took answers it does not know)."""
+        self._taken.clear()
+        self._strict, self.stale = strict, False
+
+    def _wake(self, tokens: set[bytes]) -> None:
+        if tokens and (self._strict or not self._taken.isdisjoint(tokens)):
+            self.stale = True
+        self._woken |= tokens
 
     def look(self, index: PoolIndex, policy: Policy) -> None:
         """Wake the parked shapes whose counters moved since they were last compared: a pass calls it when
@@ -158,12 +177,18 @@ class Parking:
             return
         for pool, seen in self._room_seen.items():
             if capacity.room_changes(pool) != seen:
-                self._woken |= self._by_room.get(pool, set())
+                self._wake(self._by_room.get(pool, set()))
         for namespace, seen in self._namespace_seen.items():
             if index.namespace_changes(namespace) != seen:
-                self._woken |= self._by_namespace.get(namespace, set())
+                self._wake(self._by_namespace.get(namespace, set()))
         self._room_seen = {pool: capacity.room_changes(pool) for pool in self._room_seen}
         self._namespace_seen = {ns: index.namespace_changes(ns) for ns in self._namespace_seen}
+
+    @property
+    def woken(self) -> bool:
+        """Is a parked answer woken (after `look`): something it read changed, so it is decided again?
+        (Every answer forgotten at once moves `generation` instead.)"""
+        return bool(self._woken)
 
     def __len__(self) -> int:
         """The shapes parked now."""
@@ -198,6 +223,7 @@ class Parking:
             self._forget(index, policy)
             return None
         token = _shape_token(q)
+        self._taken.add(token)
         entry = self._parked.get(token) if q.digest else None
         if entry is None or token in self._woken:
             return None
@@ -230,6 +256,7 @@ class Parking:
         namespace = req.namespace if reads_namespace else None
         pools = tuple(c.pool for c in choice.decision.candidates)
         token = _shape_token(q)
+        self._taken.add(token)
         self._unpark(token)
         self._parked[token] = _Parked(answer, pools, choice.held, namespace)
         self._index_by(token, pools, namespace, index)
@@ -253,6 +280,7 @@ class Parking:
         quotas (where its released members are included), which of its pools the Pods ahead hold, and
         whether its oldest member has waited long (at `now`). None: decide it. (After `look`, as a shape.)"""
         token = _token(members[0])
+        self._taken.add(token)
         entry = self._gangs.get(token)
         if entry is None or token in self._woken or policy is not self._policy:
             return None
@@ -283,6 +311,7 @@ class Parking:
             self._forget(index, policy)
         self.look(index, policy)
         token = _token(members[0])
+        self._taken.add(token)
         self._unpark_gang(token)
         since = min(q.since for q in members)
         long = waited_long(since, now, policy)
@@ -340,6 +369,15 @@ class Parking:
             _drop(self._by_room, self._room_seen, pool, token)
         if namespace is not None:
             _drop(self._by_namespace, self._namespace_seen, namespace, token)
+
+    def keep_waiting(self, waiting: Iterable[Queued]) -> None:
+        """`keep_only` the shapes of the `waiting` Pods, and forget the answers of a workload group's Pods
+        when no Pod of that group and shape waits (a woken one would make every pass decide the whole
+        queue: webhook.queue.standing)."""
+        tokens = {_shape_token(q) for q in waiting}
+        self.keep_only({t[: len(DIGEST)] for t in tokens})
+        for gone in [t for t in self._parked if len(t) > len(DIGEST) and t not in tokens]:
+            self._unpark(gone)
 
     def keep_only(self, digests: set[bytes]) -> None:
         """Forget the shapes no Pod of `digests` (those waiting now) has."""

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
-from webhook.queue.waiting import Backlog
+from webhook.queue.backlog import Backlog
 from webhook.sources.eventqueue import Event
 from webhook.sources.outcomes import ReleaseResult
 

@@ -136,6 +136,22 @@ def _repairs(decided: Plan, index: PoolIndex, policy: Policy, kept: list[Charge]
     return out
 
 
+class Repairs:
+    """The Waits of the gangs waiting to be repaired, kept across the passes that go on from the last one's
+    end (webhook.queue.standing: they walk only the Pods that arrived behind it), so their room is recorded
+    again by every pass, not only by one over the whole queue."""
+
+    def __init__(self) -> None:
+        self.waits: list[Wait] = []
+
+    def of(self, decided: Plan, *, going_on: bool) -> Plan:
+        """`decided` with the repairs' Waits in place of its own: a whole pass's, or the last whole pass's
+        and those of the Pods a pass that went on walked."""
+        repairs = [w for w in decided.waits if w.code == "repair"]
+        self.waits = [*self.waits, *repairs] if going_on else repairs
+        return decided._replace(waits=self.waits)
+
+
 ENTRY_BYTES = 512  # what a pass counts per release it may make, at first: a release's entry is ~200 bytes
 
 

@@ -70,6 +70,19 @@ class Wait(NamedTuple):
     pools: tuple[PoolKey, ...] = ()  # the pools whose room or quota it waits for, best first (GPUPool's `queued`)
 
 
+@dataclass(slots=True)
+class Carried:
+    """Where a pass of the queue stands after its last Pod: what the Pods decided wait for (`ahead`), the
+    wait of each shape that waits (by the shape's identity, as in `read_batch`: the Wait holds the shape,
+    so no id is reused while it is kept) and the gangs judged. A pass over Pods that all come after those
+    of an earlier pass, with nothing else changed, goes on from where that one ended (webhook.queue
+    .standing): the Pods before decide as they did, so what they leave to the later ones is as it was."""
+
+    ahead: Ahead = field(default_factory=Ahead)
+    shape_waits: dict[int, Wait] = field(default_factory=dict)
+    judged_gangs: set[tuple[str, str]] = field(default_factory=set)
+
+
 class Plan(NamedTuple):
     releases: list[Release]
     waits: list[Wait]
@@ -77,6 +90,8 @@ class Plan(NamedTuple):
     # shapes, Pods and gangs the pass looked at in the index: those decided, and the parked shapes whose
     # counters it read (webhook.queue.parking); a parked shape nothing woke is not visited
     visits: int = 0
+    walked: int = 0  # the waiting Pods the pass went over (webhook.queue.standing: none while nothing changed)
+    end: Carried | None = None  # where it stood after its last Pod, when it went over every one (no `limit`)
 
 
 PAUSE_EVERY = 16  # Pods decided between two calls of decide_batch's `pause`
@@ -94,6 +109,7 @@ class Batch(NamedTuple):
     gangs: dict[tuple[str, str], list[tuple[Queued, GpuRequest]]]  # (namespace, group) -> members, in order
     invalid: list[Wait]  # Pods whose request the policy now refuses (it changed since they were queued)
     parking: Parking | None = None  # what the requests were read with: decide_batch parks the shapes there
+    carried: Carried | None = None  # where an earlier pass ended, to go on from (taken over: not copied)
 
 
 def plan(
@@ -151,25 +167,30 @@ def decide_batch(
     (webhook.queue.waiting: `Queued.since`), for how long a Pod or gang has waited (webhook.queue.backfill);
     None (a preview) counts none as having waited long. With the batch's `parking` (the runner's, kept
     across passes), a shape that could not go is not decided again while nothing its answer read has changed
-    (webhook.queue.parking): the answer is the one the decision would give."""
-    ahead = Ahead()  # what the Pods decided before wait for stays theirs
+    (webhook.queue.parking): the answer is the one the decision would give. With the batch's `carried`, the
+    pass goes on from where an earlier one ended (its Pods all come after that pass's)."""
+    carried = batch.carried if batch.carried is not None else Carried()
+    ahead = carried.ahead  # what the Pods decided before wait for stays theirs
     parking = batch.parking
     look = _stay if parking is None else lambda: parking.look(index, policy)  # wake what changes woke
     look()
+    if parking is not None:
+        parking.begin(strict=batch.carried is not None)
     this = _Pass(index, policy, ahead, now, parking)
     # The Pods that hold a node (webhook.queue.backfill) since an earlier pass: only they may find it ready.
     holders = [o for o in index.excluders() if o.startswith(backfill.OWNER)] if now is not None else []
     releases: list[Release] = []
     waits = list(batch.invalid)
-    judged_gangs: set[tuple[str, str]] = set()
+    judged_gangs = carried.judged_gangs
     # A Pod that waits makes every later Pod of its shape wait too: within a pass room and quota only get
     # taken, and what it waits for stays blocked. So a saturated fleet's pass decides each shape once, not
     # each Pod.
-    shape_waits: dict[int, Wait] = {}  # by the shape's identity, as in `read_batch`
-    decisions = 0
+    shape_waits = carried.shape_waits  # by the shape's identity, as in `read_batch`
+    decisions = walked = 0
     for i, (q, req) in enumerate(batch.pods):
         if len(releases) >= limit:
             break
+        walked += 1
         if not i % PAUSE_EVERY:
             pause()
             look()
@@ -221,14 +242,20 @@ def decide_batch(
             waits.append(one)
             if not q.view.group:  # siblings decide by their group's pools: not one shape's answer
                 shape_waits[id(q.view.shape)] = theirs or one
-    if now is not None and len(releases) < limit:  # a whole pass: the holds of Pods that hold none now end
+    whole = len(releases) < limit
+    # An answer taken, then woken by what the pass released (or the watch meanwhile): the Waits taken from
+    # it may not be its answer now, so the next pass decides the whole queue (webhook.queue.standing).
+    standing = whole and (parking is None or not parking.stale)
+    if now is not None and whole and batch.carried is None:  # the whole queue: the holds of Pods holding none end
         for owner in index.excluders():
             if owner.startswith(backfill.OWNER) and owner not in this.holding:
                 index.exclude_nodes(owner, ())
-    if parking is not None and len(releases) < limit:  # a whole pass: the gangs not judged are gone
-        parking.keep_gangs(judged_gangs)
+    if parking is not None and whole:  # a whole pass: the gangs not judged are gone
+        if batch.carried is None:  # (going on, the gangs of the pass before are judged as they were)
+            parking.keep_gangs(judged_gangs)
         parking.passed(now)
-    return Plan(releases, waits, decisions, visits=decisions)  # a parked shape nothing woke costs no visit
+    # A parked shape nothing woke costs no visit.
+    return Plan(releases, waits, decisions, decisions, walked + len(batch.invalid), carried if standing else None)
 
 
 @dataclass(frozen=True, slots=True)

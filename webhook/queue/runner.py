@@ -1,41 +1,37 @@
 """The leader's loop: whenever something changed, release what now fits; tell the Pods and the metrics.
 
 Every replica runs one Runner, in its leader process beside the admission workers, identity `POD_NAME`
-(webhook.serving.leaderproc and queueing wire it), all on the same Lease: exactly one process in the
-cluster leads; the admission workers run none. The
-leader keeps no state of its own that another replica would need: released Pods carry
-`gpupool.io/pool` and no gate, queued Pods their gate, so a new leader carries on from its own watch.
+(webhook.serving.leaderproc and queueing wire it), all on the same Lease: exactly one process in the cluster leads;
+the admission workers run none. The leader keeps no state of its own that another replica would need: released Pods
+carry `gpupool.io/pool` and no gate, queued Pods their gate, so a new leader carries on from its own watch.
 
-A pass (webhook.queue.release: `read_batch` the requests, outside the inventory's lock, then
-`decide_batch` under it, letting go of it every BREATHE_SECONDS so a long queue holds up neither the
-watch nor this replica's admissions) decides the queue in order and applies each release to the index
-at once; the writes follow outside the lock, `WRITERS` in flight at a time (a
-release waits on the API's round trip, not on this process, so one at a time would cap the releases at
-one per round trip), each a PATCH with the resourceVersion it was decided on. The next pass does not wait
-for them: its index counts them as released already. The index is then settled with
-what the API answered: the released Pod (counted until the watch shows it), or, on a conflict (409: the
-Pod changed; decided again next pass), a deletion (404) or a refusal, the Pod as it was. A write whose
-answer is lost (a timeout) is looked up before it is undone, so a release that did happen is never
-counted as not. A refused release is backed off, bounded and ended (webhook.queue.refusals): the Pod
-holds no place while it backs off, and is never sent again in a tight loop.
+A pass (webhook.queue.release: `read_batch` the requests, outside the inventory's lock, then `decide_batch` under
+it, letting go of it now and then, webhook.queue.breather, so a long queue holds up neither the watch nor this
+replica's admissions) decides the queue in order and applies each release to the index at once; the writes follow
+outside the lock, `WRITERS` in flight at a time (a release waits on the API's round trip, not on this process, so
+one at a time would cap the releases at one per round trip), each a PATCH with the resourceVersion it was decided
+on. The next pass does not wait for them: its index counts them as released already. The index is then settled with
+what the API answered: the released Pod (counted until the watch shows it), or, on a conflict (409: the Pod changed;
+decided again next pass), a deletion (404) or a refusal, the Pod as it was. A write whose answer is lost (a timeout)
+is looked up before it is undone, so a release that did happen is never counted as not. A refused release is backed
+off, bounded and ended (webhook.queue.refusals): the Pod holds no place while it backs off, and is never sent again
+in a tight loop.
 
-A pass counts the charges of Pods that name their node (webhook.pools.charges) by the rule their
-admission counts them by (`pending`): read from the API before the lock is taken, so a release never takes
-the quota or room of a charged Pod its watch has not shown yet; a pass that cannot read them releases
-nothing. Before it sends them, a pass records its releases in the same object, with the version it read
-(webhook.queue.records): an admission charging a Pod that names its node then counts them however late its watch shows
-them, and a charge written after the pass read the charges makes the record fail (409), so the pass
-releases nothing and the next one decides again with it. Either way no charge and release share a quota
-or room.
+A pass counts the charges of Pods that name their node (webhook.pools.charges) by the rule their admission counts
+them by (`pending`): read from the API before the lock is taken, so a release never takes the quota or room of a
+charged Pod its watch has not shown yet; a pass that cannot read them releases nothing. Before it sends them, a pass
+records its releases in the same object, with the version it read (webhook.queue.records): an admission charging a
+Pod that names its node then counts them however late its watch shows them, and a charge written after the pass read
+the charges makes the record fail (409), so the pass releases nothing and the next one decides again with it. Either
+way no charge and release share a quota or room.
 
 Each release carries this leader's fencing token (`gpupool.io/released-by: <identity>/<term>`,
-webhook.admission.fence): a release that commits after the term is over is refused by the validating
-webhook, so no two leaders' releases ever share a quota or room, however late a write lands.
+webhook.admission.fence): a release that commits after the term is over is refused by the validating webhook, so no
+two leaders' releases ever share a quota or room, however late a write lands.
 
-A new leader first waits until its Pod watch has caught up with the Lease it took (resourceVersions are
-etcd's revisions, so the watch has then seen every release its predecessor wrote), at most
-`CATCH_UP_SECONDS`; a leader stops writing as soon as it may have lost the Lease.
-"""
+A new leader first waits until its Pod watch has caught up with the Lease it took (resourceVersions are etcd's
+revisions, so the watch has then seen every release its predecessor wrote), at most `CATCH_UP_SECONDS`; a leader
+stops writing as soon as it may have lost the Lease."""
 
 from __future__ import annotations
 
@@ -45,7 +41,6 @@ import time
 from collections.abc import Callable
 from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
@@ -54,19 +49,20 @@ from webhook.admission.patch import with_token
 from webhook.domain.model import PodKey
 from webhook.domain.policy import Policy
 from webhook.pools.charges import Charge, ChargeError, ChargeStore, pending
-from webhook.pools.index import PoolIndex
 from webhook.pools.kubeobj import pod_from_obj
 from webhook.pools.memo import Memo
 from webhook.queue import records
-from webhook.queue.leader import Elector
+from webhook.queue.breather import Breather
+from webhook.queue.leader import Elector, reached
 from webhook.queue.parking import Parking
 from webhook.queue.ports import UNLIMITED, Events, NoMetrics, QueueInventory, QueueMetrics, Releaser, TokenBucket
 from webhook.queue.refusals import Refusals
-from webhook.queue.release import Release, Wait, decide_batch, read_batch, settle
+from webhook.queue.release import Batch, Plan, Release, Wait, decide_batch, read_batch, settle
 from webhook.queue.reshape import Reshaper
+from webhook.queue.standing import Order, Standing
 from webhook.queue.status import StatusFeed, StatusSink
-from webhook.queue.waiting import Waiting, is_queued
-from webhook.sources.eventqueue import Event
+from webhook.queue.telling import Teller
+from webhook.queue.waiting import Queued, Waiting, is_queued
 from webhook.sources.outcomes import Conflict, Gone, Refused, Released, ReleaseResult
 
 log = logging.getLogger("gpupool.queue")
@@ -75,7 +71,6 @@ TICK_SECONDS = 1.0  # a look at least this often while leading: a pass if the in
 ANSWER_SECONDS = 0.05  # while writes are in flight, their answers are settled at least this often
 CATCH_UP_SECONDS = 5.0  # at most this long for a new leader's watch to reach the Lease's version
 BATCH = 500  # releases decided per pass; the next pass follows at once
-BREATHE_SECONDS = 0.002  # a pass lets go of the inventory's lock this often (see _Breather)
 WRITERS = 8  # release PATCHes in flight at once (the API client's connection pool holds them: live.api_client)
 
 
@@ -85,6 +80,7 @@ class PassResult(NamedTuple):
     decided: int = 0  # releases the pass decided
     decisions: int = 0  # shapes, Pods and gangs it decided (the others stayed parked: webhook.queue.parking)
     visits: int = 0  # the shapes, Pods and gangs it visited (release.Plan.visits): none while nothing changed
+    walked: int = 0  # the waiting Pods it went over (webhook.queue.standing): none while nothing changed
 
 
 class Runner:
@@ -121,11 +117,12 @@ class Runner:
         self.reshaper = reshaper
         self._charges, self._wall = charges, wall
         self._records = records.Recorder(charges)
+        self._repairs = records.Repairs()
         self._status = StatusFeed(status, clock) if status is not None else None
         self._policy = policy
         self._rebind_lock = threading.Lock()
         self._next: tuple[QueueInventory, Waiting] | None = None  # to follow from the next pass on (`rebind`)
-        self._releaser, self._events = releaser, events
+        self._releaser = releaser
         self._metrics = metrics or NoMetrics()
         self._clock = clock
         self._limiter = limiter
@@ -139,7 +136,10 @@ class Runner:
         self._shapes = Memo()  # what a Pod's shape decides, for one policy only
         self._shapes_for: Policy | None = None
         self._parking = Parking()  # the waiting shapes' requests and parked answers (webhook.queue.parking)
-        self._told: dict[PodKey, tuple[str, str]] = {}  # Pods told they are queued: (uid, Event reason)
+        self._teller = Teller(events, self._metrics)  # the Pods' Events (webhook.queue.telling)
+        self._standing = Standing()  # the last pass's Waits, and where it ended (webhook.queue.standing)
+        self._generation = -1  # the parked answers' generation the last pass ended with
+        self._queue_now = 0.0  # the queue's clock when the pass under way began to decide
         self._uncertain: dict[PodKey, Release] = {}  # written, answer lost: looked up before undone
         self._refusals = Refusals()  # Pods whose releases the API refused: backed off, then given up on
         self._caught_up = False
@@ -171,6 +171,7 @@ class Runner:
         self._uncertain.clear()
         self._shapes_for, self._changes_seen = None, None
         self._parking = Parking()
+        self._standing = Standing()
         self.waiting.wake.set()
 
     def stop(self) -> None:
@@ -214,6 +215,7 @@ class Runner:
             self._metrics.queue_waiting(self.waiting.backlog(datetime.now(UTC)))
         if not leading:
             self._caught_up, self._catch_up_since, self._changes_seen = False, None, None
+            self._standing.forget()
             self._answers()
             return
         if not self.inventory.ready or not self._catch_up():
@@ -259,7 +261,7 @@ class Runner:
         wanted, since = self.elector.acquired_version, self._catch_up_since
         if since is None:
             self._catch_up_since = since = self._clock()
-        if _at_least(self.inventory.pod_version(), wanted) or self._clock() - since >= CATCH_UP_SECONDS:
+        if reached(self.inventory.pod_version(), wanted) or self._clock() - since >= CATCH_UP_SECONDS:
             self._caught_up = True
             self._catch_up_since = None
             return True
@@ -275,25 +277,58 @@ class Runner:
     def _pass(self) -> PassResult:
         """Settle the writes answered since the last pass and those whose answer was lost, decide, send,
         tell. The writes are not waited for: the next pass may start while they are in flight (its index
-        counts them as released), so room that appears meanwhile waits for no API round trip but its own."""
+        counts them as released), so room that appears meanwhile waits for no API round trip but its own.
+        It goes on from the last one's end when it may (webhook.queue.standing): it decides only new Pods."""
         released = self._answers()
         self._resolve_uncertain()
-        self._passed_at = now = self._clock()
+        self._passed_at = self._clock()
         policy = self._policy(self.inventory)
         if policy is not self._shapes_for:
             self._shapes, self._shapes_for = Memo(), policy
-        ordered = self.waiting.ordered()
-        self._parking.keep_only({q.digest for q in ordered})
-        if self._refusals:  # a Pod backing off, or given up on, holds no place: the Pods behind it go
-            self._refusals.keep_only({q.key for q in ordered})
-            ordered = [q for q in ordered if not self._refusals.holds_back(q, now)]
-        read = self._read_charges() if ordered else ([], "")  # nothing to release: nothing to count them against
+            self._standing.forget()
+        changed = self.waiting.take_changed()
+        new = self._standing.tail(changed, self.waiting, self._parking.wake_at()) if self._may_go_on(policy) else None
+        result = self._decide(policy, new) if new is not None else None  # None: an earlier Pod's answer woke
+        if result is not None and changed:
+            self._teller.left(changed, self.waiting.get)
+        result = result or self._decide(policy, None) or PassResult(0, [])  # (the whole queue is always decided)
+        return result._replace(released=result.released + released)
+
+    def _may_go_on(self, policy: Policy) -> bool:
+        """May a pass go on from the last one's end (webhook.queue.standing)? Not while a Pod backs off (its
+        place is held by the clock), nor while MIG re-cuts follow every wait."""
+        return not self._refusals and (self.reshaper is None or policy.mig_reshaping is None)
+
+    def _decide(self, policy: Policy, new: list[Queued] | None) -> PassResult | None:
+        """Decide the whole queue (`new` None) or go on from the last pass's end with `new`, the Pods that
+        arrived behind it (None when an answer the last pass took was woken meanwhile: decide the whole)."""
+        now, self._queue_now = self._passed_at, self.waiting.now()  # (the queue's clock before deciding)
+        going_on = new is not None
+        carried = self._standing.carried()
+        self._standing.forget()  # until this pass has ended
+        if new is None:
+            ordered = self.waiting.ordered()
+            last = ordered[-1].order if ordered else None
+            self._parking.keep_waiting(ordered)
+            if self._refusals:  # a Pod backing off, or given up on, holds no place: the Pods behind it go
+                self._refusals.keep_only({q.key for q in ordered})
+                ordered = [q for q in ordered if not self._refusals.holds_back(q, now)]
+            batch = read_batch(ordered, policy, self._shapes, self._parking)
+        else:
+            last = new[-1].order if new else None
+            batch = read_batch(new, policy, self._shapes, self._parking)._replace(carried=carried)
+            if carried is None or any(gang in carried.judged_gangs for gang in batch.gangs):
+                return None  # a member of a gang judged already: the gang is judged again, whole
+        read = self._read_charges() if batch.pods else ([], "")  # nothing to release: nothing to count them against
         if read is None:
-            return PassResult(released, [])
+            return PassResult(0, [])
         charges, version = read
-        batch = read_batch(ordered, policy, self._shapes, self._parking)
         held = self.inventory.read()
         with held as index:
+            self._parking.look(index, policy)
+            generation = self._parking.generation
+            if going_on and (self._parking.woken or generation != self._generation):
+                return None  # something a Pod the last pass went over read changed: all are decided
             if self.reshaper is not None:
                 self.reshaper.fence(index)  # no release to a node being re-cut
             # Counted as admission counts them: a charge taken back when the pass ends changes the index,
@@ -303,26 +338,44 @@ class Runner:
             limit = self._records.room(records.kept(charges, index, wall, ttl), wall, BATCH) if self._charges else BATCH
             with pending(index, charges, wall, now, releases=False):
                 decided = decide_batch(
-                    batch, index, policy, limit=limit, pause=_Breather(held, self._clock), now=self.waiting.now()
+                    batch, index, policy, limit=limit, pause=Breather(held, self._clock), now=self.waiting.now()
                 )
                 self._changes_seen = index.changes
+            if self._parking.generation != generation:  # every answer forgotten meanwhile: none to go on from
+                decided = decided._replace(end=None)
+            self._generation = self._parking.generation
             kept = records.kept(charges, index, wall, ttl) if self._charges is not None else []
-            mine = records.entries(decided, index, policy, kept, wall) if self._charges is not None else None
+            repairing = self._repairs.of(decided, going_on=going_on)
+            mine = records.entries(repairing, index, policy, kept, wall) if self._charges is not None else None
         if mine is not None and mine.charges and not self._records.record(mine, kept, version):
             self._undo(decided.releases)
             self._changes_seen = None
             self.waiting.wake.set()  # decided again at once, with what was charged meanwhile
-            return PassResult(released, decided.waits)
-        self._tell_queued(decided.waits)
+            return PassResult(0, decided.waits)
+        return self._tell(decided, batch, last, policy, going_on=going_on)
+
+    def _tell(self, decided: Plan, batch: Batch, last: Order | None, policy: Policy, *, going_on: bool) -> PassResult:
+        """Keep the pass's Waits, tell them (the Pods, the pools' statuses), send its releases, re-cut."""
+        if going_on:
+            self._standing.went_on(decided, last)
+        else:
+            self._standing.took(decided, last, whole=decided.end is not None)
+        self._standing.judged(
+            decided.waits, self._queue_now, policy.defaults.queue_hold_after_seconds, whole=not going_on
+        )
+        self._teller.queued(decided.waits)
+        if not going_on:
+            self._teller.only(decided.waits, self.waiting.get)
         if self._status is not None:
-            self._status.passed(decided.waits, ordered)
-        released += self._send_all(decided.releases)
+            self._status.passed(self._standing, self.waiting)
+        released = self._send_all(decided.releases)
         if self.reshaper is not None:
             try:
                 self.reshaper.step(policy, {q.key: req for q, req in batch.pods}, decided.waits, self.inventory)
             except Exception:  # a bug must not stop the queue: logged, and the next pass tries again
                 log.exception("MIG re-cutting failed in a pass")
-        return PassResult(released, decided.waits, len(decided.releases), decided.decisions, decided.visits)
+        kept = self._standing.waits
+        return PassResult(released, kept, len(decided.releases), decided.decisions, decided.visits, decided.walked)
 
     def _read_charges(self) -> tuple[list[Charge], str] | None:
         """The charges of Pods that name their node, as the API holds them now, and their version (none
@@ -373,8 +426,8 @@ class Runner:
         else:
             done = {f for f in self._sending if f.done()}
             pending = self._sending - done
-        self._sending = pending
-        return sum(self._answered(*f.result()) for f in done)
+        self._sending = pending  # settled in release order (a set's is arbitrary): lost ones are looked up so
+        return sum(self._answered(*f.result()) for f in sorted(done, key=lambda f: f.result()[0].queued.order))
 
     def _send(self, release: Release) -> tuple[Release, ReleaseResult]:
         namespace, name = release.queued.key
@@ -405,17 +458,20 @@ class Runner:
             log.warning("release of %s/%s refused (%d): %s", namespace, name, result.status, result.message)
             ended = self._refusals.refused(release.queued, result.status, result.message, self._clock())
             if ended is not None:
-                self._events.record(ended)
+                self._teller.record(ended)
         self._metrics.queue_released("error", None)
         return 0
 
     def _settle(self, release: Release, obj: dict[str, Any] | None) -> None:
+        if obj is None:
+            self._standing.forget()  # the Pod counts as queued again: decided again, with the Pods behind it
         policy = self.inventory.policy
         answer = pod_from_obj(obj, policy.gpu_resources, policy.partition_prefixes) if obj is not None else None
         with self.inventory.read() as index:
             settle(index, release, answer)
 
     def _undo(self, releases: list[Release]) -> None:
+        self._standing.forget()
         with self.inventory.read() as index:
             for release in releases:
                 settle(index, release, None)
@@ -439,59 +495,5 @@ class Runner:
                 self._settle(release, None)
 
     def _released(self, release: Release, outcome: str) -> None:
-        q = release.queued
-        self._told.pop(q.key, None)
-        self._refusals.forget(q.key)
-        self._metrics.queue_released(outcome, _since(q.created))
-        self._events.record(
-            Event(q.key[0], q.key[1], q.uid, "Released", f"gpupool released the Pod to pool {release.pool}")
-        )
-
-    def _tell_queued(self, waits: list[Wait]) -> None:
-        """An Event on each Pod the first time this leader sees it wait, saying what it waits for; again
-        when its gang is parked (a Warning `GangParked`: it can never go whole) or being completed
-        (`GangRepair`: members released already, the rest wait with their pool held)."""
-        seen = set()
-        for wait in waits:
-            q = wait.queued
-            seen.add(q.key)
-            reason, kind = GANG_EVENTS.get(wait.code, ("Queued", "Normal"))
-            if self._told.get(q.key) != (q.uid, reason):
-                self._told[q.key] = (q.uid, reason)
-                self._events.record(Event(q.key[0], q.key[1], q.uid, reason, f"gpupool queue: {wait.reason}", kind))
-        for key in [k for k in self._told if k not in seen and self.waiting.get(k) is None]:
-            del self._told[key]
-
-
-GANG_EVENTS = {"parked": ("GangParked", "Warning"), "repair": ("GangRepair", "Normal")}  # Wait.code -> Event
-
-
-class _Breather:
-    """decide_batch's `pause`: lets go of the inventory's lock once it has held it for BREATHE_SECONDS,
-    so the watch and this replica's admissions get in between the Pods of a long pass."""
-
-    def __init__(self, held: AbstractContextManager[PoolIndex], clock: Callable[[], float]) -> None:
-        self._held, self._clock = held, clock
-        self._since = clock()
-
-    def __call__(self) -> None:
-        if self._clock() - self._since < BREATHE_SECONDS:
-            return
-        self._held.__exit__(None, None, None)
-        time.sleep(0)  # the GIL, for a thread that was waiting for the lock
-        self._held.__enter__()
-        self._since = self._clock()
-
-
-def _at_least(version: str, wanted: str) -> bool:
-    """Has a resourceVersion reached another (both etcd revisions)? Anything else: never."""
-    return version.isdigit() and wanted.isdigit() and int(version) >= int(wanted)
-
-
-def _since(created: str) -> float | None:
-    """Seconds since an RFC 3339 time (the Pod's creation); None when unreadable."""
-    try:
-        then = datetime.fromisoformat(created.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return max((datetime.now(UTC) - then).total_seconds(), 0.0)
+        self._refusals.forget(release.queued.key)
+        self._teller.released(release, outcome)

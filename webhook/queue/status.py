@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import yaml
 
-from webhook.domain.model import PodKey
+from webhook.domain.model import PodKey, PoolKey
 from webhook.pools.statuses import pool_statuses
 from webhook.queue.release import Wait
 from webhook.queue.waiting import Queued
@@ -75,17 +75,41 @@ def namespace_summaries(
     return summaries
 
 
+class Standing(Protocol):
+    """The Waits of the last pass (webhook.queue.standing.Standing), and a version that moves with them."""
+
+    @property
+    def waits(self) -> Sequence[Wait]: ...
+
+    @property
+    def version(self) -> int: ...
+
+
+class Queue(Protocol):
+    """The queue in release order (webhook.queue.waiting.Waiting), and a version that moves with it."""
+
+    @property
+    def version(self) -> int: ...
+
+    def ordered(self) -> Sequence[Queued]: ...
+
+
 class StatusFeed:
+    """What the passes leave, published at most every STATUS_SECONDS: worked out again only when the
+    Waits or the queue changed (else the figures published last are published again, with the pools'
+    figures of the index now), so a queue where nothing changes costs no walk of its Pods."""
+
     def __init__(self, sink: StatusSink, clock: Callable[[], float] = time.monotonic) -> None:
         self._sink, self._clock = sink, clock
-        self._waits: list[Wait] | None = None  # the last pass's, not told yet
-        self._ordered: Sequence[Queued] = ()  # the queue in release order, as the last pass had it
+        self._standing: tuple[Standing, Queue] | None = None  # the last pass's, not told yet
         self._at = float("-inf")
         self._publishing = False
+        self._queued: tuple[int, Counter[PoolKey]] = (-1, Counter())  # per pool, its waiting Pods; by version
+        self._summaries: tuple[tuple[int, int], dict[str, dict[str, str]]] = ((-1, -1), {})
 
-    def passed(self, waits: list[Wait], ordered: Sequence[Queued]) -> None:
-        """A pass decided: these Pods of the queue (`ordered`) wait (kept, not copied: a pass makes new lists)."""
-        self._waits, self._ordered = waits, ordered
+    def passed(self, standing: Standing, queue: Queue) -> None:
+        """A pass decided: `standing` holds the Waits of the Pods of the queue (kept, not copied)."""
+        self._standing = (standing, queue)
 
     def look(self, leading: bool, read: Callable[[], Any]) -> None:
         """On each look of the leader's loop: publish what the last pass left, once STATUS_SECONDS have
@@ -94,15 +118,21 @@ class StatusFeed:
             if self._publishing:
                 self._sink.forget()
                 self._publishing = False
-            self._waits, self._ordered = None, ()
+            self._standing = None
+            self._queued, self._summaries = (-1, Counter()), ((-1, -1), {})
             return
-        waits = self._waits
-        if waits is None or self._clock() - self._at < STATUS_SECONDS:
+        if self._standing is None or self._clock() - self._at < STATUS_SECONDS:
             return
-        queued = Counter(w.pools[0] for w in waits if w.pools)
+        standing, queue = self._standing
+        if self._queued[0] != standing.version:
+            self._queued = (standing.version, Counter(w.pools[0] for w in standing.waits if w.pools))
         with read() as index:
             stats = index.capacity.pool_stats()
-        self._sink.publish(pool_statuses(stats, queued))
-        positions = {q.key: i for i, q in enumerate(self._ordered, 1)}
-        self._sink.publish_queues(namespace_summaries(waits, positions, len(self._ordered)))
-        self._waits, self._ordered, self._at, self._publishing = None, (), self._clock(), True
+        self._sink.publish(pool_statuses(stats, self._queued[1]))
+        versions = (standing.version, queue.version)
+        if self._summaries[0] != versions:
+            ordered = queue.ordered()
+            positions = {q.key: i for i, q in enumerate(ordered, 1)}
+            self._summaries = (versions, namespace_summaries(standing.waits, positions, len(ordered)))
+        self._sink.publish_queues(self._summaries[1])
+        self._standing, self._at, self._publishing = None, self._clock(), True

@@ -14,6 +14,7 @@ make room, so every call wakes the leader, except the events of Pods that hold n
 
 from __future__ import annotations
 
+import itertools
 import logging
 import operator
 import threading
@@ -26,12 +27,14 @@ from webhook.admission.pod import PodError, PodShape, PodView, read_pod, shape_d
 from webhook.domain.model import POOL_ANNOTATION, QUEUE_GATE, PodInfo, PodKey
 from webhook.domain.policy import Policy
 from webhook.pools.kubeobj import as_list, as_map, pod_from_obj, pod_gpu_requests
+from webhook.queue.backlog import Backlog, Backlogs, created_at
 
 log = logging.getLogger("gpupool.queue")
 
 Obj = Mapping[str, Any]
 PODS = "pods"
 _ORDER = operator.attrgetter("order")
+VERSIONS = itertools.count(1)  # the versions of the queue and of the leader's Waits (webhook.queue.standing)
 
 
 class Queued(NamedTuple):
@@ -56,13 +59,6 @@ class Queued(NamedTuple):
         except ValueError:
             return None
         return (now - then).total_seconds() if then.tzinfo is not None else None
-
-
-class Backlog(NamedTuple):
-    """A namespace's waiting Pods, as the metrics report them."""
-
-    pods: int
-    oldest_seconds: float
 
 
 def is_queued(obj: Obj) -> bool:
@@ -121,6 +117,12 @@ class Waiting:
         # once, and tells them apart by identity (a shape's hash walks all its tuples; a pass would pay it
         # per Pod), and across passes by digest (webhook.queue.parking), worked out once per shape here.
         self._shapes: dict[PodShape, tuple[PodShape, bytes]] = {}
+        self._backlogs = Backlogs()
+        self.version = next(VERSIONS)  # moves with every Pod that arrives, changes or leaves
+        # The Pods that arrived, changed or left since the leader last took them (`take_changed`); None once
+        # more changed than it is worth keeping apart (a follower never takes them): then, all of them.
+        self._changed: set[PodKey] | None = set()
+        self._created: tuple[str, datetime | None] = ("", None)  # the last creationTimestamp read (they repeat)
         self.wake = threading.Event()  # set by every change: room may have appeared, or a Pod queued
 
     # --- fed by the inventory (webhook.sources.live.Observer) -----------------------------------------
@@ -182,6 +184,10 @@ class Waiting:
         queued = self._interned(queued)
         self._pods[key] = queued
         self._ordered = None
+        self._changes(key)
+        if self._created[0] != queued.created:
+            self._created = (queued.created, created_at(queued.created))
+        self._backlogs.add(key, (self._created[1], queued.since))
         return key
 
     def _interned(self, queued: Queued) -> Queued:
@@ -200,6 +206,23 @@ class Waiting:
     def _drop(self, key: PodKey) -> None:
         if self._pods.pop(key, None) is not None:
             self._ordered = None
+            self._changes(key)
+            self._backlogs.drop(key)
+
+    def _changes(self, key: PodKey) -> None:
+        self.version = next(VERSIONS)
+        changed = self._changed
+        if changed is not None:
+            changed.add(key)
+            if len(changed) > len(self._pods) + 1024:
+                self._changed = None
+
+    def take_changed(self) -> set[PodKey] | None:
+        """The Pods that arrived, changed or left since the last call (None: any of them may have), and
+        from now on those that do after it."""
+        with self._lock:
+            changed, self._changed = self._changed, set()
+            return changed
 
     # --- read by the leader ----------------------------------------------------------------------------
 
@@ -221,20 +244,11 @@ class Waiting:
         """Per namespace with waiting Pods: how many, and how long the one waiting longest has, in seconds
         from its creation to `now` (from when this process first saw it when its creation time is
         unreadable; never below zero, whatever the clocks say). A queue stuck on anything (no leader,
-        refused releases, a quota that never frees) shows in the second number before any release does."""
+        refused releases, a quota that never frees) shows in the second number before any release does.
+        Kept as Pods arrive and leave (webhook.queue.backlog): a look costs one entry per namespace."""
         mono = self._clock()
-        # A creationTimestamp is to the second, so many Pods share one: each is parsed once per call (this
-        # walk runs once a second on the leader's loop; parsing one per Pod was 90 % of an idle leader's
-        # samples with 30,000 queued, bench_queue --backlog).
-        ages: dict[str, float | None] = {}
         with self._lock:
-            found: dict[str, Backlog] = {}
-            for (namespace, _), q in self._pods.items():
-                age = ages[q.created] if q.created in ages else ages.setdefault(q.created, q.age(now))
-                waited = max(age if age is not None else mono - q.since, 0.0)
-                pods, oldest = found.get(namespace, (0, 0.0))
-                found[namespace] = Backlog(pods + 1, max(oldest, waited))
-            return found
+            return self._backlogs.backlog(now, mono)
 
     def load(self, objects: Iterable[Obj]) -> None:
         """Take the queued Pods among `objects` (a snapshot file's), as one list."""

@@ -32,7 +32,7 @@ from webhook.domain.quantity import MIB
 from webhook.mig.follow import FAILED, STUCK
 from webhook.pools.inventory import Inventory
 from webhook.pools.quotas.report import QuotaRow, quota_rows, unenforced
-from webhook.queue.waiting import Backlog
+from webhook.queue.backlog import Backlog
 from webhook.serving.certs import CertificateExpiry
 
 # Admission latency as the webhook sees it (decode to encode): sub-millisecond normally. 2.5 s is half
