@@ -303,6 +303,20 @@ class TestRefresh:
         finally:
             refresher.stop()
 
+    def test_readiness_shows_as_soon_as_the_inventory_is_loaded(self) -> None:
+        """A worker's first list may end just after a refresh: its readiness (what /readyz reads) is not
+        held back until the next one, however far apart refreshes are."""
+        registry = CollectorRegistry()
+        inventory = FakeInventory([stats(L4, 2, 8, 3)], is_ready=False)
+        refresher = GaugeRefresher(Metrics(registry), lambda: (inventory, None), interval=3600).start()
+        try:
+            wait_until(lambda: value(registry, "gpupool_inventory_ready") == 0, 30, "the first refresh")
+            inventory.is_ready = True
+            wait_until(lambda: value(registry, "gpupool_inventory_ready") == 1, 30, "readiness once loaded")
+            assert value(registry, "gpupool_pool_gpus_free", pool=str(L4)) == 3
+        finally:
+            refresher.stop()
+
 
 WORKER = textwrap.dedent(
     """

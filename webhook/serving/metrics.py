@@ -42,6 +42,9 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 # How long Pods wait in the queue: seconds on an idle cluster, hours on a saturated one.
 QUEUE_WAIT_BUCKETS = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 24 * 3600.0)
 REFRESH_SECONDS = 5.0
+# Until the worker's inventory is loaded, its readiness gauge is refreshed this often instead: /readyz
+# turns 200 as soon as the first list is in, not up to REFRESH_SECONDS later.
+LOADING_REFRESH_SECONDS = 0.1
 READY_METRIC = "gpupool_inventory_ready"
 CONTENT_TYPE = CONTENT_TYPE_LATEST  # of the exposition text
 QUOTA_LABELS = ("namespace", "quota", "resource")
@@ -375,7 +378,8 @@ class Metrics:
 
 class GaugeRefresher:
     """Refreshes a worker's gauges every `interval` seconds on a daemon thread, from whatever inventory
-    and policy `current` gives at that moment (they change when the policy file is reloaded)."""
+    and policy `current` gives at that moment (they change when the policy file is reloaded); every
+    LOADING_REFRESH_SECONDS while that inventory is not loaded yet, so its readiness shows at once."""
 
     def __init__(self, metrics: Metrics, current: Current, interval: float = REFRESH_SECONDS) -> None:
         self._metrics = metrics
@@ -395,11 +399,14 @@ class GaugeRefresher:
 
     def _run(self) -> None:
         while True:
+            ready = True
             try:
-                self._metrics.refresh(*self._current())
+                inventory, policy = self._current()
+                self._metrics.refresh(inventory, policy)
+                ready = inventory.ready
             except Exception:  # a failing refresh must not end the thread: metrics go stale, not absent
                 log.exception("refreshing the inventory gauges failed")
-            if self._stop.wait(self._interval):
+            if self._stop.wait(self._interval if ready else min(self._interval, LOADING_REFRESH_SECONDS)):
                 return
 
 
