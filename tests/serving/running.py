@@ -18,12 +18,13 @@ SETTLE = 5.0  # the policy's default reservationSettleSeconds
 
 
 def start_serving(
-    start: Callable[..., ServerProcess], cert_dir: Path, *flags: str
+    start: Callable[..., ServerProcess], cert_dir: Path, *flags: str, wait: bool = True
 ) -> tuple[ServerProcess, ApiServerClient, int]:
-    """`gpupool serve` with `flags` (its inventory among them) on free ports, once ready: the server, a
+    """`gpupool serve` with `flags` (its inventory among them) on free ports, once ready (`wait=False`: at
+    once, for a module that starts its replicas side by side and then waits for each): the server, a
     client that talks like kube-apiserver, and the health port."""
     port, health_port = free_port(), free_port()
-    server = start(serve_argv(cert_dir, port, health_port, *flags), health_port)
+    server = start(serve_argv(cert_dir, port, health_port, *flags), health_port, wait=wait)
     return server, ApiServerClient(port, cert_dir / "ca.crt"), health_port
 
 

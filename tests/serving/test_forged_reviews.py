@@ -1,12 +1,12 @@
 """Forged AdmissionReviews against the real server on a live inventory (the API simulator): what a Pod
 that reaches the webhook port without being kube-apiserver can hold, and that real bursts stay exact.
 
-A forged non-dry review is answered and reserves GPUs like kube-apiserver's would (gpupool cannot tell
-them apart without client certificates, docs/install.md step 6), but its Pod never appears in the watch:
-the reservation is dropped `reservationSettleSeconds` (5 s) after it was made, and a namespace holds at
-most `maxReservationsPerNamespace` of them. The real Pods here are created in the simulator the way
-kube-apiserver creates them after admission: the ResourceQuota's `status.used` goes up first (quota
-admission), then the Pod is written and the watch shows it.
+A forged non-dry review is answered and reserves GPUs like kube-apiserver's would (gpupool cannot tell them
+apart without client certificates, docs/install.md step 6), but its Pod never appears in the watch: the
+reservation is dropped `reservationSettleSeconds` (5 s by default, SETTLE here) after it was made, and a
+namespace holds at most `maxReservationsPerNamespace` of them. The real Pods here are created in the
+simulator the way kube-apiserver creates them after admission: the ResourceQuota's `status.used` goes up
+first (quota admission), then the Pod is written and the watch shows it.
 """
 
 from __future__ import annotations
@@ -25,12 +25,13 @@ from tests.conftest import (
     admission_review,
     wait_until,
 )
-from tests.serving.running import SETTLE, gpu_quotas, metric, start_serving
+from tests.serving.running import gpu_quotas, metric, start_serving
 from webhook.testing.kubesim import KubeSim
 
 pytestmark = pytest.mark.slow
 
 BOUND = 40  # maxReservationsPerNamespace in this module's policy
+SETTLE = 2.0  # and its reservationSettleSeconds: the waits below are for it
 QUOTAS = {"team-q": 4, "team-r": 6}  # requests.nvidia.com/gpu
 
 
@@ -64,7 +65,8 @@ def cluster(
     cert_dir: Path, start_server: Callable[..., ServerProcess], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Cluster]:
     tmp = tmp_path_factory.mktemp("forged")
-    (tmp / "policy.yaml").write_text(f"defaults: {{placement: now, maxReservationsPerNamespace: {BOUND}}}\n")
+    defaults = f"placement: now, maxReservationsPerNamespace: {BOUND}, reservationSettleSeconds: {SETTLE}"
+    (tmp / "policy.yaml").write_text(f"defaults: {{{defaults}}}\n")
     with KubeSim(bookmark_interval=0.5) as sim:
         sim.load([gpu_node("t4-a", "Tesla-T4", 64, memory_mib=15360), *gpu_quotas(QUOTAS)])
         kubeconfig = sim.write_kubeconfig(tmp / "kubeconfig")

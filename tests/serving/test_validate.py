@@ -96,7 +96,8 @@ class Cluster:
 
 
 def start_replica(start: Callable[..., ServerProcess], cert_dir: Path, kubeconfig: Path) -> Replica:
-    return Replica(*start_serving(start, cert_dir, "--kubeconfig", str(kubeconfig), "--trusted-groups", "oncall"))
+    flags = ("--kubeconfig", str(kubeconfig), "--trusted-groups", "oncall")
+    return Replica(*start_serving(start, cert_dir, *flags, wait=False))
 
 
 @pytest.fixture(scope="module")
@@ -112,6 +113,8 @@ def cluster(
         ])  # fmt: skip
         kubeconfig = sim.write_kubeconfig(tmp / "kubeconfig")
         a, b = (start_replica(start_server, cert_dir, kubeconfig) for _ in range(2))
+        for replica in (a, b):  # started side by side, each ready before the first test
+            replica.server.wait_ready()
         try:
             yield Cluster(sim, a, b)
         finally:

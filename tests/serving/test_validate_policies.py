@@ -74,12 +74,14 @@ def replicas(
         sim.load([gpu_node("t4-a", "Tesla-T4", 8, memory_mib=15360)])
         kubeconfig = sim.write_kubeconfig(tmp / "kubeconfig")
         files = [tmp / "a.yaml", tmp / "b.yaml"]
-        clients = []
-        for file in files:
+        started = []
+        for file in files:  # side by side, each ready before the first review
             file.write_text(NOW, "utf-8")
-            _, client, _ = start_serving(start_server, cert_dir, "--kubeconfig", str(kubeconfig), "--policy", str(file))
-            clients.append(client)
-        a, b = clients
+            flags = ("--kubeconfig", str(kubeconfig), "--policy", str(file))
+            started.append(start_serving(start_server, cert_dir, *flags, wait=False))
+        for server, _, _ in started:
+            server.wait_ready()
+        a, b = (client for _, client, _ in started)
         assert not gated(mutated(a, gpu_pod("probe")))
         files[0].write_text(QUEUE, "utf-8")  # the ConfigMap's new version reaches replica a only
         wait_until(lambda: gated(mutated(a, gpu_pod("probe"))), 30, "replica a on the queueing policy")

@@ -156,6 +156,9 @@ class TestLeases:
         }
 
 
+LEASE_SECONDS = 2  # the shortest whole lease the client takes with its shortest retry period (1 s)
+
+
 class _Candidate:
     """One `kubernetes.leaderelection.LeaderElection` with a LeaseLock, in a thread; `resign()` makes its
     leading callback fail, so its renew loop stops renewing (as a process that stops would)."""
@@ -166,8 +169,8 @@ class _Candidate:
         self._log, self._lock = log, lock
         config = electionconfig.Config(
             LeaseLock("gpupool", NS, identity),
-            lease_duration=3,
-            renew_deadline=2,
+            lease_duration=LEASE_SECONDS,
+            renew_deadline=1.5,  # the client's floors: above 1.2 retry periods, below the lease duration
             retry_period=1,
             onstarted_leading=self._lead,
             onstopped_leading=lambda: self._record("stopped"),
@@ -198,7 +201,7 @@ def default_client(sim: KubeSim, tmp_path: Path) -> Iterator[None]:
 
 def test_leader_election_with_lease_lock_has_one_leader_and_hands_over(sim: KubeSim, default_client: None) -> None:
     """Two candidates of the client's own leader election: exactly one leads; once it stops renewing, the
-    other takes over after the lease duration (3 s here), and the Lease names it with fresh times."""
+    other takes over after the lease duration (LEASE_SECONDS here), and the Lease names it with fresh times."""
     log: list[tuple[float, str, str]] = []
     lock = threading.Lock()
     first, second = _Candidate("replica-a", log, lock), _Candidate("replica-b", log, lock)
@@ -207,7 +210,7 @@ def test_leader_election_with_lease_lock_has_one_leader_and_hands_over(sim: Kube
     while not log and time.monotonic() < deadline:
         time.sleep(0.05)
     second.thread.start()
-    time.sleep(4)  # more than a lease duration: the second would have taken over if it could
+    time.sleep(LEASE_SECONDS + 1)  # more than a lease duration: the second would have taken over if it could
     with lock:
         assert [(who, what) for _, who, what in log] == [("replica-a", "leading")]
     held = sim.get("Lease", NS, "gpupool")
@@ -224,7 +227,7 @@ def test_leader_election_with_lease_lock_has_one_leader_and_hands_over(sim: Kube
     assert events[:3] == [("replica-a", "leading"), ("replica-a", "stopped"), ("replica-b", "leading")]
     # Within the lease duration of the last renewal (the follower polls every retry period): a generous
     # functional deadline, on a loaded machine.
-    assert took_over - resigned <= 3 + 2 * 1 + 5
+    assert took_over - resigned <= LEASE_SECONDS + 2 * 1 + 5
     taken = sim.get("Lease", NS, "gpupool")
     assert taken is not None and taken["spec"]["holderIdentity"] == "replica-b"
     assert taken["spec"]["acquireTime"] > held["spec"]["acquireTime"]
