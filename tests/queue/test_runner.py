@@ -195,8 +195,9 @@ def test_on_an_api_that_does_not_answer_a_pass_asks_after_one_lost_write_not_eac
     api = SilentApi()
     runner = Runner(Inventory(index), waiting, Leading(), api, events=Events())  # type: ignore[arg-type]
     assert runner.run_pass().released == 0  # three writes, three answers lost
+    # Which one first is the order the lost answers came back in (the writes run on the writer threads).
     runner.run_pass()
-    assert api.asked == ["job-0"]
+    assert len(api.asked) == 1
     assert not any(index.usage.is_queued(("q", f"job-{k}")) for k in range(3))  # still counted as released
     runner.run_pass()
-    assert api.asked == ["job-0", "job-1"]  # the next pass asks after the next one
+    assert len(api.asked) == len(set(api.asked)) == 2  # the next pass asks after another one

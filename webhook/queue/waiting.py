@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 from webhook.admission.pod import PodError, PodShape, PodView, read_pod, shape_digest
 from webhook.domain.model import POOL_ANNOTATION, QUEUE_GATE, PodInfo, PodKey
 from webhook.domain.policy import Policy
-from webhook.pools.kubeobj import as_list, as_map, pod_from_obj, pod_gpu_requests
+from webhook.pools.kubeobj import as_list, as_map, pod_from_obj, pod_gpu_requests, shared
 
 log = logging.getLogger("gpupool.queue")
 
@@ -87,7 +87,8 @@ def read_queued(obj: Obj, policy: Policy, since: float) -> Queued | None:
     meta, spec = as_map(obj.get("metadata")), as_map(obj.get("spec"))
     raw_priority = spec.get("priority")
     priority = raw_priority if isinstance(raw_priority, int) and not isinstance(raw_priority, bool) else 0
-    key, created = _key(obj), str(meta.get("creationTimestamp", ""))
+    # The index's strings of its key, and one string per creation second: not copies of each per Pod.
+    key, created = (info.namespace, info.name), shared(meta.get("creationTimestamp", ""))
     return Queued(
         key=key,
         uid=str(meta.get("uid", "")),
@@ -180,7 +181,7 @@ class Waiting:
         if old is not None and old.uid == queued.uid:
             queued = queued._replace(since=old.since)
         queued = self._interned(queued)
-        self._pods[key] = queued
+        self._pods[queued.key] = queued  # its key's strings, not the decoded object's
         self._ordered = None
         return key
 
