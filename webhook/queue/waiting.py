@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 from webhook.admission.pod import PodError, PodShape, PodView, read_pod, shape_digest
 from webhook.domain.model import POOL_ANNOTATION, QUEUE_GATE, PodInfo, PodKey
 from webhook.domain.policy import Policy
-from webhook.pools.kubeobj import as_list, as_map, pod_from_obj, pod_gpu_requests, shared
+from webhook.pools.kubeobj import as_list, as_map, own, pod_from_obj, pod_gpu_requests, shared
 
 log = logging.getLogger("gpupool.queue")
 
@@ -91,8 +91,10 @@ def read_queued(obj: Obj, policy: Policy, since: float) -> Queued | None:
     key, created = (info.namespace, info.name), shared(meta.get("creationTimestamp", ""))
     return Queued(
         key=key,
-        uid=str(meta.get("uid", "")),
-        resource_version=str(meta.get("resourceVersion", "")),
+        # Copies, not the decoded event's strings: one of those kept alive keeps the allocator's pool it
+        # lies in alive, so each queued Pod held on to memory of its whole decoded event.
+        uid=own(meta.get("uid", "")),
+        resource_version=own(meta.get("resourceVersion", "")),
         priority=priority,
         created=created,
         view=view,
