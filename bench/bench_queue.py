@@ -30,7 +30,11 @@ without, in classes medium and high, one GPU each.
 
 With `--backlog N` (the issue's scale point: `--backlog 100000`), N more Pods are queued before the steady
 phase in a namespace whose classQuota of one high GPU is held by a Pod that never finishes: they wait the
-whole run, beside the Pods that go, as a team's queue far past its quota does.
+whole run, beside the Pods that go, as a team's queue far past its quota does. They are not admitted one by
+one (100,000 admissions take about 12 minutes, and the memory phase's queue-in already measures admissions):
+each distinct shape (priority 0 or 100) is admitted for real through each replica, the two patches must be
+the same, and that patch applied with jsonpatch makes every backlog Pod of the shape, POSTed straight to the
+simulator, so the replicas watch exactly what kube-apiserver would have stored (bench/queuebench/backlog.py).
 
 GPUs overbooked and quotas exceeded are judged after every write of the run from the audit log alone
 (bench/queueaudit/), never from gpupool's view. The machine's load (others' CPU) is reported per phase.

@@ -59,7 +59,7 @@ class Creator:
             thread.join(60)
 
     def _run(self) -> None:
-        conns = [Connection(r.port, self._context) for r in self._replicas]
+        conns = self.connections()
         api = self._sim.api()
         rng = random.Random(threading.get_ident())
         while (item := self._work.get()) is not None:
@@ -76,10 +76,14 @@ class Creator:
             conn.close()
         api.close()
 
-    def _create(self, conns: list[Connection], api: SimApi, pod: dict[str, Any]) -> None:
+    def connections(self) -> list[Connection]:
+        """One connection to each replica, in the order of `replicas`."""
+        return [Connection(r.port, self._context) for r in self._replicas]
+
+    def admit(self, conns: list[Connection], pod: dict[str, Any], first: int) -> tuple[int, list[dict[str, Any]]]:
+        """The replica that answered (conns[first], else the other) and the patch of its admission."""
         uid = str(uuid.uuid4())
         body = review_body(pod, uid, dry_run=False)
-        first = next(self._turn) % len(conns)
         for i in (first, 1 - first):
             try:
                 status, data = conns[i].post(body, DEADLINE_S)
@@ -92,11 +96,14 @@ class Creator:
             if answer.outcome != "mutated":
                 message = (orjson.loads(data).get("response", {}).get("status") or {}).get("message", "")
                 raise RuntimeError(f"admission answered {answer.outcome}: {message}")
-            api.create(persisted(pod, answer.patch))
-            with self._lock:
-                self.by_replica[self._replicas[i].name] += 1
-            return
+            return i, answer.patch
         raise RuntimeError("no replica answered")
+
+    def _create(self, conns: list[Connection], api: SimApi, pod: dict[str, Any]) -> None:
+        i, patch = self.admit(conns, pod, next(self._turn) % len(conns))
+        api.create(persisted(pod, patch))
+        with self._lock:
+            self.by_replica[self._replicas[i].name] += 1
 
 
 def targets(queued: int, namespaces: list[Space]) -> dict[str, int]:

@@ -105,3 +105,43 @@ def test_distinct_large_pods_keep_about_their_values_once() -> None:
     per_pod, _, waiting = kept_per_pod(texts)
     assert len(waiting) == 20
     assert per_pod <= values + POD_BOUND, f"{per_pod / KIB:.1f} KiB kept per Pod; its values {values / KIB:.1f} KiB"
+
+
+SMALL_BOUND = 2560  # bytes a small queued Pod keeps: 2.0 KiB (before: 3.5 KiB, 5.7 KiB with the two defaults)
+DEFAULT_TOLERATIONS = [  # what kube-apiserver's DefaultTolerationSeconds adds to every Pod
+    {"key": f"node.kubernetes.io/{taint}", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+    for taint in ("not-ready", "unreachable")
+]
+
+
+def small_pod(n: int, tolerations: list[dict[str, Any]]) -> str:
+    """A one-GPU queued Pod of one workload as gpupool's patch leaves it (bench_queue's backlog Pod)."""
+    meta = {
+        "name": f"backlog-{n:06d}",
+        "namespace": "q",
+        "uid": f"0f1e2d3c-4b5a-6978-8796-{n:012d}",
+        "resourceVersion": str(100 + n),
+        "creationTimestamp": f"2026-12-04T19:{n // 600 % 60:02d}:{n // 10 % 60:02d}Z",
+        "annotations": {"gpupool.io/gpu-class": "medium", "gpupool.io/gpu-count": "1"},
+        "labels": {"app": "backlog"},
+    }
+    spec: dict[str, Any] = {
+        "containers": [{"name": "main", "image": "cuda:12", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+        "priority": 100 if n % 10 == 0 else 0,
+        "schedulingGates": [{"name": QUEUE_GATE}],
+        "tolerations": tolerations,
+    }
+    status = {"phase": "Pending", "qosClass": "Burstable"}
+    return json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status})
+
+
+@pytest.mark.parametrize(
+    "tolerations", [pytest.param([], id="no-tolerations"), pytest.param(DEFAULT_TOLERATIONS, id="default-tolerations")]
+)
+def test_a_long_queue_of_small_pods_keeps_little_per_pod(tolerations: list[dict[str, Any]]) -> None:
+    """A queue of 100,000 small Pods (issue 27) must fit a leader in 600 MB: 2,000 of one workload keep at
+    most 2.5 KiB each; the tolerations, node requirements and the strings every Pod repeats (namespace,
+    phase, resource, gate, creation second) are shared, not kept per Pod."""
+    per_pod, _, waiting = kept_per_pod([small_pod(n, tolerations) for n in range(2000)])
+    assert len(waiting) == 2000
+    assert per_pod <= SMALL_BOUND, f"{per_pod:.0f} bytes kept per Pod"

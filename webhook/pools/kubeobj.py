@@ -13,9 +13,10 @@ from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
-from webhook.domain.affinity import AffinityError, NodeRequirements, read_affinity
+from webhook.domain.affinity import NO_REQUIREMENTS, AffinityError, NodeRequirements, read_affinity
 from webhook.domain.groups import GROUP_ANNOTATION, controller_of, workload_group
 from webhook.domain.model import (
+    NO_TOLERATIONS,
     POOL_ANNOTATION,
     NodeInfo,
     PodInfo,
@@ -55,6 +56,12 @@ def own(value: Any) -> str:
     """
     text = str(value)
     return text.encode("utf-8", "surrogatepass").decode("utf-8", "surrogatepass")
+
+
+def shared(value: Any) -> str:
+    """`own(value)`, interned: for a string many objects carry the same (a namespace, a phase, a resource
+    name), one copy for all of them."""
+    return sys.intern(own(value))
 
 
 def node_from_obj(obj: Mapping[str, Any], resources: Collection[str], prefixes: tuple[str, ...] = ()) -> NodeInfo:
@@ -235,24 +242,62 @@ def _pod(obj: Mapping[str, Any], spec: Mapping[str, Any], requests: dict[str, in
     )
     node = own(spec.get("nodeName", "") or "")
     node_selector = {own(k): own(v) for k, v in as_map(spec.get("nodeSelector")).items()}
+    # The strings many Pods share (namespace, phase, resource, pool, gates, group) are interned: one
+    # string each, not one per Pod (a queue of 100,000 Pods kept some 300 bytes a Pod of such copies).
     pod = PodInfo(
-        namespace=own(meta.get("namespace", "")),
+        namespace=shared(meta.get("namespace", "")),
         name=own(meta.get("name", "")),
         generate_name=own(meta.get("generateName", "") or ""),
         node=node,
-        phase=own(status.get("phase", "Pending") or "Pending"),
-        gpu_requests={own(r): n for r, n in requests.items()},
-        pool=own(pool),
+        phase=shared(status.get("phase", "Pending") or "Pending"),
+        gpu_requests={shared(r): n for r, n in requests.items()},
+        pool=shared(pool),
         node_selector=node_selector,
-        group=sys.intern(own(group)) if group else "",  # shared by the group's Pods: one string, not one each
+        group=shared(group) if group else "",
         gates=_gate_names(spec) if "schedulingGates" in spec else (),
         deleting=bool(meta.get("deletionTimestamp")),
     )
     return pod if node else _with_needs(pod, spec, node_selector)
 
 
+class _Shared:
+    """One object for the many unbound Pods that need the same of a node: a queue of 100,000 Pods of a few
+    workloads kept an indexed `Tolerations` (four empty tables even for none) and `NodeRequirements` per
+    Pod, 1.1 of the 3.6 KiB each kept (docs/queue.md, "What the queue keeps of a Pod"). Only small ones
+    are kept for sharing (at most `SMALL` tolerations; a nodeSelector of at most `SMALL` entries and no
+    node-affinity terms, whose long lists are shared by webhook.domain.affinity already), at most `LIMIT`
+    of each: what the table outlives its Pods by stays a few MB. Past that, Pods keep their own."""
+
+    LIMIT, SMALL = 4096, 8
+
+    def __init__(self) -> None:
+        self._tolerations: dict[tuple[Toleration, ...], Tolerations] = {(): NO_TOLERATIONS}
+        self._requirements: dict[NodeRequirements, NodeRequirements] = {NO_REQUIREMENTS: NO_REQUIREMENTS}
+
+    def tolerations(self, items: tuple[Toleration, ...]) -> Tolerations:
+        found = self._tolerations.get(items) if len(items) <= self.SMALL else None
+        if found is None:
+            found = Tolerations(items)
+            if len(items) <= self.SMALL and len(self._tolerations) < self.LIMIT:
+                self._tolerations[items] = found
+        return found
+
+    def requirements(self, needs: NodeRequirements) -> NodeRequirements:
+        if needs.terms is not None or len(needs.selector) > self.SMALL:
+            return needs
+        found = self._requirements.get(needs)
+        if found is None:
+            found = needs
+            if len(self._requirements) < self.LIMIT:
+                self._requirements[needs] = needs
+        return found
+
+
+_SHARED = _Shared()
+
+
 def _gate_names(spec: Mapping[str, Any]) -> tuple[str, ...]:
-    return tuple(own(as_map(g).get("name", "")) for g in as_list(spec.get("schedulingGates")))
+    return tuple(shared(as_map(g).get("name", "")) for g in as_list(spec.get("schedulingGates")))
 
 
 def _with_needs(pod: PodInfo, spec: Mapping[str, Any], node_selector: dict[str, str]) -> PodInfo:
@@ -264,20 +309,19 @@ def _with_needs(pod: PodInfo, spec: Mapping[str, Any], node_selector: dict[str, 
         terms = None  # kube-apiserver stores only valid Pods; anything else asks nothing rather than too much
     containers = [as_map(c) for c in as_list(spec.get("containers"))]
     inits = [as_map(c) for c in as_list(spec.get("initContainers"))]
+    tolerations = tuple(
+        Toleration(
+            own(t.get("key") or ""),
+            own(t.get("operator") or "Equal"),
+            own(t.get("value") or ""),
+            own(t.get("effect") or ""),
+        )
+        for t in (as_map(x) for x in as_list(spec.get("tolerations")))
+    )
     return replace(
         pod,
-        requirements=NodeRequirements(tuple(sorted(node_selector.items())), terms),
-        tolerations=Tolerations(
-            tuple(
-                Toleration(
-                    own(t.get("key") or ""),
-                    own(t.get("operator") or "Equal"),
-                    own(t.get("value") or ""),
-                    own(t.get("effect") or ""),
-                )
-                for t in (as_map(x) for x in as_list(spec.get("tolerations")))
-            )
-        ),
+        requirements=_SHARED.requirements(NodeRequirements(tuple(sorted(node_selector.items())), terms)),
+        tolerations=_SHARED.tolerations(tolerations),
         cpu_milli=_effective(containers, inits, "cpu", lambda v: parse_milli(v) or 0),
         memory_bytes=_effective(containers, inits, "memory", lambda v: _bytes(v) or 0),
     )

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 from webhook.admission.pod import PodError, PodShape, PodView, read_pod, shape_digest
 from webhook.domain.model import POOL_ANNOTATION, QUEUE_GATE, PodInfo, PodKey
 from webhook.domain.policy import Policy
-from webhook.pools.kubeobj import as_list, as_map, pod_from_obj, pod_gpu_requests
+from webhook.pools.kubeobj import as_list, as_map, own, pod_from_obj, pod_gpu_requests, shared
 from webhook.queue.backlog import Backlog, Backlogs, created_at
 
 log = logging.getLogger("gpupool.queue")
@@ -83,11 +83,14 @@ def read_queued(obj: Obj, policy: Policy, since: float) -> Queued | None:
     meta, spec = as_map(obj.get("metadata")), as_map(obj.get("spec"))
     raw_priority = spec.get("priority")
     priority = raw_priority if isinstance(raw_priority, int) and not isinstance(raw_priority, bool) else 0
-    key, created = _key(obj), str(meta.get("creationTimestamp", ""))
+    # The index's strings of its key, and one string per creation second: not copies of each per Pod.
+    key, created = (info.namespace, info.name), shared(meta.get("creationTimestamp", ""))
     return Queued(
         key=key,
-        uid=str(meta.get("uid", "")),
-        resource_version=str(meta.get("resourceVersion", "")),
+        # Copies, not the decoded event's strings: one of those kept alive keeps the allocator's pool it
+        # lies in alive, so each queued Pod held on to memory of its whole decoded event.
+        uid=own(meta.get("uid", "")),
+        resource_version=own(meta.get("resourceVersion", "")),
         priority=priority,
         created=created,
         view=view,
@@ -182,7 +185,7 @@ class Waiting:
         if old is not None and old.uid == queued.uid:
             queued = queued._replace(since=old.since)
         queued = self._interned(queued)
-        self._pods[key] = queued
+        self._pods[queued.key] = queued  # its key's strings, not the decoded object's
         self._ordered = None
         self._changes(key)
         if self._created[0] != queued.created:
