@@ -83,11 +83,13 @@ quota: $(STAMP) ## show every quota gpupool checks on the demo inventory
 certs: $(STAMP) ## make run's certificates (localhost, 127.0.0.1) into certs/dev/; the cluster's are made by make manifests
 	$(BIN)/gpupool certs --out $(DEV_CERTS) $(addprefix --host ,$(DEV_CERT_HOSTS))
 
-# Every core runs tests (pytest-xdist); a module's tests stay on one worker, so a module's servers and
-# simulated clusters are set up once (docs/development.md, "Tests"). PYTEST_WORKERS=0 runs them in-process.
+# Two test workers a core (pytest-xdist): the suite waits (servers starting, deadlines passing) more than it
+# computes, so one a core left the cores idle (4 Dec 2026, 2 cores: 234 s with 2 workers, 159 s with 4;
+# docs/development.md, "Tests"). A module's tests stay on one worker, so its servers and simulated clusters
+# are set up once. PYTEST_WORKERS=N to choose, 0 runs them in-process.
 # mypy runs beside pytest, in the time the workers wait for the servers they start (on a fresh clone it is
 # most of the fixed cost); its report follows pytest's, and either failing fails make test.
-PYTEST_WORKERS ?= auto
+PYTEST_WORKERS ?= $(shell echo $$(( 2 * $$(nproc 2>/dev/null || echo 1) )))
 test: lint ## lint, then type check and run the whole test suite side by side, on every core
 	@mkdir -p build; echo "$(BIN)/mypy > build/typecheck.log &"; $(BIN)/mypy > build/typecheck.log 2>&1 & typecheck=$$!; \
 	echo "$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadscope"; \
