@@ -44,7 +44,6 @@ import subprocess
 import sys
 import time
 import types
-from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -53,10 +52,10 @@ import jsonpatch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from tests.queue.fakes import Inventory, Leading  # noqa: E402
 from webhook.admission.core import evaluate  # noqa: E402
 from webhook.domain.policy import Policy, load_policy_text  # noqa: E402
 from webhook.pools.index import PoolIndex  # noqa: E402
-from webhook.pools.inventory import LockedIndex  # noqa: E402
 from webhook.pools.kubeobj import pod_from_obj  # noqa: E402
 from webhook.queue.parking import Parking  # noqa: E402
 from webhook.queue.release import Plan, decide_batch, read_batch, settle  # noqa: E402
@@ -242,36 +241,6 @@ def measure(kind: str, count: int, mode: str, walk: type[Parking] | None = None)
     }
 
 
-class _Index:
-    """The runner's inventory: the benchmark's index, always ready."""
-
-    def __init__(self, index: PoolIndex) -> None:
-        self.policy, self._locked = index.policy, LockedIndex(index)
-        self.ready = True
-
-    def read(self) -> AbstractContextManager[PoolIndex]:
-        return self._locked.read()
-
-    def pod_version(self) -> str:
-        return "1"
-
-
-class _Leading:
-    acquired_version, identity, term = "1", "bench", 1
-
-    def leading(self) -> bool:
-        return True
-
-    def remaining(self) -> float:
-        return 15.0
-
-    def run(self) -> None:
-        return None
-
-    def stop(self) -> None:
-        return None
-
-
 class _Api:
     """Releases every Pod it is asked to (no round trip); Events go nowhere."""
 
@@ -308,7 +277,7 @@ def measure_runner(kind: str, count: int, mode: str) -> dict[str, Any]:
     from the last pass's end when it may (webhook.queue.standing)."""
     policy, index, waiting = setting(kind, count)
     api = _Api()
-    runner = (_Whole if mode == "whole" else Runner)(_Index(index), waiting, _Leading(), api, events=api)
+    runner = (_Whole if mode == "whole" else Runner)(Inventory(index), waiting, Leading(), api, events=api)
     first, first_cpu, _ = runner_pass(runner)
     steady = [runner_pass(runner) for _ in range(5)]
     victim_obj = queued(gpu_pod("victim", "q2", 1, {"gpupool.io/gpu-product": "NVIDIA-L4"}), policy, index, 10**5)
