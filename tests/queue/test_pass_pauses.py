@@ -28,9 +28,19 @@ def busy(node: str, gpus: int, name: str) -> dict[str, Any]:
     return pod(name, "other", gpus=gpus, node=node, phase="Running", tolerations=[GPU_TOLERATION])
 
 
-def queue_of(n: int, index: PoolIndex, waiting: Waiting, **kw: Any) -> list[dict[str, Any]]:
+def queue_of(n: int, index: PoolIndex, waiting: Waiting, *, distinct: bool = False, **kw: Any) -> list[dict[str, Any]]:
+    """`n` Pods of q, one a second; with `distinct`, each of its own shape (a minimum GPU memory every T4
+    meets), so that a pass decides each in turn rather than leaving the line of one shape at its first."""
     objs = [
-        queued_pod(f"p{k:02d}", "q", index.policy, index, created=f"2026-12-01T10:{k // 60:02d}:{k % 60:02d}Z", **kw)
+        queued_pod(
+            f"p{k:02d}",
+            "q",
+            index.policy,
+            index,
+            created=f"2026-12-01T10:{k // 60:02d}:{k % 60:02d}Z",
+            **({"annotations": {"gpupool.io/min-memory": f"{k + 1}Mi"}} if distinct else {}),
+            **kw,
+        )
         for k in range(n)
     ]
     enqueue(objs, index, waiting)
@@ -80,13 +90,13 @@ def test_a_pod_deleted_while_the_pass_let_go_is_neither_released_nor_counted_aga
 
 
 def test_room_that_appears_while_the_pass_let_go_is_not_taken_out_of_turn() -> None:
-    """Every T4 busy, all Pods of one shape wait; during the second pause a GPU frees. The Pods after the
+    """Every T4 busy, Pods of distinct shapes wait; during the second pause a GPU frees. The Pods after the
     pause do not take it ahead of the ones before, which wait for it: this pass releases nothing, the next
     gives it to the first in order."""
     pol = policy(QUEUE)
     index = index_of([gpu_node("t4-a", "Tesla-T4", 4), busy("t4-a", 4, "busy")], pol)
     waiting = Waiting(pol)
-    queue_of(PAUSE_EVERY + 4, index, waiting)
+    queue_of(PAUSE_EVERY + 4, index, waiting, distinct=True)
 
     def frees() -> None:
         done = busy("t4-a", 4, "busy")
@@ -109,8 +119,15 @@ def test_a_gang_whose_member_is_deleted_while_the_pass_let_go_waits_whole() -> N
     index = index_of([*nodes, a100, busy("a100-a", 4, "busy")], pol)
     waiting = Waiting(pol)
     high = {"gpupool.io/gpu-class": "high"}
-    ahead = [
-        queued_pod(f"h{k:02d}", "q", pol, index, annotations=high, created=f"2026-12-01T09:00:{k:02d}Z")
+    ahead = [  # each of its own shape: a step each
+        queued_pod(
+            f"h{k:02d}",
+            "q",
+            pol,
+            index,
+            annotations={**high, "gpupool.io/min-memory": f"{k + 1}Mi"},
+            created=f"2026-12-01T09:00:{k:02d}Z",
+        )
         for k in range(PAUSE_EVERY)
     ]
     gang = {"gpupool.io/gpu-class": "medium", "gpupool.io/group": "sweep", "gpupool.io/group-size": "3"}
@@ -158,12 +175,12 @@ class CountingInventory:
 
 
 def a_pass(clock: Callable[[], float]) -> tuple[int, list[PodKey]]:
-    """One runner pass over 100 waiting Pods and one free GPU: how often it took the inventory's lock, and
-    what it released."""
+    """One runner pass over 100 waiting Pods of distinct shapes and one free GPU: how often it took the
+    inventory's lock, and what it released."""
     pol = policy(QUEUE)
     index = index_of([gpu_node("t4-a", "Tesla-T4", 4), busy("t4-a", 3, "busy")], pol)
     waiting = Waiting(pol)
-    objs = queue_of(100, index, waiting)
+    objs = queue_of(100, index, waiting, distinct=True)
     inventory = CountingInventory(index)
     api = SlowApi({("q", o["metadata"]["name"]): o for o in objs}, together=1)
     runner = Runner(inventory, waiting, Leading(), api, events=Events(), clock=clock)  # type: ignore[arg-type]

@@ -113,13 +113,15 @@ def unrelated_change(queue: Queue, name: str = "elsewhere") -> None:
 
 
 def test_a_pass_with_nothing_changed_for_the_queue_walks_no_pod(monkeypatch: pytest.MonkeyPatch) -> None:
-    """30 Pods wait; the first pass walks each. A GPU Pod starts where none of them may go: the next pass
-    walks none (the queue is not even listed), tells nothing again, and its Waits are the whole queue's."""
+    """30 Pods of 3 shapes wait; the first pass takes one step per shape (the rest of each shape's Pods wait
+    with its first: webhook/queue/lines.py), and lists and tells all 30. A GPU Pod starts where none of them
+    may go: the next pass walks none (the queue is not even listed), tells nothing again, and its Waits are
+    the whole queue's."""
     queue = Queue()
     for k in range(30):
         queue.queue(f"p{k:02d}", k, gpus=1 + k % 3)
     first = queue.runner.run_pass()
-    assert (first.walked, len(first.waiting)) == (30, 30)
+    assert (first.walked, len(first.waiting)) == (3, 30)
     assert len(queue.told()) == 30
     unrelated_change(queue)
 
@@ -127,6 +129,7 @@ def test_a_pass_with_nothing_changed_for_the_queue_walks_no_pod(monkeypatch: pyt
         raise AssertionError("a steady pass listed the whole queue")
 
     monkeypatch.setattr(queue.waiting, "ordered", listed)
+    monkeypatch.setattr(queue.waiting, "lines", listed)
     again = queue.runner.run_pass()
     assert (again.walked, again.visits, again.decisions) == (0, 0, 0)
     assert queue.told() == []
@@ -181,7 +184,7 @@ def test_a_waiting_pod_whose_status_alone_changes_is_not_walked_again() -> None:
     objs[1]["spec"]["priority"] = 5
     queue.show(objs[1])
     changed = queue.runner.run_pass()
-    assert changed.walked == 3
+    assert changed.walked == 1  # the whole queue: one shape, whose first Pod waits
     assert by_pod(changed.waiting) == queue.whole()
 
 
@@ -191,7 +194,7 @@ def test_a_node_that_joins_makes_the_pass_decide_the_whole_queue() -> None:
     queue = Queue()
     for k in range(4):
         queue.queue(f"p{k}", k, gpus=1, annotations={"gpupool.io/gpu-product": "NVIDIA-L4"})
-    assert queue.runner.run_pass().walked == 4
+    assert queue.runner.run_pass().walked == 1  # one shape: its first Pod waits, the others with it
     node = gpu_node("l4-b", "NVIDIA-L4", 4, memory_mib=23034)
     queue.index.upsert_node(node_from_obj(node, queue.pol.gpu_resources, queue.pol.partition_prefixes))
     joined = queue.runner.run_pass()
@@ -240,7 +243,7 @@ def test_waits_and_events_stay_a_whole_pass_s_after_arrivals_departures_and_chan
     scratch, and each Pod is told it waits once (again only when it is created anew), released once."""
     queue = Queue()
     objs = [queue.queue(f"p{k}", k, gpus=1 + k % 2) for k in range(6)]
-    assert queue.runner.run_pass().walked == 6
+    assert queue.runner.run_pass().walked == 2  # a step per shape: its first Pod waits, and the rest with it
     assert sorted(queue.told()) == [(f"p{k}", "Queued") for k in range(6)]
 
     steps: list[tuple[str, int]] = []
@@ -281,7 +284,8 @@ def test_waits_and_events_stay_a_whole_pass_s_after_arrivals_departures_and_chan
     check(queue.runner.run_pass(), "released")
     walked = dict(steps)
     assert [walked[w] for w in ("arrived behind", "nothing for the queue", "created anew")] == [1, 0, 1]
-    assert walked["left"] == walked["changed"] == 6 and walked["arrived among them"] == 7
+    # a pass over the whole queue: a step per shape (1 and 2 GPUs of q, then 1 GPU of q2 too)
+    assert walked["left"] == walked["changed"] == 2 and walked["arrived among them"] == 3
     assert queue.told() == []
 
 

@@ -54,6 +54,7 @@ from webhook.pools.index import PoolIndex
 from webhook.pools.memo import ENTRY_SHARE, MEMO_BYTES, NO_MEMO, Memo, held_bytes
 from webhook.pools.quotas.checks import has_pool_quotas
 from webhook.queue.backfill import waited_long
+from webhook.queue.lines import Lines
 from webhook.queue.waiting import Queued
 
 # A shape's request is kept only if it adds at most this beyond the shape (the memo's bound on an entry,
@@ -370,10 +371,12 @@ class Parking:
         if namespace is not None:
             _drop(self._by_namespace, self._namespace_seen, namespace, token)
 
-    def keep_waiting(self, waiting: Iterable[Queued]) -> None:
+    def keep_waiting(self, waiting: Iterable[Queued] | Lines) -> None:
         """`keep_only` the shapes of the `waiting` Pods, and forget the answers of a workload group's Pods
         when no Pod of that group and shape waits (a woken one would make every pass decide the whole
-        queue: webhook.queue.standing)."""
+        queue: webhook.queue.standing). Of the queue's lines, one Pod per shape is read (its first)."""
+        if isinstance(waiting, Lines):
+            waiting = [*(line[0] for line in waiting.shapes), *waiting.grouped]
         tokens = {_shape_token(q) for q in waiting}
         self.keep_only({t[: len(DIGEST)] for t in tokens})
         for gone in [t for t in self._parked if len(t) > len(DIGEST) and t not in tokens]:

@@ -38,6 +38,7 @@ from webhook.pools.charges import (
     unseen,
 )
 from webhook.pools.index import PoolIndex
+from webhook.queue.lines import Waits
 from webhook.queue.release import Plan, Release, Wait
 
 log = logging.getLogger("gpupool.queue")
@@ -147,9 +148,9 @@ class Repairs:
     def of(self, decided: Plan, *, going_on: bool) -> Plan:
         """`decided` with the repairs' Waits in place of its own: a whole pass's, or the last whole pass's
         and those of the Pods a pass that went on walked."""
-        repairs = [w for w in decided.waits if w.code == "repair"]
+        repairs = [w for w in decided.waits.one_by_one() if w.code == "repair"]  # a gang's: decided whole
         self.waits = [*self.waits, *repairs] if going_on else repairs
-        return decided._replace(waits=self.waits)
+        return decided._replace(waits=Waits.of(self.waits))
 
 
 ENTRY_BYTES = 512  # what a pass counts per release it may make, at first: a release's entry is ~200 bytes

@@ -16,10 +16,11 @@ MAX_BACKOFF_SECONDS. Pure: the caller gives the clock.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 from webhook.domain.model import PodKey
-from webhook.queue.waiting import Queued
+from webhook.queue.waiting import Order, Queued
 from webhook.sources.eventqueue import Event
 
 BASE_BACKOFF_SECONDS = 1.0
@@ -97,6 +98,18 @@ class Refusals:
         """Forget the Pods that no longer wait."""
         for key in [k for k in self._by_key if k not in waiting]:
             del self._by_key[key]
+
+    def held_back(self, waiting: Callable[[PodKey], Queued | None], now: float) -> dict[PodKey, Order]:
+        """The Pods held back now (`holds_back`), with their places in the queue; the queue's look-up `waiting`
+        says which still wait: those that do not are forgotten."""
+        held = {}
+        for key in list(self._by_key):
+            q = waiting(key)
+            if q is None:
+                del self._by_key[key]
+            elif self.holds_back(q, now):
+                held[key] = q.order
+        return held
 
     def _current(self, q: Queued) -> _Refusal | None:
         """The refusals of this very version of the Pod; an older version's are forgotten."""

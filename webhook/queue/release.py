@@ -30,7 +30,8 @@ could not go keeps its answer, and is decided again only once something that ans
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import heapq
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -40,80 +41,43 @@ from webhook.admission.groups import pods_at_once
 from webhook.admission.patch import PatchSpec, release_patch
 from webhook.admission.pieces import patched_info
 from webhook.admission.request import GpuRequest
-from webhook.admission.verdict import Verdict
 from webhook.domain.model import PodInfo, PodKey, PoolKey
 from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
 from webhook.pools.memo import NO_MEMO, Memo
 from webhook.queue import backfill, gangs
-from webhook.queue.parking import GangWait, Parking, WaitAnswer, read_request
+from webhook.queue.batch import Batch, read_batch
+from webhook.queue.lines import Lines, Waits
+from webhook.queue.outcomes import Carried, Release, Wait
+from webhook.queue.parking import GangWait, Parking, WaitAnswer
 from webhook.queue.waiting import Queued
-
-
-class Release(NamedTuple):
-    """A Pod released to a pool: the one PATCH to write, and the Pod as the index counts it meanwhile."""
-
-    queued: Queued
-    pool: PoolKey
-    patch: list[dict[str, Any]]
-    released: PodInfo
-    before: PodInfo | None = None  # what the index counted for the Pod when it was decided (`settle`)
-
-
-class Wait(NamedTuple):
-    """A Pod that stays in the queue, and why: `code` capacity | quota | behind | gang | parked | repair |
-    invalid (webhook.queue.gangs: parked, a gang that can never go whole; repair, one partly released)."""
-
-    queued: Queued
-    code: str
-    reason: str
-    pools: tuple[PoolKey, ...] = ()  # the pools whose room or quota it waits for, best first (GPUPool's `queued`)
-
-
-@dataclass(slots=True)
-class Carried:
-    """Where a pass of the queue stands after its last Pod: what the Pods decided wait for (`ahead`), the
-    wait of each shape that waits (by the shape's identity, as in `read_batch`: the Wait holds the shape,
-    so no id is reused while it is kept) and the gangs judged. A pass over Pods that all come after those
-    of an earlier pass, with nothing else changed, goes on from where that one ended (webhook.queue
-    .standing): the Pods before decide as they did, so what they leave to the later ones is as it was."""
-
-    ahead: Ahead = field(default_factory=Ahead)
-    shape_waits: dict[int, Wait] = field(default_factory=dict)
-    judged_gangs: set[tuple[str, str]] = field(default_factory=set)
 
 
 class Plan(NamedTuple):
     releases: list[Release]
-    waits: list[Wait]
+    waits: Waits
     decisions: int = 0  # shapes, Pods and gangs decided (the rest were parked, or shared a shape's answer)
     # shapes, Pods and gangs the pass looked at in the index: those decided, and the parked shapes whose
     # counters it read (webhook.queue.parking); a parked shape nothing woke is not visited
     visits: int = 0
-    walked: int = 0  # the waiting Pods the pass went over (webhook.queue.standing: none while nothing changed)
+    # the steps the pass took (webhook.queue.lines): a Pod decided or passed over, a line left to wait, a
+    # request refused (webhook.queue.standing: none while nothing changed); never one per Pod behind a line
+    walked: int = 0
     end: Carried | None = None  # where it stood after its last Pod, when it went over every one (no `limit`)
 
 
-PAUSE_EVERY = 16  # Pods decided between two calls of decide_batch's `pause`
+__all__ = ["Batch", "Carried", "Plan", "Release", "Wait", "decide_batch", "plan", "read_batch", "release_one", "settle"]
+
+PAUSE_EVERY = 16  # steps between two calls of decide_batch's `pause`
+_GROUPED = -1  # the heap's entry for the line of workload groups' Pods
 
 
 def _stay() -> None:
     return None
 
 
-class Batch(NamedTuple):
-    """The waiting Pods with their requests, read without the index (`read_batch`): what `decide_batch`
-    decides under the inventory's lock."""
-
-    pods: list[tuple[Queued, GpuRequest]]  # in release order
-    gangs: dict[tuple[str, str], list[tuple[Queued, GpuRequest]]]  # (namespace, group) -> members, in order
-    invalid: list[Wait]  # Pods whose request the policy now refuses (it changed since they were queued)
-    parking: Parking | None = None  # what the requests were read with: decide_batch parks the shapes there
-    carried: Carried | None = None  # where an earlier pass ended, to go on from (taken over: not copied)
-
-
 def plan(
-    queued: list[Queued],
+    queued: Sequence[Queued] | Lines,
     index: PoolIndex,
     policy: Policy,
     *,
@@ -125,31 +89,6 @@ def plan(
     return decide_batch(read_batch(queued, policy, shapes), index, policy, limit=limit, now=now)
 
 
-def read_batch(queued: list[Queued], policy: Policy, shapes: Memo = NO_MEMO, parking: Parking | None = None) -> Batch:
-    """The requests of the waiting Pods (in their order), as admission reads them; no index, no lock.
-    With `parking`, each shape's request is read once while it waits (webhook.queue.parking)."""
-    pods: list[tuple[Queued, GpuRequest]] = []
-    gangs: dict[tuple[str, str], list[tuple[Queued, GpuRequest]]] = {}
-    invalid: list[Wait] = []
-    # Per shape, not per Pod: the request (which only the shape and the policy make), and in
-    # decide_batch a shape's wait. Keyed by the shape's identity, as webhook.queue.waiting shares one
-    # object per distinct shape (equal shapes that are not one object are decided once each: slower, never
-    # wrong); the shapes live as long as `queued` does, so no id is reused meanwhile.
-    requests: dict[int, GpuRequest | Verdict] = {}
-    for q in queued:
-        req = requests.get(id(q.view.shape))
-        if req is None:
-            read = parking.request(q, policy, shapes) if parking is not None else read_request(q, policy, shapes)
-            req = requests[id(q.view.shape)] = read
-        if isinstance(req, Verdict):
-            invalid.append(Wait(q, "invalid", req.message))
-            continue
-        if req.group.size and q.view.group:
-            gangs.setdefault((q.key[0], q.view.group), []).append((q, req))
-        pods.append((q, req))
-    return Batch(pods, gangs, invalid, parking)
-
-
 def decide_batch(
     batch: Batch,
     index: PoolIndex,
@@ -159,7 +98,7 @@ def decide_batch(
     pause: Callable[[], None] = _stay,
     now: float | None = None,
 ) -> Plan:
-    """`plan` for a batch read already. `pause` is called between Pods: the runner lets go of the
+    """`plan` for a batch read already. `pause` is called between steps: the runner lets go of the
         inventory's lock there now and then, so that a long queue holds up neither the watch nor admissions.
         Whatever changed meanwhile, the pass stays exact: each Pod is looked up in the index when its turn
         comes (a Pod released or deleted meanwhile is passed over), every decision reads the index as it is
@@ -168,7 +107,15 @@ def decide_batch(
     None (a preview) counts none as having waited long. With the batch's `parking` (the runner's, kept
     across passes), a shape that could not go is not decided again while nothing its answer read has changed
     (webhook.queue.parking): the answer is the one the decision would give. With the batch's `carried`, the
-    pass goes on from where an earlier one ended (its Pods all come after that pass's)."""
+    pass goes on from where an earlier one ended (its Pods all come after that pass's).
+
+    The Pods are taken in release order by merging the batch's lines (webhook.queue.lines): a Pod of no
+    workload group that waits makes every later Pod of its shape wait too (within a pass room and quota only
+    get taken, and what it waits for stays blocked), and they leave nothing to the Pods behind them, so its
+    line is left there as one run of Waits: a pass takes a step per release, per shape and per Pod of a
+    workload group, not per waiting Pod. Room that appears on a pool a Pod before waits for, while the
+    pass let go of the lock, stops the pass there (its releases so far stand; it ends not whole): the next
+    pass gives that room to the first Pod in order that it fits, not to the next one this pass would take."""
     carried = batch.carried if batch.carried is not None else Carried()
     ahead = carried.ahead  # what the Pods decided before wait for stays theirs
     parking = batch.parking
@@ -180,51 +127,60 @@ def decide_batch(
     # The Pods that hold a node (webhook.queue.backfill) since an earlier pass: only they may find it ready.
     holders = [o for o in index.excluders() if o.startswith(backfill.OWNER)] if now is not None else []
     releases: list[Release] = []
-    waits = list(batch.invalid)
+    waits = Waits()
+    for wait, pods in batch.invalid:
+        waits.first(wait, pods)
+    waits.hold_back(batch.held_back)
     judged_gangs = carried.judged_gangs
-    # A Pod that waits makes every later Pod of its shape wait too: within a pass room and quota only get
-    # taken, and what it waits for stays blocked. So a saturated fleet's pass decides each shape once, not
-    # each Pod.
     shape_waits = carried.shape_waits  # by the shape's identity, as in `read_batch`
-    decisions = walked = 0
-    for i, (q, req) in enumerate(batch.pods):
-        if len(releases) >= limit:
-            break
-        walked += 1
-        if not i % PAUSE_EVERY:
+    heap = [(line[0].order, n, 0) for n, (_, line) in enumerate(batch.lines)]
+    if batch.grouped:
+        heap.append((batch.grouped[0][0].order, _GROUPED, 0))
+    heapq.heapify(heap)
+
+    def advance(n: int, at: int) -> None:
+        """The line's next Pod takes its turn (none: the line is done)."""
+        line: Sequence[Any] = batch.grouped if n == _GROUPED else batch.lines[n][1]
+        if at + 1 < len(line):
+            nxt = line[at + 1]
+            heapq.heapreplace(heap, ((nxt[0] if n == _GROUPED else nxt).order, n, at + 1))
+        else:
+            heapq.heappop(heap)
+
+    decisions = steps = 0
+    while heap and len(releases) < limit:
+        if not steps % PAUSE_EVERY:
             pause()
             look()
-        if not index.usage.is_queued(q.key):
-            continue  # released already (by this leader's last pass, or another): the watch catches up
-        if req.group.size and q.view.group:
-            gang_key = (q.key[0], q.view.group)
-            if gang_key in judged_gangs:
+            if this.room_appeared():
+                break  # the next pass decides again from the first Pod (the runner is woken by the change)
+        steps += 1
+        _, n, at = heap[0]
+        if n == _GROUPED:
+            q, req = batch.grouped[at]
+            advance(n, at)
+            if not index.usage.is_queued(q.key):
+                continue  # released already (by this leader's last pass, or another): the watch catches up
+            if req.group.size:
+                gang_key = (q.key[0], q.view.group)
+                if gang_key in judged_gangs:
+                    continue
+                judged_gangs.add(gang_key)  # judged once, for all its members
+                decisions += _judge_gang(batch.gangs[gang_key], this, releases, waits)
+                this.took_room()
+                look()
                 continue
-            judged_gangs.add(gang_key)  # judged once, for all its members
-            members = [m for m in batch.gangs[gang_key] if index.usage.is_queued(m[0].key)]
-            waiting = [m for m, _ in members]
-            kept = parking.gang(waiting, ahead, now, policy) if parking is not None else None
-            if kept is not None:  # parked, and nothing it read changed: what it holds stays its
-                if kept.held is not None:
-                    ahead.take_room((kept.held,))
-                waits.extend(Wait(m, kept.code, kept.reason, kept.pools) for m in waiting)
+        else:
+            req, line = batch.lines[n]
+            q = line[at]
+            if q.key in batch.held_back or not index.usage.is_queued(q.key):
+                advance(n, at)
                 continue
-            decisions += 1
-            before = frozenset(ahead.pools)  # what the Pods ahead held, as its parked answer will be checked
-            outcome, pools, held = _gang(members, req.group.size, index, policy, ahead, now)
-            if isinstance(outcome, Wait):
-                waits.extend(outcome._replace(queued=m) for m in waiting)
-                if parking is not None:
-                    answer = GangWait(outcome.code, outcome.reason, outcome.pools, held, pools)
-                    parking.park_gang(waiting, answer, before, now, index, policy)
-            else:
-                releases.extend(outcome)
-            look()
-            continue
-        earlier = None if q.view.group else shape_waits.get(id(q.view.shape))
-        if earlier is not None:
-            waits.append(earlier._replace(queued=q))
-            continue
+            earlier = shape_waits.get(id(q.view.shape))
+            if earlier is not None:  # its shape waits since an earlier pass this one goes on from
+                waits.run(earlier, line, at)
+                heapq.heappop(heap)
+                continue
         # A Pod whose held node has its room now lets it go and is decided afresh (its parked answer read
         # the node as kept from everyone, itself included).
         lifted = bool(holders) and backfill.ready(index, q.key, _resource(q), req.pod_total)
@@ -237,12 +193,18 @@ def decide_batch(
             one, theirs = _one(q, req, this)
         if isinstance(one, Release):
             releases.append(one)
+            this.took_room()
             look()
-        else:
-            waits.append(one)
-            if not q.view.group:  # siblings decide by their group's pools: not one shape's answer
-                shape_waits[id(q.view.shape)] = theirs or one
-    whole = len(releases) < limit
+            if n != _GROUPED:
+                advance(n, at)
+            continue
+        waits.one(q.order, one)
+        this.waited_for_room(one)
+        if n != _GROUPED:  # siblings decide by their group's pools: not one shape's answer
+            shape_waits[id(q.view.shape)] = theirs or one
+            waits.run(theirs or one, line, at + 1)  # the rest of its line waits with it
+            heapq.heappop(heap)
+    whole = not heap
     # An answer taken, then woken by what the pass released (or the watch meanwhile): the Waits taken from
     # it may not be its answer now, so the next pass decides the whole queue (webhook.queue.standing).
     standing = whole and (parking is None or not parking.stale)
@@ -255,7 +217,36 @@ def decide_batch(
             parking.keep_gangs(judged_gangs)
         parking.passed(now)
     # A parked shape nothing woke costs no visit.
-    return Plan(releases, waits, decisions, decisions, walked + len(batch.invalid), carried if standing else None)
+    return Plan(releases, waits, decisions, decisions, steps + len(batch.invalid), carried if standing else None)
+
+
+def _judge_gang(gang: list[tuple[Queued, GpuRequest]], this: _Pass, releases: list[Release], waits: Waits) -> int:
+    """A gang judged whole at its first member's turn: its members released together, or their Waits (a
+    parked answer taken when nothing it read changed); the decisions it took (0 or 1)."""
+    index, policy, ahead, now, parking = this.index, this.policy, this.ahead, this.now, this.parking
+    members = [m for m in gang if index.usage.is_queued(m[0].key)]
+    waiting = [m for m, _ in members]
+    at = waiting[0].order
+    kept = parking.gang(waiting, ahead, now, policy) if parking is not None else None
+    if kept is not None:  # parked, and nothing it read changed: what it holds stays its
+        if kept.held is not None:
+            ahead.take_room((kept.held,))
+        for m in waiting:
+            waits.one(at, Wait(m, kept.code, kept.reason, kept.pools))
+        this.waited_for_room(Wait(waiting[0], kept.code, kept.reason, kept.pools))
+        return 0
+    before = frozenset(ahead.pools)  # what the Pods ahead held, as its parked answer will be checked
+    outcome, pools, held = _gang(members, members[0][1].group.size, index, policy, ahead, now)
+    if isinstance(outcome, Wait):
+        for m in waiting:
+            waits.one(at, outcome._replace(queued=m))
+        this.waited_for_room(outcome)
+        if parking is not None:
+            answer = GangWait(outcome.code, outcome.reason, outcome.pools, held, pools)
+            parking.park_gang(waiting, answer, before, now, index, policy)
+    else:
+        releases.extend(outcome)
+    return 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +261,23 @@ class _Pass:
     parking: Parking | None
     held_pools: set[PoolKey] = field(default_factory=set)  # pools a node of which a Pod before holds
     holding: set[str] = field(default_factory=set)  # the owners (backfill.owner_of) that hold a node now
+    # The room of the pools Pods before wait for, as they read it: once it moves in a pause (room appeared
+    # while the lock was let go), the pass stops there, so no later Pod takes room out of their turn.
+    room_seen: dict[PoolKey, int] = field(default_factory=dict)
+
+    def waited_for_room(self, wait: Wait) -> None:
+        if wait.code == "capacity":
+            for pool in wait.pools:
+                self.room_seen.setdefault(pool, self.index.capacity.room_changes(pool))
+
+    def took_room(self) -> None:
+        """The pass itself took room (a release, a gang tried): only less room for the Pods before."""
+        for pool in self.room_seen:
+            self.room_seen[pool] = self.index.capacity.room_changes(pool)
+
+    def room_appeared(self) -> bool:
+        capacity = self.index.capacity
+        return any(capacity.room_changes(pool) != seen for pool, seen in self.room_seen.items())
 
 
 def _resource(q: Queued) -> str:
@@ -387,7 +395,7 @@ def release_one(
     past gpupool's own quotas when not `quotas`. A release is applied to `index`, as in a pass."""
     batch = read_batch([q], policy)
     if batch.invalid:
-        return batch.invalid[0]
+        return batch.invalid[0][0]
     _, req = batch.pods[0]
     choice = choose(req, q.view, index, policy, release_to(pool, quotas=quotas))
     if choice.chosen is not None:
@@ -422,5 +430,5 @@ def settle(index: PoolIndex, release: Release, answer: PodInfo | None) -> None:
     index.upsert_pod(answer if answer is not None else before, release.queued.key)
 
 
-def waiting_reasons(waits: list[Wait]) -> dict[PodKey, Wait]:
+def waiting_reasons(waits: Iterable[Wait]) -> dict[PodKey, Wait]:
     return {w.queued.key: w for w in waits}

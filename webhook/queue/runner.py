@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -62,7 +62,7 @@ from webhook.queue.reshape import Reshaper
 from webhook.queue.standing import Order, Standing
 from webhook.queue.status import StatusFeed, StatusSink
 from webhook.queue.telling import Teller
-from webhook.queue.waiting import Queued, Waiting, is_queued
+from webhook.queue.waiting import Changed, Queued, Waiting, is_queued
 from webhook.sources.outcomes import Conflict, Gone, Refused, Released, ReleaseResult
 
 log = logging.getLogger("gpupool.queue")
@@ -76,7 +76,7 @@ WRITERS = 8  # release PATCHes in flight at once (the API client's connection po
 
 class PassResult(NamedTuple):
     released: int  # writes answered "released" during the pass (run_pass: its own, every one answered)
-    waiting: list[Wait]
+    waiting: Sequence[Wait]  # webhook.queue.lines.Waits: one per waiting Pod, as the runs hold them
     decided: int = 0  # releases the pass decided
     decisions: int = 0  # shapes, Pods and gangs it decided (the others stayed parked: webhook.queue.parking)
     visits: int = 0  # the shapes, Pods and gangs it visited (release.Plan.visits): none while nothing changed
@@ -172,6 +172,7 @@ class Runner:
         self._shapes_for, self._changes_seen = None, None
         self._parking = Parking()
         self._standing = Standing()
+        self._teller.afresh()
         self.waiting.wake.set()
 
     def stop(self) -> None:
@@ -216,6 +217,7 @@ class Runner:
         if not leading:
             self._caught_up, self._catch_up_since, self._changes_seen = False, None, None
             self._standing.forget()
+            self._teller.afresh()
             self._answers()
             return
         if not self.inventory.ready or not self._catch_up():
@@ -288,18 +290,16 @@ class Runner:
             self._standing.forget()
         changed = self.waiting.take_changed()
         new = self._standing.tail(changed, self.waiting, self._parking.wake_at()) if self._may_go_on(policy) else None
-        result = self._decide(policy, new) if new is not None else None  # None: an earlier Pod's answer woke
-        if result is not None and changed:
-            self._teller.left(changed, self.waiting.get)
-        result = result or self._decide(policy, None) or PassResult(0, [])  # (the whole queue is always decided)
+        result = self._decide(policy, new, changed) if new is not None else None  # None: an earlier Pod's answer woke
+        result = result or self._decide(policy, None, changed) or PassResult(0, [])  # (the whole is always decided)
         return result._replace(released=result.released + released)
 
     def _may_go_on(self, policy: Policy) -> bool:
-        """May a pass go on from the last one's end (webhook.queue.standing)? Not while a Pod backs off (its
-        place is held by the clock), nor while MIG re-cuts follow every wait."""
+        """May a pass go on from the last one's end (webhook.queue.standing)? Not while a Pod backs off, nor
+        while MIG re-cuts follow the waits. (A pass over the whole queue takes a step per shape, not per Pod.)"""
         return not self._refusals and (self.reshaper is None or policy.mig_reshaping is None)
 
-    def _decide(self, policy: Policy, new: list[Queued] | None) -> PassResult | None:
+    def _decide(self, policy: Policy, new: list[Queued] | None, changed: Changed | None) -> PassResult | None:
         """Decide the whole queue (`new` None) or go on from the last pass's end with `new`, the Pods that
         arrived behind it (None when an answer the last pass took was woken meanwhile: decide the whole)."""
         now, self._queue_now = self._passed_at, self.waiting.now()  # (the queue's clock before deciding)
@@ -307,19 +307,16 @@ class Runner:
         carried = self._standing.carried()
         self._standing.forget()  # until this pass has ended
         if new is None:
-            ordered = self.waiting.ordered()
-            last = ordered[-1].order if ordered else None
-            self._parking.keep_waiting(ordered)
-            if self._refusals:  # a Pod backing off, or given up on, holds no place: the Pods behind it go
-                self._refusals.keep_only({q.key for q in ordered})
-                ordered = [q for q in ordered if not self._refusals.holds_back(q, now)]
-            batch = read_batch(ordered, policy, self._shapes, self._parking)
+            lines = self.waiting.lines()  # (webhook.queue.lines: copies of the lines that changed only)
+            self._parking.keep_waiting(lines)
+            back = self._refusals.held_back(self.waiting.get, now) if self._refusals else {}  # (hold no place)
+            batch, last = read_batch(lines, policy, self._shapes, self._parking, back), lines.last
         else:
             last = new[-1].order if new else None
             batch = read_batch(new, policy, self._shapes, self._parking)._replace(carried=carried)
             if carried is None or any(gang in carried.judged_gangs for gang in batch.gangs):
                 return None  # a member of a gang judged already: the gang is judged again, whole
-        read = self._read_charges() if batch.pods else ([], "")  # nothing to release: nothing to count them against
+        read = self._read_charges() if batch else ([], "")  # nothing to release: nothing to count them against
         if read is None:
             return PassResult(0, [])
         charges, version = read
@@ -352,26 +349,27 @@ class Runner:
             self._changes_seen = None
             self.waiting.wake.set()  # decided again at once, with what was charged meanwhile
             return PassResult(0, decided.waits)
-        return self._tell(decided, batch, last, policy, going_on=going_on)
+        return self._tell(decided, batch, last, policy, (going_on, changed))
 
-    def _tell(self, decided: Plan, batch: Batch, last: Order | None, policy: Policy, *, going_on: bool) -> PassResult:
+    def _tell(
+        self, decided: Plan, batch: Batch, last: Order | None, policy: Policy, of: tuple[bool, Changed | None]
+    ) -> PassResult:
         """Keep the pass's Waits, tell them (the Pods, the pools' statuses), send its releases, re-cut."""
+        going_on, changed = of  # (did it go on, and what changed since the last pass)
         if going_on:
             self._standing.went_on(decided, last)
         else:
             self._standing.took(decided, last, whole=decided.end is not None)
-        self._standing.judged(
-            decided.waits, self._queue_now, policy.defaults.queue_hold_after_seconds, whole=not going_on
-        )
-        self._teller.queued(decided.waits)
-        if not going_on:
-            self._teller.only(decided.waits, self.waiting.get)
+        hold = policy.defaults.queue_hold_after_seconds
+        self._standing.judged(decided.waits, self._queue_now, hold, whole=not going_on)
+        self._teller.passed(decided.waits, changed, self.waiting.get, whole=not going_on)
         if self._status is not None:
             self._status.passed(self._standing, self.waiting)
         released = self._send_all(decided.releases)
         if self.reshaper is not None:
             try:
-                self.reshaper.step(policy, {q.key: req for q, req in batch.pods}, decided.waits, self.inventory)
+                requests = {q.key: req for q, req in batch.pods} if policy.mig_reshaping is not None else {}  # (a walk)
+                self.reshaper.step(policy, requests, decided.waits, self.inventory)
             except Exception:  # a bug must not stop the queue: logged, and the next pass tries again
                 log.exception("MIG re-cutting failed in a pass")
         kept = self._standing.waits
@@ -465,6 +463,7 @@ class Runner:
     def _settle(self, release: Release, obj: dict[str, Any] | None) -> None:
         if obj is None:
             self._standing.forget()  # the Pod counts as queued again: decided again, with the Pods behind it
+            self._teller.look_again(release.queued.key)
         policy = self.inventory.policy
         answer = pod_from_obj(obj, policy.gpu_resources, policy.partition_prefixes) if obj is not None else None
         with self.inventory.read() as index:
@@ -474,6 +473,7 @@ class Runner:
         self._standing.forget()
         with self.inventory.read() as index:
             for release in releases:
+                self._teller.look_again(release.queued.key)
                 settle(index, release, None)
 
     def _resolve_uncertain(self) -> None:

@@ -14,7 +14,9 @@ leading `forget`s, so that it writes nothing more.
 
 from __future__ import annotations
 
+import bisect
 import heapq
+import operator
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -24,9 +26,11 @@ import yaml
 
 from webhook.domain.model import PodKey, PoolKey
 from webhook.pools.statuses import pool_statuses
+from webhook.queue.lines import Waits
 from webhook.queue.release import Wait
 from webhook.queue.waiting import Queued
 
+_ORDER = operator.attrgetter("order")
 STATUS_SECONDS = 1.0
 MAX_LISTED = 50  # Pods listed in a namespace's summary; the others are counted
 REASON_MAX = 300  # characters of what a Pod waits for, in its summary
@@ -43,11 +47,12 @@ class StatusSink(Protocol):
 
 
 def namespace_summaries(
-    waits: Sequence[Wait], positions: Mapping[PodKey, int], total: int
+    waits: Sequence[Wait], positions: Mapping[PodKey, int], total: int, counts: Mapping[str, int] | None = None
 ) -> dict[str, dict[str, str]]:
     """Per namespace with Pods waiting, its ConfigMap's data: `summary` (how many wait, of how many in
     all, and how many are not listed) and `pods.yaml` (the first MAX_LISTED, in queue order: pod,
-    position, waitsFor (the code), reason, and the pool it waits for first)."""
+    position, waitsFor (the code), reason, and the pool it waits for first). `counts`: how many Pods of
+    each namespace wait, when `waits` holds only the first ones of each (`Waits.firsts`)."""
     # (position, name, n, wait): the tuples compare in C and never reach the Wait (n breaks any tie), and
     # only the first MAX_LISTED are picked (a heap), not every waiting Pod sorted by a Python key: this runs
     # each STATUS_SECONDS on the leader's loop, and with 20,000 Pods waiting in one namespace that sort was
@@ -68,9 +73,10 @@ def namespace_summaries(
             }
             for position, name, _, wait in heapq.nsmallest(MAX_LISTED, entries)
         ]
-        summary = f"{len(entries)} Pods of this namespace wait in gpupool's queue ({total} in all)."
-        if len(entries) > MAX_LISTED:
-            summary += f" The first {MAX_LISTED} are listed; {len(entries) - MAX_LISTED} more are not."
+        waiting = counts.get(namespace, len(entries)) if counts is not None else len(entries)
+        summary = f"{waiting} Pods of this namespace wait in gpupool's queue ({total} in all)."
+        if waiting > MAX_LISTED:
+            summary += f" The first {MAX_LISTED} are listed; {waiting - MAX_LISTED} more are not."
         summaries[namespace] = {"summary": summary, "pods.yaml": yaml.safe_dump(pods, sort_keys=False, width=10_000)}
     return summaries
 
@@ -79,7 +85,7 @@ class Standing(Protocol):
     """The Waits of the last pass (webhook.queue.standing.Standing), and a version that moves with them."""
 
     @property
-    def waits(self) -> Sequence[Wait]: ...
+    def waits(self) -> Waits: ...
 
     @property
     def version(self) -> int: ...
@@ -125,14 +131,17 @@ class StatusFeed:
             return
         standing, queue = self._standing
         if self._queued[0] != standing.version:
-            self._queued = (standing.version, Counter(w.pools[0] for w in standing.waits if w.pools))
+            self._queued = (standing.version, Counter(standing.waits.pool_counts()))
         with read() as index:
             stats = index.capacity.pool_stats()
         self._sink.publish(pool_statuses(stats, self._queued[1]))
         versions = (standing.version, queue.version)
         if self._summaries[0] != versions:
+            # The first MAX_LISTED of each namespace, read from the runs (webhook.queue.lines), and their places
+            # in the queue looked up in its order: no walk of every waiting Pod.
             ordered = queue.ordered()
-            positions = {q.key: i for i, q in enumerate(ordered, 1)}
-            self._summaries = (versions, namespace_summaries(standing.waits, positions, len(ordered)))
+            counts, firsts = standing.waits.firsts(MAX_LISTED)
+            positions = {w.queued.key: bisect.bisect_left(ordered, w.queued.order, key=_ORDER) + 1 for w in firsts}
+            self._summaries = (versions, namespace_summaries(firsts, positions, len(ordered), counts))
         self._sink.publish_queues(self._summaries[1])
         self._standing, self._at, self._publishing = None, self._clock(), True

@@ -12,9 +12,10 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
 from webhook.domain.model import PodKey
+from webhook.queue.lines import Waits
 from webhook.queue.ports import Events, QueueMetrics
 from webhook.queue.release import Release, Wait
-from webhook.queue.waiting import Queued
+from webhook.queue.waiting import Changed, Queued
 from webhook.sources.eventqueue import Event
 
 GANG_EVENTS = {"parked": ("GangParked", "Warning"), "repair": ("GangRepair", "Normal")}  # Wait.code -> Event
@@ -26,6 +27,43 @@ class Teller:
     def __init__(self, events: Events, metrics: QueueMetrics) -> None:
         self._events, self._metrics = events, metrics
         self._told: dict[PodKey, tuple[str, str]] = {}
+        self._every = True  # the next pass over the whole queue tells every Pod it lists (none told yet)
+        self._again: set[PodKey] = set()  # Pods that may wait untold (a release not made): looked up each pass
+
+    def afresh(self) -> None:
+        """The next pass over the whole queue looks at every Pod it lists (a new term, or a new queue)."""
+        self._every = True
+
+    def look_again(self, key: PodKey) -> None:
+        """The Pod's release was not made (undone, refused, in conflict): tell it it waits once it does."""
+        self._again.add(key)
+
+    def passed(
+        self, waits: Waits, changed: Changed | None, waiting: Callable[[PodKey], Queued | None], *, whole: bool
+    ) -> None:
+        """After a pass: tell the Pods that wait untold (a pass that went on lists only the Pods it walked), and
+        forget those that left. A pass over the whole queue looks at the Pods decided one by one and those
+        that arrived or changed since the last pass (`changed`) or may wait untold, not at every Pod of the
+        runs they wait in (webhook.queue.lines): the others were listed by the passes before, and told."""
+        if not whole:
+            self.queued(waits)
+        elif self._every or changed is None:
+            self.queued(waits)
+            self.only(waits, waiting)
+            self._every = False
+            self._again.clear()
+            return
+        else:
+            self.queued(waits.one_by_one())
+            for key in [*(changed or ()), *self._again]:
+                q = waiting(key)
+                wait = waits.wait_of(q) if q is not None else None
+                if wait is not None:
+                    self.queued((wait,))
+                if q is None or wait is not None:
+                    self._again.discard(key)
+        if changed:
+            self.left(changed, waiting)
 
     def record(self, event: Event) -> None:
         self._events.record(event)

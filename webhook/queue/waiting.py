@@ -14,6 +14,7 @@ make room, so every call wakes the leader, except the events of Pods that hold n
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import logging
 import operator
@@ -28,13 +29,17 @@ from webhook.domain.model import POOL_ANNOTATION, QUEUE_GATE, PodInfo, PodKey
 from webhook.domain.policy import Policy
 from webhook.pools.kubeobj import as_list, as_map, own, pod_from_obj, pod_gpu_requests, shared
 from webhook.queue.backlog import Backlog, Backlogs, created_at
+from webhook.queue.lines import Lines, last_of
 
 log = logging.getLogger("gpupool.queue")
 
 Obj = Mapping[str, Any]
 PODS = "pods"
 _ORDER = operator.attrgetter("order")
-VERSIONS = itertools.count(1)  # the versions of the queue and of the leader's Waits (webhook.queue.standing)
+Order = tuple[int, str, str, str]  # a Pod's place in the release order (`order_of`)
+VERSIONS = itertools.count(1)
+# The Pods that arrived, changed or left (take_changed), each as it waited before (None: it did not)
+Changed = dict[PodKey, "Queued | None"]  # the versions of the queue and of the leader's Waits (webhook.queue.standing)
 
 
 class Queued(NamedTuple):
@@ -121,10 +126,17 @@ class Waiting:
         # per Pod), and across passes by digest (webhook.queue.parking), worked out once per shape here.
         self._shapes: dict[PodShape, tuple[PodShape, bytes]] = {}
         self._backlogs = Backlogs()
+        # The waiting Pods by line (webhook.queue.lines), each kept in release order as Pods come and go: per
+        # shape (by digest) those of no workload group, and those of groups; each line's tuple is made again
+        # only once it changed, so a pass over a long queue copies none of the lines nothing changed in.
+        self._lines: dict[bytes, list[Queued]] = {}
+        self._grouped: list[Queued] = []
+        self._line_tuples: dict[bytes, tuple[Queued, ...]] = {}
+        self._grouped_tuple: tuple[Queued, ...] | None = ()
         self.version = next(VERSIONS)  # moves with every Pod that arrives, changes or leaves
         # The Pods that arrived, changed or left since the leader last took them (`take_changed`); None once
         # more changed than it is worth keeping apart (a follower never takes them): then, all of them.
-        self._changed: set[PodKey] | None = set()
+        self._changed: Changed | None = {}
         self._created: tuple[str, datetime | None] = ("", None)  # the last creationTimestamp read (they repeat)
         self.wake = threading.Event()  # set by every change: room may have appeared, or a Pod queued
 
@@ -185,9 +197,17 @@ class Waiting:
         if old is not None and old.uid == queued.uid:
             queued = queued._replace(since=old.since)
         queued = self._interned(queued)
+        if old is not None:
+            self._unline(old)
         self._pods[queued.key] = queued  # its key's strings, not the decoded object's
+        self._line(queued)
         self._ordered = None
-        self._changes(key)
+        if old is not None and _same(old, queued):
+            # Only its resourceVersion or status moved (kube-scheduler's SchedulingGated): a pass decides it as
+            # it did, so it is no change for the leader (which reads the new version when it releases it).
+            self.version = next(VERSIONS)
+        else:
+            self._changes(key, old)
         if self._created[0] != queued.created:
             self._created = (queued.created, created_at(queued.created))
         self._backlogs.add(key, (self._created[1], queued.since))
@@ -206,25 +226,52 @@ class Waiting:
             queued = queued._replace(view=queued.view._replace(shape=shape))
         return queued._replace(digest=digest)
 
+    def _line(self, q: Queued) -> None:
+        if q.view.group:
+            bisect.insort(self._grouped, q, key=_ORDER)
+            self._grouped_tuple = None
+            return
+        line = self._lines.get(q.digest)
+        if line is None:
+            line = self._lines[q.digest] = []
+        bisect.insort(line, q, key=_ORDER)
+        self._line_tuples.pop(q.digest, None)
+
+    def _unline(self, q: Queued) -> None:
+        if q.view.group:
+            line = self._grouped
+            self._grouped_tuple = None
+        else:
+            line = self._lines[q.digest]
+            self._line_tuples.pop(q.digest, None)
+        i = bisect.bisect_left(line, q.order, key=_ORDER)
+        if i < len(line) and line[i].key == q.key:
+            del line[i]
+        if not line and not q.view.group:
+            del self._lines[q.digest]
+
     def _drop(self, key: PodKey) -> None:
-        if self._pods.pop(key, None) is not None:
+        old = self._pods.pop(key, None)
+        if old is not None:
+            self._unline(old)
             self._ordered = None
-            self._changes(key)
+            self._changes(key, old)
             self._backlogs.drop(key)
 
-    def _changes(self, key: PodKey) -> None:
+    def _changes(self, key: PodKey, before: Queued | None) -> None:
         self.version = next(VERSIONS)
         changed = self._changed
         if changed is not None:
-            changed.add(key)
+            changed.setdefault(key, before)
             if len(changed) > len(self._pods) + 1024:
                 self._changed = None
 
-    def take_changed(self) -> set[PodKey] | None:
-        """The Pods that arrived, changed or left since the last call (None: any of them may have), and
-        from now on those that do after it."""
+    def take_changed(self) -> Changed | None:
+        """The Pods that arrived, changed or left since the last call, each as it waited at that call (None:
+        it did not), or None: any of them may have; and from now on those that do after it. A change a pass does not
+        read (`_same`: only the resourceVersion or status moved) is none."""
         with self._lock:
-            changed, self._changed = self._changed, set()
+            changed, self._changed = self._changed, {}
             return changed
 
     # --- read by the leader ----------------------------------------------------------------------------
@@ -235,6 +282,22 @@ class Waiting:
             if self._ordered is None:
                 self._ordered = sorted(self._pods.values(), key=_ORDER)
             return list(self._ordered)
+
+    def lines(self) -> Lines:
+        """The waiting Pods by line (webhook.queue.lines), each in release order: a copy of the lines that
+        changed since the last call, the others as they were (tuples: a pass reads them with the lock let go)."""
+        with self._lock:
+            tuples = self._line_tuples
+            for digest, line in self._lines.items():
+                if digest not in tuples:
+                    tuples[digest] = tuple(line)
+            if len(tuples) > len(self._lines):
+                for gone in [d for d in tuples if d not in self._lines]:
+                    del tuples[gone]
+            if self._grouped_tuple is None:
+                self._grouped_tuple = tuple(self._grouped)
+            shapes = tuple(tuples.values())
+            return Lines(shapes, self._grouped_tuple, last_of(shapes, self._grouped_tuple))
 
     def get(self, key: PodKey) -> Queued | None:
         with self._lock:
@@ -256,6 +319,15 @@ class Waiting:
     def load(self, objects: Iterable[Obj]) -> None:
         """Take the queued Pods among `objects` (a snapshot file's), as one list."""
         self.replace(PODS, [o for o in objects if o.get("kind", "Pod") == "Pod"], first=True, final=True)
+
+
+def _same(old: Queued, new: Queued) -> bool:
+    """Would a pass decide the Pod as it did (the same Pod, place, view and counted info)? Only its
+    resourceVersion may differ, which its release is written with: read again by the pass that releases it."""
+    if old.uid != new.uid or old.order != new.order or old.view.shape is not new.view.shape:
+        return False
+    who = operator.attrgetter("namespace", "name", "generate_name", "node_name", "mirror", "daemonset", "group")
+    return who(old.view) == who(new.view) and old.info == new.info
 
 
 def _key(obj: Obj) -> PodKey:
