@@ -6,17 +6,22 @@ node it allows."""
 
 from __future__ import annotations
 
+import copy
+from pathlib import Path
 from typing import Any
 
 import orjson
 from kubernetes.client.exceptions import ApiException
 
+from tests.admission.demo import apply, kubectl_patch, validate_pod
 from tests.builders import eventually, gpu_node, policy
 from webhook.domain.cut import CUT_AT
 from webhook.domain.model import QUEUE_GATE
 from webhook.queue.release import plan
 from webhook.queue.waiting import Waiting
 from webhook.sources.live import LiveInventory
+from webhook.testing.kubefit import why_unfit
+from webhook.testing.kubevalidate import validate_pod_update
 
 POLICY = policy("namespaces:\n  q: {placement: queue}\n")
 RACK = "topology.example.com/rack"
@@ -42,7 +47,7 @@ class _Api:
         return type("Response", (), {"data": orjson.dumps(self.stored[(namespace, name)])})()
 
 
-def queued_pod(operator: str) -> dict[str, Any]:
+def queued_pod(operator: str, terms: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     expression = {"key": RACK, "operator": operator, "values": VALUES}
     return {
         "apiVersion": "v1",
@@ -52,22 +57,27 @@ def queued_pod(operator: str) -> dict[str, Any]:
             "creationTimestamp": "2026-12-01T10:00:00Z", "annotations": {"gpupool.io/gpu-class": "medium"},
         },
         "spec": {
-            "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+            "containers": [{"name": "main", "image": "cuda:12", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
             "schedulingGates": [{"name": QUEUE_GATE}],
             "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [{"matchExpressions": [expression]}]}}},
+                "nodeSelectorTerms": terms or [{"matchExpressions": [expression]}]}}},
         },
         "status": {"phase": "Pending"},
     }  # fmt: skip
 
 
-def setup(operator: str, nodes: list[dict[str, Any]]) -> tuple[LiveInventory, Waiting, _Api]:
+def setup(
+    operator: str, nodes: list[dict[str, Any]], terms: list[dict[str, Any]] | None = None, *, cut: bool = True
+) -> tuple[LiveInventory, Waiting, _Api]:
     api = _Api()
     live, waiting = LiveInventory(POLICY, api), Waiting(POLICY)
-    live.observe(waiting)
+    if cut:
+        live.observe(waiting)
+    else:
+        live._observers.append(waiting)  # the queue as it was: nothing cut
     for node in nodes:
         live.apply("nodes", "ADDED", node)
-    pod = queued_pod(operator)
+    pod = queued_pod(operator, terms)
     api.stored[("q", "job")] = pod
     live.apply("pods", "ADDED", orjson.loads(orjson.dumps(pod)))
     return live, waiting, api
@@ -125,3 +135,38 @@ def test_a_pod_deleted_before_its_read_is_not_brought_back() -> None:
     with live.read() as index:
         assert index.usage.pod_info(("q", "job")) is None
     assert len(waiting) == 0 and api.gets == 0
+
+
+TWO_TERMS = [
+    {"matchExpressions": [
+        {"key": "kubernetes.io/hostname", "operator": "In", "values": ["t4-0", "t4-1"]},
+        {"key": RACK, "operator": "NotIn", "values": VALUES},
+    ]},
+    {"matchExpressions": [{"key": RACK, "operator": "In", "values": [*VALUES[:8], "rack-b"]}]},
+]  # fmt: skip
+
+
+def test_a_cut_pods_release_is_the_full_pods_and_kube_apiserver_takes_it(tmp_path: Path) -> None:
+    """t4-0 kept from new Pods: the release of a cut Pod appends `hostname NotIn [t4-0]` to each of its
+    two terms exactly as the release of the same Pod kept whole does, and kube-apiserver's patch engine
+    and validation take it; the patched Pod fits t4-1 (its first term) and t4-2 (its second), never t4-0."""
+    nodes = [rack_node("t4-0", "rack-a"), rack_node("t4-1", "rack-a"), rack_node("t4-2", "rack-b")]
+    ops = []
+    for cut in (True, False):
+        live, waiting, api = setup("In", nodes, TWO_TERMS, cut=cut)
+        assert (waiting.ordered()[0].cut is not None) is cut
+        with live.read() as index:
+            index.exclude_nodes("test", {"t4-0"})
+            (release,) = plan(waiting.ordered(), index, POLICY).releases
+        ops.append(release.patch)
+    assert ops[0] == ops[1]
+    stored = api.stored[("q", "job")]
+    after = kubectl_patch(stored, ops[0], tmp_path)
+    assert after == apply(stored, ops[0])
+    assert validate_pod_update(copy.deepcopy(after), stored) == []
+    validate_pod(after)
+    for node in nodes:
+        node["status"]["allocatable"]["pods"] = "110"
+    assert {n["metadata"]["name"]: why_unfit(after, n) is None for n in nodes} == {
+        "t4-0": False, "t4-1": True, "t4-2": True,
+    }  # fmt: skip
