@@ -20,6 +20,8 @@ from webhook.domain.model import QUEUE_GATE
 from webhook.queue.release import plan
 from webhook.queue.waiting import Waiting
 from webhook.sources.live import LiveInventory
+from webhook.sources.reflector import ReflectorConfig
+from webhook.testing.kubesim import KubeSim
 from webhook.testing.kubefit import why_unfit
 from webhook.testing.kubevalidate import validate_pod_update
 
@@ -170,3 +172,24 @@ def test_a_cut_pods_release_is_the_full_pods_and_kube_apiserver_takes_it(tmp_pat
     assert {n["metadata"]["name"]: why_unfit(after, n) is None for n in nodes} == {
         "t4-0": False, "t4-1": True, "t4-2": True,
     }  # fmt: skip
+
+
+def test_through_the_api_simulator_a_cut_pod_is_read_again_and_released(tmp_path: Path) -> None:
+    """The same as the `In` case through the real client and watches: the watch shows the new node, the
+    inventory GETs the Pod from the API, and the Pod goes to the node its full affinity allows."""
+    with KubeSim(bookmark_interval=0.2) as sim:
+        sim.load([rack_node("t4-a", "rack-elsewhere"), queued_pod("In")])
+        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+        live, waiting = LiveInventory.connect(POLICY, str(kubeconfig), ReflectorConfig(page_size=7)), Waiting(POLICY)
+        live.observe(waiting)
+        live.start()
+        try:
+            assert live.wait_ready(20)
+            eventually(lambda: len(waiting) == 1, what="the Pod queued")
+            assert waiting.ordered()[0].cut is not None and released(live, waiting) == []
+            sim.add(rack_node("t4-b", VALUES[7]))
+            eventually(lambda: live.rereads.done >= 1, what="the cut Pod read again")
+            assert released(live, waiting) == ["job"]
+        finally:
+            live.close()
+        assert sim.handler_errors == []
