@@ -21,8 +21,8 @@ from webhook.queue.release import plan
 from webhook.queue.waiting import Waiting
 from webhook.sources.live import LiveInventory
 from webhook.sources.reflector import ReflectorConfig
-from webhook.testing.kubesim import KubeSim
 from webhook.testing.kubefit import why_unfit
+from webhook.testing.kubesim import KubeSim
 from webhook.testing.kubevalidate import validate_pod_update
 
 POLICY = policy("namespaces:\n  q: {placement: queue}\n")
@@ -193,3 +193,22 @@ def test_through_the_api_simulator_a_cut_pod_is_read_again_and_released(tmp_path
         finally:
             live.close()
         assert sim.handler_errors == []
+
+
+def test_a_pod_projected_while_a_node_gained_its_value_is_read_again() -> None:
+    """A list page is projected outside the inventory's lock: a node that gains one of its values before
+    the page is applied has the Pod read again all the same (the index's cut was made before the value)."""
+    api = _Api()
+    live, waiting = LiveInventory(POLICY, api), Waiting(POLICY)
+    live.observe(waiting)
+    live.apply("nodes", "ADDED", rack_node("t4-a", "rack-elsewhere"))
+    pod = queued_pod("In")
+    api.stored[("q", "job")] = pod
+    projected = live.project_page("pods", [pod])
+    live.apply("nodes", "ADDED", rack_node("t4-b", VALUES[7]))
+    live.apply_page("pods", [pod], projected, first=True, final=True)
+    eventually(lambda: live.rereads.done >= 1, what="the cut Pod read again")
+    with live.read() as index:
+        info = index.usage.pod_info(("q", "job"))
+        assert info is not None and info.cut is not None and not index.labels.stale(info.cut)
+    assert released(live, waiting) == ["job"]

@@ -230,14 +230,19 @@ class LiveInventory(LockedIndex):
     def _follow_cuts(self, kind: str, projected: list[tuple[Any, Any]], version: int) -> None:
         """Keep which Pods are held cut; once the nodes' labels gained a value (the index's `labels` moved
         from `version`), have the cut Pods it may have made inexact read again."""
+        labels = self._index.labels
         if kind == PODS:
+            stale = []
             for key, value in projected:
                 if isinstance(value, PodInfo) and value.cut is not None:
                     self._cut[key] = value.cut
+                    if labels.stale(value.cut):  # a node gained a value while it was projected
+                        stale.append(key)
                 elif self._cut:
                     self._cut.pop(key, None)
-        elif kind == NODES and self._cut and self._index.labels.version != version:
-            labels = self._index.labels
+            if stale:
+                self.rereads.want(stale)
+        elif kind == NODES and self._cut and labels.version != version:
             self.rereads.want(key for key, cut in self._cut.items() if labels.stale(cut))
 
     def _read_pod(self, namespace: str, name: str) -> Obj | None:
