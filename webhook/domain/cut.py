@@ -153,8 +153,19 @@ def _chars(terms: tuple[Term, ...]) -> int:
     for t in terms:
         for r in t.expressions:
             if r.operator in (IN, NOT_IN):
-                total += sum(map(len, r.values))
+                values = r.values
+                total += values.chars() if isinstance(values, PackedValues) else sum(map(len, values))
     return total
+
+
+def _carried(values: Sequence[str], carried: frozenset[str]) -> tuple[str, ...]:
+    """The `values` some node carries: by the fewer of the two (a membership in a long packed list is one
+    substring search), in the list's order, or sorted when read from the fleet's set."""
+    if not carried:
+        return ()
+    if len(carried) < len(values):
+        return tuple(sorted(c for c in carried if c in values))
+    return tuple(v for v in values if v in carried)
 
 
 def cut_terms(terms: tuple[Term, ...] | None, fleet: FleetLabels) -> tuple[tuple[Term, ...] | None, Cut | None]:
@@ -172,7 +183,7 @@ def cut_terms(terms: tuple[Term, ...] | None, fleet: FleetLabels) -> tuple[tuple
                 kept.append(r)
                 continue
             key, carried = fleet.carried(r.key)
-            have = tuple(v for v in r.values if v in carried)
+            have = _carried(r.values, carried)
             if len(have) == len(r.values):
                 kept.append(r)
                 continue
