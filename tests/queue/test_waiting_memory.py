@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.builders import policy
+from tests.builders import gpu_node, policy
 from webhook.domain.model import POOL_ANNOTATION, QUEUE_GATE
 from webhook.queue.parking import Parking
 from webhook.queue.release import read_batch
@@ -21,6 +21,7 @@ from webhook.sources.live import LiveInventory
 
 KIB = 1024
 POD_BOUND = 64 * KIB  # beside one copy of its long value lists (docs/queue.md)
+DISTINCT_BOUND = 16 * KIB  # a Pod whose long lists are all its own: cut to the values nodes carry
 REQUIREMENTS, VALUES = 64, 256  # one term at gpupool's limits of requirements and values
 POLICY = policy("namespaces:\n  q: {placement: queue}\n")
 
@@ -64,11 +65,13 @@ def large_pod(n: int, *, queued: bool, distinct: bool) -> str:
     return json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": {}})
 
 
-def kept_per_pod(texts: list[str]) -> tuple[float, LiveInventory, Waiting]:
+def kept_per_pod(texts: list[str], nodes: tuple[dict[str, Any], ...] = ()) -> tuple[float, LiveInventory, Waiting]:
     """The bytes still held per Pod once every Pod went through the watch (each decoded apart, as the watch
-    decodes it) and a pass read the waiting ones' requests with parking."""
+    decodes it) and a pass read the waiting ones' requests with parking; `nodes` are known before."""
     live, waiting, parking = LiveInventory(POLICY, _UnusedApi()), Waiting(POLICY), Parking()
     live.observe(waiting)
+    for node in nodes:
+        live.apply("nodes", "ADDED", node)
     gc.collect()
     tracemalloc.start()
     try:
@@ -97,14 +100,21 @@ def test_pods_of_one_large_shape_keep_a_small_constant_each(queued: bool) -> Non
     assert per_pod <= POD_BOUND, f"{per_pod / KIB:.1f} KiB kept per Pod"
 
 
-def test_distinct_large_pods_keep_about_their_values_once() -> None:
-    """20 queued Pods whose every value differs: each keeps its values' characters once, plus at most
-    64 KiB (before: 1.46 MiB, 4.7 times the JSON it sent), however many copies gpupool reads of it."""
-    texts = [large_pod(n, queued=True, distinct=True) for n in range(20)]
-    values = REQUIREMENTS * VALUES * (len("r00000-00-000-zz") + 1)
-    per_pod, _, waiting = kept_per_pod(texts)
-    assert len(waiting) == 20
-    assert per_pod <= values + POD_BOUND, f"{per_pod / KIB:.1f} KiB kept per Pod; its values {values / KIB:.1f} KiB"
+@pytest.mark.parametrize("queued", [pytest.param(True, id="queued"), pytest.param(False, id="now-on-no-node")])
+def test_distinct_large_pods_keep_what_gpupool_needs_of_them(queued: bool) -> None:
+    """20 Pods whose every value differs, beside nodes that carry a few of them: each keeps at most
+    16 KiB, not the values it sent (before: 318 KiB queued, 303 KiB placed on no node yet: its values
+    once), since what gpupool needs of them is which nodes they match (webhook.domain.cut)."""
+    texts = [large_pod(n, queued=queued, distinct=True) for n in range(20)]
+    nodes = tuple(
+        gpu_node(f"t4-{n}", labels={f"topology.example.com/rack-{i:02d}": f"r{n:05d}-{i:02d}-007-zz" for i in range(4)})
+        for n in range(4)
+    )
+    per_pod, live, waiting = kept_per_pod(texts, nodes)
+    assert len(waiting) == (20 if queued else 0)
+    with live.read() as index:
+        assert len(index.usage.pod_keys()) == 20
+    assert per_pod <= DISTINCT_BOUND, f"{per_pod / KIB:.1f} KiB kept per Pod"
 
 
 SMALL_BOUND = 2560  # bytes a small queued Pod keeps: 2.0 KiB (before: 3.5 KiB, 5.7 KiB with the two defaults)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from webhook.domain.affinity import NO_REQUIREMENTS, NodeRequirements
+from webhook.domain.cut import Cut
 
 PREFIX = "gpupool.io/"  # every annotation gpupool reads or writes
 POOL_ANNOTATION = f"{PREFIX}pool"  # where gpupool records the pool it placed a Pod in
@@ -130,6 +131,8 @@ class PodInfo:
     memory_bytes: int = 0  # its effective memory request
     gates: tuple[str, ...] = ()  # its scheduling gates: while it has any, the scheduler does not place it
     deleting: bool = False  # metadata.deletionTimestamp is set: it is being deleted (a finalizer may keep it)
+    # Its long node-affinity values were cut to the fleet's (webhook.domain.cut): when, on which keys.
+    cut: Cut | None = field(default=None, hash=False)
 
     @property
     def queued(self) -> bool:

@@ -41,6 +41,10 @@ class PackedValues(Sequence[str]):
     def __len__(self) -> int:
         return self._len
 
+    def chars(self) -> int:
+        """The characters of its values, summed (without splitting them)."""
+        return len(self._data) - self._len - 1
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._data[1:-1].split(_SEP))
 

@@ -32,6 +32,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
+from webhook.domain.cut import FleetLabels
 from webhook.domain.model import NodeInfo, PodInfo, PodKey, PoolKey, QuotaInfo
 from webhook.domain.policy import Defaults, Policy
 from webhook.pools.capacity import Capacity, PoolStats
@@ -95,6 +96,9 @@ class PoolIndex:
         self._namespace_changes: dict[str, int] = {}
         self._any_namespace = 0
         self._excluded: dict[str, frozenset[str]] = {}  # owner -> the nodes it keeps from new Pods
+        # The label values the GPU nodes carry: what a Pod's long node-affinity lists are cut to
+        # (webhook.domain.cut); only those nodes are ever asked whether a Pod could run there.
+        self.labels = FleetLabels()
 
     def namespace_changes(self, namespace: str) -> int:
         """How often what `namespace` holds, or its ResourceQuotas, may have changed: equal counts, equal
@@ -138,18 +142,24 @@ class PoolIndex:
         sync's nodes would otherwise place again the Pods listed before them, one node at a time)."""
         reshaped = False
         for node in nodes:
+            old = self._capacity.node(node.name)
             if self._capacity.upsert_node(node, self._ledger.used_on(node.name)):
                 self._ledger.reclass(node.name)
+            self._relabelled(old, self._capacity.node(node.name))
             reshaped |= self._capacity.take_reshaped()
         self._settle(reshaped)
 
     def remove_node(self, name: str) -> None:
         self.remove_nodes((name,))
 
+    def _relabelled(self, old: NodeInfo | None, new: NodeInfo | None) -> None:
+        self.labels.change(old.labels if old is not None else None, new.labels if new is not None else None)
+
     def remove_nodes(self, names: Iterable[str]) -> None:
         """Forget nodes (those a re-list did not show) as one change, as `upsert_nodes`."""
         reshaped = False
         for name in names:
+            self._relabelled(self._capacity.node(name), None)
             self._capacity.remove_node(name)
             self._ledger.reclass(name)
             reshaped |= self._capacity.take_reshaped()

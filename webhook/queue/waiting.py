@@ -25,10 +25,12 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from webhook.admission.pod import PodError, PodShape, PodView, read_pod, shape_digest
+from webhook.domain.cut import Cut, FleetLabels
 from webhook.domain.model import POOL_ANNOTATION, QUEUE_GATE, PodInfo, PodKey
 from webhook.domain.policy import Policy
 from webhook.pools.kubeobj import as_list, as_map, own, pod_from_obj, pod_gpu_requests, shared
 from webhook.queue.backlog import Backlog, Backlogs, created_at
+from webhook.queue.cutting import cut_queued
 from webhook.queue.lines import Lines, last_of
 
 log = logging.getLogger("gpupool.queue")
@@ -55,6 +57,7 @@ class Queued(NamedTuple):
     since: float  # when this process first saw it waiting (monotonic), for the wait time
     order: tuple[int, str, str, str]  # the release order's key (`order_of`)
     digest: bytes = b""  # the shape's (pod.shape_digest), set by `Waiting`; b"": not known (nothing is parked)
+    cut: Cut | None = None  # its long node-affinity lists are kept cut (webhook.queue.cutting)
 
     def age(self, now: datetime) -> float | None:
         """Seconds from the Pod's creation to `now` (below zero when the clocks disagree); None when its
@@ -124,7 +127,9 @@ class Waiting:
         # One object per distinct shape among the waiting Pods, with its digest: a pass decides each shape
         # once, and tells them apart by identity (a shape's hash walks all its tuples; a pass would pay it
         # per Pod), and across passes by digest (webhook.queue.parking), worked out once per shape here.
-        self._shapes: dict[PodShape, tuple[PodShape, bytes]] = {}
+        self._shapes: dict[PodShape | bytes, tuple[PodShape, bytes]] = {}  # a cut one's by its digest
+        self._labels: FleetLabels | None = None  # the nodes' label values, to cut long lists to (`cut_against`)
+        self._cut: set[PodKey] = set()  # the Pods kept cut: while stale, decided by nothing (`ordered`)
         self._backlogs = Backlogs()
         # The waiting Pods by line (webhook.queue.lines), each kept in release order as Pods come and go: per
         # shape (by digest) those of no workload group, and those of groups; each line's tuple is made again
@@ -156,6 +161,10 @@ class Waiting:
                         self._drop(gone)
                     self._listing = None
         self.wake.set()
+
+    def cut_against(self, labels: FleetLabels) -> None:
+        """Keep long node-affinity lists cut to `labels` (the live inventory's, webhook.domain.cut)."""
+        self._labels = labels
 
     def now(self) -> float:
         """The queue's clock now: what `Queued.since` is measured on."""
@@ -196,6 +205,9 @@ class Waiting:
         old = self._pods.get(key)
         if old is not None and old.uid == queued.uid:
             queued = queued._replace(since=old.since)
+        if self._labels is not None:
+            queued = cut_queued(queued, self._labels)
+        (self._cut.add if queued.cut is not None else self._cut.discard)(key)
         queued = self._interned(queued)
         if old is not None:
             self._unline(old)
@@ -217,10 +229,13 @@ class Waiting:
         """The Pod with its shape as the one object all waiting Pods of that shape share. The table is
         rebuilt from the waiting Pods once it holds more than twice their shapes (Pods come and go)."""
         if len(self._shapes) > 2 * len(self._pods) + 64:
-            self._shapes = {q.view.shape: (q.view.shape, q.digest) for q in self._pods.values()}
-        known = self._shapes.get(queued.view.shape)
+            self._shapes = {
+                (q.digest if q.cut else q.view.shape): (q.view.shape, q.digest) for q in self._pods.values()
+            }
+        by = queued.digest if queued.cut is not None else queued.view.shape
+        known = self._shapes.get(by)
         if known is None:
-            known = self._shapes[queued.view.shape] = (queued.view.shape, shape_digest(queued.view.shape))
+            known = self._shapes[by] = (queued.view.shape, queued.digest or shape_digest(queued.view.shape))
         shape, digest = known
         if shape is not queued.view.shape:
             queued = queued._replace(view=queued.view._replace(shape=shape))
@@ -251,6 +266,7 @@ class Waiting:
             del self._lines[q.digest]
 
     def _drop(self, key: PodKey) -> None:
+        self._cut.discard(key)
         old = self._pods.pop(key, None)
         if old is not None:
             self._unline(old)
@@ -277,10 +293,14 @@ class Waiting:
     # --- read by the leader ----------------------------------------------------------------------------
 
     def ordered(self) -> list[Queued]:
-        """The waiting Pods in release order (a copy)."""
+        """The waiting Pods in release order (a copy), but those kept cut against labels that have gained a
+        value since: decided by nothing until the inventory has read them again (webhook.sources.rereads)."""
         with self._lock:
             if self._ordered is None:
                 self._ordered = sorted(self._pods.values(), key=_ORDER)
+            labels = self._labels
+            if self._cut and labels is not None:
+                return [q for q in self._ordered if q.cut is None or not labels.stale(q.cut)]
             return list(self._ordered)
 
     def lines(self) -> Lines:
@@ -296,8 +316,21 @@ class Waiting:
                     del tuples[gone]
             if self._grouped_tuple is None:
                 self._grouped_tuple = tuple(self._grouped)
-            shapes = tuple(tuples.values())
-            return Lines(shapes, self._grouped_tuple, last_of(shapes, self._grouped_tuple))
+            shapes, grouped = tuple(tuples.values()), self._grouped_tuple
+            stale = self._stale()
+            if stale:  # as `ordered`: decided by nothing until read again (the lines they are in, copied without)
+                lines = {self._pods[k].digest for k in stale if not self._pods[k].view.group}
+                kept = (_without(line, stale) if digest in lines else line for digest, line in tuples.items())
+                shapes = tuple(line for line in kept if line)
+                grouped = _without(grouped, stale)
+            return Lines(shapes, grouped, last_of(shapes, grouped))
+
+    def _stale(self) -> set[PodKey]:
+        """The Pods kept cut against labels that have gained a value since (webhook.queue.cutting)."""
+        labels = self._labels
+        if not self._cut or labels is None:
+            return set()
+        return {k for k in self._cut if (cut := self._pods[k].cut) is not None and labels.stale(cut)}
 
     def get(self, key: PodKey) -> Queued | None:
         with self._lock:
@@ -319,6 +352,13 @@ class Waiting:
     def load(self, objects: Iterable[Obj]) -> None:
         """Take the queued Pods among `objects` (a snapshot file's), as one list."""
         self.replace(PODS, [o for o in objects if o.get("kind", "Pod") == "Pod"], first=True, final=True)
+
+
+def _without(line: tuple[Queued, ...], keys: set[PodKey]) -> tuple[Queued, ...]:
+    """The line without the Pods of `keys` (itself when it holds none of them: a look at each of its Pods)."""
+    if not any(q.key in keys for q in line):
+        return line
+    return tuple(q for q in line if q.key not in keys)
 
 
 def _same(old: Queued, new: Queued) -> bool:

@@ -16,18 +16,24 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any, NamedTuple, Protocol
 
+import orjson
 from kubernetes import client
 from kubernetes import config as kube_config
+from kubernetes.client.exceptions import ApiException
 
+from webhook.domain.cut import Cut, cut_requirements
 from webhook.domain.errors import ConfigError
+from webhook.domain.model import PodInfo, PodKey
 from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
 from webhook.pools.inventory import LockedIndex
 from webhook.pools.kubeobj import gpu_names, node_from_obj, quota_from_obj
 from webhook.pools.quotas.report import unenforced
 from webhook.sources.reflector import Reflector, ReflectorConfig
+from webhook.sources.rereads import Rereads
 
 log = logging.getLogger("gpupool.inventory")
 
@@ -67,6 +73,10 @@ class LiveInventory(LockedIndex):
         self._listing: dict[str, set[Any]] = {}  # kind -> keys seen since a re-list began
         self._flagged: set[tuple[str, str]] = set()
         self._observers: list[Observer] = []
+        # The Pods whose long node-affinity lists the index keeps cut (webhook.domain.cut), and the reads
+        # of those a node's new label value may have made inexact (webhook.sources.rereads).
+        self._cut: dict[PodKey, Cut] = {}
+        self.rereads = Rereads(self._read_pod, self._reread)
         self.api_client = getattr(core_v1, "api_client", None)  # for the writes beside these reads
         config = config or ReflectorConfig()
         self._kinds = self._handlers()
@@ -99,8 +109,12 @@ class LiveInventory(LockedIndex):
         return LiveInventory(policy, self._core_v1, self._config, self._clock, log_quotas=self._log_quotas)
 
     def observe(self, observer: Observer) -> None:
-        """Have `observer` follow every object from now on (add it before `start`)."""
+        """Have `observer` follow every object from now on (add it before `start`); one that cuts what it
+        keeps of Pods (`cut_against`) is given the label values the index's nodes carry."""
         self._observers.append(observer)
+        cut_against = getattr(observer, "cut_against", None)
+        if cut_against is not None:
+            cut_against(self._index.labels)
 
     def _mig_reflector(self, policy: Policy, core_v1: Any) -> Reflector:
         assert policy.mig_reshaping is not None
@@ -139,6 +153,7 @@ class LiveInventory(LockedIndex):
         together to end (they end as soon as their watch is shut; only a list page being read keeps one)."""
         for reflector in self._all_reflectors():
             reflector.halt()
+        self.rereads.close()
         deadline = self._clock() + timeout
         for reflector in self._all_reflectors():
             reflector.join(max(deadline - self._clock(), 0))
@@ -183,10 +198,15 @@ class LiveInventory(LockedIndex):
             # What projects to nothing leaves the index with its page: only what it keeps can be left over
             # from before the list (and the page's keys die with it, rather than strew its memory).
             seen.update(key for key, value in projected if value is not None)
+            version = self._index.labels.version
             handler.upsert(projected)  # the page is one change of the index, its pools packed once
             if final:
                 handler.remove(handler.held() - seen)
+                if kind == PODS:
+                    for key in set(self._cut) - seen:
+                        del self._cut[key]
                 del self._listing[kind]
+            self._follow_cuts(kind, projected, version)
             for observer in self._observers:
                 observer.replace(kind, objects, first, final)
 
@@ -194,12 +214,58 @@ class LiveInventory(LockedIndex):
         handler = self._kinds[kind]
         key, value = handler.project(obj)
         with self._lock:
-            if event == "DELETED":
-                handler.remove((key,))
-            else:
-                handler.upsert([(key, value)])
-            for observer in self._observers:
-                observer.apply(kind, event, obj)
+            self._apply_projected(kind, event, obj, (key, value))
+
+    def _apply_projected(self, kind: str, event: str, obj: Obj, projected: tuple[Any, Any]) -> None:
+        handler, version = self._kinds[kind], self._index.labels.version
+        if event == "DELETED":
+            handler.remove((projected[0],))
+            projected = (projected[0], None)
+        else:
+            handler.upsert([projected])
+        self._follow_cuts(kind, [projected], version)
+        for observer in self._observers:
+            observer.apply(kind, event, obj)
+
+    def _follow_cuts(self, kind: str, projected: list[tuple[Any, Any]], version: int) -> None:
+        """Keep which Pods are held cut; once the nodes' labels gained a value (the index's `labels` moved
+        from `version`), have the cut Pods it may have made inexact read again."""
+        labels = self._index.labels
+        if kind == PODS:
+            stale = []
+            for key, value in projected:
+                if isinstance(value, PodInfo) and value.cut is not None:
+                    self._cut[key] = value.cut
+                    if labels.stale(value.cut):  # a node gained a value while it was projected
+                        stale.append(key)
+                elif self._cut:
+                    self._cut.pop(key, None)
+            if stale:
+                self.rereads.want(stale)
+        elif kind == NODES and self._cut and labels.version != version:
+            self.rereads.want(key for key, cut in self._cut.items() if labels.stale(cut))
+
+    def _read_pod(self, namespace: str, name: str) -> Obj | None:
+        """The Pod as the API has it now; None when it has none."""
+        try:
+            resp = self._core_v1.read_namespaced_pod(
+                name, namespace, _preload_content=False, _request_timeout=(self._config.connect_timeout, 30)
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        obj: Obj = orjson.loads(resp.data)
+        return obj
+
+    def _reread(self, key: PodKey, obj: Obj) -> None:
+        """A Pod read again (`rereads`), applied as its watch's event would be, unless the watch has shown
+        it since (its cut is no longer stale) or it is gone."""
+        projected = self._kinds[PODS].project(obj)
+        with self._lock:
+            cut = self._cut.get(key)
+            if cut is not None and self._index.labels.stale(cut):
+                self._apply_projected(PODS, "MODIFIED", obj, projected)
 
     def _handlers(self) -> dict[str, _Kind]:
         index, policy = self._index, self.policy
@@ -213,6 +279,10 @@ class LiveInventory(LockedIndex):
 
         def pod(obj: Obj) -> tuple[Any, Any]:
             value = screen.pod(obj)
+            if value is not None and value.requirements.terms is not None:
+                needs, cut = cut_requirements(value.requirements, index.labels)
+                if cut is not None:
+                    value = replace(value, requirements=needs, cut=cut)
             return (value.key if value is not None else _namespaced(obj)), value
 
         def quota(obj: Obj) -> tuple[Any, Any]:
