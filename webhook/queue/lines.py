@@ -9,6 +9,15 @@ Pods of no workload group, and one line of the Pods of workload groups, each in 
 merges the lines by order and leaves a line once it waits, so it takes one step per release, per shape and
 per group Pod, whatever the number of Pods behind them.
 
+That a later Pod of the shape waits with the first's answer is the rule passes have always decided by
+(they took the first's Wait for each later Pod of its shape, Pod by Pod), not a new one, and it never
+releases more than deciding each Pod afresh would: within a pass room and quota only get taken, so a
+later Pod of the shape could not go either. Deciding it afresh could still answer otherwise in two cases:
+its namespace's quota filled meanwhile by Pods of other shapes released between the two (it would then
+wait for the quota, which the Pods behind it must leave to it), or it has waited long where the first had
+not (it would hold a node). The line leaves it waiting with the first's answer, as before; the next pass
+in which it is its shape's first Pod decides it afresh.
+
 A pass's `Waits` hold the rest of each line it left as a run: the Wait of its first Pod that waits and
 the line from there, expanded to one Wait per Pod only when read (the leader's loop never reads them
 whole: the pools' and namespaces' statuses count the runs, webhook.queue.status).
