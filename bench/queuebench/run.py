@@ -4,7 +4,9 @@ the result is report.py's."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -130,6 +132,9 @@ def phases(  # noqa: PLR0913 (the benchmark's phases share one run's parts)
             r.notes["write_capacity"] = write_capacity(sim)
             if args.memory_queued:
                 memory(r, sim, reps, auditor, creator=creator)
+        except BaseException:  # the replicas' logs go with their directory: what they warned of, first
+            print(json.dumps({rep.name: log_summary(rep.log) for rep in reps}, indent=1), file=sys.stderr)
+            raise
         finally:
             creator.close()
         r.notes["created_by_replica"] = dict(creator.by_replica)

@@ -48,9 +48,6 @@ class Lines(NamedTuple):
     grouped: tuple[Queued, ...]  # the Pods of workload groups
     last: Order | None  # the order of the last Pod of all; None: no Pod
 
-    def __len__(self) -> int:
-        return sum(len(line) for line in self.shapes) + len(self.grouped)
-
     def pods(self) -> list[Queued]:
         """Every Pod, in release order (a walk of them all: for the MIG planner and previews)."""
         return list(heapq.merge(*self.shapes, self.grouped, key=_ORDER))
