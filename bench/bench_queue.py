@@ -44,6 +44,11 @@ GPUs overbooked and quotas exceeded are judged after every write of the run from
 
 `--quick` is a short run (1,000 nodes, 300 queued, 20 s) to iterate with; the figures come from a full one.
 
+`--profile` samples the leader process with `py-spy record --nonblocking` (it reads the process's memory and
+never stops it, so it cannot trip the master's hung bound; `pip install py-spy`). The Lease it follows is the
+queue's alone (bench/queueaudit: the leader's charges Lease has no holder), and each phase that needs the
+leader waits up to 60 s for one (a leader process being restarted, a Lease just handed back).
+
 Results: a table on stdout and JSON in bench/results/queue-<time>.json.
 
 The parts are in bench/queuebench/ (its docstring lists them), the judge in bench/queueaudit/.

@@ -33,10 +33,10 @@ The package: `records` (what is kept of each node and Pod), `auditor` (the repla
 `capacity` (overbooking), `quotas` and `room` (release latency's room, oldest first).
 """
 
-from bench.queueaudit.auditor import Auditor
+from bench.queueaudit.auditor import QUEUE_LEASE, Auditor
 from bench.queueaudit.capacity import Overbooking
 from bench.queueaudit.quotas import QuotaRule, QuotaWatch
 from bench.queueaudit.records import GPU, QUEUE_GATE
 from bench.queueaudit.room import Release, Room
 
-__all__ = ["GPU", "QUEUE_GATE", "Auditor", "Overbooking", "QuotaRule", "QuotaWatch", "Release", "Room"]
+__all__ = ["GPU", "QUEUE_GATE", "QUEUE_LEASE", "Auditor", "Overbooking", "QuotaRule", "QuotaWatch", "Release", "Room"]

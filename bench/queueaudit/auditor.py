@@ -16,6 +16,11 @@ from bench.queueaudit.records import BEFORE, Obj, Pod, key_of, pod_record
 from bench.queueaudit.room import Release
 from webhook.testing.kubefit import TERMINAL
 
+# The queue's Lease (namespace/name, as the replicas are configured: bench/queuebench/cluster.py). The
+# leader writes another Lease too, gpupool-charges, with each pass that releases (webhook.queue.records):
+# it has no holder, and read as the queue's it would say nobody leads.
+QUEUE_LEASE = "gpupool-system/gpupool"
+
 
 class Auditor:
     """Follows the cluster from a listed state through the audit log's writes (see the package docstring).
@@ -43,8 +48,8 @@ class Auditor:
         self.quotas = self._quotas.watches
         self.releases: list[Release] = []
         self.binds: list[tuple[float, float]] = []  # (released at, bound at) of released Pods
-        self.leases: list[tuple[float, str]] = []  # (store time, holderIdentity) of each Lease write
-        self.terms: list[tuple[float, int]] = []  # (store time, leaseTransitions) of each Lease write
+        self.leases: list[tuple[float, str]] = []  # (store time, holderIdentity) of each QUEUE_LEASE write
+        self.terms: list[tuple[float, int]] = []  # (store time, leaseTransitions) of each QUEUE_LEASE write
         self.nodes_added: list[tuple[float, str]] = []  # (store time, name) of each node created
         self.waiting: Counter[str] = Counter()  # gated Pods per namespace
         self.gaps = 0
@@ -85,7 +90,7 @@ class Auditor:
                     self.nodes_added.append((at, str((obj.get("metadata") or {}).get("name") or "")))
                 else:
                     self.node_changes += 1
-            elif kind == "Lease":
+            elif kind == "Lease" and entry["key"] == QUEUE_LEASE:
                 spec = {} if deleted else (obj.get("spec") or {})
                 self.leases.append((at, str(spec.get("holderIdentity") or "")))
                 self.terms.append((at, int(spec.get("leaseTransitions") or 0)))

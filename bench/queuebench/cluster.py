@@ -8,9 +8,9 @@ import random
 import time
 from typing import Any, NamedTuple
 
-from bench.queueaudit import GPU, QuotaRule
+from bench.queueaudit import GPU, QUEUE_LEASE, QuotaRule
 
-LEASE_NAMESPACE, LEASE = "gpupool-system", "gpupool"
+LEASE_NAMESPACE, LEASE = QUEUE_LEASE.split("/")
 FINISH_LABEL = "bench.gpupool.io/finish"
 FILL_NAMESPACE = "bench-fill"
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}

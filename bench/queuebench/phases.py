@@ -33,12 +33,26 @@ class Run:
     ca: Path = Path()  # the replicas' CA certificate, for clients of their own
 
 
+HOLDER_SECONDS = 60.0  # the most failover() waits for a leader to kill: a Lease handed back, or expired, and taken
+
+
+def wait_for_leader(reps: list[Replica], auditor: Auditor, seconds: float = HOLDER_SECONDS) -> tuple[str, Replica, int]:
+    """The Lease's holder, its replica and that replica's leader process, waited for up to `seconds`: the
+    Lease may have no holder (handed back by a leader process that stopped, until the next takes it) or name
+    a replica whose leader process is being restarted (its pid not known yet)."""
+    deadline = now() + seconds
+    while True:
+        holder = auditor.snapshot()["holder"]
+        found = leader_of(reps, holder) if holder else None
+        if found is not None:
+            return holder, *found
+        if now() >= deadline:
+            raise TimeoutError(f"no replica's leader process held the Lease for {seconds:g} s (holder {holder!r})")
+        time.sleep(0.2)
+
+
 def failover(r: Run, reps: list[Replica], auditor: Auditor, creator: Creator, wanted: dict[str, int]) -> None:
-    holder = auditor.snapshot()["holder"]
-    found = leader_of(reps, holder)
-    if found is None:
-        raise RuntimeError(f"no replica's leader process is the Lease's holder {holder!r}")
-    victim, pid = found
+    holder, victim, pid = wait_for_leader(reps, auditor)
     r.notes["killed"] = holder
     r.notes["killed_term"] = term = auditor.snapshot()["term"]
     r.marks["kill"] = now()
@@ -98,9 +112,9 @@ def burst(
     count = math.ceil(room_for / 8)
     new_nodes = [burst_node(template, k) for k in range(count)]
     cpu = meter(sim, reps)
-    leading = leader_of(reps, auditor.snapshot()["holder"])
-    spy = Profile(args, leading[1] if leading else 0, "burst", 12)
-    probes = Probes(sim, r.ca, roles_of(reps, auditor.snapshot()["holder"]))
+    holder, _, pid = wait_for_leader(reps, auditor)
+    spy = Profile(args, pid, "burst", 12)
+    probes = Probes(sim, r.ca, roles_of(reps, holder))
     r.marks["burst"] = now()
     post_all(sim, new_nodes)
     r.marks["burst_nodes_posted"] = now()
@@ -123,7 +137,7 @@ def burst(
 def memory(r: Run, sim: Simulator, reps: list[Replica], auditor: Auditor, *, creator: Creator) -> None:
     """Many Pods queued with no room: the leader's RSS and CPU against a follower's, and their admissions."""
     args = r.args
-    holder = auditor.snapshot()["holder"]
+    holder, _, _ = wait_for_leader(reps, auditor)
     roles = roles_of(reps, holder)
     leader = roles["leader"]
     r.marks["memory"] = now()

@@ -17,9 +17,9 @@ from bench.queuebench.backlog import make_backlog
 from bench.queuebench.cluster import BACKLOG, NAMESPACES, RULES, filler, now, resource_quota
 from bench.queuebench.creator import Creator, keep_topped_up, targets, wait_queued
 from bench.queuebench.meters import Profile, meter
-from bench.queuebench.phases import Run, burst, failover, memory
+from bench.queuebench.phases import Run, burst, failover, memory, wait_for_leader
 from bench.queuebench.probes import Probes, write_capacity
-from bench.queuebench.replicas import leader_of, replicas, roles_of
+from bench.queuebench.replicas import replicas, roles_of
 from bench.queuebench.report import report
 from bench.queuebench.sim import AUDIT_LOG, Tail, list_all, post_all, quiet, simulator
 from bench.soakbench.client import tls_context
@@ -112,9 +112,9 @@ def phases(  # noqa: PLR0913 (the benchmark's phases share one run's parts)
             began = now()
             wait_queued(auditor, steady_targets, 600, creator)
             print(f"{args.queued:,} Pods queued in {now() - began:.1f} s; the leader is {r.notes['first_leader']}")
-            probes = Probes(sim, r.ca, roles_of(reps, auditor.snapshot()["holder"]))
-            leading = leader_of(reps, auditor.snapshot()["holder"])
-            spy = Profile(args, leading[1] if leading else 0, "steady", args.seconds - 5)
+            holder, _, pid = wait_for_leader(reps, auditor)
+            probes = Probes(sim, r.ca, roles_of(reps, holder))
+            spy = Profile(args, pid, "steady", args.seconds - 5)
             cpu = meter(sim, reps)
             sim.command(f"finish-rate {args.finish_rate:g}")
             r.marks["steady"] = now()

@@ -142,3 +142,21 @@ class TestQuotas:
         log.write(3.0, pod("a", node="t4-a", phase="Succeeded", pool=POOL))
         log.write(3.5, pod("b", pool=POOL))
         assert auditor.releases[1].room_at == 3.0 and auditor.quotas[0].excess_peak == 0
+
+
+def lease(name: str, holder: str, transitions: int) -> dict[str, Any]:
+    spec = {"holderIdentity": holder, "leaseTransitions": transitions} if holder else {"leaseTransitions": transitions}
+    return {"metadata": {"name": name, "namespace": "gpupool-system"}, "spec": spec}
+
+
+class TestLeader:
+    def test_the_holder_and_term_are_the_queue_leases_whatever_other_lease_is_written(self) -> None:
+        """The leader writes the charges Lease (no holder) with each pass that releases: the snapshot's
+        holder and term stay the queue's Lease's, so the benchmark finds the leader to kill."""
+        auditor, log = full_cluster()
+        log.write(1.0, lease("gpupool", "replica-a", 3), kind="Lease")
+        log.write(2.0, lease("gpupool-charges", "", 0), kind="Lease")
+        snap = auditor.snapshot()
+        assert (snap["holder"], snap["term"]) == ("replica-a", 3)
+        log.write(3.0, lease("gpupool", "", 3), kind="Lease")  # handed back
+        assert auditor.snapshot()["holder"] == ""

@@ -20,6 +20,7 @@ from webhook.queue.runner import Runner
 from webhook.queue.waiting import PODS, Waiting
 from webhook.sources.writes import ConfigMapText, NodeLabeler, PodReleaser
 from webhook.testing import KubeSim
+from webhook.testing.kubefit import why_unfit
 
 GATE = "gpupool.io/queue"
 POLICY = """
@@ -83,6 +84,14 @@ def fleet_sim(*pods: dict[str, Any]) -> Iterator[KubeSim]:
         yield sim
 
 
+@contextmanager
+def waiting_fleet(count: int) -> Iterator[KubeSim]:
+    """`fleet_sim` with `count` Pods queued for 35 GiB MIG instances (big-0, big-1, ...): more than gpu-idle
+    offers once re-cut when `count` passes 4."""
+    with fleet_sim(*(waiting_pod(f"big-{k}") for k in range(count))) as sim:
+        yield sim
+
+
 def big(name: str, namespace: str = "q") -> dict[str, Any]:
     """A Pod as its author writes it: 35 GiB of MIG memory, no device resource."""
     return {
@@ -141,6 +150,11 @@ def waiting_pod(name: str, memory: str = "35Gi", resource: str = "nvidia.com/mig
     }
 
 
+def small(name: str = "small") -> dict[str, Any]:
+    """A Pod queued for one 1g.10gb instance (8 GiB): room the fleet has without any re-cut."""
+    return waiting_pod(name, memory="8Gi", resource="nvidia.com/mig-1g.10gb")
+
+
 def sync(sim: KubeSim, index: PoolIndex, policy: Policy) -> None:
     """The leader's watch, caught up by hand: every node and Pod as the simulator holds it now."""
     index.upsert_nodes(node_from_obj(n, policy.gpu_resources, policy.partition_prefixes) for n in sim.objects("Node"))
@@ -196,6 +210,12 @@ class Leader:
     def released(self, name: str) -> bool:
         obj = self.sim.get("Pod", "q", name)
         return obj is not None and not obj["spec"].get("schedulingGates")
+
+    def fits(self, name: str) -> dict[str, bool]:
+        """Where the simulator's scheduler could bind Pod q/`name` as it stands: each node, and whether it fits."""
+        obj = self.sim.get("Pod", "q", name)
+        assert obj is not None
+        return {n["metadata"]["name"]: why_unfit(obj, n) is None for n in self.sim.objects("Node")}
 
     def reasons(self, name: str) -> list[str]:
         return [e.reason for e in self.events.recorded if e.pod == name]

@@ -1,7 +1,8 @@
 """End to end: `gpupool serve` on the API simulator runs the queue's leader in a process of its own beside
 the admission workers (webhook.serving.leaderproc): the Lease is held as POD_NAME by that process, which
 releases, and never by an admission worker; a killed leader process is restarted and the queue carries
-on under a new term; a hung one (SIGSTOP) is killed and restarted; SIGTERM hands the Lease back."""
+on under a new term; a hung one (SIGSTOP) is killed and restarted; the master logs and counts how each
+one ended; SIGTERM hands the Lease back."""
 
 from __future__ import annotations
 
@@ -85,6 +86,29 @@ def restarts(port: int, reason: str) -> float:
     return got[-1] or 0.0
 
 
+def exits(port: int, cause: str) -> float:
+    """The leader process's ends counted with `cause`, scraped as `restarts` is."""
+    got: list[float | None] = []
+    sample = f'gpupool_queue_leader_exits_total{{cause="{cause}"}}'
+    wait_until(lambda: got.append(metric(port, sample)) or got[-1] is not None, 15, f"the {cause} exits")
+    return got[-1] or 0.0
+
+
+def ended(cluster: Cluster, pid: int) -> str:
+    """The master's line on how the leader process `pid` ended (waited for)."""
+    server = cluster.replicas[0]
+    assert isinstance(server, ServerProcess)
+    prefix = f"the leader process (pid {pid}) "
+    lines: list[str] = []
+
+    def logged() -> bool:
+        lines[:] = [line for line in server.log().splitlines() if prefix in line and "restarting it" in line]
+        return bool(lines)
+
+    wait_until(logged, 15, f"the master's line on how {pid} ended")
+    return lines[-1]
+
+
 def running(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -137,6 +161,9 @@ def test_a_hung_leader_process_is_killed_and_restarted_and_counted_as_hung(repli
 
     wait_until(restarted, WAIT, "a new leader process")
     assert (restarts(port, "hung"), restarts(port, "died")) == (1.0, 0.0)
+    assert exits(port, "hung") == 1.0
+    assert "was killed by SIGKILL" in (line := ended(replica, before["pid"]))
+    assert "its supervisor killed it (SIGKILL): its heartbeat had stopped for" in line
     replica.create("after-hang", "team-q")
     wait_until(lambda: replica.released("team-q", "after-hang"), WAIT, "a release by the new leader process")
     assert released_by(replica, "after-hang").startswith("replica-a/")
@@ -164,6 +191,28 @@ def test_a_killed_leader_process_is_restarted_and_the_queue_carries_on(replica: 
     assert took < 20.0, f"the queue was without a leader for {took:.1f} s"
     # The dead process's live gauges are gone from /metrics.
     assert metric(health_port(replica), f'gpupool_queue_leader{{pid="{before["pid"]}"}}') is None
+    # How it ended is not lost to gunicorn's arbiter, which reaps every child of the master.
+    assert "was killed by SIGKILL" in (line := ended(replica, before["pid"]))
+    assert "not by its supervisor" in line
+    assert exits(health_port(replica), "killed") == 1.0
+
+
+def test_a_leader_process_stopped_by_another_process_is_told_with_the_sender(replica: Cluster) -> None:
+    """SIGTERM to the leader process alone, not from its master (a person, a tool): it stops, handing the
+    Lease back; the master logs the signal and the sender's pid, counts it as stopped, and starts another."""
+    before = leader_detail(replica)
+    os.kill(before["pid"], signal.SIGTERM)  # from this test's process, not the master
+    line = ended(replica, before["pid"])
+    assert "exited with code 0" in line
+    assert f"it stopped on SIGTERM from pid {os.getpid()}" in line and "not its master" in line
+    assert exits(health_port(replica), "stopped") == 1.0
+
+    def restarted() -> bool:
+        now = leader_detail(replica)
+        return bool(now["running"] and now["pid"] != before["pid"])
+
+    wait_until(restarted, WAIT, "a new leader process")
+    wait_until(lambda: lease(replica).get("holderIdentity") == "replica-a", WAIT, "the new one leading")
 
 
 def test_sigterm_hands_the_lease_back_and_ends_the_leader_process(replica: Cluster) -> None:

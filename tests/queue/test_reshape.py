@@ -13,7 +13,7 @@ import pytest
 
 from tests.builders import eventually
 from tests.mig.configs import OPERATOR_DEFAULT
-from tests.queue.migfleet import fleet_sim, start, sync, waiting_pod
+from tests.queue.migfleet import small, start, sync, waiting_fleet
 from tests.testing.kubeclient import kube_client
 from webhook.pools.nodes import NodeFacts
 from webhook.queue.waiting import PODS
@@ -27,7 +27,7 @@ OUTCOME = "gpupool.io/mig-reshape-outcome"
 
 @pytest.fixture
 def sim() -> Iterator[KubeSim]:
-    with fleet_sim(*(waiting_pod(f"big-{k}") for k in range(4))) as running_sim:
+    with waiting_fleet(4) as running_sim:
         yield running_sim
 
 
@@ -74,7 +74,7 @@ def test_nothing_is_released_to_a_node_while_its_change_is_under_way(sim: KubeSi
         leader.clock.now += 61
         leader.pass_()
         assert leader.labels("gpu-idle")["nvidia.com/mig.config"] == "all-3g.40gb"
-        sim.add(waiting_pod("small", memory="8Gi", resource="nvidia.com/mig-1g.10gb"))
+        sim.add(small())
         leader.pass_()
     # gpu-busy and gpu-out have free 1g.10gb: small goes to the pool, but the index counts no room on gpu-idle
     with leader.runner.inventory.read() as index:

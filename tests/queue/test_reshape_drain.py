@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 
 from tests.mig.configs import OPERATOR_DEFAULT
-from tests.queue.migfleet import POLICY, fleet_sim, start, waiting_pod
+from tests.queue.migfleet import POLICY, small, start, waiting_fleet
 from tests.testing.kubeclient import kube_client
 from webhook.testing import KubeSim
-from webhook.testing.kubefit import why_unfit
 
 pytestmark = pytest.mark.slow
 
@@ -26,7 +25,7 @@ DRAINING = POLICY + "  drain: true\n"  # drains are opt-in (migReshaping.drain)
 
 @pytest.fixture
 def sim() -> Iterator[KubeSim]:
-    with fleet_sim(*(waiting_pod(f"big-{k}") for k in range(8))) as running_sim:
+    with waiting_fleet(8) as running_sim:
         yield running_sim
 
 
@@ -40,12 +39,10 @@ def test_a_node_drained_for_a_re_cut_gets_no_release_and_is_re_cut_once_its_pods
     with kube_client(sim, tmp_path) as client:
         leader = start(sim, tmp_path, client, DRAINING)
         leader.pass_()
-        sim.add(waiting_pod("small", memory="8Gi", resource="nvidia.com/mig-1g.10gb"))
+        sim.add(small())
         leader.pass_()
         assert leader.released("small")
-        small = sim.get("Pod", "q", "small")
-        assert small is not None
-        fits = {n["metadata"]["name"]: why_unfit(small, n) is None for n in sim.objects("Node")}
+        fits = leader.fits("small")
         assert fits == {"gpu-busy": False, "gpu-idle": False, "gpu-out": True}
         sim.delete("Pod", "other", "trainer")
         leader.index.remove_pod(("other", "trainer"))  # the watch's DELETED (the pass's sync lists only)
@@ -66,11 +63,9 @@ def test_a_release_while_a_node_is_re_cut_leaves_that_node_out(sim: KubeSim, tmp
         leader.clock.now += 61
         leader.pass_()
         assert leader.labels("gpu-idle")[CONFIG] == "all-3g.40gb"
-        sim.add(waiting_pod("small", memory="8Gi", resource="nvidia.com/mig-1g.10gb"))
+        sim.add(small())
         leader.pass_()
         assert leader.released("small")
-        small = sim.get("Pod", "q", "small")
-        assert small is not None
-        fits = {n["metadata"]["name"]: why_unfit(small, n) is None for n in sim.objects("Node")}
+        fits = leader.fits("small")
         assert fits["gpu-idle"] is False
         assert fits["gpu-out"] is True

@@ -25,6 +25,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 KINDS = ("pipeline", "no-read", "drip", "flood")
 SCRAPE = b"GET /metrics HTTP/1.1\r\nHost: health\r\n\r\n"
@@ -33,21 +34,53 @@ KUBELET_TIMEOUT = 3.0  # timeoutSeconds of the Deployment's liveness and readine
 REPO = Path(__file__).resolve().parents[2]
 
 
+# A probe whose request went out more than this after its connect began was held up between the two by a
+# loaded machine (unloaded, both take some 0.1 ms).
+LATE_REQUEST = 0.002
+
+
+class _Probe(http.client.HTTPConnection):
+    """An HTTP connection that notes when its connect began and when its request was sent."""
+
+    connecting_at = sent_at = 0.0
+
+    def connect(self) -> None:
+        self.connecting_at = time.monotonic()
+        super().connect()
+
+    def send(self, data: Any) -> None:
+        try:
+            super().send(data)
+        finally:
+            self.sent_at = time.monotonic()
+
+
 def probe(port: int, path: str, timeout: float = KUBELET_TIMEOUT) -> int:
     """A kubelet HTTP probe: a new connection, one GET, the whole answer within `timeout` seconds.
 
-    The status code, or 0 if the probe failed (refused, reset, or not answered in time)."""
+    The status code, or 0 if the probe failed (refused, reset, or not answered in time).
+
+    A kubelet sends its request as it connects; a process on a loaded machine may be held up between its
+    connect and its request, for longer than a flood takes to make its connection the oldest that has sent
+    nothing, which the port closes first to make room (a flood's connections send nothing either). Such a
+    probe, closed unanswered, is made again, within the same `timeout` from the first connect: a probe
+    whose request went out with its connect is never made again, so a port that drops probes still fails."""
     deadline = time.monotonic() + timeout
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        conn.request("GET", path, headers={"User-Agent": "kube-probe/1.30", "Connection": "close"})
-        resp = conn.getresponse()
-        resp.read()
-    except OSError:
-        return 0
-    finally:
-        conn.close()
-    return resp.status if time.monotonic() <= deadline else 0
+    while True:
+        conn = _Probe("127.0.0.1", port, timeout=max(deadline - time.monotonic(), 0.001))
+        try:
+            conn.request("GET", path, headers={"User-Agent": "kube-probe/1.30", "Connection": "close"})
+            resp = conn.getresponse()
+            resp.read()
+        except (ConnectionError, http.client.BadStatusLine):  # closed unanswered: reset, or no status line
+            if conn.sent_at - conn.connecting_at > LATE_REQUEST and time.monotonic() < deadline:
+                continue
+            return 0
+        except OSError:
+            return 0
+        finally:
+            conn.close()
+        return resp.status if time.monotonic() <= deadline else 0
 
 
 def probes_answered(port: int, rounds: int) -> list[tuple[str, int]]:

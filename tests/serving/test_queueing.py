@@ -5,15 +5,15 @@ process hung, so its supervisor restarts it, though the loop itself goes on."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from tests.conftest import wait_until
+from tests.serving.leaders import beating, supervised
 from webhook.queue.leader import Elector, LeaseTimes
-from webhook.serving.leaderproc import HUNG, Beat, LeaderSupervisor
+from webhook.serving.leaderproc import HUNG
 from webhook.serving.queueing import LeaseFence, QueueSettings, oldest
 from webhook.sources.live import api_client
 from webhook.sources.writes import LeaseRecord
@@ -58,36 +58,19 @@ class StuckLeases:
         return record
 
 
-def stuck_election(directory: Path) -> Callable[[Beat], Callable[[], None]]:
-    """A leader body whose loop beats every 0.1 s as the runner's does (with `oldest` of its election),
-    while its election is stuck in a read from its second attempt on."""
-
-    def start(heartbeat: Beat) -> Callable[[], None]:
-        (directory / f"started-{os.getpid()}").touch()
-        elector = Elector(StuckLeases(), "a", LeaseTimes(retry=0.1))
-        stopping = threading.Event()
-        threading.Thread(target=elector.run, daemon=True).start()
-
-        def loop() -> None:
-            while not stopping.wait(0.1):
-                heartbeat(oldest((elector.rounds,)))
-
-        threading.Thread(target=loop, daemon=True).start()
-        return stopping.set
-
-    return start
+def stuck_election() -> Callable[[], float]:
+    """Beside a leader body's loop (tests.serving.leaders.beating, which beats with `oldest` of it): an
+    election stuck in a read from its second attempt on."""
+    elector = Elector(StuckLeases(), "a", LeaseTimes(retry=0.1))
+    threading.Thread(target=elector.run, daemon=True).start()
+    return lambda: oldest((elector.rounds,))
 
 
 def test_a_leader_process_whose_election_is_stuck_is_restarted_as_hung(tmp_path: Path) -> None:
     """Its loop goes on beating, but the election has not gone round for the hung bound: the process is
     hung (its Lease would never be renewed, nor handed back), killed and started again."""
     why: list[str] = []
-    supervisor = LeaderSupervisor(stuck_election(tmp_path), restarted=why.append, first_backoff=0.2, hung_seconds=2.0)
-    supervisor.start()
-    try:
-        first = supervisor.status()
-        wait_until((tmp_path / f"started-{first.pid}").exists, 10, "the body started")
+    options = {"restarted": why.append, "first_backoff": 0.2, "hung_seconds": 2.0}
+    with supervised(tmp_path, beating(tmp_path, stuck_election), **options) as (supervisor, first):
         wait_until(lambda: supervisor.status().pid not in (0, first.pid), 15, "a new leader process")
         assert why == [HUNG]
-    finally:
-        supervisor.stop(timeout=10)

@@ -26,7 +26,12 @@ forks its workers: a restarted leader reads no file before it runs), and watches
   loop goes on: their calls are bounded (webhook.sources.bounded) well below it. A killed one hands
   nothing over: its Lease expires, and the fence refuses its late writes (webhook.admission.fence).
 
-Each restart is counted by why (`restarted("died" | "hung")`; gpupool_queue_leader_restarts_total).
+Each restart is counted by why (`restarted("died" | "hung")`; gpupool_queue_leader_restarts_total). Each
+end is logged and counted by how it came (`ended(Ending)`, webhook.serving.leaderending: its exit code or
+signal, how old its heartbeat was, whether the supervisor killed it and why, and the process's own last
+word: the stop signal it took and from which pid, its master gone, or a failure). To say it, the leader
+process takes its stop signals with `sigtimedwait` (which names the sender) rather than a handler, and
+enables faulthandler, so that a crash prints its Python stacks to the log.
 
 Its metrics land in the same prometheus_client multiprocess directory as the workers', under its own pid,
 so the master's /metrics shows them (gpupool_queue_leader among them); a dead one's live gauges are
@@ -36,6 +41,7 @@ dropped as a dead worker's are.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import logging
 import mmap
 import os
@@ -48,6 +54,7 @@ from dataclasses import dataclass
 from typing import NoReturn, Protocol
 
 from webhook.domain.errors import ConfigError
+from webhook.serving.leaderending import SAID_FAILED, SAID_MASTER_GONE, SAID_SIGNAL, Ending, LastWord, command_of
 
 log = logging.getLogger("gpupool.leaderproc")
 
@@ -114,30 +121,46 @@ def hung_seconds(environ: Mapping[str, str]) -> float:
 class Heartbeat:
     """When the leader process's loop last went round: a monotonic timestamp (CLOCK_MONOTONIC, one clock
     for every process of the machine) in an anonymous shared mapping, made by the master before it forks,
-    written by the child, read by the master without a system call."""
+    written by the child, read by the master without a system call. The child's last word
+    (webhook.serving.leaderending.LastWord) goes in the same mapping, after the beat."""
 
-    _FORMAT = "d"
+    _BEAT = "d"
+    _WORD = "iii"
 
     def __init__(self) -> None:
-        self._map = mmap.mmap(-1, struct.calcsize(self._FORMAT))  # MAP_SHARED: the child's writes are seen
+        size = struct.calcsize(self._BEAT) + struct.calcsize(self._WORD)
+        self._map = mmap.mmap(-1, size)  # MAP_SHARED: the child's writes are seen
         self.beat()
 
     def beat(self, at: float | None = None) -> None:
         """Record a beat now, or at `at` (monotonic; never later than now)."""
         now = time.monotonic()
-        self._map[:] = struct.pack(self._FORMAT, now if at is None else min(at, now))
+        struct.pack_into(self._BEAT, self._map, 0, now if at is None else min(at, now))
 
     def age(self) -> float:
         """Seconds since the last beat."""
-        (last,) = struct.unpack(self._FORMAT, self._map[:])
+        (last,) = struct.unpack_from(self._BEAT, self._map, 0)
         return float(time.monotonic() - last)
+
+    def say(self, word: LastWord) -> None:
+        """The leader process's last word, before it exits."""
+        struct.pack_into(self._WORD, self._map, struct.calcsize(self._BEAT), word.kind, word.signum, word.sender)
+
+    def said(self) -> LastWord:
+        return LastWord(*struct.unpack_from(self._WORD, self._map, struct.calcsize(self._BEAT)))
+
+    def renew(self) -> None:
+        """For a new leader process: a beat now, and no word said."""
+        self.beat()
+        self.say(LastWord())
 
 
 class LeaderSupervisor:
     """The leader process, from the master: `start` forks it, a thread restarts it when it dies, `stop`
     ends it. `before_child` runs in the child first (closing what the master's sockets it inherited);
-    `exited(pid)` in the master once a leader process is gone (its live metrics dropped); `restarted(why)`
-    in the master at each restart (`DIED` or `HUNG`: killed after `hung_seconds` without a heartbeat)."""
+    `exited(pid)` in the master once a leader process is gone (its live metrics dropped); `ended(ending)`
+    then, with how it ended, unless the supervisor was stopping it; `restarted(why)` in the master at each
+    restart (`DIED` or `HUNG`: killed after `hung_seconds` without a heartbeat)."""
 
     def __init__(  # noqa: PLR0913 (a constructor: its callbacks and bounds, by keyword)
         self,
@@ -146,15 +169,19 @@ class LeaderSupervisor:
         before_child: Callable[[], None] = lambda: None,
         exited: Callable[[int], None] = lambda pid: None,
         restarted: Callable[[str], None] = lambda why: None,
+        ended: Callable[[Ending], None] = lambda ending: None,
         first_backoff: float = FIRST_BACKOFF,
         max_backoff: float = MAX_BACKOFF,
         hung_seconds: float = HUNG_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._body, self._before, self._exited, self._restarted = body, before_child, exited, restarted
+        self._ended = ended
         self._hung = hung_seconds
         self._heartbeat = Heartbeat()
         self._killed = 0  # the leader process last killed as hung
+        self._killed_at_age = 0.0  # its heartbeat's age then
+        self._status: int | None = None  # the wait status of the last leader process reaped here
         self._why = DIED  # why the next one is started
         self._first, self._max, self._clock = first_backoff, max_backoff, clock
         self._master = os.getpid()
@@ -176,6 +203,12 @@ class LeaderSupervisor:
     def status(self) -> LeaderStatus:
         with self._lock:
             return LeaderStatus(self._pid, self._alive(), self._restarts)
+
+    def reap(self) -> None:
+        """Take the leader process's exit status if it has exited: for a reaper of every child (gunicorn's
+        arbiter, on SIGCHLD) to call before it reaps, so that the status is not lost (webhook.serving.server)."""
+        with self._lock:
+            self._alive()
 
     def terminate(self) -> None:
         """No more restarts, and SIGTERM to the leader process (safe in a signal handler: no lock, no wait)."""
@@ -211,8 +244,10 @@ class LeaderSupervisor:
                 if self._pid and not self._alive():
                     ran = self._clock() - self._started_at
                     self._why = HUNG if self._pid == self._killed else DIED
-                    log.error("the leader process (pid %d) exited after %.1f s; restarting it", self._pid, ran)
+                    ending = self._ending(ran)
+                    log.error("%s; restarting it", ending.describe())
                     self._gone(self._pid)
+                    self._ended(ending)
                     self._backoff = self._first if ran >= HEALTHY_SECONDS else self._backoff
                     restart_at = self._clock() + self._backoff
                     self._backoff = min(self._backoff * 2, self._max)
@@ -221,6 +256,20 @@ class LeaderSupervisor:
                     self._restarts += 1
                     self._restarted(self._why)
                     self._spawn()
+
+    def _ending(self, ran: float) -> Ending:
+        """Under the lock: how the current leader process, seen gone, ended."""
+        killed = self._pid == self._killed
+        return Ending(
+            pid=self._pid,
+            status=self._status,
+            ran=ran,
+            since_beat=self._heartbeat.age(),
+            killed_at_age=self._killed_at_age if killed else None,
+            bound=self._hung,
+            said=self._heartbeat.said(),
+            master=self._master,
+        )
 
     def _kill_if_hung(self) -> None:
         """Under the lock: SIGKILL the current leader process if its loop has not beaten for `hung_seconds`
@@ -237,7 +286,7 @@ class LeaderSupervisor:
             age,
             self._hung,
         )
-        self._killed = self._pid
+        self._killed, self._killed_at_age = self._pid, age
         _signal(self._pid, signal.SIGKILL)
 
     def _alive(self) -> bool:
@@ -245,9 +294,10 @@ class LeaderSupervisor:
         may be another child's later)."""
         if self._pid in (0, self._dead):
             return False
-        if _running(self._pid):
+        running, status = _wait(self._pid)
+        if running:
             return True
-        self._dead = self._pid
+        self._dead, self._status = self._pid, status
         return False
 
     def _gone(self, pid: int) -> None:
@@ -259,7 +309,7 @@ class LeaderSupervisor:
         """Fork the leader process (under the lock; the stopping flag checked once more)."""
         if self._stopping.is_set():
             return
-        self._heartbeat.beat()  # a new process is given its whole bound from its start
+        self._heartbeat.renew()  # a new process is given its whole bound from its start, and has said nothing
         pid = os.fork()
         if pid == 0:
             _child(self._body, self._before, self._master, self._heartbeat)
@@ -271,36 +321,58 @@ def _child(body: LeaderBody, before: Callable[[], None], master: int, heartbeat:
     """The leader process's whole life, in the forked child: it never returns into the master's stack."""
     code = 1
     try:
-        stopping = threading.Event()
+        # The stop signals are taken by `_until_stopped`, which learns who sent them: blocked first, so in
+        # every thread the body starts too (threads inherit the mask).
+        signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
+        faulthandler.enable(all_threads=True)  # a crash prints every thread's Python stack to stderr
         for sig in _RESET:
             signal.signal(sig, signal.SIG_DFL)
-        for sig in _STOPS:
-            signal.signal(sig, lambda signum, frame: stopping.set())
         before()
         stop = body(heartbeat.beat)
         try:
-            while not stopping.wait(PARENT_SECONDS):
-                if os.getppid() != master:
-                    log.warning("the master (pid %d) is gone: the leader process stops", master)
-                    break
+            heartbeat.say(_until_stopped(master))
         finally:
             stop()
         code = 0
     except BaseException:  # anything at all: logged, and the supervisor starts another
         log.exception("the leader process failed")
+        heartbeat.say(LastWord(SAID_FAILED))
     finally:
         logging.shutdown()
         os._exit(code)
 
 
+def _until_stopped(master: int) -> LastWord:
+    """Wait for a stop signal, or for the master to be gone (looked at every PARENT_SECONDS): which it was."""
+    while True:
+        info = signal.sigtimedwait(_STOPS, PARENT_SECONDS)
+        if info is not None:
+            name = signal.Signals(info.si_signo).name
+            if info.si_pid == master:
+                log.info("the leader process stops: %s from its master", name)
+            else:
+                sender = f"pid {info.si_pid}{command_of(info.si_pid)}"
+                log.warning("the leader process stops: %s from %s, not from its master (pid %d)", name, sender, master)
+            return LastWord(SAID_SIGNAL, info.si_signo, info.si_pid)
+        if os.getppid() != master:
+            log.warning("the master (pid %d) is gone: the leader process stops", master)
+            return LastWord(SAID_MASTER_GONE)
+
+
 def _running(pid: int) -> bool:
-    """Whether the child `pid` still runs; reaps it when it has exited. A child reaped by someone else
-    (gunicorn's arbiter reaps every child it is signalled about) is gone too."""
+    """Whether the child `pid` still runs (reaping it when it has exited)."""
+    return _wait(pid)[0]
+
+
+def _wait(pid: int) -> tuple[bool, int | None]:
+    """Whether the child `pid` still runs, and once it has exited its wait status (reaped here). A child
+    reaped by someone else (gunicorn's arbiter reaps every child it is signalled about) is gone too, its
+    status unknown (None)."""
     try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
+        done, status = os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
-        return False
-    return done == 0
+        return False, None
+    return done == 0, (status if done else None)
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:

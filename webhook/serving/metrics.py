@@ -464,21 +464,6 @@ def worker_readiness(path: str) -> dict[int, bool]:
     return ready
 
 
-def leader_restarts() -> Callable[[str], None]:
-    """The master's count of the leader process's restarts, by why (webhook.serving.leaderproc: "died" or
-    "hung"), both from the start so that the first one is an increase."""
-    counter = Counter(
-        "gpupool_queue_leader_restarts",
-        "Restarts of the replica's queue leader process, by reason: died (it exited or was killed); hung (its "
-        "loop stopped going round for GPUPOOL_LEADER_HUNG_SECONDS, so the master killed it)",
-        ["reason"],
-        registry=CollectorRegistry(auto_describe=False),
-    )
-    for reason in ("died", "hung"):
-        counter.labels(reason)
-    return lambda reason: counter.labels(reason).inc()
-
-
 def forget_process(pid: int, path: str) -> None:
     """Drop a dead worker's live gauges (its counters stay: totals must not go backwards)."""
     mark_process_dead(pid, path)  # type: ignore[no-untyped-call]

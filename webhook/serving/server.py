@@ -247,7 +247,7 @@ def serve(
     owned_dir = _prepare_multiproc_dir()
     multiproc_dir = os.environ[MULTIPROC_ENV]
     try:
-        from webhook.serving import metrics  # noqa: PLC0415 (see top)
+        from webhook.serving import leadermetrics, metrics  # noqa: PLC0415 (see top)
 
         _check_port_free(options.host, options.port)
         arbiter_box: list[Any] = []
@@ -291,13 +291,16 @@ def serve(
             arbiter_box.append(arbiter)
             prime_tls_context(arbiter.cfg)
             if leader is not None:
+                count_exit = leadermetrics.leader_exits()
                 supervisor = LeaderSupervisor(
                     leader,
                     before_child=lambda: _let_go_of_listeners(arbiter, health),
                     exited=lambda pid: metrics.forget_process(pid, multiproc_dir),
-                    restarted=metrics.leader_restarts(),
+                    restarted=leadermetrics.leader_restarts(),
+                    ended=lambda ending: count_exit(ending.cause),
                     hung_seconds=hung,
                 ).start()
+                _reap_leader_first(arbiter, supervisor)
                 supervisor_box.append(supervisor)
                 _stop_first_on_signals(supervisor)
             health.start()
@@ -338,6 +341,19 @@ def _stop_first_on_signals(supervisor: LeaderSupervisor) -> None:
                 previous(signum, frame)
 
         signal.signal(sig, handler)
+
+
+def _reap_leader_first(arbiter: Any, supervisor: LeaderSupervisor) -> None:
+    """gunicorn's arbiter reaps every child on SIGCHLD (`waitpid(-1)`) and drops the status of one that is not
+    its worker (a debug line): the supervisor takes its leader process's status first, so that how it ended
+    (an exit code, a signal) is known and logged (webhook.serving.leaderending)."""
+    reap_workers = arbiter.reap_workers
+
+    def reap() -> None:
+        supervisor.reap()
+        reap_workers()
+
+    arbiter.reap_workers = reap
 
 
 def _let_go_of_listeners(arbiter: Any, health: HealthServer) -> None:
