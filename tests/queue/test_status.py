@@ -13,6 +13,7 @@ from tests.queue.helpers import L4, T4, enqueue, fleet, queued_pod, setup
 from webhook.domain.model import PoolKey
 from webhook.pools.statuses import object_names
 from webhook.queue import release
+from webhook.queue.lines import Lines, lines_of
 from webhook.queue.release import Wait
 from webhook.queue.status import MAX_LISTED, STATUS_SECONDS, StatusFeed, namespace_summaries
 from webhook.queue.waiting import Queued
@@ -44,6 +45,9 @@ class Fixed:
 
     def ordered(self) -> list[Queued]:
         return self._ordered
+
+    def lines(self) -> Lines:
+        return lines_of(self._ordered)
 
 
 def fixed(waits: list[Wait], ordered: list[Queued]) -> tuple[Fixed, Fixed]:

@@ -26,7 +26,7 @@ import yaml
 
 from webhook.domain.model import PodKey, PoolKey
 from webhook.pools.statuses import pool_statuses
-from webhook.queue.lines import Waits
+from webhook.queue.lines import Lines, Waits
 from webhook.queue.release import Wait
 from webhook.queue.waiting import Queued
 
@@ -97,7 +97,18 @@ class Queue(Protocol):
     @property
     def version(self) -> int: ...
 
-    def ordered(self) -> Sequence[Queued]: ...
+    def lines(self) -> Lines: ...
+
+
+def places(lines: Lines, pods: Sequence[Queued]) -> tuple[dict[PodKey, int], int]:
+    """The Pods' places in the queue (from 1), and how many wait: each looked up in every line (a search
+    per line), or, when that is more than a walk of them all, by the whole queue in order."""
+    total = sum(len(line) for line in lines.shapes) + len(lines.grouped)
+    every = (*lines.shapes, lines.grouped)
+    if len(every) * len(pods) > total:
+        ordered = lines.pods()
+        return {q.key: bisect.bisect_left(ordered, q.order, key=_ORDER) + 1 for q in pods}, total
+    return {q.key: 1 + sum(bisect.bisect_left(line, q.order, key=_ORDER) for line in every) for q in pods}, total
 
 
 class StatusFeed:
@@ -138,10 +149,9 @@ class StatusFeed:
         versions = (standing.version, queue.version)
         if self._summaries[0] != versions:
             # The first MAX_LISTED of each namespace, read from the runs (webhook.queue.lines), and their places
-            # in the queue looked up in its order: no walk of every waiting Pod.
-            ordered = queue.ordered()
+            # in the queue: no walk of every waiting Pod.
             counts, firsts = standing.waits.firsts(MAX_LISTED)
-            positions = {w.queued.key: bisect.bisect_left(ordered, w.queued.order, key=_ORDER) + 1 for w in firsts}
-            self._summaries = (versions, namespace_summaries(firsts, positions, len(ordered), counts))
+            positions, total = places(queue.lines(), [w.queued for w in firsts])
+            self._summaries = (versions, namespace_summaries(firsts, positions, total, counts))
         self._sink.publish_queues(self._summaries[1])
         self._standing, self._at, self._publishing = None, self._clock(), True
