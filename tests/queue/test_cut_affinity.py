@@ -185,10 +185,18 @@ def test_through_the_api_simulator_a_cut_pod_is_read_again_and_released(tmp_path
         live.start()
         try:
             assert live.wait_ready(20)
-            eventually(lambda: len(waiting) == 1, what="the Pod queued")
+            # (queued, and decided by its cut: a Pod listed before the node it is cut against is read again)
+            eventually(lambda: len(waiting.ordered()) == 1, what="the Pod queued")
             assert waiting.ordered()[0].cut is not None and released(live, waiting) == []
+            reads = live.rereads.done  # (1 when the Pod was listed before t4-a)
             sim.add(rack_node("t4-b", VALUES[7]))
-            eventually(lambda: live.rereads.done >= 1, what="the cut Pod read again")
+
+            def read_again() -> bool:
+                with live.read() as index:
+                    seen = index.capacity.node("t4-b") is not None
+                return seen and live.rereads.done > reads and len(waiting.ordered()) == 1
+
+            eventually(read_again, what="the Pod read again once t4-b was seen")
             assert released(live, waiting) == ["job"]
         finally:
             live.close()

@@ -117,3 +117,32 @@ def test_a_pass_over_a_long_line_takes_a_step_and_lists_every_pod() -> None:
     assert [w.queued.key[1] for w in result.waits] == [f"p{k:04d}" for k in range(2000)]
     assert {(w.code, w.pools) for w in result.waits} == {(result.waits[0].code, result.waits[0].pools)}
     assert lines_of(waiting.ordered()).shapes == waiting.lines().shapes
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_line_keeps_its_pods_in_release_order_whatever_order_they_come_and_go_in(seed: int) -> None:
+    """Pods of one shape arrive in a random order (a list of a namespace comes in the order of names, not
+    of creation), some leave and come back, and the line is read now and then: it always reads as the
+    Pods that wait, in release order."""
+    rng = random.Random(seed)
+    pol = policy(QUEUE)
+    index = index_of(fleet(), pol)
+    waiting = Waiting(pol)
+    objs = [
+        queued_pod(
+            f"p{k:04d}", "q", pol, index, created=f"2026-12-01T10:{k // 60 % 60:02d}:{k % 60:02d}Z", priority=k % 3
+        )
+        for k in range(600)
+    ]
+    rng.shuffle(objs)
+    present: dict[str, dict[str, Any]] = {}
+    for step, obj in enumerate(objs):
+        enqueue([obj], index, waiting)
+        present[obj["metadata"]["name"]] = obj
+        if present and rng.random() < 0.3:
+            gone = present.pop(rng.choice(sorted(present)))
+            waiting.apply("pods", "DELETED", gone)
+        if not step % 97:
+            assert [q for line in waiting.lines().shapes for q in line] == waiting.ordered()
+    (line,) = waiting.lines().shapes
+    assert [q.key[1] for q in line] == [q.key[1] for q in waiting.ordered()] and len(line) == len(present)

@@ -53,6 +53,58 @@ class Lines(NamedTuple):
         return list(heapq.merge(*self.shapes, self.grouped, key=_ORDER))
 
 
+class Line:
+    """One line of waiting Pods, kept in release order as Pods come and go (webhook.queue.waiting keeps
+    one per shape, and one of the Pods of workload groups). A Pod behind the last is appended; one that is
+    not waits among the `pending` until there are more of them than an eighth of the line (or the line is
+    read), then all are put in order by one sort of the line: so a list of a whole namespace, which comes
+    in the order of names, costs a few sorts of each line, not a move of half of it per Pod. Its tuple is
+    made again only once it changed. Not thread-safe: `Waiting` calls it under its lock."""
+
+    __slots__ = ("_copy", "_pending", "_placed")
+
+    def __init__(self) -> None:
+        self._placed: list[Queued] = []
+        self._pending: dict[PodKey, Queued] = {}
+        self._copy: tuple[Queued, ...] | None = ()
+
+    def __len__(self) -> int:
+        return len(self._placed) + len(self._pending)
+
+    def add(self, q: Queued) -> None:
+        self._copy = None
+        placed = self._placed
+        if not placed or q.order > placed[-1].order:
+            placed.append(q)
+            return
+        self._pending[q.key] = q
+        if len(self._pending) > 64 + len(placed) // 8:
+            self._place()
+
+    def remove(self, q: Queued) -> None:
+        """Take out the Pod as it was added (its order then)."""
+        self._copy = None
+        if self._pending.pop(q.key, None) is not None:
+            return
+        placed = self._placed
+        i = bisect.bisect_left(placed, q.order, key=_ORDER)
+        if i < len(placed) and placed[i].key == q.key:
+            del placed[i]
+
+    def pods(self) -> tuple[Queued, ...]:
+        """The line's Pods in release order (one tuple while the line does not change)."""
+        if self._copy is None:
+            if self._pending:
+                self._place()
+            self._copy = tuple(self._placed)
+        return self._copy
+
+    def _place(self) -> None:
+        self._placed.extend(self._pending.values())
+        self._pending.clear()
+        self._placed.sort(key=_ORDER)  # (a sorted run and a short one: timsort merges them)
+
+
 def lines_of(queued: Iterable[Queued]) -> Lines:
     """The lines of `queued` (any order): by shape object, as the pass tells shapes apart."""
     shapes: dict[int, list[Queued]] = {}

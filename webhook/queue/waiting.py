@@ -14,7 +14,6 @@ make room, so every call wakes the leader, except the events of Pods that hold n
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import logging
 import operator
@@ -31,7 +30,7 @@ from webhook.domain.policy import Policy
 from webhook.pools.kubeobj import as_list, as_map, own, pod_from_obj, pod_gpu_requests, shared
 from webhook.queue.backlog import Backlog, Backlogs, created_at
 from webhook.queue.cutting import cut_queued
-from webhook.queue.lines import Lines, last_of
+from webhook.queue.lines import Line, Lines, last_of
 
 log = logging.getLogger("gpupool.queue")
 
@@ -131,13 +130,11 @@ class Waiting:
         self._labels: FleetLabels | None = None  # the nodes' label values, to cut long lists to (`cut_against`)
         self._cut: set[PodKey] = set()  # the Pods kept cut: while stale, decided by nothing (`ordered`)
         self._backlogs = Backlogs()
-        # The waiting Pods by line (webhook.queue.lines), each kept in release order as Pods come and go: per
-        # shape (by digest) those of no workload group, and those of groups; each line's tuple is made again
-        # only once it changed, so a pass over a long queue copies none of the lines nothing changed in.
-        self._lines: dict[bytes, list[Queued]] = {}
-        self._grouped: list[Queued] = []
-        self._line_tuples: dict[bytes, tuple[Queued, ...]] = {}
-        self._grouped_tuple: tuple[Queued, ...] | None = ()
+        # The waiting Pods by line (webhook.queue.lines.Line), each kept in release order as Pods come and go:
+        # per shape (by digest) those of no workload group, and those of groups; each line's tuple is made
+        # again only once it changed, so a pass over a long queue copies none of the lines nothing changed in.
+        self._lines: dict[bytes, Line] = {}
+        self._grouped = Line()
         self.version = next(VERSIONS)  # moves with every Pod that arrives, changes or leaves
         # The Pods that arrived, changed or left since the leader last took them (`take_changed`); None once
         # more changed than it is worth keeping apart (a follower never takes them): then, all of them.
@@ -243,26 +240,20 @@ class Waiting:
 
     def _line(self, q: Queued) -> None:
         if q.view.group:
-            bisect.insort(self._grouped, q, key=_ORDER)
-            self._grouped_tuple = None
+            self._grouped.add(q)
             return
         line = self._lines.get(q.digest)
         if line is None:
-            line = self._lines[q.digest] = []
-        bisect.insort(line, q, key=_ORDER)
-        self._line_tuples.pop(q.digest, None)
+            line = self._lines[q.digest] = Line()
+        line.add(q)
 
     def _unline(self, q: Queued) -> None:
         if q.view.group:
-            line = self._grouped
-            self._grouped_tuple = None
-        else:
-            line = self._lines[q.digest]
-            self._line_tuples.pop(q.digest, None)
-        i = bisect.bisect_left(line, q.order, key=_ORDER)
-        if i < len(line) and line[i].key == q.key:
-            del line[i]
-        if not line and not q.view.group:
+            self._grouped.remove(q)
+            return
+        line = self._lines[q.digest]
+        line.remove(q)
+        if not line:
             del self._lines[q.digest]
 
     def _drop(self, key: PodKey) -> None:
@@ -307,16 +298,8 @@ class Waiting:
         """The waiting Pods by line (webhook.queue.lines), each in release order: a copy of the lines that
         changed since the last call, the others as they were (tuples: a pass reads them with the lock let go)."""
         with self._lock:
-            tuples = self._line_tuples
-            for digest, line in self._lines.items():
-                if digest not in tuples:
-                    tuples[digest] = tuple(line)
-            if len(tuples) > len(self._lines):
-                for gone in [d for d in tuples if d not in self._lines]:
-                    del tuples[gone]
-            if self._grouped_tuple is None:
-                self._grouped_tuple = tuple(self._grouped)
-            shapes, grouped = tuple(tuples.values()), self._grouped_tuple
+            tuples = {digest: line.pods() for digest, line in self._lines.items()}
+            shapes, grouped = tuple(tuples.values()), self._grouped.pods()
             stale = self._stale()
             if stale:  # as `ordered`: decided by nothing until read again (the lines they are in, copied without)
                 lines = {self._pods[k].digest for k in stale if not self._pods[k].view.group}
