@@ -54,6 +54,15 @@ T4 = PoolKey("nvidia", "medium", "Tesla-T4")
 L4 = PoolKey("nvidia", "medium", "NVIDIA-L4")
 A100 = PoolKey("nvidia", "high", "NVIDIA-A100-SXM4-40GB")
 QUEUE = "namespaces:\n  q: {placement: queue}\n  q2: {placement: queue}\n"
+# The annotations of the random queues' Pods: for a T4, for an L4, any medium GPU, a gang of 2, a workload
+# group that is not a gang (tests/queue/test_standing.py, test_lines.py)
+MIXED = [
+    {"gpupool.io/gpu-product": "Tesla-T4"},
+    {"gpupool.io/gpu-product": "NVIDIA-L4"},
+    None,
+    {"gpupool.io/gpu-class": "medium", "gpupool.io/group": "gang", "gpupool.io/group-size": "2"},
+    {"gpupool.io/gpu-class": "medium", "gpupool.io/group": "workers"},
+]
 
 
 def busy(node: str, gpus: int, name: str = "busy") -> dict[str, Any]:

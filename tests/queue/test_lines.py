@@ -16,20 +16,13 @@ from typing import Any
 import pytest
 
 from tests.builders import index_of, policy
-from tests.queue.helpers import QUEUE, busy, enqueue, fleet, queued_pod
+from tests.queue.helpers import MIXED, QUEUE, busy, enqueue, fleet, queued_pod
 from webhook.domain.model import PodKey
 from webhook.queue.lines import lines_of
 from webhook.queue.release import Plan, decide_batch, plan, read_batch
 from webhook.queue.waiting import Queued, Waiting
 
 START = 1000.0
-PRODUCTS = [
-    {"gpupool.io/gpu-product": "Tesla-T4"},
-    {"gpupool.io/gpu-product": "NVIDIA-L4"},
-    None,
-    {"gpupool.io/gpu-class": "medium", "gpupool.io/group": "gang", "gpupool.io/group-size": "2"},
-    {"gpupool.io/gpu-class": "medium", "gpupool.io/group": "workers"},
-]
 
 
 def scenario(seed: int) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
@@ -41,7 +34,7 @@ def scenario(seed: int) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]
     index = index_of(objects, pol)
     pods = []
     for k in range(rng.randint(6, 40)):
-        annotations = rng.choice(PRODUCTS)
+        annotations = rng.choice(MIXED)
         gang = bool(annotations and "gpupool.io/group-size" in annotations)
         gpus, namespace = (1, "q") if gang else (rng.randint(1, 3), rng.choice(["q", "q2"]))
         minute = rng.randrange(60)

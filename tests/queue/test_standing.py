@@ -17,7 +17,7 @@ import yaml
 
 from tests.builders import gpu_node, index_of, pod, policy
 from tests.queue.fakes import Events, Inventory, Leading
-from tests.queue.helpers import GPU_TOLERATION, QUEUE, busy, enqueue, fleet, queued_pod
+from tests.queue.helpers import GPU_TOLERATION, MIXED, QUEUE, busy, enqueue, fleet, queued_pod
 from tests.queue.parkcases import a_pass, from_scratch
 from webhook.domain.model import PodKey
 from webhook.domain.policy import Policy
@@ -332,13 +332,7 @@ def test_any_sequence_of_changes_leaves_the_waits_and_events_of_a_whole_pass(see
     rng = random.Random(seed)
     text = QUEUE.replace("q2: {placement: queue}", "q2: {placement: queue, classQuota: {medium: 3}}")
     queue = Queue(text)
-    products = [
-        {"gpupool.io/gpu-product": "Tesla-T4"},
-        {"gpupool.io/gpu-product": "NVIDIA-L4"},
-        None,
-        {"gpupool.io/gpu-class": "medium", "gpupool.io/group": "gang", "gpupool.io/group-size": "2"},
-        {"gpupool.io/gpu-class": "medium", "gpupool.io/group": "workers"},
-    ]
+    products = MIXED
     told: dict[tuple[str, str, str], int] = {}
     minute = 0
     for step in range(60):
