@@ -57,9 +57,10 @@ from webhook.admission.core import evaluate  # noqa: E402
 from webhook.domain.policy import Policy, load_policy_text  # noqa: E402
 from webhook.pools.index import PoolIndex  # noqa: E402
 from webhook.pools.kubeobj import pod_from_obj  # noqa: E402
+from webhook.queue.outcomes import PassResult  # noqa: E402
 from webhook.queue.parking import Parking  # noqa: E402
 from webhook.queue.release import Plan, decide_batch, read_batch, settle  # noqa: E402
-from webhook.queue.runner import PassResult, Runner  # noqa: E402
+from webhook.queue.runner import Runner  # noqa: E402
 from webhook.queue.waiting import PODS, Waiting  # noqa: E402
 from webhook.sources.outcomes import Released  # noqa: E402
 from webhook.sources.snapshot import build_index  # noqa: E402

@@ -24,8 +24,9 @@ from webhook.domain.policy import Policy
 from webhook.pools.index import PoolIndex
 from webhook.pools.kubeobj import node_from_obj, pod_from_obj
 from webhook.queue import status as status_module
+from webhook.queue.outcomes import PassResult
 from webhook.queue.release import Plan, Wait
-from webhook.queue.runner import PassResult, Runner
+from webhook.queue.runner import Runner
 from webhook.queue.standing import Standing
 from webhook.queue.status import StatusFeed
 from webhook.queue.telling import GANG_EVENTS

@@ -3,6 +3,7 @@ the pass stands after its last Pod. Plain data, shared by the pass, its batch an
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -42,3 +43,14 @@ class Carried:
     ahead: Ahead = field(default_factory=Ahead)
     shape_waits: dict[int, Wait] = field(default_factory=dict)
     judged_gangs: set[tuple[str, str]] = field(default_factory=set)
+
+
+class PassResult(NamedTuple):
+    """What one pass of the leader's runner did (webhook.queue.runner)."""
+
+    released: int  # writes answered "released" during the pass (run_pass: its own, every one answered)
+    waiting: Sequence[Wait]  # webhook.queue.lines.Waits: one per waiting Pod, as the runs hold them
+    decided: int = 0  # releases the pass decided
+    decisions: int = 0  # shapes, Pods and gangs it decided (the others stayed parked: webhook.queue.parking)
+    visits: int = 0  # the shapes, Pods and gangs it visited (release.Plan.visits): none while nothing changed
+    walked: int = 0  # its steps (release.Plan.walked: a step per shape, not per Pod): none while nothing changed

@@ -38,11 +38,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 from webhook.admission.fence import token
 from webhook.admission.patch import with_token
@@ -54,10 +54,11 @@ from webhook.pools.memo import Memo
 from webhook.queue import records
 from webhook.queue.breather import Breather
 from webhook.queue.leader import Elector, reached
+from webhook.queue.outcomes import PassResult
 from webhook.queue.parking import Parking
 from webhook.queue.ports import UNLIMITED, Events, NoMetrics, QueueInventory, QueueMetrics, Releaser, TokenBucket
 from webhook.queue.refusals import Refusals
-from webhook.queue.release import Batch, Plan, Release, Wait, decide_batch, read_batch, settle
+from webhook.queue.release import Batch, Plan, Release, decide_batch, read_batch, settle
 from webhook.queue.reshape import Reshaper
 from webhook.queue.standing import Order, Standing
 from webhook.queue.status import StatusFeed, StatusSink
@@ -72,15 +73,6 @@ ANSWER_SECONDS = 0.05  # while writes are in flight, their answers are settled a
 CATCH_UP_SECONDS = 5.0  # at most this long for a new leader's watch to reach the Lease's version
 BATCH = 500  # releases decided per pass; the next pass follows at once
 WRITERS = 8  # release PATCHes in flight at once (the API client's connection pool holds them: live.api_client)
-
-
-class PassResult(NamedTuple):
-    released: int  # writes answered "released" during the pass (run_pass: its own, every one answered)
-    waiting: Sequence[Wait]  # webhook.queue.lines.Waits: one per waiting Pod, as the runs hold them
-    decided: int = 0  # releases the pass decided
-    decisions: int = 0  # shapes, Pods and gangs it decided (the others stayed parked: webhook.queue.parking)
-    visits: int = 0  # the shapes, Pods and gangs it visited (release.Plan.visits): none while nothing changed
-    walked: int = 0  # the waiting Pods it went over (webhook.queue.standing): none while nothing changed
 
 
 class Runner:
@@ -228,6 +220,7 @@ class Runner:
             result = self._pass()
         except Exception:  # a bug must not stop the queue for good: logged, and the next pass tries again
             log.exception("a pass of the queue failed")
+            self._teller.afresh()  # (the Pods that changed before it are no longer known apart)
             return
         if result.decided >= BATCH:
             self.waiting.wake.set()
@@ -248,8 +241,8 @@ class Runner:
             return False
         if self._refusals and self._refusals.due(self._passed_at, self._clock()):
             return False  # a refused Pod's backoff ran out: it is tried again
-        if self.reshaper is not None and self.reshaper.active:
-            return False  # Pods wait for a re-cut, or one is under way: idle and timeout clocks run
+        if self.reshaper is not None and self.reshaper.active:  # Pods wait for a re-cut, or one is under way:
+            return False  # idle and timeout clocks run
         bound = self._parking.wake_at()
         if bound is not None and self.waiting.now() >= bound:
             return False  # a parked Pod or gang has waited long: it may hold a pool now (webhook.queue.backfill)
@@ -296,7 +289,7 @@ class Runner:
 
     def _may_go_on(self, policy: Policy) -> bool:
         """May a pass go on from the last one's end (webhook.queue.standing)? Not while a Pod backs off, nor
-        while MIG re-cuts follow the waits. (A pass over the whole queue takes a step per shape, not per Pod.)"""
+        while MIG re-cuts follow the waits."""
         return not self._refusals and (self.reshaper is None or policy.mig_reshaping is None)
 
     def _decide(self, policy: Policy, new: list[Queued] | None, changed: Changed | None) -> PassResult | None:
@@ -372,8 +365,8 @@ class Runner:
                 self.reshaper.step(policy, requests, decided.waits, self.inventory)
             except Exception:  # a bug must not stop the queue: logged, and the next pass tries again
                 log.exception("MIG re-cutting failed in a pass")
-        kept = self._standing.waits
-        return PassResult(released, kept, len(decided.releases), decided.decisions, decided.visits, decided.walked)
+        waits, steps = self._standing.waits, (decided.decisions, decided.visits, decided.walked)
+        return PassResult(released, waits, len(decided.releases), *steps)
 
     def _read_charges(self) -> tuple[list[Charge], str] | None:
         """The charges of Pods that name their node, as the API holds them now, and their version (none
