@@ -65,17 +65,19 @@ def read_batch(
     # is reused meanwhile.
     requests: dict[int, GpuRequest | Verdict] = {}
 
+    def read(q: Queued) -> GpuRequest | Verdict:
+        return parking.request(q, policy, shapes) if parking is not None else read_request(q, policy, shapes)
+
     def request(q: Queued) -> GpuRequest | Verdict:
         req = requests.get(id(q.view.shape))
         if req is None:
-            read = parking.request(q, policy, shapes) if parking is not None else read_request(q, policy, shapes)
-            req = requests[id(q.view.shape)] = read
+            req = requests[id(q.view.shape)] = read(q)
         return req
 
     valid: list[tuple[GpuRequest, Sequence[Queued]]] = []
     invalid: list[tuple[Wait, Sequence[Queued] | None]] = []
     for line in lines.shapes:
-        req = request(line[0])
+        req = read(line[0])  # (a line is one shape object's: read once)
         if isinstance(req, Verdict):
             invalid.append((Wait(line[0], "invalid", req.message), line))
         else:

@@ -126,6 +126,36 @@ def last_of(lines: Iterable[Sequence[Queued]], grouped: Sequence[Queued]) -> Ord
     return max(ends) if ends else None
 
 
+class Turns:
+    """The turns of a pass's lines, in release order: each line's first Pod, sorted once, merged with a heap
+    of the lines that go on to their next Pod (after a release; the line of workload groups' Pods), so a
+    line that waits costs its place in one sort, not a heap's push and pop. `take` hands the next turn
+    over: a line takes another only when given one `again`."""
+
+    __slots__ = ("_again", "_at", "_firsts")
+
+    def __init__(self, firsts: list[tuple[Order, int]]) -> None:
+        firsts.sort()  # (orders differ: the line numbers are never compared)
+        self._firsts, self._at = firsts, 0
+        self._again: list[tuple[Order, int, int]] = []
+
+    def __bool__(self) -> bool:
+        return self._at < len(self._firsts) or bool(self._again)
+
+    def take(self) -> tuple[int, int]:
+        """The next turn: a line's number and the index of its Pod whose turn it is."""
+        firsts, at, again = self._firsts, self._at, self._again
+        if again and (at >= len(firsts) or again[0][0] < firsts[at][0]):
+            _, n, i = heapq.heappop(again)
+            return n, i
+        self._at = at + 1
+        return firsts[at][1], 0
+
+    def again(self, order: Order, n: int, i: int) -> None:
+        """Line `n` takes a turn again, at its Pod `i` (of release order `order`)."""
+        heapq.heappush(self._again, (order, n, i))
+
+
 Run = tuple["Wait", Sequence["Queued"], int]  # a Wait, and the line's Pods from that index on, which wait with it
 
 

@@ -30,7 +30,6 @@ could not go keeps its answer, and is decided again only once something that ans
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -47,7 +46,7 @@ from webhook.pools.index import PoolIndex
 from webhook.pools.memo import NO_MEMO, Memo
 from webhook.queue import backfill, gangs
 from webhook.queue.batch import Batch, read_batch
-from webhook.queue.lines import Lines, Waits
+from webhook.queue.lines import Lines, Turns, Waits
 from webhook.queue.outcomes import Carried, Release, Wait
 from webhook.queue.parking import GangWait, Parking, WaitAnswer
 from webhook.queue.waiting import Queued
@@ -69,7 +68,7 @@ class Plan(NamedTuple):
 __all__ = ["Batch", "Carried", "Plan", "Release", "Wait", "decide_batch", "plan", "read_batch", "release_one", "settle"]
 
 PAUSE_EVERY = 16  # steps between two calls of decide_batch's `pause`
-_GROUPED = -1  # the heap's entry for the line of workload groups' Pods
+_GROUPED = -1  # the turns' number of the line of workload groups' Pods
 
 
 def _stay() -> None:
@@ -133,33 +132,30 @@ def decide_batch(
     waits.hold_back(batch.held_back)
     judged_gangs = carried.judged_gangs
     shape_waits = carried.shape_waits  # by the shape's identity, as in `read_batch`
-    heap = [(line[0].order, n, 0) for n, (_, line) in enumerate(batch.lines)]
-    if batch.grouped:
-        heap.append((batch.grouped[0][0].order, _GROUPED, 0))
-    heapq.heapify(heap)
+    firsts = [(line[0].order, n) for n, (_, line) in enumerate(batch.lines)]
+    turns = Turns([*firsts, (batch.grouped[0][0].order, _GROUPED)] if batch.grouped else firsts)
 
     def advance(n: int, at: int) -> None:
         """The line's next Pod takes its turn (none: the line is done)."""
         line: Sequence[Any] = batch.grouped if n == _GROUPED else batch.lines[n][1]
         if at + 1 < len(line):
             nxt = line[at + 1]
-            heapq.heapreplace(heap, ((nxt[0] if n == _GROUPED else nxt).order, n, at + 1))
-        else:
-            heapq.heappop(heap)
+            turns.again((nxt[0] if n == _GROUPED else nxt).order, n, at + 1)
 
+    held_back, is_queued = batch.held_back, index.usage.is_queued
     decisions = steps = 0
-    while heap and len(releases) < limit:
+    while turns and len(releases) < limit:
         if not steps % PAUSE_EVERY:
             pause()
             look()
             if this.room_appeared():
                 break  # the next pass decides again from the first Pod (the runner is woken by the change)
         steps += 1
-        _, n, at = heap[0]
+        n, at = turns.take()
         if n == _GROUPED:
             q, req = batch.grouped[at]
             advance(n, at)
-            if not index.usage.is_queued(q.key):
+            if not is_queued(q.key):
                 continue  # released already (by this leader's last pass, or another): the watch catches up
             if req.group.size:
                 gang_key = (q.key[0], q.view.group)
@@ -173,13 +169,12 @@ def decide_batch(
         else:
             req, line = batch.lines[n]
             q = line[at]
-            if q.key in batch.held_back or not index.usage.is_queued(q.key):
+            if (held_back and q.key in held_back) or not is_queued(q.key):
                 advance(n, at)
                 continue
             earlier = shape_waits.get(id(q.view.shape))
             if earlier is not None:  # its shape waits since an earlier pass this one goes on from
                 waits.run(earlier, line, at)
-                heapq.heappop(heap)
                 continue
         # A Pod whose held node has its room now lets it go and is decided afresh (its parked answer read
         # the node as kept from everyone, itself included).
@@ -199,12 +194,13 @@ def decide_batch(
                 advance(n, at)
             continue
         waits.one(q.order, one)
-        this.waited_for_room(one)
+        if one.code == "capacity":
+            this.waited_for_room(one)
         if n != _GROUPED:  # siblings decide by their group's pools: not one shape's answer
             shape_waits[id(q.view.shape)] = theirs or one
-            waits.run(theirs or one, line, at + 1)  # the rest of its line waits with it
-            heapq.heappop(heap)
-    whole = not heap
+            if at + 1 < len(line):
+                waits.run(theirs or one, line, at + 1)  # the rest of its line waits with it
+    whole = not turns
     # An answer taken, then woken by what the pass released (or the watch meanwhile): the Waits taken from
     # it may not be its answer now, so the next pass decides the whole queue (webhook.queue.standing).
     standing = whole and (parking is None or not parking.stale)
@@ -267,8 +263,10 @@ class _Pass:
 
     def waited_for_room(self, wait: Wait) -> None:
         if wait.code == "capacity":
+            seen = self.room_seen
             for pool in wait.pools:
-                self.room_seen.setdefault(pool, self.index.capacity.room_changes(pool))
+                if pool not in seen:  # (a pool's room as the first Pod that waits for it read it)
+                    seen[pool] = self.index.capacity.room_changes(pool)
 
     def took_room(self) -> None:
         """The pass itself took room (a release, a gang tried): only less room for the Pods before."""
