@@ -239,3 +239,39 @@ def test_a_release_refused_after_the_pod_changed_in_a_pause_leaves_the_index_as_
     settle(index, refused, None)
 
     assert index.usage.pod_info(key) == newer and index.usage.is_queued(key)
+
+
+def test_room_that_keeps_moving_on_one_pool_does_not_keep_the_pods_of_another_from_going() -> None:
+    """20 Pods of distinct shapes wait for the full T4 node, and from the second pause of the pass on a GPU
+    there frees or is taken again at each; a Pod for the free L4 node comes after them all. The pass keeps the T4 room
+    that appeared for the Pods before (none of the later ones takes it) and still reaches the L4 Pod, which
+    goes: a pool whose room keeps moving never stalls the queue behind it."""
+    pol = policy(QUEUE)
+    nodes = [gpu_node("t4-a", "Tesla-T4", 4), gpu_node("l4-a", "NVIDIA-L4", 4, memory_mib=23034)]
+    index = index_of([*nodes, busy("t4-a", 4, "busy")], pol)
+    waiting = Waiting(pol)
+    t4 = [
+        queued_pod(
+            f"t{k:02d}",
+            "q",
+            pol,
+            index,
+            annotations={"gpupool.io/gpu-product": "Tesla-T4", "gpupool.io/min-memory": f"{k + 1}Mi"},
+            created=f"2026-12-01T09:00:{k:02d}Z",
+        )
+        for k in range(PAUSE_EVERY + 4)
+    ]
+    l4 = queued_pod("late", "q", pol, index, annotations={"gpupool.io/gpu-product": "NVIDIA-L4"})
+    enqueue([*t4, l4], index, waiting)
+    flips = [0]
+
+    def flip() -> None:  # from the second pause on, a GPU of t4-a frees, or is taken again, while the lock is let go
+        flips[0] += 1
+        if flips[0] < 2:
+            return
+        running = busy("t4-a", 3 if flips[0] % 2 == 0 else 4, "busy")
+        index.upsert_pod(pod_from_obj(running, pol.gpu_resources, pol.partition_prefixes), ("other", "busy"))
+
+    decided = decide_batch(read_batch(waiting.ordered(), pol), index, pol, pause=flip)
+    assert flips[0] >= 2
+    assert [r.queued.key[1] for r in decided.releases] == ["late"]

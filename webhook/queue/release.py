@@ -113,8 +113,10 @@ def decide_batch(
     get taken, and what it waits for stays blocked), and they leave nothing to the Pods behind them, so its
     line is left there as one run of Waits: a pass takes a step per release, per shape and per Pod of a
     workload group, not per waiting Pod. Room that appears on a pool a Pod before waits for, while the
-    pass let go of the lock, stops the pass there (its releases so far stand; it ends not whole): the next
-    pass gives that room to the first Pod in order that it fits, not to the next one this pass would take."""
+    pass let go of the lock, is kept for the Pods before for the rest of the pass (the later ones wait
+    behind them there): the next pass gives it to the first Pod in order that it fits, not to the next one
+    this pass would take; the pass still goes on to its end, so a pool whose room keeps moving never keeps
+    it from the Pods that want other pools."""
     carried = batch.carried if batch.carried is not None else Carried()
     ahead = carried.ahead  # what the Pods decided before wait for stays theirs
     parking = batch.parking
@@ -148,8 +150,7 @@ def decide_batch(
         if not steps % PAUSE_EVERY:
             pause()
             look()
-            if this.room_appeared():
-                break  # the next pass decides again from the first Pod (the runner is woken by the change)
+            this.keep_appeared()
         steps += 1
         n, at = turns.take()
         if n == _GROUPED:
@@ -258,7 +259,7 @@ class _Pass:
     held_pools: set[PoolKey] = field(default_factory=set)  # pools a node of which a Pod before holds
     holding: set[str] = field(default_factory=set)  # the owners (backfill.owner_of) that hold a node now
     # The room of the pools Pods before wait for, as they read it: once it moves in a pause (room appeared
-    # while the lock was let go), the pass stops there, so no later Pod takes room out of their turn.
+    # while the lock was let go), it is theirs for the rest of the pass, so no later Pod takes it out of turn.
     room_seen: dict[PoolKey, int] = field(default_factory=dict)
 
     def waited_for_room(self, wait: Wait) -> None:
@@ -273,9 +274,13 @@ class _Pass:
         for pool in self.room_seen:
             self.room_seen[pool] = self.index.capacity.room_changes(pool)
 
-    def room_appeared(self) -> bool:
+    def keep_appeared(self) -> None:
+        """After a pause: the pools whose room moved meanwhile are held for the Pods before (Ahead.take_room)."""
         capacity = self.index.capacity
-        return any(capacity.room_changes(pool) != seen for pool, seen in self.room_seen.items())
+        moved = [pool for pool, seen in self.room_seen.items() if capacity.room_changes(pool) != seen]
+        if moved:
+            self.ahead.take_room(moved)
+            self.took_room()
 
 
 def _resource(q: Queued) -> str:
