@@ -85,9 +85,9 @@ class Standing:
     def tail(self, changed: Changed | None, waiting: Waiting, bound: float | None) -> list[Queued] | None:
         """The Pods to decide, in order, when the queue changed only behind the last pass (those that
         arrived there; none when nothing changed); None: decide the whole queue. `changed`: the Pods that
-        arrived, changed or left since the last pass, each with whether it waited before (`Waiting
-        .take_changed`; None: any); `bound`: when the next parked answer's bound passes (`Parking.wake_at`),
-        then a Pod may hold a pool (webhook.queue.backfill)."""
+        arrived, changed or left since the last pass, each as it waited then, or None when it did not
+        (`Waiting.take_changed`; `changed` None: any may have); `bound`: when the next parked answer's bound
+        passes (`Parking.wake_at`), then a Pod may hold a pool (webhook.queue.backfill)."""
         now = waiting.now()
         if self._end is None or changed is None or (bound is not None and now >= bound) or self.due(now):
             return None
