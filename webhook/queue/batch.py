@@ -4,7 +4,7 @@ inventory's lock."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import NamedTuple
 
@@ -42,6 +42,13 @@ class Batch(NamedTuple):
         every.extend(self.grouped)
         every.sort(key=lambda p: p[0].order)
         return every
+
+    def request_of(self) -> Callable[[Queued], GpuRequest | None]:
+        """A waiting Pod's request as this batch read it (its line's, or its own for a workload group's Pod):
+        a look-up, where `pods` walks them all. None: not of this batch."""
+        by_shape = {id(line[0].view.shape): req for req, line in self.lines}
+        by_key = {q.key: req for q, req in self.grouped}
+        return lambda q: by_key.get(q.key) if q.view.group else by_shape.get(id(q.view.shape))
 
     def __bool__(self) -> bool:
         """Is there a Pod to decide?"""

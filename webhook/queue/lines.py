@@ -28,7 +28,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import operator
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple, overload
 
 from webhook.domain.model import PodKey, PoolKey
@@ -261,6 +261,17 @@ class Waits(Sequence["Wait"]):
         for segment in self._segments:
             yield from segment.first
             yield from segment.runs
+
+    def where(self, keep: Callable[[Wait], bool]) -> Iterator[Wait]:
+        """The Waits `keep` keeps, in their order, a run's Pods only when it keeps the run's Wait (they share
+        it, and their shape): the runs it leaves out are not walked."""
+        held = self._held_back
+        for segment in self._segments:
+            kept = _Segment()
+            kept.first = [run for run in segment.first if keep(run[0])]
+            kept.one_by_one = [(at, w) for at, w in segment.one_by_one if keep(w)]
+            kept.runs = [run for run in segment.runs if keep(run[0])]
+            yield from (w for w in kept if w.queued.key not in held)
 
     def wait_of(self, q: Queued) -> Wait | None:
         """The Wait of the Pod (as `q`'s key and order), if these Waits list it: a look-up, not a walk."""

@@ -21,14 +21,13 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from webhook.admission.recut import is_mig
-from webhook.admission.request import GpuRequest
 from webhook.domain.model import PodKey
 from webhook.domain.policy import Policy
 from webhook.mig.follow import asked_of, under_way
 from webhook.pools.charges import Charge, pending
 from webhook.pools.index import Inseparable, PoolIndex
 from webhook.queue.release import Release, Wait, decide_batch, read_batch, settle
-from webhook.queue.reshape_inputs import busy_of, demand_of, recut_plan
+from webhook.queue.reshape_inputs import RequestOf, busy_of, demand_of, recut_plan
 from webhook.queue.waiting import Queued, read_queued
 
 INF = float("inf")
@@ -85,7 +84,7 @@ def preview(  # noqa: PLR0913 (the pass's inputs beyond the queue and the index,
             decided = decide_batch(batch, index, policy, limit=max(len(order), 1))
             try:
                 constraints = {r.queued.key: _constraints(index, r) for r in decided.releases}
-                recuts = recut_waits(index, policy, {q.key: req for q, req in batch.pods}, decided.waits, now)
+                recuts = recut_waits(index, policy, batch.request_of(), decided.waits, now)
             finally:
                 for release in reversed(decided.releases):
                     settle(index, release, None)
@@ -101,7 +100,7 @@ def preview(  # noqa: PLR0913 (the pass's inputs beyond the queue and the index,
 
 
 def recut_waits(
-    index: PoolIndex, policy: Policy, requests: Mapping[PodKey, GpuRequest], waits: Sequence[Wait], now: float
+    index: PoolIndex, policy: Policy, requests: RequestOf, waits: Sequence[Wait], now: float
 ) -> dict[PodKey, RecutWait]:
     """The MIG re-cut each Pod that waits for capacity waits for, as the leader's planner decides it on this
     view (webhook.queue.reshape_inputs): changes gpupool asked for and that are under way (from the nodes'

@@ -46,7 +46,7 @@ from typing import Any, Protocol
 
 from webhook.admission.recut import is_mig
 from webhook.admission.request import GpuRequest
-from webhook.domain.model import NodeInfo, PodKey
+from webhook.domain.model import NodeInfo
 from webhook.domain.policy import Policy
 from webhook.domain.policy_model import MigReshaping
 from webhook.mig.config import MigConfig, MigConfigError, parse_config
@@ -77,6 +77,7 @@ from webhook.mig.planner import (
 from webhook.pools.index import PoolIndex
 from webhook.queue.release import Wait
 from webhook.queue.reshape_inputs import (
+    RequestOf,
     annotation_path,
     ask_patch,
     busy_of,
@@ -179,9 +180,7 @@ class Reshaper:
                 index.upsert_node(replace(current, labels=ours.labels, annotations=ours.annotations))
                 self._fenced[name] = index.capacity.node(name) or ours
 
-    def step(
-        self, policy: Policy, requests: Mapping[PodKey, GpuRequest], waits: Iterable[Wait], inventory: Inventory
-    ) -> None:
+    def step(self, policy: Policy, requests: RequestOf, waits: Iterable[Wait], inventory: Inventory) -> None:
         """Follow, plan and ask, as the module's docstring says; a no-op without `migReshaping`."""
         settings = policy.mig_reshaping
         if settings is None:

@@ -10,14 +10,26 @@ from typing import Any
 
 from webhook.admission.recut import PRODUCT_LABEL, candidate_of, waiting_of
 from webhook.admission.request import GpuRequest
-from webhook.domain.model import NodeInfo, PodKey
+from webhook.domain.model import NodeInfo
 from webhook.domain.policy_model import MigReshaping
 from webhook.mig.follow import ASKED_ANNOTATION, OUTCOME_ANNOTATION, asked_of, under_way
 from webhook.mig.layouts import Layouts
-from webhook.mig.planner import CONFIG_LABEL, HANDS_OFF_STATES, RESHAPE_LABEL, STATE_LABEL, Change, Free, Plan, plan
+from webhook.mig.planner import (
+    CONFIG_LABEL,
+    HANDS_OFF_STATES,
+    MAX_DEMAND,
+    RESHAPE_LABEL,
+    STATE_LABEL,
+    Change,
+    Free,
+    Plan,
+    plan,
+)
 from webhook.pools.index import PoolIndex
 from webhook.pools.nodes import NodeFacts
+from webhook.queue.lines import Waits
 from webhook.queue.release import Wait
+from webhook.queue.waiting import Queued
 
 TERMINAL = ("Succeeded", "Failed")
 
@@ -56,13 +68,25 @@ def not_as_planned(obj: Mapping[str, Any], change: Change) -> str:
     return ""
 
 
-def demand_of(waits: Iterable[Wait], requests: Mapping[PodKey, GpuRequest]) -> list[tuple[str, str, GpuRequest]]:
-    """The Pods ("namespace/name", uid, request) that wait for capacity and accept MIG instances, in queue order."""
+RequestOf = Callable[[Queued], GpuRequest | None]  # a waiting Pod's request, as its pass read it (Batch.request_of)
+
+
+def demand_of(waits: Iterable[Wait], request_of: RequestOf) -> list[tuple[str, str, GpuRequest]]:
+    """The Pods ("namespace/name", uid, request) that wait for capacity and accept MIG instances, in queue
+    order, the first MAX_DEMAND (what the planner plans for). Of a pass's Waits, only the runs of such Pods
+    are read (webhook.queue.lines: a run's Pods share its Wait and their shape's request)."""
+
+    def wanted(w: Wait) -> bool:
+        req = request_of(w.queued)
+        return w.code == "capacity" and req is not None and "mig" in req.devices
+
     out = []
-    for w in waits:
-        req = requests.get(w.queued.key)
-        if w.code == "capacity" and req is not None and "mig" in req.devices:
+    for w in waits.where(wanted) if isinstance(waits, Waits) else filter(wanted, waits):
+        req = request_of(w.queued)
+        if req is not None:  # (wanted: it has one)
             out.append((f"{w.queued.key[0]}/{w.queued.key[1]}", w.queued.uid, req))
+        if len(out) >= MAX_DEMAND:
+            break
     return out
 
 

@@ -361,8 +361,7 @@ class Runner:
         released = self._send_all(decided.releases)
         if self.reshaper is not None:
             try:
-                requests = {q.key: req for q, req in batch.pods} if policy.mig_reshaping is not None else {}  # (a walk)
-                self.reshaper.step(policy, requests, decided.waits, self.inventory)
+                self.reshaper.step(policy, batch.request_of(), decided.waits, self.inventory)
             except Exception:  # a bug must not stop the queue: logged, and the next pass tries again
                 log.exception("MIG re-cutting failed in a pass")
         waits, steps = self._standing.waits, (decided.decisions, decided.visits, decided.walked)
