@@ -18,8 +18,8 @@ import pytest
 from tests.builders import index_of, policy
 from tests.queue.helpers import MIXED, QUEUE, busy, enqueue, fleet, queued_pod
 from webhook.domain.model import PodKey
-from webhook.queue.lines import lines_of
-from webhook.queue.release import Plan, decide_batch, plan, read_batch
+from webhook.queue.lines import Waits, lines_of
+from webhook.queue.release import Plan, Wait, decide_batch, plan, read_batch
 from webhook.queue.waiting import Queued, Waiting
 
 START = 1000.0
@@ -139,3 +139,37 @@ def test_a_line_keeps_its_pods_in_release_order_whatever_order_they_come_and_go_
             assert [q for line in waiting.lines().shapes for q in line] == waiting.ordered()
     (line,) = waiting.lines().shapes
     assert [q.key[1] for q in line] == [q.key[1] for q in waiting.ordered()] and len(line) == len(present)
+
+
+class Counted(tuple[Queued, ...]):
+    """A line that counts the Pods read from it."""
+
+    reads = 0
+
+    def __getitem__(self, i: Any) -> Any:
+        Counted.reads += 1
+        return super().__getitem__(i)
+
+
+def test_a_reader_of_some_waits_walks_only_the_runs_it_keeps() -> None:
+    """The MIG planner reads the Pods that wait for capacity (webhook/queue/reshape_inputs.py): of 2,000 Pods
+    waiting in one run for a quota and 3 in a run for room, it gets the 3, in order, and reads no Pod of
+    the other run."""
+    pol = policy(QUEUE)
+    index = index_of(fleet(), pol)
+    waiting = Waiting(pol)
+    pods = [
+        queued_pod(f"p{k:04d}", "q", pol, index, created=f"2026-12-01T10:{k // 60 % 60:02d}:{k % 60:02d}Z")
+        for k in range(2003)
+    ]
+    enqueue(pods, index, waiting)
+    ordered = waiting.ordered()
+    quota, room = Counted(ordered[:2000]), tuple(ordered[2000:])
+    waits = Waits()
+    waits.run(Wait(quota[0], "quota", "class quota"), quota, 0)
+    waits.run(Wait(room[0], "capacity", "no room"), room, 0)
+    Counted.reads = 0
+    kept = list(waits.where(lambda w: w.code == "capacity"))
+    assert [w.queued.key[1] for w in kept] == ["p2000", "p2001", "p2002"]
+    assert Counted.reads == 0
+    assert len(waits) == 2003
