@@ -22,7 +22,8 @@ own), where deciding every shape again is out of reach (about 0.3 ms a shape). T
 passes are the leader's runner's (webhook.queue.runner, its writes answered by a stand-in that releases
 at once): `whole`, every pass over the whole queue (what the runner did before its passes went on from
 the last one's end), against `standing`, going on when it may (webhook.queue.standing); both count the
-Pods walked. With `--queued-modes walk,after`, the pass alone instead: the parking of `--walk-rev` (by
+steps they take (`PassResult.walked`: a Pod decided or passed over, a line left to wait; before lines, a step
+was a waiting Pod). With `--queued-modes walk,after`, the pass alone instead: the parking of `--walk-rev` (by
 default the commit before the parked shapes were indexed by counter), which takes a parked answer only
 after reading its counters, per shape and per pass (`walk`), against the index by counter (`after`);
 both count the pass's visits (decisions, and parked answers read).
@@ -44,6 +45,7 @@ import subprocess
 import sys
 import time
 import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -210,36 +212,59 @@ def walking(rev: str) -> type[Parking]:
     return Walk
 
 
-def measure(kind: str, count: int, mode: str, walk: type[Parking] | None = None) -> dict[str, Any]:
-    policy, index, waiting = setting(kind, count)
-    parking = None if mode == "before" else walk() if mode == "walk" and walk is not None else Parking()
-    first, first_cpu, _ = a_pass(policy, index, waiting, parking)
-    steady = [a_pass(policy, index, waiting, parking) for _ in range(5)]
-    victim_obj = queued(gpu_pod("victim", "q2", 1, {"gpupool.io/gpu-product": "NVIDIA-L4"}), policy, index, 10**5)
-    index.upsert_pod(pod_from_obj(victim_obj, policy.gpu_resources, policy.partition_prefixes))
-    waiting.apply(PODS, "ADDED", victim_obj)
-    victim, victim_cpu, victim_wall = a_pass(policy, index, waiting, parking)
-    assert [r.queued.key for r in victim.releases] == [("q2", "victim")], victim.releases
-    waiting.apply(PODS, "DELETED", victim_obj)
-    a_pass(policy, index, waiting, parking)  # the release, applied to the index, re-decides nothing it took from
+Step = Callable[[], tuple[Any, float, float]]  # one pass: what it did (a Plan or a PassResult), CPU and wall seconds
+
+
+def scenario(index: PoolIndex, waiting: Waiting, victim: dict[str, Any], step: Step) -> tuple[dict[str, Any], Any]:
+    """The passes every mode is measured by, each made by `step`: the first, 5 with nothing changed, the one
+    after `victim` (a 1-GPU Pod of another namespace for the free L4) is queued, the one after it leaves, and
+    the one after a GPU frees on a T4 node (not enough for any waiting Pod). Their figures, and the victim's
+    pass's result."""
+    policy = index.policy
+    first, first_cpu, _ = step()
+    steady = [step() for _ in range(5)]
+    index.upsert_pod(pod_from_obj(victim, policy.gpu_resources, policy.partition_prefixes))
+    waiting.apply(PODS, "ADDED", victim)
+    released, victim_cpu, victim_wall = step()
+    waiting.apply(PODS, "DELETED", victim)
+    step()  # the release, shown (or applied to the index): re-decides nothing it took from
     index.upsert_pod(pod_from_obj(busy("t4-00", 3), policy.gpu_resources, policy.partition_prefixes))
-    room, room_cpu, _ = a_pass(policy, index, waiting, parking)
-    assert not room.releases
-    for release in victim.releases:
-        settle(index, release, None)
+    room, room_cpu, _ = step()
+    last = steady[-1][0]
     return {
         "first_cpu_s": first_cpu,
         "first_decisions": first.decisions,
         "steady_cpu_s": statistics.median(s[1] for s in steady),
-        "steady_decisions": steady[-1][0].decisions,
-        "steady_visits": steady[-1][0].visits,
+        "steady_decisions": last.decisions,
+        "steady_visits": last.visits,
+        "steady_walked": last.walked,
         "victim_cpu_s": victim_cpu,
         "victim_wall_s": victim_wall,
-        "victim_decisions": victim.decisions,
+        "victim_decisions": released.decisions,
+        "victim_walked": released.walked,
         "room_cpu_s": room_cpu,
         "room_decisions": room.decisions,
         "room_visits": room.visits,
-    }
+        "room_released": len(room.releases) if isinstance(room, Plan) else room.released,
+    }, released
+
+
+def victim_of(policy: Policy, index: PoolIndex) -> dict[str, Any]:
+    return queued(gpu_pod("victim", "q2", 1, {"gpupool.io/gpu-product": "NVIDIA-L4"}), policy, index, 10**5)
+
+
+def measure(kind: str, count: int, mode: str, walk: type[Parking] | None = None) -> dict[str, Any]:
+    """`scenario` for the pass alone: `before` without parking, `walk` with the parking of `--walk-rev`,
+    `after` with the parking of this tree."""
+    policy, index, waiting = setting(kind, count)
+    parking = None if mode == "before" else walk() if mode == "walk" and walk is not None else Parking()
+    passes = lambda: a_pass(policy, index, waiting, parking)  # noqa: E731 (the scenario's step)
+    figures, victim = scenario(index, waiting, victim_of(policy, index), passes)
+    assert [r.queued.key for r in victim.releases] == [("q2", "victim")], victim.releases
+    assert not figures["room_released"]
+    for release in victim.releases:
+        settle(index, release, None)
+    return figures
 
 
 class _Api:
@@ -274,39 +299,16 @@ def runner_pass(runner: Runner) -> tuple[PassResult, float, float]:
 
 
 def measure_runner(kind: str, count: int, mode: str) -> dict[str, Any]:
-    """`measure`, for the leader's runner: `whole` decides the whole queue every pass, `standing` goes on
+    """`scenario` for the leader's runner: `whole` decides the whole queue every pass, `standing` goes on
     from the last pass's end when it may (webhook.queue.standing)."""
     policy, index, waiting = setting(kind, count)
     api = _Api()
     runner = (_Whole if mode == "whole" else Runner)(Inventory(index), waiting, Leading(), api, events=api)
-    first, first_cpu, _ = runner_pass(runner)
-    steady = [runner_pass(runner) for _ in range(5)]
-    victim_obj = queued(gpu_pod("victim", "q2", 1, {"gpupool.io/gpu-product": "NVIDIA-L4"}), policy, index, 10**5)
-    api.pods[("q2", "victim")] = victim_obj
-    index.upsert_pod(pod_from_obj(victim_obj, policy.gpu_resources, policy.partition_prefixes))
-    waiting.apply(PODS, "ADDED", victim_obj)
-    victim, victim_cpu, victim_wall = runner_pass(runner)
-    assert victim.released == 1, victim
-    waiting.apply(PODS, "DELETED", victim_obj)
-    runner_pass(runner)  # the release, shown: re-decides nothing it took from
-    index.upsert_pod(pod_from_obj(busy("t4-00", 3), policy.gpu_resources, policy.partition_prefixes))
-    room, room_cpu, _ = runner_pass(runner)
-    assert not room.released
-    return {
-        "first_cpu_s": first_cpu,
-        "first_decisions": first.decisions,
-        "steady_cpu_s": statistics.median(s[1] for s in steady),
-        "steady_decisions": steady[-1][0].decisions,
-        "steady_visits": steady[-1][0].visits,
-        "steady_walked": steady[-1][0].walked,
-        "victim_cpu_s": victim_cpu,
-        "victim_wall_s": victim_wall,
-        "victim_decisions": victim.decisions,
-        "victim_walked": victim.walked,
-        "room_cpu_s": room_cpu,
-        "room_decisions": room.decisions,
-        "room_visits": room.visits,
-    }
+    api.pods[("q2", "victim")] = victim = victim_of(policy, index)
+    figures, released = scenario(index, waiting, victim, lambda: runner_pass(runner))
+    assert released.released == 1, released
+    assert not figures["room_released"]
+    return figures
 
 
 def main() -> None:
@@ -341,7 +343,7 @@ def main() -> None:
             ms = {key: value * 1000 for key, value in med.items() if key.endswith("_s")}
             print(
                 f"  {mode:6}  steady pass {ms['steady_cpu_s']:8.2f} ms CPU, {med['steady_decisions']:5.0f} decisions,"
-                f" {med['steady_visits']:6.0f} visits, {med.get('steady_walked', float('nan')):6.0f} Pods walked"
+                f" {med['steady_visits']:6.0f} visits, {med['steady_walked']:6.0f} steps"
                 f" | victim's pass {ms['victim_cpu_s']:8.2f} ms CPU"
                 f" ({ms['victim_wall_s']:8.2f} ms wall), {med['victim_decisions']:5.0f} decisions"
                 f" | a T4 GPU frees: {ms['room_cpu_s']:8.2f} ms, {med['room_decisions']:5.0f} decisions,"
