@@ -94,11 +94,6 @@ class Refusals:
         """The Pod was released (or is gone): its refusals are over."""
         self._by_key.pop(key, None)
 
-    def keep_only(self, waiting: set[PodKey]) -> None:
-        """Forget the Pods that no longer wait."""
-        for key in [k for k in self._by_key if k not in waiting]:
-            del self._by_key[key]
-
     def held_back(self, waiting: Callable[[PodKey], Queued | None], now: float) -> dict[PodKey, Order]:
         """The Pods held back now (`holds_back`), with their places in the queue; the queue's look-up `waiting`
         says which still wait: those that do not are forgotten."""

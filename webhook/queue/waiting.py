@@ -121,7 +121,6 @@ class Waiting:
         self._clock = clock
         self._lock = threading.Lock()
         self._pods: dict[PodKey, Queued] = {}
-        self._ordered: list[Queued] | None = None
         self._listing: set[PodKey] | None = None
         # One object per distinct shape among the waiting Pods, with its digest: a pass decides each shape
         # once, and tells them apart by identity (a shape's hash walks all its tuples; a pass would pay it
@@ -210,7 +209,6 @@ class Waiting:
             self._unline(old)
         self._pods[queued.key] = queued  # its key's strings, not the decoded object's
         self._line(queued)
-        self._ordered = None
         if old is not None and _same(old, queued):
             # Only its resourceVersion or status moved (kube-scheduler's SchedulingGated): a pass decides it as
             # it did, so it is no change for the leader (which reads the new version when it releases it).
@@ -261,7 +259,6 @@ class Waiting:
         old = self._pods.pop(key, None)
         if old is not None:
             self._unline(old)
-            self._ordered = None
             self._changes(key, old)
             self._backlogs.drop(key)
 
@@ -285,14 +282,9 @@ class Waiting:
 
     def ordered(self) -> list[Queued]:
         """The waiting Pods in release order (a copy), but those kept cut against labels that have gained a
-        value since: decided by nothing until the inventory has read them again (webhook.sources.rereads)."""
-        with self._lock:
-            if self._ordered is None:
-                self._ordered = sorted(self._pods.values(), key=_ORDER)
-            labels = self._labels
-            if self._cut and labels is not None:
-                return [q for q in self._ordered if q.cut is None or not labels.stale(q.cut)]
-            return list(self._ordered)
+        value since: decided by nothing until the inventory has read them again (webhook.sources.rereads).
+        Its lines merged (`lines`): for views of the whole queue (`gpupool queue`, `explain`), not passes."""
+        return self.lines().pods()
 
     def lines(self) -> Lines:
         """The waiting Pods by line (webhook.queue.lines), each in release order: a copy of the lines that
